@@ -1,0 +1,94 @@
+"""The public entry points: :func:`compile` and :func:`load`."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tessera.errors import CompileError, TesseraError
+from tessera.frontend.onnx.importer import ModelSource, import_onnx
+from tessera.ir.graph import Function
+from tessera.partition.partitioner import REGION_OP, partition
+from tessera.passes import PassManager
+from tessera.plugin.backend import Backend, CompiledRegion, CompileOptions
+from tessera.plugin.manager import get_backend, resolve_target
+from tessera.plugin.target import Target, TargetKind
+from tessera.runtime.module import Module
+
+FALLBACK_BACKEND = "ref"
+
+
+def compile(model: ModelSource | Function, target: str | None = "auto",
+            input_shapes: Mapping[str, Sequence[int]] | None = None, opt_level: int = 3,
+            tuning_records: Any = None, pass_config: Mapping[str, Any] | None = None,
+            disabled_passes: Iterable[str] | None = None,
+            freeze_inputs: Mapping[str, np.ndarray] | None = None,
+            dump_ir: str | Path | None = None, progress: bool = False) -> Module:
+    """Compile an ONNX model (path, bytes or ModelProto) or a Tessera function for ``target``.
+
+    ``target`` is a tvmc-style target string (``"llvm"``, ``"cuda -libs=cudnn, llvm"``);
+    ``"auto"``/None picks the best available CPU backend. ``input_shapes`` fixes input shapes,
+    ``freeze_inputs`` binds inputs to constant values, ``pass_config``/``disabled_passes`` switch
+    passes, ``dump_ir`` writes the IR after each pass into that folder.
+    """
+    backends = resolve_target(target)
+    target_text = ", ".join(str(k) for _, k in backends)
+    if isinstance(model, Function):
+        fn = model.copy()
+    else:
+        fn = import_onnx(model, input_shapes=input_shapes, freeze_inputs=freeze_inputs)
+    manager = PassManager(opt_level=opt_level, pass_config=dict(pass_config or {}),
+                          disabled=set(disabled_passes or ()), dump_dir=dump_ir)
+    fn = manager.run(fn)
+    fallback = get_backend(FALLBACK_BACKEND)
+    result = partition(fn, backends, (fallback, TargetKind(FALLBACK_BACKEND)), target_text)
+    options = CompileOptions(opt_level=opt_level, pass_config=dict(pass_config or {}),
+                             tuning_records=tuning_records)
+    used: dict[str, Backend] = {b.name: b for b, _ in backends}
+    used[fallback.name] = fallback
+    compiled = compile_regions(result.graph, used, options, progress)
+    return Module(result.graph, compiled, used, target_text, result.report,
+                  manager.timings, options)
+
+
+def compile_regions(graph: Function, backends: dict[str, Backend], options: CompileOptions,
+                    progress: bool = False) -> dict[str, CompiledRegion]:
+    """Compile every region of a partitioned graph with its backend."""
+    regions = [n for n in graph.nodes if n.op == REGION_OP and n.body is not None]
+    compiled: dict[str, CompiledRegion] = {}
+    for i, node in enumerate(regions):
+        body = node.body
+        assert body is not None
+        backend = backends[body.attrs["backend"]]
+        kind = kind_of_region(body)
+        if progress:
+            print(f"[{i + 1}/{len(regions)}] compiling {body.name} ({len(body.nodes)} nodes) "
+                  f"with {backend.name}", file=sys.stderr, flush=True)
+        try:
+            compiled[body.name] = backend.compile(body, kind, options)
+        except TesseraError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a backend bug: name the region
+            raise CompileError(f"backend {backend.name!r} failed to compile {body.name} "
+                               f"(ops {', '.join(sorted({n.op for n in body.nodes}))}): "
+                               f"{type(e).__name__}: {e}") from e
+    return compiled
+
+
+def kind_of_region(body: Function) -> TargetKind:
+    """The target kind (name and options) a region was partitioned for."""
+    text = body.attrs.get("target")
+    if not text:
+        return TargetKind(body.attrs["backend"])
+    return Target.parse(text).kinds[0]
+
+
+def load(path: str | Path) -> Module:
+    """Load a module exported with :meth:`Module.export` (checks plugins and file hashes)."""
+    from tessera.runtime.artifact import load_module
+
+    return load_module(Path(path))

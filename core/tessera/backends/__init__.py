@@ -1,0 +1,1 @@
+"""Backends shipped with the core distribution (registered through the plugin hook)."""

@@ -1,0 +1,68 @@
+"""The reference backend: every registry op, one numpy kernel per node.
+
+It is the fallback for nodes no other backend claims and the oracle other backends are tested
+against. Its kernels call the registry's reference implementations and write into the buffers the
+runtime planned.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tessera.errors import RunError
+from tessera.ir.graph import Function, Node
+from tessera.ops.registry import all_ops, get_schema
+from tessera.partition.patterns import Pattern
+from tessera.plugin.backend import Backend, CompiledRegion, CompileOptions, Kernel
+from tessera.plugin.target import TargetKind
+
+
+def _node_kernel(node: Node) -> Kernel:
+    schema = get_schema(node.op)
+    attrs = dict(node.attrs)
+    n_in = len(node.inputs)
+    present = [i for i, v in enumerate(node.inputs) if v is not None]
+    name, op = node.name, node.op
+
+    def run(ins: list[Any], outs: list[Any]) -> None:
+        args: list[Any] = [None] * n_in
+        for i, buf in zip(present, ins):
+            args[i] = buf
+        try:
+            results = schema.evaluate(args, attrs)
+        except Exception as e:  # noqa: BLE001 - report which node failed
+            raise RunError(f"node {name} ({op}) failed in the reference backend: "
+                           f"{type(e).__name__}: {e}") from e
+        for out, res in zip(outs, results):
+            if out.shape != res.shape:
+                raise RunError(f"node {name} ({op}) produced shape {list(res.shape)}, its "
+                               f"inferred type says {list(out.shape)}")
+            np.copyto(out, res, casting="unsafe")
+
+    return Kernel(name=node.name, fn=run,
+                  inputs=[v.name for v in node.inputs if v is not None],
+                  outputs=[v.name for v in node.outputs], op=node.op)
+
+
+class ReferenceBackend(Backend):
+    """Numpy kernels for every op in the registry."""
+
+    name = "ref"
+    device = "cpu"
+    default_rank = 0
+
+    def claims(self, target: TargetKind) -> list[Pattern]:
+        return [Pattern(name) for name in sorted(all_ops())]
+
+    def compile(self, region: Function, target: TargetKind,
+                options: CompileOptions) -> CompiledRegion:
+        kernels = [_node_kernel(node) for node in region.nodes]
+        constants = {v.name: v.data for v in region.constants()}
+        tensors = {v.name: v.type for v in region.inputs}
+        for node in region.nodes:
+            for out in node.outputs:
+                tensors[out.name] = out.type
+        return CompiledRegion(self.name, region, kernels, tensors, constants,
+                              {"kernels": len(kernels)})

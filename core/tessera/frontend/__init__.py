@@ -1,0 +1,1 @@
+"""Model frontends. ONNX is the one there is: :func:`tessera.frontend.onnx.import_onnx`."""

@@ -1,0 +1,110 @@
+"""What a converter works with: the function under construction and the node being converted."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from tessera.errors import ModelImportError, NeedsConstantError
+from tessera.ir.graph import Function, Value
+from tessera.ir.types import TensorType
+from tessera.ops.registry import get_schema
+
+
+class ConvertContext:
+    """Adds IR nodes on behalf of one ONNX node, folding nodes whose inputs are all constant.
+
+    ``opset`` is the model's opset for the node's domain; ``node_name`` and ``op_type`` name the
+    ONNX node (for messages); ``output_names`` are its ONNX output names (used as value names).
+    """
+
+    def __init__(self, graph: Function, fold: bool = True):
+        self.graph = graph
+        self.fold = fold
+        self.opset = 0
+        self.node_name = ""
+        self.op_type = ""
+        self.output_names: list[str] = []
+        self.num_outputs = 1
+
+    # -- messages ------------------------------------------------------------------------------
+    def error(self, message: str) -> ModelImportError:
+        """An import error naming the current ONNX node."""
+        return ModelImportError(f"node {self.node_name!r} ({self.op_type}, opset {self.opset}): "
+                                f"{message}")
+
+    # -- building ------------------------------------------------------------------------------
+    def _hint(self, i: int = 0) -> str:
+        if i < len(self.output_names) and self.output_names[i]:
+            return self.output_names[i]
+        return self.node_name or self.op_type.lower()
+
+    def node(self, op: str, inputs: Sequence[Value | None], attrs: dict[str, Any] | None = None,
+             num_outputs: int | None = None, name: str | None = None) -> list[Value]:
+        """Add IR op ``op`` (or fold it to constants when every input is constant)."""
+        inputs = list(inputs)
+        attrs = dict(attrs or {})
+        if num_outputs is None:
+            num_outputs = self.num_outputs if op == self.op_type else None
+        if self.fold and all(v is None or v.is_constant for v in inputs) and any(
+                v is not None for v in inputs):
+            schema = get_schema(op)
+            full = schema.check(self.node_name or op, inputs, attrs)
+            results = schema.evaluate([v.data if v is not None else None for v in inputs], full)
+            n = len(results) if num_outputs is None else num_outputs
+            return [self.graph.constant(results[i], self._hint(i)) for i in range(n)]
+        node = self.graph.add_node(op, inputs, attrs, name=name or self.node_name or None,
+                                   num_outputs=num_outputs, output_names=self.output_names)
+        return node.outputs
+
+    def op(self, op: str, *inputs: Value | None, **attrs: Any) -> Value:
+        """Add a one-output IR op and return its value: ``ctx.op("Relu", x)``."""
+        return self.node(op, inputs, attrs, num_outputs=1)[0]
+
+    def const(self, array: Any, dtype: Any = None, name: str = "const") -> Value:
+        """A new constant value."""
+        return self.graph.constant(np.asarray(array, dtype=dtype), name)
+
+    # -- constants -----------------------------------------------------------------------------
+    def const_value(self, value: Value | None, what: str = "input") -> np.ndarray | None:
+        """The data of a value that must be known at compile time (a shape, axes, ...).
+
+        Raises :class:`NeedsConstantError` naming the graph inputs the value depends on.
+        """
+        if value is None:
+            return None
+        if value.data is not None:
+            return value.data
+        deps = sorted(graph_inputs_feeding(self.graph, value))
+        raise NeedsConstantError(
+            f"node {self.node_name!r} ({self.op_type}): {what} must be a constant known at "
+            f"compile time, but it depends on graph input(s) {', '.join(deps) or '?'}; bind "
+            f"them with freeze_inputs={{name: array}}", deps)
+
+    def const_ints(self, value: Value | None, what: str = "input") -> list[int] | None:
+        data = self.const_value(value, what)
+        return None if data is None else [int(v) for v in np.asarray(data).reshape(-1)]
+
+    @staticmethod
+    def type_of(value: Value) -> TensorType:
+        return value.type
+
+
+def graph_inputs_feeding(graph: Function, value: Value) -> set[str]:
+    """Names of the graph inputs that ``value`` is computed from."""
+    inputs = {id(v): v.name for v in graph.inputs}
+    found: set[str] = set()
+    stack = [value]
+    seen: set[int] = set()
+    while stack:
+        v = stack.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        if id(v) in inputs:
+            found.add(inputs[id(v)])
+        elif v.producer is not None:
+            stack.extend(x for x in v.producer.inputs if x is not None)
+    return found

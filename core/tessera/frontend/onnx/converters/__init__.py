@@ -1,0 +1,11 @@
+"""ONNX converters, one module per op family (explicit import list)."""
+
+from tessera.frontend.onnx.converters import (  # noqa: F401  (imported for their registrations)
+    binary,
+    elementwise,
+    nn,
+    quant,
+    reduce,
+    sequence,
+    tensor,
+)

@@ -1,0 +1,1 @@
+"""ONNX converters: sequence family."""

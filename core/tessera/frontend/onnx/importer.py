@@ -1,0 +1,274 @@
+"""Import an ONNX model (path, bytes or ModelProto) into a Tessera :class:`Function`."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from tessera.errors import ModelImportError, NeedsConstantError, OpError, TesseraError
+from tessera.frontend.onnx.context import ConvertContext
+from tessera.frontend.onnx.registry import find_converter
+from tessera.ir.graph import Function, Value
+from tessera.ir.types import DType, TensorType
+
+#: The oldest default-domain opset the importer accepts.
+MIN_OPSET = 7
+
+ModelSource = str | os.PathLike | bytes | onnx.ModelProto
+
+
+def load_model(model: ModelSource) -> onnx.ModelProto:
+    """Read a ModelProto from a path, serialized bytes or a ModelProto (external data loaded)."""
+    if isinstance(model, onnx.ModelProto):
+        return model
+    try:
+        if isinstance(model, (bytes, bytearray)):
+            proto = onnx.load_from_string(bytes(model))
+        else:
+            path = Path(model)
+            if not path.is_file():
+                raise ModelImportError(f"model file {str(path)!r} does not exist")
+            proto = onnx.load(str(path), load_external_data=True)
+    except ModelImportError:
+        raise
+    except Exception as e:  # noqa: BLE001 - protobuf raises several unrelated types
+        raise ModelImportError(f"cannot parse the ONNX model: {type(e).__name__}: {e}") from None
+    if not proto.graph.node and not proto.graph.output:
+        raise ModelImportError("the ONNX model has an empty graph (truncated or not an ONNX file?)")
+    return proto
+
+
+def onnx_dtype(elem_type: int, what: str) -> DType:
+    """The Tessera element type of an ONNX ``TensorProto.DataType``."""
+    try:
+        np_type = helper.tensor_dtype_to_np_dtype(elem_type)
+        return DType.from_numpy(np_type)
+    except Exception:  # noqa: BLE001
+        name = onnx.TensorProto.DataType.Name(elem_type) if elem_type in \
+            onnx.TensorProto.DataType.values() else str(elem_type)
+        raise ModelImportError(f"{what}: element type {name} is not supported; expected one of "
+                               f"{', '.join(d.value for d in DType)}") from None
+
+
+def _attr_value(attr: onnx.AttributeProto) -> Any:
+    value = helper.get_attribute_value(attr)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    if isinstance(value, onnx.TensorProto):
+        return numpy_helper.to_array(value)
+    if isinstance(value, list) and value and isinstance(value[0], bytes):
+        return [v.decode("utf-8", errors="replace") for v in value]
+    if isinstance(value, list) and value and isinstance(value[0], onnx.TensorProto):
+        return [numpy_helper.to_array(v) for v in value]
+    return value
+
+
+def _opsets(proto: onnx.ModelProto) -> dict[str, int]:
+    opsets: dict[str, int] = {}
+    for imp in proto.opset_import:
+        domain = "" if imp.domain in ("", "ai.onnx") else imp.domain
+        opsets[domain] = int(imp.version)
+    if "" not in opsets:
+        opsets[""] = 1 if proto.ir_version < 3 else MIN_OPSET
+    return opsets
+
+
+def _sorted_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
+    """The graph's nodes in a topological order (ONNX requires one; be forgiving)."""
+    nodes = list(graph.node)
+    produced = {out: i for i, n in enumerate(nodes) for out in n.output if out}
+    order: list[int] = []
+    state = [0] * len(nodes)
+    for start in range(len(nodes)):
+        if state[start]:
+            continue
+        stack = [(start, 0)]
+        state[start] = 1
+        while stack:
+            i, k = stack.pop()
+            inputs = [x for x in nodes[i].input if x]
+            if k < len(inputs):
+                stack.append((i, k + 1))
+                j = produced.get(inputs[k])
+                if j is not None and state[j] == 0:
+                    state[j] = 1
+                    stack.append((j, 0))
+                elif j is not None and state[j] == 1 and j != i:
+                    raise ModelImportError(f"the graph has a cycle through node "
+                                           f"{nodes[j].name or nodes[j].op_type!r}")
+            else:
+                state[i] = 2
+                order.append(i)
+    return [nodes[i] for i in order]
+
+
+def _input_type(vi: onnx.ValueInfoProto, override: Sequence[int] | None) -> TensorType:
+    if not vi.type.HasField("tensor_type"):
+        raise ModelImportError(f"graph input {vi.name!r} is not a tensor "
+                               f"({vi.type.WhichOneof('value')})")
+    tt = vi.type.tensor_type
+    dtype = onnx_dtype(tt.elem_type, f"graph input {vi.name!r}")
+    if override is not None:
+        shape = [int(d) for d in override]
+        if tt.HasField("shape") and len(tt.shape.dim) != len(shape):
+            raise ModelImportError(f"input_shapes gives {vi.name!r} rank {len(shape)} "
+                                   f"({shape}); the model declares rank {len(tt.shape.dim)}")
+        return TensorType(tuple(shape), dtype)
+    if not tt.HasField("shape"):
+        raise ModelImportError(f"graph input {vi.name!r} has no shape; give it in input_shapes")
+    shape = []
+    for i, d in enumerate(tt.shape.dim):
+        if d.HasField("dim_value") and d.dim_value >= 0:
+            shape.append(int(d.dim_value))
+        else:
+            sym = d.dim_param or "?"
+            raise ModelImportError(f"graph input {vi.name!r} has a symbolic dimension {i} "
+                                   f"({sym!r}); give its shape with input_shapes="
+                                   f"{{{vi.name!r}: [...]}}")
+    return TensorType(tuple(shape), dtype)
+
+
+def import_onnx(model: ModelSource, input_shapes: Mapping[str, Sequence[int]] | None = None,
+                freeze_inputs: Mapping[str, np.ndarray] | None = None,
+                check: bool = True) -> Function:
+    """Import an ONNX model into a Tessera function.
+
+    ``input_shapes`` overrides (or fixes symbolic) input shapes; ``freeze_inputs`` turns graph
+    inputs into constants with the given values. Every unsupported op is reported in one
+    :class:`ModelImportError`.
+    """
+    proto = load_model(model)
+    if check:
+        try:
+            onnx.checker.check_model(proto)
+        except Exception as e:  # noqa: BLE001
+            raise ModelImportError(f"malformed ONNX model: {e}") from None
+    opsets = _opsets(proto)
+    if opsets[""] < MIN_OPSET:
+        raise ModelImportError(f"the model uses default-domain opset {opsets['']}; Tessera "
+                               f"imports opsets {MIN_OPSET} and later")
+    g = proto.graph
+    nodes = _sorted_nodes(g)
+
+    unsupported: list[tuple[str, str, int]] = []
+    for n in nodes:
+        domain = "" if n.domain in ("", "ai.onnx") else n.domain
+        opset = opsets.get(domain)
+        if opset is None or find_converter(n.op_type, domain, opset) is None:
+            unsupported.append((n.op_type if not domain else f"{domain}.{n.op_type}",
+                                n.name or "<unnamed>", opset or 0))
+    if unsupported:
+        lines = "\n".join(f"  {op} (node {name!r}, opset {v})" for op, name, v in unsupported)
+        kinds = sorted({op for op, _, _ in unsupported})
+        raise ModelImportError(f"the model has {len(unsupported)} node(s) with unsupported ops "
+                               f"({', '.join(kinds)}):\n{lines}", unsupported)
+
+    shapes = dict(input_shapes or {})
+    frozen = dict(freeze_inputs or {})
+    fn = Function(g.name or "main")
+    env: dict[str, Value] = {}
+    initializers = {t.name: t for t in g.initializer}
+    known_inputs = {vi.name for vi in g.input}
+    for name in list(shapes) + list(frozen):
+        if name not in known_inputs:
+            raise ModelImportError(f"{name!r} is not an input of the model (inputs: "
+                                   f"{', '.join(vi.name for vi in g.input) or 'none'})")
+
+    for t in g.initializer:
+        try:
+            array = numpy_helper.to_array(t)
+        except Exception as e:  # noqa: BLE001
+            raise ModelImportError(f"initializer {t.name!r} cannot be read: {e}") from None
+        onnx_dtype(t.data_type, f"initializer {t.name!r}")
+        env[t.name] = fn.constant(array, t.name)
+    for vi in g.input:
+        if vi.name in frozen:
+            env[vi.name] = fn.constant(np.asarray(frozen[vi.name]), vi.name)
+            continue
+        if vi.name in initializers and vi.name not in shapes:
+            continue  # an initializer listed as input (IR < 4): a constant with a default
+        env[vi.name] = fn.add_input(vi.name, _input_type(vi, shapes.get(vi.name)))
+
+    ctx = ConvertContext(fn)
+    for n in nodes:
+        domain = "" if n.domain in ("", "ai.onnx") else n.domain
+        opset = opsets[domain]
+        ctx.opset, ctx.op_type = opset, n.op_type
+        ctx.node_name = n.name or f"{n.op_type}_{n.output[0] if n.output else ''}"
+        ctx.output_names = list(n.output)
+        ctx.num_outputs = len(n.output)
+        inputs: list[Value | None] = []
+        for name in n.input:
+            if not name:
+                inputs.append(None)
+            elif name in env:
+                inputs.append(env[name])
+            else:
+                raise ModelImportError(f"node {ctx.node_name!r} ({n.op_type}) reads {name!r}, "
+                                       f"which no node, input or initializer defines")
+        attrs = {a.name: _attr_value(a) for a in n.attribute}
+        fn_conv = find_converter(n.op_type, domain, opset)
+        assert fn_conv is not None
+        try:
+            result = fn_conv(ctx, inputs, attrs)
+        except NeedsConstantError:
+            raise
+        except ModelImportError:
+            raise
+        except TesseraError as e:
+            raise ctx.error(str(e)) from e
+        except Exception as e:  # noqa: BLE001 - a converter bug or a malformed attribute
+            raise ctx.error(f"{type(e).__name__}: {e}") from e
+        outs = [result] if isinstance(result, Value) else list(result)
+        for name, value in zip(n.output, outs):
+            if name and value is not None:
+                env[name] = value
+        missing = [name for name in n.output[len(outs):] if name]
+        if missing:
+            raise ctx.error(f"outputs {missing} are not produced by the converter")
+
+    for vi in g.output:
+        if vi.name not in env:
+            raise ModelImportError(f"graph output {vi.name!r} is not produced by any node")
+        fn.outputs.append(env[vi.name])
+    _name_outputs(fn, [vi.name for vi in g.output])
+    fn.attrs["output_names"] = [vi.name for vi in g.output]
+    return fn
+
+
+def _name_outputs(fn: Function, names: list[str]) -> None:
+    """Give every output value its ONNX output name, adding Identity nodes where one value
+    cannot carry the name (a graph input, a value listed twice, or a name taken)."""
+    taken: dict[str, Value] = {}
+    for v in fn.values():
+        taken.setdefault(v.name, v)
+    seen: set[int] = set()
+    for i, (value, name) in enumerate(zip(fn.outputs, names)):
+        if value.name == name and id(value) not in seen:
+            seen.add(id(value))
+            continue
+        needs_copy = (id(value) in seen or value in fn.inputs or
+                      (name in taken and taken[name] is not value))
+        if needs_copy:
+            if name in taken and taken[name] is not value:
+                other = taken[name]
+                other.name = fn.fresh_name(name + "_")
+            fn.reserve_name(name)
+            node = fn.add_node("Identity", [value], {}, name=f"{name}_identity",
+                               num_outputs=1, output_names=[name])
+            node.outputs[0].name = name
+            fn.outputs[i] = node.outputs[0]
+        else:
+            fn.reserve_name(name)
+            value.name = name
+        seen.add(id(fn.outputs[i]))
+        taken[name] = fn.outputs[i]
+
+
+__all__ = ["import_onnx", "load_model", "onnx_dtype", "OpError"]

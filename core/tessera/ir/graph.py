@@ -1,0 +1,271 @@
+"""The graph IR: SSA values, nodes with typed attributes, and functions (graphs and regions).
+
+A :class:`Function` owns an ordered list of nodes (kept topologically sorted), its input values and
+its output values. Constants (parameters) are values that carry ``data`` and have no producer; they
+are reachable through node inputs. A region is a function whose ``attrs`` name a ``backend`` and a
+``device``; the partitioned model is a function whose nodes are ``Region`` nodes (each with a
+``body``) and ``DeviceCopy`` nodes.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import numpy as np
+
+from tessera.errors import IRError
+from tessera.ir.types import TensorType
+
+
+class Value:
+    """An SSA value: a graph input, a constant, or one output of one node."""
+
+    __slots__ = ("name", "type", "producer", "data")
+
+    def __init__(self, name: str, type: TensorType, producer: Node | None = None,
+                 data: np.ndarray | None = None):
+        self.name = name
+        self.type = type
+        self.producer = producer
+        self.data = data
+
+    @property
+    def is_constant(self) -> bool:
+        return self.data is not None
+
+    def __repr__(self) -> str:
+        kind = "const " if self.is_constant else ""
+        return f"<Value {kind}%{self.name}: {self.type}>"
+
+
+class Node:
+    """One operation. ``inputs`` may hold ``None`` for an omitted optional input."""
+
+    __slots__ = ("op", "name", "inputs", "outputs", "attrs", "body")
+
+    def __init__(self, op: str, name: str, inputs: list[Value | None], outputs: list[Value],
+                 attrs: dict[str, Any] | None = None, body: Function | None = None):
+        self.op = op
+        self.name = name
+        self.inputs = list(inputs)
+        self.outputs = list(outputs)
+        self.attrs = dict(attrs or {})
+        self.body = body
+        for out in self.outputs:
+            out.producer = self
+
+    @property
+    def output(self) -> Value:
+        """The single output of a one-output node."""
+        if len(self.outputs) != 1:
+            raise IRError(f"node {self.name} ({self.op}) has {len(self.outputs)} outputs, not 1")
+        return self.outputs[0]
+
+    def __repr__(self) -> str:
+        return f"<Node {self.name}: {self.op}>"
+
+
+class Function:
+    """A graph with inputs and outputs. The model itself, a region, a fused group: all functions."""
+
+    def __init__(self, name: str = "main", attrs: dict[str, Any] | None = None):
+        self.name = name
+        self.inputs: list[Value] = []
+        self.outputs: list[Value] = []
+        self.nodes: list[Node] = []
+        self.attrs: dict[str, Any] = dict(attrs or {})
+        self._names: set[str] = set()
+        self._node_names: set[str] = set()
+        self._counter = itertools.count()
+
+    # -- naming -------------------------------------------------------------------------------
+    def fresh_name(self, hint: str = "v") -> str:
+        """A value or node name not used in this function yet, derived from ``hint``."""
+        hint = hint or "v"
+        if hint not in self._names:
+            self._names.add(hint)
+            return hint
+        while True:
+            name = f"{hint}_{next(self._counter)}"
+            if name not in self._names:
+                self._names.add(name)
+                return name
+
+    def reserve_name(self, name: str) -> None:
+        self._names.add(name)
+
+    def fresh_node_name(self, hint: str = "node") -> str:
+        """A node name not used in this function yet (nodes and values are named apart)."""
+        hint = hint or "node"
+        name = hint
+        while name in self._node_names:
+            name = f"{hint}_{next(self._counter)}"
+        self._node_names.add(name)
+        return name
+
+    # -- construction ---------------------------------------------------------------------------
+    def add_input(self, name: str, type: TensorType) -> Value:
+        if name in self._names:
+            raise IRError(f"duplicate name {name!r} for a graph input")
+        self._names.add(name)
+        value = Value(name, type)
+        self.inputs.append(value)
+        return value
+
+    def constant(self, data: np.ndarray | Any, name: str = "const") -> Value:
+        """A constant value (parameter). The array is kept as given (made contiguous)."""
+        array = np.ascontiguousarray(data)
+        return Value(self.fresh_name(name), TensorType.of(array), data=array)
+
+    def add_node(self, op: str, inputs: Iterable[Value | None], attrs: dict[str, Any] | None = None,
+                 name: str | None = None, num_outputs: int | None = None,
+                 output_names: list[str] | None = None) -> Node:
+        """Append a node, filling attribute defaults and inferring its output types.
+
+        The schema comes from the operator registry: unknown attributes or input counts raise
+        :class:`~tessera.errors.OpError` naming the node.
+        """
+        from tessera.ops.registry import get_schema
+
+        inputs = list(inputs)
+        node_name = self.fresh_node_name(name or op.lower())
+        schema = get_schema(op)
+        full_attrs = schema.check(node_name, inputs, attrs or {})
+        types = schema.infer_types(node_name, [v.type if v is not None else None for v in inputs],
+                                   full_attrs)
+        count = len(types) if num_outputs is None else num_outputs
+        if count > len(types):
+            raise IRError(f"node {node_name} ({op}): {count} outputs asked, the op has "
+                          f"{len(types)}")
+        outputs = []
+        for i in range(count):
+            hint = output_names[i] if output_names and i < len(output_names) else (
+                node_name if count == 1 else f"{node_name}_out{i}")
+            outputs.append(Value(self.fresh_name(hint), types[i]))
+        node = Node(op, node_name, inputs, outputs, full_attrs)
+        self.nodes.append(node)
+        return node
+
+    def op(self, op: str, *inputs: Value | None, name: str | None = None, **attrs: Any) -> Value:
+        """Append a one-output node and return its output: ``g.op("Relu", x)``."""
+        return self.add_node(op, inputs, attrs, name=name, num_outputs=1).outputs[0]
+
+    def append(self, node: Node) -> Node:
+        """Append an already built node (names must be unique; they are reserved here)."""
+        self._node_names.add(node.name)
+        for out in node.outputs:
+            self._names.add(out.name)
+        self.nodes.append(node)
+        return node
+
+    # -- queries -------------------------------------------------------------------------------
+    def users(self) -> dict[Value, list[tuple[Node, int]]]:
+        """Every value mapped to the (node, input index) pairs that read it."""
+        uses: dict[Value, list[tuple[Node, int]]] = {}
+        for node in self.nodes:
+            for i, v in enumerate(node.inputs):
+                if v is not None:
+                    uses.setdefault(v, []).append((node, i))
+        return uses
+
+    def constants(self) -> list[Value]:
+        """The constant values the nodes or outputs use, each once, in first-use order."""
+        seen: dict[int, Value] = {}
+        for node in self.nodes:
+            for v in node.inputs:
+                if v is not None and v.is_constant and id(v) not in seen:
+                    seen[id(v)] = v
+        for v in self.outputs:
+            if v.is_constant and id(v) not in seen:
+                seen[id(v)] = v
+        return list(seen.values())
+
+    def values(self) -> Iterator[Value]:
+        """Inputs, constants and node outputs, each once."""
+        yield from self.inputs
+        yield from self.constants()
+        for node in self.nodes:
+            yield from node.outputs
+
+    def node_by_name(self, name: str) -> Node:
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise IRError(f"no node named {name!r} in {self.name}")
+
+    # -- editing -------------------------------------------------------------------------------
+    def replace_all_uses(self, old: Value, new: Value) -> None:
+        """Make every reader of ``old`` (nodes and function outputs) read ``new`` instead."""
+        for node in self.nodes:
+            node.inputs = [new if v is old else v for v in node.inputs]
+        self.outputs = [new if v is old else v for v in self.outputs]
+
+    def remove_nodes(self, dead: Iterable[Node]) -> None:
+        dead_ids = {id(n) for n in dead}
+        self.nodes = [n for n in self.nodes if id(n) not in dead_ids]
+
+    def topo_sort(self) -> None:
+        """Reorder nodes topologically (stable: keeps the current order where it is legal)."""
+        produced_by = {id(out): node for node in self.nodes for out in node.outputs}
+        order: list[Node] = []
+        state: dict[int, int] = {}  # 1 = visiting, 2 = done
+
+        for root in self.nodes:
+            if state.get(id(root)) == 2:
+                continue
+            stack: list[tuple[Node, int]] = [(root, 0)]
+            state[id(root)] = 1
+            while stack:
+                node, i = stack.pop()
+                if i < len(node.inputs):
+                    stack.append((node, i + 1))
+                    v = node.inputs[i]
+                    dep = produced_by.get(id(v)) if v is not None else None
+                    if dep is not None:
+                        s = state.get(id(dep))
+                        if s == 1:
+                            raise IRError(f"cycle through node {dep.name} ({dep.op})")
+                        if s is None:
+                            state[id(dep)] = 1
+                            stack.append((dep, 0))
+                else:
+                    state[id(node)] = 2
+                    order.append(node)
+        self.nodes = order
+
+    def copy(self) -> Function:
+        """A structural copy: new Value and Node objects, constants share their arrays."""
+        mapping: dict[int, Value] = {}
+
+        def m(v: Value | None) -> Value | None:
+            if v is None:
+                return None
+            if id(v) not in mapping:
+                mapping[id(v)] = Value(v.name, v.type, data=v.data)
+            return mapping[id(v)]
+
+        new = Function(self.name, dict(self.attrs))
+        new._names = set(self._names)
+        new._node_names = set(self._node_names)
+        new._counter = itertools.count(next(self._counter))
+        new.inputs = [m(v) for v in self.inputs]  # type: ignore[misc]
+        for node in self.nodes:
+            outs = [m(o) for o in node.outputs]
+            new.nodes.append(Node(node.op, node.name, [m(v) for v in node.inputs], outs,  # type: ignore[arg-type]
+                                  dict(node.attrs), node.body.copy() if node.body else None))
+        new.outputs = [m(v) for v in self.outputs]  # type: ignore[misc]
+        return new
+
+    def __repr__(self) -> str:
+        return f"<Function {self.name}: {len(self.nodes)} nodes>"
+
+    def __str__(self) -> str:
+        from tessera.ir.printer import format_function
+
+        return format_function(self)
+
+
+#: The whole model is a function too.
+Graph = Function

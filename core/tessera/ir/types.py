@@ -1,0 +1,98 @@
+"""Static tensor types: an element type and a shape of non-negative ints."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+
+import numpy as np
+
+from tessera.errors import IRError
+
+
+class DType(str, Enum):
+    """Element types of tensors. The value is the numpy name."""
+
+    float16 = "float16"
+    float32 = "float32"
+    float64 = "float64"
+    int8 = "int8"
+    int16 = "int16"
+    int32 = "int32"
+    int64 = "int64"
+    uint8 = "uint8"
+    uint16 = "uint16"
+    uint32 = "uint32"
+    uint64 = "uint64"
+    bool = "bool"
+
+    @property
+    def numpy(self) -> np.dtype:
+        return np.dtype(self.value)
+
+    @property
+    def itemsize(self) -> int:
+        return self.numpy.itemsize
+
+    @property
+    def is_float(self) -> bool:
+        return self in (DType.float16, DType.float32, DType.float64)
+
+    @property
+    def is_int(self) -> bool:
+        return self.numpy.kind in "iu"
+
+    @staticmethod
+    def from_numpy(dtype: np.dtype | type | str) -> DType:
+        name = np.dtype(dtype).name
+        try:
+            return DType(name)
+        except ValueError:
+            raise IRError(f"unsupported element type {name!r}; expected one of "
+                          f"{', '.join(d.value for d in DType)}") from None
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class TensorType:
+    """A tensor's static type. ``shape`` is a tuple of ints (``()`` for a scalar)."""
+
+    shape: tuple[int, ...]
+    dtype: DType
+
+    def __post_init__(self) -> None:
+        shape = tuple(int(d) for d in self.shape)
+        if any(d < 0 for d in shape):
+            raise IRError(f"negative dimension in shape {shape}")
+        object.__setattr__(self, "shape", shape)
+        if not isinstance(self.dtype, DType):
+            object.__setattr__(self, "dtype", DType.from_numpy(self.dtype))
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    @staticmethod
+    def of(array: np.ndarray) -> TensorType:
+        """The type of a numpy array."""
+        return TensorType(tuple(array.shape), DType.from_numpy(array.dtype))
+
+    def with_shape(self, shape: tuple[int, ...] | list[int]) -> TensorType:
+        return TensorType(tuple(shape), self.dtype)
+
+    def with_dtype(self, dtype: DType) -> TensorType:
+        return TensorType(self.shape, dtype)
+
+    def __str__(self) -> str:
+        return f"{self.dtype}[{', '.join(str(d) for d in self.shape)}]"

@@ -1,0 +1,22 @@
+"""Operator registry. Importing this package registers every op family (explicit list below)."""
+
+from tessera.ops import (  # noqa: F401  (imported for their registrations)
+    binary,
+    elementwise,
+    nn,
+    quant,
+    reduce,
+    sequence,
+    tensor,
+)
+from tessera.ops.registry import (
+    Attr,
+    OpPattern,
+    OpSchema,
+    all_ops,
+    get_schema,
+    has_op,
+    register_op,
+)
+
+__all__ = ["Attr", "OpPattern", "OpSchema", "all_ops", "get_schema", "has_op", "register_op"]

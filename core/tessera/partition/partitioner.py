@@ -1,0 +1,302 @@
+"""Partition a function into regions, one backend each, with device copies between devices.
+
+1. Claims: backends in target priority order take the nodes their patterns match (largest
+   patterns first); a match is a group that stays together.
+2. Fallback: nodes no backend claimed go to the fallback backend and are reported.
+3. Merging: groups are visited in topological order and join a region of the same backend that
+   feeds them, unless that would create a cycle between regions (another region on a path from
+   the candidate region to the group).
+4. Regions become ``Region`` nodes whose ``body`` is a function; a value read on another device
+   than the one it lives on goes through one explicit ``DeviceCopy`` node per (value, device).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from tessera.errors import PartitionError
+from tessera.ir.graph import Function, Node, Value
+from tessera.partition.patterns import Pattern
+from tessera.partition.report import CopyInfo, PartitionReport, RegionInfo
+
+if TYPE_CHECKING:
+    from tessera.plugin.backend import Backend
+    from tessera.plugin.target import TargetKind
+
+HOST = "cpu"
+REGION_OP = "Region"
+COPY_OP = "DeviceCopy"
+
+
+@dataclass
+class _Group:
+    nodes: list[Node]
+    backend: Backend
+    kind: TargetKind
+    pattern: str
+    index: int = 0
+    region: _Region | None = None
+
+
+@dataclass
+class _Region:
+    backend: Backend
+    kind: TargetKind
+    groups: list[_Group] = field(default_factory=list)
+    #: regions this one reads from directly
+    deps: list[_Region] = field(default_factory=list)
+
+
+def claim_groups(fn: Function, backends: list[tuple[Backend, TargetKind]],
+                 fallback: tuple[Backend, TargetKind]) -> tuple[list[_Group], list[Node]]:
+    """Assign every node to a group; return the groups and the nodes that fell back."""
+    users = fn.users()
+    out_ids = {id(v) for v in fn.outputs}
+    by_op: dict[str, list[Node]] = defaultdict(list)
+    for node in fn.nodes:
+        by_op[node.op].append(node)
+    owner: dict[int, _Group] = {}
+    groups: list[_Group] = []
+
+    for backend, kind in backends:
+        patterns: list[Pattern] = sorted(backend.claims(kind), key=lambda p: -p.size)
+        for pattern in patterns:
+            roots = [pattern.op] if isinstance(pattern.op, str) else list(pattern.op)
+            for root_op in roots:
+                for node in by_op.get(root_op, ()):
+                    if id(node) in owner:
+                        continue
+                    matched = pattern.match(node, users, out_ids)
+                    if matched is None or any(id(n) in owner for n in matched):
+                        continue
+                    group = _Group(matched, backend, kind, pattern.name)
+                    groups.append(group)
+                    for n in matched:
+                        owner[id(n)] = group
+    fell_back = [n for n in fn.nodes if id(n) not in owner]
+    fb_backend, fb_kind = fallback
+    supported = {p.op for p in fb_backend.claims(fb_kind) if isinstance(p.op, str)}
+    for node in fell_back:
+        if node.op not in supported:
+            raise PartitionError(f"node {node.name} ({node.op}) is claimed by no backend of the "
+                                 f"target and the fallback backend {fb_backend.name!r} cannot "
+                                 f"run it either")
+        group = _Group([node], fb_backend, fb_kind, node.op)
+        groups.append(group)
+        owner[id(node)] = group
+    # order groups by their root's (last node's) position; a group is contiguous in dependency
+    position = {id(n): i for i, n in enumerate(fn.nodes)}
+    for g in groups:
+        g.nodes.sort(key=lambda n: position[id(n)])
+        g.index = position[id(g.nodes[-1])]
+    groups.sort(key=lambda g: g.index)
+    return groups, fell_back
+
+
+def _group_order(groups: list[_Group]) -> list[_Group]:
+    """Groups in a topological order of the contracted graph."""
+    owner = {id(n): g for g in groups for n in g.nodes}
+    deps: dict[int, set[int]] = {}
+    for g in groups:
+        d: set[int] = set()
+        for n in g.nodes:
+            for v in n.inputs:
+                if v is not None and v.producer is not None:
+                    p = owner.get(id(v.producer))
+                    if p is not None and p is not g:
+                        d.add(id(p))
+        deps[id(g)] = d
+    order: list[_Group] = []
+    done: set[int] = set()
+    remaining = list(groups)
+    while remaining:
+        progressed = []
+        rest = []
+        for g in remaining:
+            if deps[id(g)] <= done:
+                progressed.append(g)
+            else:
+                rest.append(g)
+        if not progressed:
+            names = ", ".join(n.name for g in rest[:3] for n in g.nodes[:1])
+            raise PartitionError(f"claimed groups form a cycle (near {names})")
+        for g in progressed:
+            done.add(id(g))
+            order.append(g)
+        remaining = rest
+    return order
+
+
+def _depends_on(start: _Region, target: _Region) -> bool:
+    """Whether ``start`` reads, directly or through other regions, from ``target``."""
+    stack = [start]
+    seen: set[int] = set()
+    while stack:
+        r = stack.pop()
+        if r is target:
+            return True
+        if id(r) in seen:
+            continue
+        seen.add(id(r))
+        stack.extend(r.deps)
+    return False
+
+
+def merge_regions(groups: list[_Group]) -> list[_Region]:
+    """Merge groups into regions of one backend without creating cycles between regions."""
+    owner = {id(n): g for g in groups for n in g.nodes}
+    regions: list[_Region] = []
+    for g in _group_order(groups):
+        preds: list[_Region] = []
+        for n in g.nodes:
+            for v in n.inputs:
+                if v is None or v.producer is None:
+                    continue
+                pg = owner.get(id(v.producer))
+                if pg is None or pg is g or pg.region is None:
+                    continue
+                if all(pg.region is not r for r in preds):
+                    preds.append(pg.region)
+        target: _Region | None = None
+        for cand in preds:
+            if cand.backend is not g.backend or cand.kind != g.kind:
+                continue
+            # merging is safe iff no other predecessor region depends on the candidate
+            if all(p is cand or not _depends_on(p, cand) for p in preds):
+                target = cand
+                break
+        if target is None:
+            target = _Region(g.backend, g.kind)
+            regions.append(target)
+        for p in preds:
+            if p is not target and all(p is not d for d in target.deps):
+                target.deps.append(p)
+        target.groups.append(g)
+        g.region = target
+    return regions
+
+
+@dataclass
+class PartitionResult:
+    graph: Function
+    report: PartitionReport
+
+
+def partition(fn: Function, backends: list[tuple[Backend, TargetKind]],
+              fallback: tuple[Backend, TargetKind], target_text: str = "") -> PartitionResult:
+    """Partition ``fn`` for ``backends`` (priority order); see the module docstring."""
+    groups, fell_back = claim_groups(fn, backends, fallback)
+    regions = merge_regions(groups)
+    fb_name = fallback[0].name
+    report = PartitionReport(target_text or ", ".join(str(k) for _, k in backends))
+    report.fallback = [(n.name, n.op, fb_name) for n in fell_back]
+
+    region_of: dict[int, int] = {}
+    for ri, r in enumerate(regions):
+        for g in r.groups:
+            for n in g.nodes:
+                region_of[id(n)] = ri
+    position = {id(n): i for i, n in enumerate(fn.nodes)}
+    region_nodes = [sorted((n for g in r.groups for n in g.nodes), key=lambda n: position[id(n)])
+                    for r in regions]
+    users = fn.users()
+    graph_out = {id(v) for v in fn.outputs}
+
+    top = Function(fn.name, dict(fn.attrs))
+    for v in fn.inputs:
+        top.add_input(v.name, v.type)
+    top_inputs = {v.name: tv for v, tv in zip(fn.inputs, top.inputs)}
+    # where each value lives: (top-level value, device)
+    home: dict[int, tuple[Value, str]] = {id(v): (top_inputs[v.name], HOST) for v in fn.inputs}
+    copies: dict[tuple[int, str], Value] = {}
+
+    def on_device(v: Value, device: str) -> Value:
+        """The top-level value holding ``v`` on ``device`` (adding a copy when needed)."""
+        if v.is_constant:
+            return v
+        tv, dev = home[id(v)]
+        if dev == device:
+            return tv
+        key = (id(v), device)
+        if key not in copies:
+            out = Value(top.fresh_name(f"{v.name}@{device}"), v.type)
+            top.append(Node(COPY_OP, top.fresh_node_name(f"copy_{v.name}_to_{device}"), [tv], [out],
+                            {"src": dev, "dst": device}))
+            copies[key] = out
+            report.copies.append(CopyInfo(v.name, dev, device, v.type.nbytes))
+        return copies[key]
+
+    # regions in dependency order: a region runs after every region it reads from
+    order = _region_order(region_nodes, region_of)
+    for ri in order:
+        r = regions[ri]
+        nodes = region_nodes[ri]
+        device = r.backend.device
+        inside = {id(n) for n in nodes}
+        body = Function(f"region{len(report.regions)}_{r.backend.name}",
+                        {"backend": r.backend.name, "device": device,
+                         "target": str(r.kind)})
+        mapping: dict[int, Value] = {}
+        outer_inputs: list[Value] = []
+        for n in nodes:
+            for v in n.inputs:
+                if v is None or v.is_constant or id(v) in mapping:
+                    continue
+                if v.producer is not None and id(v.producer) in inside:
+                    continue
+                outer = on_device(v, device)
+                mapping[id(v)] = body.add_input(outer.name, v.type)
+                outer_inputs.append(outer)
+        for n in nodes:
+            outs = [Value(o.name, o.type) for o in n.outputs]
+            for o, new in zip(n.outputs, outs):
+                mapping[id(o)] = new
+            body.append(Node(n.op, n.name, [mapping.get(id(v), v) if v is not None else None
+                                            for v in n.inputs], outs, dict(n.attrs)))
+        escaping: list[Value] = []
+        for n in nodes:
+            for o in n.outputs:
+                external = id(o) in graph_out or any(
+                    id(u) not in inside for u, _ in users.get(o, []))
+                if external:
+                    escaping.append(o)
+        body.outputs = [mapping[id(o)] for o in escaping]
+        region_outs = [Value(o.name, o.type) for o in escaping]
+        rnode = Node(REGION_OP, top.fresh_node_name(body.name), outer_inputs, region_outs,
+                     {"backend": r.backend.name, "device": device}, body)
+        top.append(rnode)
+        for o, ro in zip(escaping, region_outs):
+            home[id(o)] = (ro, device)
+        report.regions.append(RegionInfo(body.name, r.backend.name, device,
+                                         [n.name for n in nodes], [n.op for n in nodes],
+                                         [v.name for v in outer_inputs],
+                                         [v.name for v in region_outs]))
+    top.outputs = [on_device(v, HOST) if not v.is_constant else v for v in fn.outputs]
+    return PartitionResult(top, report)
+
+
+def _region_order(region_nodes: list[list[Node]], region_of: dict[int, int]) -> list[int]:
+    deps: list[set[int]] = []
+    for ri, nodes in enumerate(region_nodes):
+        d: set[int] = set()
+        for n in nodes:
+            for v in n.inputs:
+                if v is not None and v.producer is not None:
+                    pr = region_of.get(id(v.producer))
+                    if pr is not None and pr != ri:
+                        d.add(pr)
+        deps.append(d)
+    order: list[int] = []
+    done: set[int] = set()
+    pending = list(range(len(region_nodes)))
+    while pending:
+        ready = [r for r in pending if deps[r] <= done]
+        if not ready:
+            raise PartitionError("regions depend on each other in a cycle (partitioner bug)")
+        for r in ready:
+            done.add(r)
+            order.append(r)
+        pending = [r for r in pending if r not in done]
+    return order

@@ -1,0 +1,112 @@
+"""The Backend base class and what compiling a region produces.
+
+A backend is a class (not a dict): its name is the target kind, its device says where its
+buffers live, ``claims`` says which ops and composite patterns it runs, ``compile`` turns a region
+into kernels, and ``save``/``load`` put compiled code into an artifact and take it back.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tessera.ir.graph import Function
+from tessera.ir.types import TensorType
+from tessera.partition.patterns import Pattern
+from tessera.plugin.device import CPU, Device
+from tessera.plugin.target import TargetKind
+
+#: A kernel's calling convention: input buffers, output buffers (preallocated); returns nothing.
+KernelFn = Callable[[list[Any], list[Any]], None]
+
+
+@dataclass
+class Kernel:
+    """One call the runtime makes. ``inputs``/``outputs`` name tensors of the model (region
+    inputs, outputs, intermediates) or constants of the compiled region."""
+
+    name: str
+    fn: KernelFn
+    inputs: list[str]
+    outputs: list[str]
+    op: str = ""
+    #: Estimated work, for profiles (floating-point or integer operations); 0 when unknown.
+    flops: int = 0
+
+
+@dataclass
+class CompiledRegion:
+    """What ``Backend.compile`` returns.
+
+    ``tensors`` types every tensor the kernels read or write other than constants (the runtime
+    plans their memory on the backend's device); ``constants`` maps constant names to buffers
+    already on the device; ``info`` holds free-form facts for reports (counters, code sizes).
+    """
+
+    backend: str
+    region: Function
+    kernels: list[Kernel]
+    tensors: dict[str, TensorType]
+    constants: dict[str, Any] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class CompileOptions:
+    """Options every backend receives: the optimization level, per-pass switches, tuning
+    records (a path or None) and free-form backend options (e.g. ``dump_code``)."""
+
+    opt_level: int = 3
+    pass_config: dict[str, Any] = field(default_factory=dict)
+    tuning_records: Any = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Backend(ABC):
+    """Base class of every backend, built-in or from a plugin package."""
+
+    #: The target kind that selects this backend (``"llvm"``, ``"cuda"``, ``"ref"``).
+    name: str = ""
+    #: Where its buffers live: ``"cpu"``, ``"cuda"``, ``"vta"``, ...
+    device: str = "cpu"
+    #: Rank as a default CPU target: the installed, available CPU backend with the highest rank
+    #: is used when no target is given ("auto").
+    default_rank: int = 0
+
+    def available(self) -> str | None:
+        """None when the backend can run here, else the reason it cannot (shown to users)."""
+        return None
+
+    @abstractmethod
+    def claims(self, target: TargetKind) -> list[Pattern]:
+        """The patterns this backend accepts under ``target`` (largest composites first)."""
+
+    @abstractmethod
+    def compile(self, region: Function, target: TargetKind,
+                options: CompileOptions) -> CompiledRegion:
+        """Compile one region (a function whose ops this backend claimed)."""
+
+    def save(self, compiled: CompiledRegion) -> dict[str, bytes]:
+        """Files (relative name -> content) that let ``load`` rebuild ``compiled`` without
+        recompiling. The region graph and its constants are saved by the runtime."""
+        return {}
+
+    def load(self, region: Function, files: dict[str, bytes], target: TargetKind,
+             options: CompileOptions) -> CompiledRegion:
+        """Rebuild a compiled region from ``save``'s files. By default: compile again."""
+        return self.compile(region, target, options)
+
+    def device_api(self) -> Device:
+        """The device API for this backend's buffers."""
+        return CPU
+
+    def version(self) -> str:
+        """The version of the distribution that provides this backend."""
+        from tessera.plugin.manager import distribution_version
+
+        return distribution_version(type(self).__module__)
+
+    def __repr__(self) -> str:
+        return f"<Backend {self.name} ({self.device})>"

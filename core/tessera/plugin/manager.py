@@ -1,0 +1,181 @@
+"""Loading plugins and finding backends.
+
+Built-in plugins (the reference backend) are registered by module name, then every entry point
+of the group ``tessera.backends``. A plugin that fails to import or whose hook raises is recorded
+as broken with the reason and a warning; it never breaks the program.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata as md
+import warnings
+from dataclasses import dataclass
+from functools import lru_cache
+
+import pluggy
+
+from tessera.errors import PluginError, TargetError
+from tessera.plugin import hookspecs
+from tessera.plugin.backend import Backend
+from tessera.plugin.target import Target
+
+#: Plugins shipped inside the core distribution, registered through the same hook.
+BUILTIN_PLUGINS = ("tessera.backends.reference.plugin",)
+
+
+@dataclass
+class PluginInfo:
+    """One loaded (or broken) plugin: where it came from and what it gave."""
+
+    name: str
+    distribution: str
+    version: str
+    backends: list[str]
+    error: str | None = None
+
+
+class Registry:
+    """The loaded plugin manager with its backends by name."""
+
+    def __init__(self) -> None:
+        self.pm = pluggy.PluginManager(hookspecs.PROJECT)
+        self.pm.add_hookspecs(hookspecs)
+        self.plugins: list[PluginInfo] = []
+        self.backends: dict[str, Backend] = {}
+        self._owner: dict[str, str] = {}
+
+    def load(self) -> None:
+        for module_name in BUILTIN_PLUGINS:
+            module = importlib.import_module(module_name)
+            self._register(module, module_name, "tessera", distribution_version("tessera"))
+        for ep in md.entry_points(group=hookspecs.ENTRY_POINT_GROUP):
+            dist = ep.dist.name if ep.dist is not None else "?"
+            version = ep.dist.version if ep.dist is not None else "?"
+            if ep.value in BUILTIN_PLUGINS:
+                continue
+            try:
+                module = ep.load()
+            except Exception as e:  # noqa: BLE001 - a broken plugin must not break Tessera
+                self._broken(ep.name, dist, version, f"import failed: {type(e).__name__}: {e}")
+                continue
+            self._register(module, ep.name, dist, version)
+
+    def _broken(self, name: str, dist: str, version: str, reason: str) -> None:
+        warnings.warn(f"tessera plugin {name!r} ({dist} {version}) is unavailable: {reason}",
+                      RuntimeWarning, stacklevel=3)
+        self.plugins.append(PluginInfo(name, dist, version, [], reason))
+
+    def _register(self, plugin: object, name: str, dist: str, version: str) -> None:
+        try:
+            self.pm.register(plugin, name=name)
+        except Exception as e:  # noqa: BLE001 - pluggy validates hook signatures here
+            self._broken(name, dist, version, f"registration failed: {e}")
+            return
+        impls = getattr(plugin, "tessera_backends", None)
+        try:
+            backends = list(impls()) if impls is not None else []
+        except Exception as e:  # noqa: BLE001
+            self.pm.unregister(plugin)
+            self._broken(name, dist, version, f"tessera_backends() raised {type(e).__name__}: {e}")
+            return
+        names = []
+        for backend in backends:
+            if not isinstance(backend, Backend) or not backend.name:
+                self._broken(name, dist, version,
+                             f"tessera_backends() returned {backend!r}, not a named Backend")
+                continue
+            if backend.name in self.backends:
+                raise PluginError(f"backend name {backend.name!r} is provided twice: by "
+                                  f"{self._owner[backend.name]} and by {dist}")
+            self.backends[backend.name] = backend
+            self._owner[backend.name] = dist
+            names.append(backend.name)
+        self.plugins.append(PluginInfo(name, dist, version, names))
+
+    def owner(self, backend: str) -> str:
+        """The distribution that provides a backend."""
+        return self._owner[backend]
+
+    def get(self, name: str) -> Backend:
+        try:
+            return self.backends[name]
+        except KeyError:
+            raise TargetError(f"unknown target kind {name!r}; installed backends: "
+                              f"{', '.join(sorted(self.backends))}") from None
+
+
+@lru_cache(maxsize=1)
+def get_registry() -> Registry:
+    """The process-wide registry, loaded on first use."""
+    registry = Registry()
+    registry.load()
+    return registry
+
+
+def reload_plugins() -> Registry:
+    """Forget loaded plugins and load them again (after installing one at run time)."""
+    get_registry.cache_clear()
+    importlib.invalidate_caches()
+    return get_registry()
+
+
+def get_backends() -> dict[str, Backend]:
+    return dict(get_registry().backends)
+
+
+def get_backend(name: str) -> Backend:
+    return get_registry().get(name)
+
+
+def distribution_version(module_or_dist: str) -> str:
+    """The installed version of a distribution, given its name or a module inside it."""
+    candidates = [module_or_dist, module_or_dist.split(".")[0],
+                  module_or_dist.split(".")[0].replace("_", "-")]
+    for top, dists in md.packages_distributions().items():
+        if top == module_or_dist.split(".")[0]:
+            candidates = list(dists) + candidates
+    for name in candidates:
+        try:
+            return md.version(name)
+        except md.PackageNotFoundError:
+            continue
+    return "0+unknown"
+
+
+def resolve_target(target: str | Target | None) -> list[tuple[Backend, object]]:
+    """Backends in claim priority order with their target kinds, checking each is available.
+
+    ``None`` or ``"auto"`` picks the highest-ranked available CPU backend. A kind's ``-libs=``
+    list puts the named backends just before it, with the kind's options.
+    """
+    registry = get_registry()
+    if target is None or (isinstance(target, str) and target.strip() == "auto"):
+        target = Target.parse(default_cpu_target())
+    parsed = Target.parse(target)
+    from tessera.plugin.target import TargetKind
+
+    ordered: list[tuple[Backend, TargetKind]] = []
+    for kind in parsed.kinds:
+        for lib in kind.get_list("libs"):
+            ordered.append((registry.get(lib), TargetKind(lib, dict(kind.options))))
+        ordered.append((registry.get(kind.name), kind))
+    for backend, _ in ordered:
+        reason = backend.available()
+        if reason:
+            raise TargetError(f"backend {backend.name!r} is installed but unavailable here: "
+                              f"{reason}")
+    return ordered  # type: ignore[return-value]
+
+
+def default_cpu_target() -> str:
+    """The name of the best available CPU backend (highest ``default_rank``)."""
+    best = None
+    for backend in get_registry().backends.values():
+        if backend.device != "cpu" or backend.available():
+            continue
+        if best is None or backend.default_rank > best.default_rank:
+            best = backend
+    if best is None:
+        raise PluginError("no CPU backend is available (the reference backend is missing?)")
+    return best.name

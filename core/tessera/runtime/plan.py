@@ -1,0 +1,102 @@
+"""The execution plan: one ordered list of kernel calls and copies for the whole model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tessera.errors import CompileError
+from tessera.ir.graph import Function
+from tessera.ir.types import TensorType
+from tessera.partition.partitioner import COPY_OP, HOST, REGION_OP
+from tessera.plugin.backend import CompiledRegion, KernelFn
+
+
+@dataclass
+class Step:
+    """One call: a backend kernel, or a copy between devices (``fn`` is None for copies)."""
+
+    name: str
+    backend: str
+    op: str
+    inputs: list[str]
+    outputs: list[str]
+    fn: KernelFn | None = None
+    src: str = ""
+    dst: str = ""
+    flops: int = 0
+
+    @property
+    def is_copy(self) -> bool:
+        return self.fn is None
+
+
+@dataclass
+class TensorInfo:
+    name: str
+    type: TensorType
+    device: str
+
+
+@dataclass
+class ExecutionPlan:
+    """Steps in order; every planned tensor with its device; inputs, outputs, constants."""
+
+    steps: list[Step]
+    tensors: dict[str, TensorInfo]
+    inputs: list[str]
+    #: output name -> tensor name (or constant name)
+    outputs: list[str]
+    #: constant name -> (device, buffer) as the compiled regions hold them
+    constants: dict[str, tuple[str, Any]] = field(default_factory=dict)
+    #: host constants that are model outputs directly
+    output_constants: dict[str, Any] = field(default_factory=dict)
+
+
+def build_plan(graph: Function, compiled: dict[str, CompiledRegion]) -> ExecutionPlan:
+    """Flatten a partitioned graph and its compiled regions into one plan."""
+    steps: list[Step] = []
+    tensors: dict[str, TensorInfo] = {}
+    constants: dict[str, tuple[str, Any]] = {}
+
+    def declare(name: str, type: TensorType, device: str) -> None:
+        known = tensors.get(name)
+        if known is not None and (known.type != type or known.device != device):
+            raise CompileError(f"tensor {name!r} declared as {known.type} on {known.device} and "
+                               f"as {type} on {device}")
+        tensors[name] = TensorInfo(name, type, device)
+
+    for v in graph.inputs:
+        declare(v.name, v.type, HOST)
+    for node in graph.nodes:
+        if node.op == COPY_OP:
+            src, dst = node.attrs["src"], node.attrs["dst"]
+            declare(node.outputs[0].name, node.outputs[0].type, dst)
+            steps.append(Step(node.name, "runtime", COPY_OP, [node.inputs[0].name],  # type: ignore[union-attr]
+                              [node.outputs[0].name], None, src, dst))
+            continue
+        if node.op != REGION_OP or node.body is None:
+            raise CompileError(f"node {node.name} ({node.op}) is neither a region nor a copy; "
+                               f"the graph is not partitioned")
+        cr = compiled[node.body.name]
+        device = node.attrs["device"]
+        for name, type in cr.tensors.items():
+            declare(name, type, device)
+        for name, buf in cr.constants.items():
+            constants[f"{node.body.name}/{name}"] = (device, buf)
+        for k in cr.kernels:
+            ins = [f"{node.body.name}/{n}" if n in cr.constants else n for n in k.inputs]
+            outs = list(k.outputs)
+            for n in ins + outs:
+                if n not in tensors and n not in constants:
+                    raise CompileError(f"kernel {k.name} of backend {cr.backend} uses tensor "
+                                       f"{n!r} that its compiled region does not declare")
+            steps.append(Step(k.name, cr.backend, k.op, ins, outs, k.fn, flops=k.flops))
+    output_constants = {}
+    outputs = []
+    for v in graph.outputs:
+        if v.is_constant:
+            output_constants[v.name] = v.data
+        outputs.append(v.name)
+    return ExecutionPlan(steps, tensors, [v.name for v in graph.inputs], outputs, constants,
+                         output_constants)

@@ -1,0 +1,97 @@
+"""Per-kernel and per-backend profiles, and benchmark statistics."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class BenchmarkResult:
+    """Latency statistics of whole-model runs, in milliseconds."""
+
+    results_ms: list[float]
+
+    @property
+    def median(self) -> float:
+        return float(np.median(self.results_ms))
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(self.results_ms))
+
+    @property
+    def std(self) -> float:
+        return float(np.std(self.results_ms))
+
+    @property
+    def min(self) -> float:
+        return float(np.min(self.results_ms))
+
+    @property
+    def max(self) -> float:
+        return float(np.max(self.results_ms))
+
+    def __str__(self) -> str:
+        return (f"Execution time summary (ms):\n"
+                f"  mean {self.mean:10.3f}  median {self.median:10.3f}  max {self.max:10.3f}"
+                f"  min {self.min:10.3f}  std {self.std:10.3f}  ({len(self.results_ms)} repeats)")
+
+
+@dataclass
+class KernelProfile:
+    name: str
+    backend: str
+    op: str
+    ms: float
+    flops: int = 0
+
+
+@dataclass
+class Profile:
+    """Times of every step of one or more runs (mean per step), grouped for reading."""
+
+    kernels: list[KernelProfile]
+    total_ms: float
+    counters: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def by_backend(self) -> dict[str, float]:
+        out: dict[str, float] = defaultdict(float)
+        for k in self.kernels:
+            out[k.backend] += k.ms
+        return dict(out)
+
+    def by_op(self) -> dict[str, float]:
+        out: dict[str, float] = defaultdict(float)
+        for k in self.kernels:
+            out[k.op] += k.ms
+        return dict(out)
+
+    def table(self, top: int = 20) -> str:
+        lines = [f"{'kernel':<40} {'backend':<8} {'op':<22} {'ms':>9} {'%':>6}"]
+        total = sum(k.ms for k in self.kernels) or 1.0
+        for k in sorted(self.kernels, key=lambda k: -k.ms)[:top]:
+            lines.append(f"{k.name[:40]:<40} {k.backend:<8} {k.op[:22]:<22} {k.ms:9.3f} "
+                         f"{100 * k.ms / total:5.1f}%")
+        if len(self.kernels) > top:
+            rest = sum(k.ms for k in sorted(self.kernels, key=lambda k: -k.ms)[top:])
+            lines.append(f"{'(' + str(len(self.kernels) - top) + ' more)':<40} {'':<8} {'':<22} "
+                         f"{rest:9.3f} {100 * rest / total:5.1f}%")
+        lines.append("")
+        lines.append("per backend:")
+        for b, ms in sorted(self.by_backend().items(), key=lambda x: -x[1]):
+            lines.append(f"  {b:<12} {ms:9.3f} ms  {100 * ms / total:5.1f}%")
+        lines.append("per op:")
+        for op, ms in sorted(self.by_op().items(), key=lambda x: -x[1])[:top]:
+            lines.append(f"  {op:<22} {ms:9.3f} ms  {100 * ms / total:5.1f}%")
+        for backend, counters in self.counters.items():
+            lines.append(f"counters ({backend}):")
+            for key, value in counters.items():
+                lines.append(f"  {key:<28} {value:,.0f}")
+        lines.append(f"total {self.total_ms:.3f} ms")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.table()

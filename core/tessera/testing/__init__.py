@@ -1,0 +1,1 @@
+"""Helpers for testing Tessera and backends built on it (ONNX conformance runner)."""

@@ -1,0 +1,1 @@
+"""A sample third-party backend package, as a hardware vendor would write one."""
