@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 import numpy as np
 
 from tessera.errors import IRError
 
 
-class DType(str, Enum):
+class DType(StrEnum):
     """Element types of tensors. The value is the numpy name."""
 
     float16 = "float16"

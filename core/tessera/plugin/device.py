@@ -42,7 +42,7 @@ class Device(ABC):
     def copy_to_host(self, buffer: Any) -> np.ndarray:
         """A host copy of a buffer."""
 
-    def synchronize(self) -> None:
+    def synchronize(self) -> None:  # noqa: B027 - optional hook, synchronous devices keep it
         """Wait for queued work (no-op where work is synchronous)."""
 
 

@@ -1,10 +1,10 @@
 """Static memory planning: one arena per device, buffers reused by liveness.
 
-Every planned tensor lives from the step that writes it (graph inputs: before the first step)
-to the last step that reads it (graph outputs: to the end). Tensors are placed largest first at
-the lowest aligned offset that does not overlap a placed tensor whose lifetime intersects its
-own (greedy by size, as TFLite's and TVM's planners do), so a kernel's outputs never share memory
-with its inputs.
+Every planned tensor lives from the step that writes it to the last step that reads it; graph
+inputs and outputs live through the whole run (inputs persist between runs). Tensors are placed
+largest first at the lowest aligned offset that does not overlap a placed tensor whose lifetime
+intersects its own (greedy by size, as TFLite's and TVM's planners do), so a kernel's outputs
+never share memory with its inputs.
 """
 
 from __future__ import annotations
@@ -74,10 +74,9 @@ def lifetimes(plan: ExecutionPlan) -> dict[str, tuple[int, int]]:
         for n in step.outputs:
             first.setdefault(n, i)
             last[n] = max(last.get(n, i), i)
-    for n in plan.outputs:
+    # inputs stay valid across runs (set_input once, run many times); outputs until read
+    for n in list(plan.outputs) + list(plan.inputs):
         last[n] = end
-    for n in plan.inputs:
-        last[n] = max(last.get(n, -1), -1)
     return {n: (first.get(n, 0), last.get(n, first.get(n, 0))) for n in plan.tensors}
 
 

@@ -1,0 +1,83 @@
+"""Module API: run, set_input/run/get_output, input checks, benchmark and profile."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import tessera
+from tessera.errors import RunError
+
+
+def _model() -> onnx.ModelProto:
+    a = helper.make_tensor_value_info("a", TensorProto.FLOAT, [3, 4])
+    b = helper.make_tensor_value_info("b", TensorProto.INT64, [4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])
+    z = helper.make_tensor_value_info("z", TensorProto.INT64, [4])
+    k = helper.make_tensor_value_info("k", TensorProto.FLOAT, [2])
+    nodes = [helper.make_node("Relu", ["a"], ["r"]),
+             helper.make_node("Exp", ["r"], ["y"]),
+             helper.make_node("Identity", ["b"], ["z"]),
+             helper.make_node("Constant", [], ["k"], value=onnx.numpy_helper.from_array(
+                 np.array([1.5, -2.0], np.float32)))]
+    graph = helper.make_graph(nodes, "g", [a, b], [y, z, k])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.fixture(scope="module")
+def mod() -> tessera.Module:
+    return tessera.compile(_model(), target="ref")
+
+
+def test_run_returns_every_output_by_name(mod, rng):
+    a = rng.standard_normal((3, 4)).astype(np.float32)
+    b = rng.integers(-5, 5, 4)
+    out = mod.run(a=a, b=b)
+    assert list(out) == ["y", "z", "k"]
+    np.testing.assert_allclose(out["y"], np.exp(np.maximum(a, 0)), rtol=1e-6)
+    np.testing.assert_array_equal(out["z"], b)
+    np.testing.assert_array_equal(out["k"], [1.5, -2.0])
+
+
+def test_set_input_run_get_output(mod, rng):
+    a = rng.standard_normal((3, 4)).astype(np.float32)
+    mod.set_input("a", a)
+    mod.set_input("b", np.arange(4))
+    assert mod.run() is None
+    y = mod.get_output(0)
+    np.testing.assert_allclose(y, np.exp(np.maximum(a, 0)), rtol=1e-6)
+    np.testing.assert_array_equal(mod.get_output("z"), np.arange(4))
+    y[:] = 0  # outputs are copies
+    mod.run()  # inputs persist between runs
+    np.testing.assert_allclose(mod.get_output("y"), np.exp(np.maximum(a, 0)), rtol=1e-6)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"a": np.zeros((3, 4), np.float64), "b": np.arange(4)}, "input 'a': expected dtype float32"),
+    ({"a": np.zeros((4, 3), np.float32), "b": np.arange(4)}, r"expected shape \[3, 4\]"),
+    ({"a": np.zeros((3, 4), np.float32)}, "missing input"),
+    ({"a": np.zeros((3, 4), np.float32), "b": np.arange(4), "c": 1}, "unknown input 'c'"),
+])
+def test_bad_inputs_are_named(mod, kwargs, message):
+    with pytest.raises(RunError, match=message):
+        mod.run(**kwargs)
+
+
+def test_bad_output_lookup(mod):
+    with pytest.raises(RunError, match="unknown output"):
+        mod.get_output("nope")
+    with pytest.raises(RunError, match="out of range"):
+        mod.get_output(7)
+
+
+def test_benchmark_and_profile(mod):
+    result = mod.benchmark(repeat=3, number=2)
+    assert len(result.results_ms) == 3
+    assert result.min <= result.median <= result.max
+    assert "median" in str(result)
+    prof = mod.profile()
+    assert {k.op for k in prof.kernels} >= {"Relu", "Exp"}
+    assert set(prof.by_backend()) == {"ref"}
+    assert "per backend" in prof.table()
