@@ -44,3 +44,10 @@ def test_libs_list():
 def test_bad_targets(text, message):
     with pytest.raises(TargetError, match=message):
         Target.parse(text)
+
+
+def test_unknown_option_for_a_backend_is_refused():
+    from tessera.plugin.manager import resolve_target
+
+    with pytest.raises(TargetError, match="'ref' does not know option.*-foo.*options: none"):
+        resolve_target("ref -foo=1")

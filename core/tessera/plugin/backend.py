@@ -74,6 +74,9 @@ class Backend(ABC):
     #: Rank as a default CPU target: the installed, available CPU backend with the highest rank
     #: is used when no target is given ("auto").
     default_rank: int = 0
+    #: Target options the backend understands (``-mcpu`` -> ``{"mcpu": "CPU name"}``): option
+    #: name -> one-line description. Any other option in a target string is an error.
+    options: dict[str, str] = {}
 
     def available(self) -> str | None:
         """None when the backend can run here, else the reason it cannot (shown to users)."""

@@ -18,7 +18,7 @@ import pluggy
 from tessera.errors import PluginError, TargetError
 from tessera.plugin import hookspecs
 from tessera.plugin.backend import Backend
-from tessera.plugin.target import Target
+from tessera.plugin.target import Target, TargetKind
 
 #: Plugins shipped inside the core distribution, registered through the same hook.
 BUILTIN_PLUGINS = ("tessera.backends.reference.plugin",)
@@ -143,7 +143,7 @@ def distribution_version(module_or_dist: str) -> str:
     return "0+unknown"
 
 
-def resolve_target(target: str | Target | None) -> list[tuple[Backend, object]]:
+def resolve_target(target: str | Target | None) -> list[tuple[Backend, TargetKind]]:
     """Backends in claim priority order with their target kinds, checking each is available.
 
     ``None`` or ``"auto"`` picks the highest-ranked available CPU backend. A kind's ``-libs=``
@@ -153,19 +153,25 @@ def resolve_target(target: str | Target | None) -> list[tuple[Backend, object]]:
     if target is None or (isinstance(target, str) and target.strip() == "auto"):
         target = Target.parse(default_cpu_target())
     parsed = Target.parse(target)
-    from tessera.plugin.target import TargetKind
-
     ordered: list[tuple[Backend, TargetKind]] = []
     for kind in parsed.kinds:
+        backend = registry.get(kind.name)
+        allowed = set(backend.options) | {"libs"}
+        unknown = sorted(set(kind.options) - allowed)
+        if unknown:
+            known = ", ".join(f"-{k} ({d})" for k, d in backend.options.items()) or "none"
+            raise TargetError(f"target {kind.name!r} does not know option(s) "
+                              f"{', '.join('-' + u for u in unknown)}; its options: {known}")
         for lib in kind.get_list("libs"):
+            # a library backend sees the options of the kind that names it
             ordered.append((registry.get(lib), TargetKind(lib, dict(kind.options))))
-        ordered.append((registry.get(kind.name), kind))
+        ordered.append((backend, kind))
     for backend, _ in ordered:
         reason = backend.available()
         if reason:
             raise TargetError(f"backend {backend.name!r} is installed but unavailable here: "
                               f"{reason}")
-    return ordered  # type: ignore[return-value]
+    return ordered
 
 
 def default_cpu_target() -> str:

@@ -130,7 +130,8 @@ def _input_type(vi: onnx.ValueInfoProto, override: Sequence[int] | None) -> Tens
             sym = d.dim_param or "?"
             raise ModelImportError(f"graph input {vi.name!r} has a symbolic dimension {i} "
                                    f"({sym!r}); give its shape with input_shapes="
-                                   f"{{{vi.name!r}: [...]}}")
+                                   f"{{{vi.name!r}: [...]}} (CLI: --input-shapes "
+                                   f"\"{vi.name}:[...]\")")
     return TensorType(tuple(shape), dtype)
 
 

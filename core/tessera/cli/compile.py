@@ -1,0 +1,179 @@
+"""``tessera compile``: import an ONNX model, compile it for a target and export a ``.tar``.
+
+Also holds the compile options that ``run`` and ``inspect`` share when given an ONNX model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tarfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tessera.cli.shapes import (
+    ArgumentError,
+    parse_input_shapes,
+    parse_key_value,
+    parse_name_list,
+    parse_scalar,
+)
+
+if TYPE_CHECKING:
+    from tessera.api import Module
+
+#: Flags that only matter when a model is compiled (ignored, with a warning, for a .tar).
+COMPILE_FLAGS = ("target", "input_shapes", "opt_level", "pass_config", "disabled_pass",
+                 "freeze_input", "tuning_records")
+
+
+def progress(message: str) -> None:
+    """A progress line on stderr (stdout carries the reports)."""
+    print(f"tessera: {message}", file=sys.stderr, flush=True)
+
+
+def add_compile_options(parser: argparse.ArgumentParser, title: str = "compile options") -> None:
+    """The flags that control ``tessera.compile`` (tvmc's names)."""
+    group = parser.add_argument_group(title)
+    group.add_argument("--target", default=None, metavar="TARGET",
+                       help="target string, e.g. \"llvm -mcpu=znver3\", \"cuda -libs=cudnn, llvm\" "
+                            "or \"ref\"; default: auto (the best installed CPU backend)")
+    group.add_argument("--input-shapes", default=None, metavar="SHAPES",
+                       help="static input shapes, e.g. \"data:[1,3,224,224],mask:[1,128]\"")
+    group.add_argument("-O", "--opt-level", type=int, default=None, choices=range(4),
+                       metavar="N", help="optimization level 0-3 (default 3)")
+    group.add_argument("--pass-config", action="append", default=None, metavar="NAME=VALUE",
+                       help="set a pass option, e.g. \"FuseOps.max_depth=4\" (repeatable)")
+    group.add_argument("--disabled-pass", action="append", default=None, metavar="A,B",
+                       help="passes not to run, comma-separated (repeatable)")
+    group.add_argument("--freeze-input", action="append", default=None, metavar="NAME=FILE.npy",
+                       help="bind a graph input to a constant at compile time (repeatable)")
+    group.add_argument("--tuning-records", default=None, metavar="FILE",
+                       help="tuning records (JSON lines) from tessera tune")
+
+
+def compile_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """Keyword arguments for ``tessera.compile`` from the parsed compile options."""
+    import numpy as np
+
+    pass_config: dict[str, Any] = {}
+    for item in args.pass_config or []:
+        key, value = parse_key_value(item, "--pass-config")
+        pass_config[key] = parse_scalar(value)
+    frozen: dict[str, Any] = {}
+    for item in args.freeze_input or []:
+        name, path = parse_key_value(item, "--freeze-input")
+        if not Path(path).is_file():
+            raise ArgumentError(f"--freeze-input: file {path!r} for input {name!r} does not exist")
+        try:
+            frozen[name] = np.load(path, allow_pickle=False)
+        except ValueError as e:
+            raise ArgumentError(f"--freeze-input: cannot read {path!r} as a .npy array: "
+                                f"{e}") from None
+    if args.tuning_records is not None and not Path(args.tuning_records).is_file():
+        raise ArgumentError(f"--tuning-records: file {args.tuning_records!r} does not exist")
+    return {
+        "target": args.target or "auto",
+        "input_shapes": parse_input_shapes(args.input_shapes) if args.input_shapes else None,
+        "opt_level": 3 if args.opt_level is None else args.opt_level,
+        "tuning_records": args.tuning_records,
+        "pass_config": pass_config or None,
+        "disabled_passes": parse_name_list(args.disabled_pass) or None,
+        "freeze_inputs": frozen or None,
+    }
+
+
+def check_model_file(path: str) -> Path:
+    """The model path, or an error saying it does not exist."""
+    model = Path(path)
+    if not model.is_file():
+        raise ArgumentError(f"model file {path!r} does not exist")
+    return model
+
+
+def is_artifact(path: Path) -> bool:
+    """True for an exported module (a tar file) rather than an ONNX model."""
+    return path.suffix == ".tar" or tarfile.is_tarfile(path)
+
+
+def compile_model(path: Path, args: argparse.Namespace) -> Module:
+    """Compile the ONNX model at ``path`` with the options in ``args``."""
+    import tessera
+
+    kwargs = compile_kwargs(args)
+    progress(f"compiling {path} for target {kwargs['target']!r} at -O{kwargs['opt_level']}")
+    start = time.perf_counter()
+    module = tessera.compile(str(path), **kwargs)
+    progress(f"compiled for {module.target!r} in {time.perf_counter() - start:.2f} s")
+    return module
+
+
+def load_or_compile(path_text: str, args: argparse.Namespace) -> Module:
+    """Load an exported ``.tar`` or compile an ONNX model, as ``run`` and ``inspect`` accept."""
+    import tessera
+
+    path = check_model_file(path_text)
+    if not is_artifact(path):
+        return compile_model(path, args)
+    given = [f"--{flag.replace('_', '-')}" for flag in COMPILE_FLAGS
+             if getattr(args, flag, None) is not None]
+    if given:
+        progress(f"warning: {', '.join(given)} ignored: {path} is already compiled")
+    progress(f"loading {path}")
+    return tessera.load(str(path))
+
+
+def format_type(tensor_type: Any) -> str:
+    """``float32[1,3,224,224]`` for a TensorType."""
+    dims = ",".join(str(d) for d in tensor_type.shape)
+    return f"{tensor_type.dtype}[{dims}]"
+
+
+def summary(module: Module) -> str:
+    """Target, inputs and outputs of a module, a few lines."""
+    inputs = ", ".join(f"{name} {format_type(t)}" for name, t in module.input_types.items())
+    lines = [f"target:  {module.target}",
+             f"inputs:  {inputs}",
+             f"outputs: {', '.join(module.output_names)}"]
+    timings = list(getattr(module, "pass_timings", None) or [])
+    if timings:
+        total = sum(ms for _, ms in timings)
+        name, slowest = max(timings, key=lambda item: item[1])
+        lines.append(f"passes:  {len(timings)} in {total:.1f} ms (slowest: {name} "
+                     f"{slowest:.1f} ms)")
+    return "\n".join(lines)
+
+
+def reports(module: Module) -> str:
+    """The partition table and the memory plan, as ``compile`` and ``inspect`` print them."""
+    return f"{module.partition_report()}\n\n{module.memory_report()}"
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "compile", help="compile an ONNX model into a .tar module",
+        description="Import an ONNX model, optimize and partition it over the target's "
+                    "backends, compile each region and export the module as a .tar.")
+    parser.add_argument("model", metavar="MODEL", help="ONNX model file")
+    parser.add_argument("-o", "--output", default=None, metavar="FILE.tar",
+                        help="where to write the module (default: MODEL's name with .tar, in the "
+                             "current directory)")
+    add_compile_options(parser)
+    parser.set_defaults(handler=run_compile)
+
+
+def run_compile(args: argparse.Namespace) -> int:
+    path = check_model_file(args.model)
+    output = Path(args.output) if args.output else Path(path.with_suffix(".tar").name)
+    if output.resolve() == path.resolve():
+        raise ArgumentError(f"--output {str(output)!r} would overwrite the model")
+    module = compile_model(path, args)
+    module.export(str(output))
+    progress(f"wrote {output}")
+    print(f"model:   {path}")
+    print(f"output:  {output}")
+    print(summary(module))
+    print()
+    print(reports(module))
+    return 0

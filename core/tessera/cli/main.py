@@ -1,0 +1,89 @@
+"""The ``tessera`` command line: argument parsing, dispatch and error reporting.
+
+Every subcommand lives in its own module (``compile``, ``run``, ``inspect``, ``plugins``).
+Reports go to stdout and progress to stderr. A :class:`~tessera.errors.TesseraError`, a bad
+argument or an unreadable file ends the command with exit code 1 and one ``error: ...`` line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from tessera.cli import compile as compile_cmd
+from tessera.cli import inspect as inspect_cmd
+from tessera.cli import plugins as plugins_cmd
+from tessera.cli import run as run_cmd
+from tessera.cli.shapes import ArgumentError
+from tessera.errors import TesseraError
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser that raises instead of printing usage and exiting with code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ArgumentError(f"{message} (see '{self.prog} --help')")
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("tessera")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``tessera`` parser with all subcommands."""
+    parser = _Parser(prog="tessera",
+                     description="Tessera: a deep-learning compiler with pip-installable backends.")
+    parser.add_argument("--version", action="version", version=f"tessera {_version()}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND",
+                                       parser_class=_Parser)
+    for module in (compile_cmd, run_cmd, inspect_cmd, plugins_cmd):
+        module.add_parser(subparsers)
+    return parser
+
+
+def _show_warning(message: Any, category: type[Warning], filename: str, lineno: int,
+                  file: Any = None, line: str | None = None) -> None:
+    print(f"warning: {message}", file=sys.stderr)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``tessera`` command with ``argv`` (default: ``sys.argv[1:]``); the exit code."""
+    parser = build_parser()
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning
+        try:
+            args = parser.parse_args(list(argv) if argv is not None else None)
+            if args.command is None:
+                parser.print_help(sys.stderr)
+                return 1
+            return int(args.handler(args))
+        except SystemExit as e:  # --help and --version
+            return e.code if isinstance(e.code, int) else 0
+        except (TesseraError, ArgumentError) as e:
+            return _fail(str(e))
+        except OSError as e:
+            return _fail(f"{e.strerror or e}: {e.filename}" if e.filename else str(e))
+        except KeyboardInterrupt:
+            print("error: interrupted", file=sys.stderr)
+            return 130
+
+
+def _fail(message: str) -> int:
+    """Print ``error: message`` to stderr (no traceback); the exit code 1.
+
+    A message is one line, except when an error lists several findings at once (all unsupported
+    ops of a model): those stay whole, under the ``error:`` line.
+    """
+    print(f"error: {message.strip() or 'unknown error'}", file=sys.stderr)
+    return 1
+
+if __name__ == "__main__":
+    sys.exit(main())

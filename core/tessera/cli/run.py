@@ -1,0 +1,148 @@
+"""``tessera run``: run a compiled module (or an ONNX model compiled on the fly).
+
+Inputs come from an ``.npz`` file (``--inputs``); inputs it lacks are generated with
+``--fill-mode``. ``--print-time`` benchmarks, ``--profile`` prints per-kernel and per-backend
+times, ``--print-top N`` prints the N largest entries of the first output.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tessera.cli.compile import add_compile_options, load_or_compile, progress
+from tessera.cli.shapes import ArgumentError
+
+#: Rows of a batched first output that --print-top shows.
+MAX_TOP_ROWS = 8
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "run", help="run a compiled module",
+        description="Run a module exported by 'tessera compile' (or an ONNX model, compiled "
+                    "first with the compile options below).")
+    parser.add_argument("model", metavar="MODEL", help="module .tar (or ONNX model)")
+    parser.add_argument("--inputs", default=None, metavar="FILE.npz",
+                        help="input arrays by input name")
+    parser.add_argument("--fill-mode", choices=("zeros", "ones", "random"), default="random",
+                        help="how to make inputs missing from --inputs (default: random)")
+    parser.add_argument("--outputs", default=None, metavar="FILE.npz",
+                        help="save the outputs, by output name")
+    parser.add_argument("--print-time", action="store_true",
+                        help="benchmark and print the execution time")
+    parser.add_argument("--repeat", type=int, default=10, metavar="N",
+                        help="timed measurements for --print-time (default 10)")
+    parser.add_argument("--number", type=int, default=1, metavar="N",
+                        help="runs averaged within one measurement (default 1)")
+    parser.add_argument("--profile", action="store_true",
+                        help="print per-kernel and per-backend times")
+    parser.add_argument("--print-top", type=int, default=None, metavar="N",
+                        help="print the N largest values (and indices) of the first output")
+    parser.add_argument("--seed", type=int, default=0, help="seed for --fill-mode random")
+    add_compile_options(parser, "compile options (for an ONNX model)")
+    parser.set_defaults(handler=run_run)
+
+
+def make_input(shape: tuple[int, ...], dtype: np.dtype, mode: str,
+               rng: np.random.Generator) -> np.ndarray:
+    """An input array filled with zeros, ones or random values.
+
+    Random floats are uniform in [0, 1); random integers are 0 or 1 (valid as masks, token ids
+    and indices alike); random booleans are fair coins.
+    """
+    if mode == "zeros":
+        return np.zeros(shape, dtype)
+    if mode == "ones":
+        return np.ones(shape, dtype)
+    if dtype.kind == "f":
+        return rng.random(shape).astype(dtype)
+    if dtype.kind == "b":
+        return rng.random(shape) < 0.5
+    return rng.integers(0, 2, size=shape).astype(dtype)
+
+
+def gather_inputs(module: Any, args: argparse.Namespace) -> dict[str, np.ndarray]:
+    """Inputs from ``--inputs``, completed with ``--fill-mode`` for any it lacks."""
+    given: dict[str, np.ndarray] = {}
+    if args.inputs is not None:
+        path = Path(args.inputs)
+        if not path.is_file():
+            raise ArgumentError(f"--inputs: file {args.inputs!r} does not exist")
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                given = {name: data[name] for name in data.files}
+        except (ValueError, OSError) as e:
+            raise ArgumentError(f"--inputs: cannot read {args.inputs!r} as .npz: {e}") from None
+        unknown = sorted(set(given) - set(module.input_types))
+        if unknown:
+            raise ArgumentError(f"--inputs: {', '.join(unknown)} are not inputs of the model; "
+                                f"its inputs are {', '.join(module.input_types)}")
+    rng = np.random.default_rng(args.seed)
+    inputs: dict[str, np.ndarray] = {}
+    for name, tensor_type in module.input_types.items():
+        if name in given:
+            inputs[name] = given[name]
+        else:
+            if args.inputs is not None:
+                progress(f"input {name!r} not in {args.inputs}; using --fill-mode "
+                         f"{args.fill_mode}")
+            inputs[name] = make_input(tuple(tensor_type.shape), tensor_type.dtype.numpy,
+                                      args.fill_mode, rng)
+    return inputs
+
+
+def format_top(name: str, output: np.ndarray, n: int) -> str:
+    """The ``n`` largest values of ``output`` with their indices, per batch row."""
+    rows = output.reshape(output.shape[0], -1) if output.ndim >= 2 else output.reshape(1, -1)
+    n = min(n, rows.shape[1])
+    lines = [f"top {n} of {name} {output.dtype}{list(output.shape)}:"]
+    for r, row in enumerate(rows[:MAX_TOP_ROWS]):
+        order = np.argsort(-row, kind="stable")[:n]
+        entries = "  ".join(f"{int(i)}: {row[i]:.6g}" for i in order)
+        prefix = f"  [{r}] " if len(rows) > 1 else "  "
+        lines.append(prefix + entries)
+    if len(rows) > MAX_TOP_ROWS:
+        lines.append(f"  ... {len(rows) - MAX_TOP_ROWS} more rows")
+    return "\n".join(lines)
+
+
+def format_output(name: str, output: np.ndarray) -> str:
+    """A one-line description of an output array."""
+    text = f"{name}: {output.dtype}{list(output.shape)}"
+    if output.size and output.dtype.kind in "fiub":
+        values = output.astype(np.float64)
+        text += f"  min {values.min():.6g}  max {values.max():.6g}  mean {values.mean():.6g}"
+    return text
+
+
+def run_run(args: argparse.Namespace) -> int:
+    for flag, value in (("--repeat", args.repeat), ("--number", args.number),
+                        ("--print-top", args.print_top)):
+        if value is not None and value < 1:
+            raise ArgumentError(f"{flag} must be at least 1, got {value}")
+    module = load_or_compile(args.model, args)
+    inputs = gather_inputs(module, args)
+    outputs = module.run(**inputs)
+    if args.outputs is not None:
+        np.savez(args.outputs, **outputs)
+        progress(f"wrote {args.outputs}")
+    if args.print_top is not None:
+        first = module.output_names[0]
+        print(format_top(first, np.asarray(outputs[first]), args.print_top))
+    elif args.outputs is None:
+        for name in module.output_names:
+            print(format_output(name, np.asarray(outputs[name])))
+    if args.profile:
+        print()
+        print(module.profile(**inputs))
+    if args.print_time:
+        for name, value in inputs.items():
+            module.set_input(name, value)
+        result = module.benchmark(repeat=args.repeat, number=args.number)
+        print()
+        print(result)
+    return 0

@@ -1,0 +1,106 @@
+"""Parsing ``--input-shapes`` and ``name=value`` command-line options.
+
+``--input-shapes`` takes tvmc's syntax, ``"data:[1,3,224,224] mask:[1,128]"``, and also accepts
+commas between entries (``"data:[1,3,224,224],mask:[1,128]"``). Input names may contain colons,
+dots and slashes (``input:0:[1,3]`` names ``input:0``); ``[]`` is a scalar.
+"""
+
+from __future__ import annotations
+
+import re
+
+_NAME_FORBIDDEN = re.compile(r"[\s,\[\]]")
+_DIM = re.compile(r"^\d+$")
+_SEPARATORS = " \t\r\n,"
+
+
+class ArgumentError(ValueError):
+    """A command-line argument is malformed; the message says which and why."""
+
+
+def parse_input_shapes(text: str) -> dict[str, list[int]]:
+    """``"data:[1,3,224,224],mask:[1,128]"`` -> ``{"data": [1, 3, 224, 224], "mask": [1, 128]}``.
+
+    Raises :class:`ArgumentError` naming the offending part for anything else: a missing
+    bracket or colon, a dimension that is not a non-negative integer, or a repeated name.
+    """
+    shapes: dict[str, list[int]] = {}
+    pos = 0
+    while True:
+        while pos < len(text) and text[pos] in _SEPARATORS:
+            pos += 1
+        if pos >= len(text):
+            break
+        name, dims, pos = _parse_entry(text, pos)
+        if name in shapes:
+            raise ArgumentError(f"--input-shapes: input {name!r} is given twice")
+        shapes[name] = dims
+        if pos < len(text) and text[pos] not in _SEPARATORS:
+            raise ArgumentError(f"--input-shapes: unexpected {text[pos:]!r} after the shape "
+                                f"of {name!r}")
+    if not shapes:
+        raise ArgumentError("--input-shapes: no shapes given; expected e.g. "
+                            "\"data:[1,3,224,224]\"")
+    return shapes
+
+
+def _parse_entry(text: str, pos: int) -> tuple[str, list[int], int]:
+    """One ``name:[d0,d1,...]`` entry starting at ``pos``: name, dims, position after it."""
+    expected = "expected entries like \"data:[1,3,224,224]\" separated by commas or spaces"
+    bracket = text.find("[", pos)
+    head = text[pos:bracket if bracket >= 0 else len(text)].rstrip()
+    if bracket < 0 or not head.endswith(":"):
+        raise ArgumentError(f"--input-shapes: cannot parse {text[pos:]!r}; {expected}")
+    name = head[:-1].strip()
+    if not name or _NAME_FORBIDDEN.search(name):
+        raise ArgumentError(f"--input-shapes: bad input name {name!r} in {text[pos:]!r}; "
+                            f"{expected}")
+    close = text.find("]", bracket)
+    if close < 0 or "[" in text[bracket + 1:close]:
+        raise ArgumentError(f"--input-shapes: missing ']' after {text[pos:]!r}")
+    return name, _parse_dims(name, text[bracket + 1:close]), close + 1
+
+
+def _parse_dims(name: str, text: str) -> list[int]:
+    if not text.strip():
+        return []
+    dims = []
+    for part in text.split(","):
+        part = part.strip()
+        if not _DIM.match(part):
+            raise ArgumentError(f"--input-shapes: dimension {part!r} of input {name!r} is not a "
+                                f"non-negative integer (shapes are static)")
+        dims.append(int(part))
+    return dims
+
+
+def parse_key_value(text: str, option: str) -> tuple[str, str]:
+    """``"Name=value"`` -> ``("Name", "value")``; ``option`` names the flag in errors."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise ArgumentError(f"{option}: expected NAME=VALUE, got {text!r}")
+    return key.strip(), value.strip()
+
+
+def parse_scalar(text: str) -> bool | int | float | str:
+    """A pass-config value: ``true/false/on/off/yes/no`` -> bool, integers, floats, else the
+    string itself."""
+    lowered = text.lower()
+    if lowered in ("true", "on", "yes"):
+        return True
+    if lowered in ("false", "off", "no"):
+        return False
+    for convert in (int, float):
+        try:
+            return convert(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_name_list(values: list[str] | None) -> list[str]:
+    """Repeatable comma-separated lists (``--disabled-pass A,B --disabled-pass C``), flattened."""
+    names: list[str] = []
+    for value in values or []:
+        names.extend(v.strip() for v in value.split(",") if v.strip())
+    return names
