@@ -116,7 +116,7 @@ class Function:
 
     def constant(self, data: np.ndarray | Any, name: str = "const") -> Value:
         """A constant value (parameter). The array is kept as given (made contiguous)."""
-        array = np.ascontiguousarray(data)
+        array = np.asarray(data, order="C")
         return Value(self.fresh_name(name), TensorType.of(array), data=array)
 
     def add_node(self, op: str, inputs: Iterable[Value | None], attrs: dict[str, Any] | None = None,

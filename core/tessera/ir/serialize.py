@@ -21,7 +21,7 @@ FORMAT_VERSION = 1
 
 
 def _encode_array(a: np.ndarray) -> dict[str, Any]:
-    a = np.ascontiguousarray(a)
+    a = np.asarray(a, order="C")
     return {"dtype": a.dtype.name, "shape": list(a.shape),
             "data": base64.b64encode(a.tobytes()).decode("ascii")}
 

@@ -61,7 +61,7 @@ class CPUDevice(Device):
         return chunk.view(type.dtype.numpy).reshape(type.shape)
 
     def from_host(self, array: np.ndarray) -> np.ndarray:
-        return np.ascontiguousarray(array).copy()
+        return np.array(array, order="C", copy=True)
 
     def copy_from_host(self, buffer: np.ndarray, array: np.ndarray) -> None:
         np.copyto(buffer, array, casting="no")
