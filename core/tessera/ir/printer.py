@@ -15,9 +15,14 @@ from typing import Any
 import numpy as np
 
 from tessera.ir.graph import Function, Node, Value
+from tessera.ir.types import DType
 
 
 def _fmt_attr(value: Any) -> str:
+    if isinstance(value, DType):  # before str: DType is a str enum
+        return value.value
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_fmt_attr(v) for v in value) + "]"
     if isinstance(value, np.ndarray):
         if value.size <= 8:
             return f"tensor<{value.dtype}>{value.tolist()}"

@@ -40,8 +40,10 @@ def _encode_attr(v: Any) -> Any:
         return [_encode_attr(x) for x in v]
     if isinstance(v, (np.integer,)):
         return int(v)
-    if isinstance(v, (np.floating,)):
-        return float(v)
+    if isinstance(v, np.bool_):
+        return bool(v)
+    if isinstance(v, np.floating):
+        v = float(v)
     if isinstance(v, float) and not np.isfinite(v):
         return {"__float__": repr(v)}
     return v

@@ -192,8 +192,10 @@ class OpSchema:
                     arrays = self.reference(*zeros, **attrs)
                 arrays = arrays if isinstance(arrays, (tuple, list)) else (arrays,)
                 result = [TensorType.of(np.asarray(a)) for a in arrays]
-        except OpError:
-            raise
+        except OpError as e:
+            prefix = f"node {node} ({self.name}): "
+            msg = str(e)
+            raise OpError(msg if msg.startswith(prefix) else prefix + msg) from None
         except Exception as e:  # noqa: BLE001 - any failure here is a bad node
             shapes = ", ".join(str(t) if t is not None else "-" for t in types)
             raise OpError(f"node {node} ({self.name}): cannot infer output types for inputs "

@@ -1,0 +1,21 @@
+"""Graph passes and the pass manager.
+
+``PassManager(opt_level=3).run(fn)`` runs the standard pipeline (:func:`default_passes`); each
+pass lives in its own module and can be switched off by name.
+"""
+
+from tessera.passes.canonicalize import Canonicalize
+from tessera.passes.dce import DeadCodeElimination
+from tessera.passes.fold_constants import FoldConstants
+from tessera.passes.manager import Pass, PassManager, default_passes
+from tessera.passes.simplify_inference import SimplifyInference
+
+__all__ = [
+    "Canonicalize",
+    "DeadCodeElimination",
+    "FoldConstants",
+    "Pass",
+    "PassManager",
+    "SimplifyInference",
+    "default_passes",
+]

@@ -1,0 +1,108 @@
+"""Canonicalization: one form for equivalent layout ops, and no no-ops.
+
+* ``Identity`` and ``Cast`` to the input's own type disappear;
+* ``Flatten``, ``Squeeze`` and ``Unsqueeze`` become ``Reshape`` (the IR's Reshape carries the
+  target shape as its ``shape`` attribute, so any of them is a Reshape to its output shape);
+* ``Reshape(Reshape(x))`` reads ``x`` directly; a Reshape to its input's shape disappears;
+* ``Transpose(Transpose(x, p1), p2)`` becomes one ``Transpose(x, [p1[j] for j in p2])``, and a
+  Transpose with the identity permutation disappears.
+
+Nodes bypassed this way are removed once nobody reads them. Function outputs are positional, so
+an output may end up being a graph input or a constant.
+"""
+
+from __future__ import annotations
+
+from tessera.errors import PassError
+from tessera.ir.graph import Function, Node, Value
+from tessera.passes.manager import Pass, Rewriter, take_name
+
+#: Ops that only change the shape of their (first) input, keeping the data order.
+TO_RESHAPE = ("Flatten", "Squeeze", "Unsqueeze")
+
+
+def _perm(node: Node) -> list[int]:
+    perm = node.attrs.get("perm")
+    ndim = node.outputs[0].type.ndim
+    return list(range(ndim))[::-1] if perm is None else [int(p) for p in perm]
+
+
+def _reshape_attrs(shape: tuple[int, ...]) -> dict[str, object]:
+    """Reshape attributes for exactly ``shape`` (``allowzero`` keeps a 0 dimension literal)."""
+    return {"shape": list(shape), "allowzero": int(0 in shape)}
+
+
+class Canonicalize(Pass):
+    """Rewrite layout ops into canonical forms and drop no-ops."""
+
+    name = "Canonicalize"
+    opt_level = 2
+
+    def run(self, fn: Function) -> Function:
+        rw = Rewriter(fn)
+        bypassed: list[Node] = []
+        # One sweep in node order suffices: a node's producers are already canonical when it is
+        # visited, so chains of any length collapse.
+        for node in list(fn.nodes):
+            x = node.inputs[0] if node.inputs else None
+            if x is None or len(node.outputs) != 1:
+                continue
+            y = node.outputs[0]
+            if node.op == "Identity" or (node.op == "Cast" and x.type == y.type):
+                self._drop(rw, node, x)
+            elif node.op in TO_RESHAPE and len(node.inputs) == 1:
+                node = self._as_reshape(rw, node, x)
+                self._reshape(rw, node, bypassed)
+            elif node.op == "Reshape" and len(node.inputs) == 1:
+                self._reshape(rw, node, bypassed)
+            elif node.op == "Transpose" and len(node.inputs) == 1:
+                self._transpose(rw, node, bypassed)
+        rw.remove_if_unused(bypassed)
+        return rw.finish()
+
+    @staticmethod
+    def _drop(rw: Rewriter, node: Node, x: Value) -> None:
+        rw.replace(node.outputs[0], x)
+        rw.remove(node)
+
+    @staticmethod
+    def _as_reshape(rw: Rewriter, node: Node, x: Value) -> Node:
+        y = node.outputs[0]
+        reshape = rw.add("Reshape", [x], _reshape_attrs(y.type.shape), name=node.name)
+        if reshape.output.type != y.type:
+            raise PassError(f"node {node.name} ({node.op}): as a Reshape it gives "
+                            f"{reshape.output.type}, not {y.type}")
+        rw.replace(y, reshape.output)
+        take_name(rw.fn, reshape.output, y)
+        rw.remove(node)
+        return reshape
+
+    def _reshape(self, rw: Rewriter, node: Node, bypassed: list[Node]) -> None:
+        x = node.inputs[0]
+        assert x is not None
+        inner = x.producer
+        if inner is not None and inner.op == "Reshape" and len(inner.inputs) == 1:
+            rw.set_input(node, 0, inner.inputs[0])
+            # the target shape may have copied dimensions (0) of the bypassed Reshape's output
+            node.attrs.update(_reshape_attrs(node.outputs[0].type.shape))
+            bypassed.append(inner)
+            x = inner.inputs[0]
+            assert x is not None
+        if x.type.shape == node.outputs[0].type.shape:
+            self._drop(rw, node, x)
+
+    def _transpose(self, rw: Rewriter, node: Node, bypassed: list[Node]) -> None:
+        x = node.inputs[0]
+        assert x is not None
+        perm = _perm(node)
+        inner = x.producer
+        if inner is not None and inner.op == "Transpose" and len(inner.inputs) == 1:
+            inner_perm = _perm(inner)
+            perm = [inner_perm[j] for j in perm]
+            rw.set_input(node, 0, inner.inputs[0])
+            node.attrs["perm"] = perm
+            bypassed.append(inner)
+            x = inner.inputs[0]
+            assert x is not None
+        if perm == list(range(len(perm))):
+            self._drop(rw, node, x)

@@ -1,0 +1,25 @@
+"""Dead code elimination: drop nodes none of whose outputs is read by a node or the function."""
+
+from __future__ import annotations
+
+from tessera.ir.graph import Function
+from tessera.passes.manager import Pass
+
+
+class DeadCodeElimination(Pass):
+    """Remove every node whose outputs are all unused (chains of them too, in one sweep)."""
+
+    name = "DeadCodeElimination"
+    opt_level = 1
+
+    def run(self, fn: Function) -> Function:
+        live: set[int] = {id(v) for v in fn.outputs}
+        kept = []
+        # Nodes are topologically sorted: walking backwards sees every reader before its writer.
+        for node in reversed(fn.nodes):
+            if any(id(out) in live for out in node.outputs):
+                kept.append(node)
+                live.update(id(v) for v in node.inputs if v is not None)
+        kept.reverse()
+        fn.nodes = kept
+        return fn

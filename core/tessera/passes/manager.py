@@ -1,0 +1,284 @@
+"""The pass manager: runs an ordered list of graph passes over a function.
+
+A pass is a small object with a ``name``, the lowest ``opt_level`` at which it runs, and a
+``run(fn) -> Function`` method that may edit ``fn`` in place (and return it) or return a new
+function. The manager skips passes below its ``opt_level`` and passes switched off by name
+(``pass_config={"FoldConstants": False}`` or ``disabled={"Canonicalize"}``), records how long each
+pass took, optionally writes the printed IR after each pass to ``dump_dir/NN_<PassName>.txt``, and
+optionally runs the IR verifier after each pass::
+
+    pm = PassManager(opt_level=3, disabled={"Canonicalize"}, dump_dir="ir_dumps", verify=True)
+    fn = pm.run(fn)
+    for name, ms in pm.timings:
+        print(f"{name:24s} {ms:8.2f} ms")
+
+The module also holds :class:`Rewriter`, the graph-editing helper the rewriting passes share.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from tessera.errors import PassError, TesseraError
+from tessera.ir.graph import Function, Node, Value
+
+
+class Pass:
+    """Base class of graph passes.
+
+    Subclasses set ``name`` (defaults to the class name) and ``opt_level`` (the lowest optimization
+    level that runs the pass) and implement :meth:`run`.
+    """
+
+    name: str = ""
+    opt_level: int = 1
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if not cls.__dict__.get("name"):
+            cls.name = cls.__name__
+
+    def run(self, fn: Function) -> Function:
+        """Transform ``fn`` (in place is fine) and return the result."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r} (opt_level >= {self.opt_level})>"
+
+
+def _pipeline() -> list[Pass]:
+    from tessera.passes.canonicalize import Canonicalize
+    from tessera.passes.dce import DeadCodeElimination
+    from tessera.passes.fold_constants import FoldConstants
+    from tessera.passes.simplify_inference import SimplifyInference
+
+    return [FoldConstants(), SimplifyInference(), Canonicalize(), FoldConstants(),
+            DeadCodeElimination()]
+
+
+def _drop_repeats(passes: Iterable[Pass]) -> list[Pass]:
+    """Drop a pass that would run right after another run of the same pass (nothing changed)."""
+    out: list[Pass] = []
+    for p in passes:
+        if not out or out[-1].name != p.name:
+            out.append(p)
+    return out
+
+
+def default_passes(opt_level: int = 3) -> list[Pass]:
+    """The standard pipeline for ``opt_level``.
+
+    * 0: no passes;
+    * 1: FoldConstants, DeadCodeElimination;
+    * 2 and up: FoldConstants, SimplifyInference, Canonicalize, FoldConstants,
+      DeadCodeElimination.
+
+    FoldConstants runs first so that BatchNormalization parameters computed from constants are
+    constants when SimplifyInference looks at them, and again after Canonicalize, whose rewrites
+    may leave nodes with only constant inputs (a Reshape of a constant); DeadCodeElimination
+    last removes whatever the others left unused.
+    """
+    return _drop_repeats(p for p in _pipeline() if p.opt_level <= opt_level)
+
+
+def _known_pass_names() -> set[str]:
+    return {p.name for p in _pipeline()}
+
+
+class PassManager:
+    """Runs passes in order over a function.
+
+    ``passes`` defaults to the standard pipeline (see :func:`default_passes`). A pass runs when
+    ``pass.opt_level <= opt_level`` and it is not switched off: ``pass_config`` maps pass names to
+    ``True``/``False`` (``True`` forces a pass on even below its level), ``disabled`` is a set of
+    pass names to skip. Unknown names in either raise :class:`~tessera.errors.PassError` listing
+    the known passes. A pass that would run twice in a row (because the passes between its two
+    places in the pipeline are off) runs once.
+    """
+
+    def __init__(self, opt_level: int = 3, pass_config: dict[str, Any] | None = None,
+                 disabled: Iterable[str] | None = None, dump_dir: str | Path | None = None,
+                 verify: bool = False, passes: Sequence[Pass] | None = None):
+        self.opt_level = int(opt_level)
+        #: The candidate passes in order; :meth:`selected` filters them by level and switches.
+        self.passes: list[Pass] = list(passes) if passes is not None else _pipeline()
+        self.pass_config: dict[str, Any] = dict(pass_config or {})
+        self.disabled: set[str] = set(disabled or ())
+        self.dump_dir = Path(dump_dir) if dump_dir is not None else None
+        self.verify = verify
+        #: (pass name, milliseconds) for every pass run by the last :meth:`run`.
+        self.timings: list[tuple[str, float]] = []
+
+        known = _known_pass_names() | {p.name for p in self.passes}
+        unknown = sorted((set(self.pass_config) | self.disabled) - known)
+        if unknown:
+            raise PassError(f"unknown pass name(s) {', '.join(unknown)}; known passes: "
+                            f"{', '.join(sorted(known))}")
+
+    def enabled(self, p: Pass) -> bool:
+        """Whether ``p`` runs under this manager's level and switches."""
+        if p.name in self.disabled:
+            return False
+        switch = self.pass_config.get(p.name)
+        if switch is not None:
+            return bool(switch)
+        return p.opt_level <= self.opt_level
+
+    def selected(self) -> list[Pass]:
+        """The passes :meth:`run` would run, in order."""
+        return _drop_repeats(p for p in self.passes if self.enabled(p))
+
+    def run(self, fn: Function) -> Function:
+        """Run the selected passes over ``fn`` and return the result.
+
+        With ``verify`` the input is verified first (an :class:`~tessera.errors.IRError` when it
+        is malformed) and the output of every pass after it (a
+        :class:`~tessera.errors.PassError` naming the pass).
+        """
+        from tessera.ir.printer import format_function
+        from tessera.ir.verifier import verify
+
+        self.timings = []
+        if self.verify:
+            verify(fn)  # a malformed input is the caller's problem (IRError), not a pass's
+        if self.dump_dir is not None:
+            self.dump_dir.mkdir(parents=True, exist_ok=True)
+            (self.dump_dir / "00_input.txt").write_text(format_function(fn) + "\n")
+        for index, p in enumerate(self.selected(), start=1):
+            start = time.perf_counter()
+            try:
+                result = p.run(fn)
+            except PassError:
+                raise
+            except Exception as e:  # noqa: BLE001 - a pass bug: say which pass
+                raise PassError(f"pass {p.name} failed on {fn.name}: "
+                                f"{type(e).__name__}: {e}") from e
+            self.timings.append((p.name, (time.perf_counter() - start) * 1e3))
+            if not isinstance(result, Function):
+                raise PassError(f"pass {p.name} returned {type(result).__name__}, "
+                                f"not a Function")
+            fn = result
+            if self.dump_dir is not None:
+                path = self.dump_dir / f"{index:02d}_{p.name}.txt"
+                path.write_text(format_function(fn) + "\n")
+            if self.verify:
+                try:
+                    verify(fn)
+                except TesseraError as e:
+                    raise PassError(f"the IR is malformed after pass {p.name}: {e}") from e
+        return fn
+
+
+# -- helpers shared by passes ------------------------------------------------------------------
+
+class Rewriter:
+    """Edits one function while keeping track of who reads each value.
+
+    Rewriting passes walk the nodes in order and ask "is this value read once?" at every step;
+    recounting the whole graph each time would make them quadratic. A Rewriter keeps the
+    readers of every value up to date through its edits:
+
+    * :meth:`add` appends a type-checked node (``finish`` puts it in topological order),
+    * :meth:`set_input` changes one input of a node,
+    * :meth:`replace` makes every reader of a value (nodes and function outputs) read another,
+    * :meth:`remove` drops a node and :meth:`remove_if_unused` drops nodes nobody reads,
+    * :meth:`finish` applies the removals and sorts the nodes.
+
+    Changes made to ``node.inputs`` directly are not tracked (fine for constants, whose reader
+    counts passes do not ask for).
+    """
+
+    def __init__(self, fn: Function):
+        self.fn = fn
+        self._readers: dict[Value, list[tuple[Node, int]]] = {}
+        self._dead: set[int] = set()
+        for node in fn.nodes:
+            self._track(node)
+
+    def _track(self, node: Node) -> None:
+        for i, v in enumerate(node.inputs):
+            if v is not None:
+                self._readers.setdefault(v, []).append((node, i))
+
+    def _untrack(self, node: Node) -> None:
+        for i, v in enumerate(node.inputs):
+            if v is not None:
+                readers = self._readers.get(v, [])
+                self._readers[v] = [(n, j) for n, j in readers if not (n is node and j == i)]
+
+    def count(self, v: Value) -> int:
+        """How many times ``v`` is read: node inputs plus function outputs."""
+        return len(self._readers.get(v, ())) + sum(1 for o in self.fn.outputs if o is v)
+
+    def readers(self, v: Value) -> list[Node]:
+        """The nodes that read ``v`` (once per input that reads it)."""
+        return [n for n, _ in self._readers.get(v, ())]
+
+    def add(self, op: str, inputs: Sequence[Value | None], attrs: dict[str, Any] | None = None,
+            name: str | None = None) -> Node:
+        """Append a one-output node, type-checked through the registry."""
+        node = self.fn.add_node(op, inputs, attrs or {}, name=name, num_outputs=1)
+        self._track(node)
+        return node
+
+    def set_input(self, node: Node, i: int, v: Value | None) -> None:
+        old = node.inputs[i]
+        if old is not None:
+            self._readers[old] = [(n, j) for n, j in self._readers.get(old, [])
+                                  if not (n is node and j == i)]
+        node.inputs[i] = v
+        if v is not None:
+            self._readers.setdefault(v, []).append((node, i))
+
+    def replace(self, old: Value, new: Value) -> None:
+        """Make every reader of ``old`` (nodes and function outputs) read ``new``."""
+        if old is new:
+            return
+        moved = self._readers.pop(old, [])
+        for node, i in moved:
+            node.inputs[i] = new
+        self._readers.setdefault(new, []).extend(moved)
+        if any(o is old for o in self.fn.outputs):
+            self.fn.outputs = [new if o is old else o for o in self.fn.outputs]
+
+    def remove(self, node: Node) -> None:
+        """Drop ``node`` (its outputs should no longer be read)."""
+        if id(node) not in self._dead:
+            self._dead.add(id(node))
+            self._untrack(node)
+
+    def is_removed(self, node: Node) -> bool:
+        return id(node) in self._dead
+
+    def remove_if_unused(self, nodes: Iterable[Node]) -> None:
+        """Drop those of ``nodes`` whose outputs nobody reads, then their producers that become
+        unread in turn: what a rewrite bypassed, not every dead node of the function."""
+        work = list(nodes)
+        while work:
+            node = work.pop()
+            if id(node) in self._dead or any(self.count(o) for o in node.outputs):
+                continue
+            self.remove(node)
+            work.extend(v.producer for v in node.inputs
+                        if v is not None and v.producer is not None and not self.count(v))
+
+    def finish(self) -> Function:
+        """Apply the removals and restore topological order; returns the function."""
+        if self._dead:
+            self.fn.nodes = [n for n in self.fn.nodes if id(n) not in self._dead]
+            self._dead.clear()
+        self.fn.topo_sort()
+        return self.fn
+
+
+def take_name(fn: Function, new: Value, old: Value) -> None:
+    """Let the node output ``new`` carry the name of ``old``, which is leaving the graph (``old``
+    is renamed out of the way). Graph inputs and constants keep their own names."""
+    if new.producer is None or new is old:
+        return
+    name = old.name
+    old.name = fn.fresh_name(f"{name}_dead")
+    new.name = name

@@ -1,0 +1,185 @@
+"""Tests for tessera.passes.canonicalize."""
+
+import numpy as np
+import pytest
+
+from tessera.backends.reference.interpreter import evaluate_function
+from tessera.ir.graph import Function
+from tessera.ir.types import DType, TensorType
+from tessera.ir.verifier import verify
+from tessera.passes import Canonicalize
+
+F32 = DType.float32
+
+
+def rand(shape, dtype=np.float32, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+def run_outputs(fn, feeds):
+    res = evaluate_function(fn, feeds)
+    return [res[v.name] for v in fn.outputs]
+
+
+def check_same(fn, feeds):
+    before = fn.copy()
+    want = run_outputs(before, feeds)
+    assert Canonicalize().run(fn) is fn
+    verify(fn)
+    got = run_outputs(fn, feeds)
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == w.dtype
+        np.testing.assert_array_equal(g, w)
+    return fn
+
+
+def ops(fn):
+    return [n.op for n in fn.nodes]
+
+
+def one_input(shape, dtype=F32):
+    fn = Function()
+    return fn, fn.add_input("x", TensorType(shape, dtype))
+
+
+@pytest.mark.parametrize("op, attrs, shape", [
+    ("Flatten", {"axis": 1}, (2, 3, 4)),
+    ("Flatten", {"axis": 0}, (2, 3, 4)),
+    ("Flatten", {"axis": -1}, (2, 3, 4)),
+    ("Flatten", {"axis": 3}, (2, 3, 4)),
+    ("Squeeze", {"axes": [1, 3]}, (2, 1, 4, 1)),
+    ("Squeeze", {}, (1, 3, 1)),
+    ("Squeeze", {"axes": [-1]}, (3, 1)),
+    ("Unsqueeze", {"axes": [0, 3]}, (2, 3)),
+    ("Unsqueeze", {"axes": [-1]}, (2, 3)),
+    ("Unsqueeze", {"axes": [0]}, ()),
+])
+def test_shape_ops_become_reshape(op, attrs, shape):
+    fn, x = one_input(shape)
+    y = fn.op(op, x, name="shape_op", **attrs)
+    fn.outputs = [fn.op("Relu", y, name="relu")]
+    check_same(fn, {"x": rand(shape)})
+    assert ops(fn) == ["Reshape", "Relu"]
+    reshape = fn.nodes[0]
+    assert reshape.attrs["shape"] == list(reshape.output.type.shape)
+    assert reshape.output.name == "shape_op"  # the rewritten value keeps its name
+
+
+def test_reshape_of_empty_tensor_keeps_zero_dimension():
+    fn, x = one_input((2, 0, 3))
+    fn.outputs = [fn.op("Flatten", x, axis=2)]
+    check_same(fn, {"x": np.zeros((2, 0, 3), np.float32)})
+    assert fn.outputs[0].type.shape == (0, 3)
+    assert fn.nodes[0].attrs["allowzero"] == 1
+
+
+def test_reshape_chain_merges():
+    fn, x = one_input((2, 3, 4))
+    a = fn.op("Reshape", x, shape=[6, 4], name="a")
+    b = fn.op("Unsqueeze", a, axes=[0], name="b")
+    c = fn.op("Reshape", b, shape=[2, 0, 2], name="c")  # 0 copies dim 1 of b (6)
+    fn.outputs = [fn.op("Relu", c, name="relu")]
+    check_same(fn, {"x": rand((2, 3, 4))})
+    assert ops(fn) == ["Reshape", "Relu"]
+    assert fn.nodes[0].inputs[0] is x
+    assert fn.nodes[0].attrs["shape"] == [2, 6, 2]
+
+
+def test_reshape_chain_with_other_reader_keeps_inner():
+    fn, x = one_input((2, 6))
+    a = fn.op("Reshape", x, shape=[3, 4], name="a")
+    b = fn.op("Reshape", a, shape=[12], name="b")
+    fn.outputs = [b, fn.op("Relu", a, name="relu")]
+    check_same(fn, {"x": rand((2, 6))})
+    assert sorted(ops(fn)) == ["Relu", "Reshape", "Reshape"]
+    assert fn.node_by_name("b").inputs[0] is x
+
+
+def test_reshape_back_to_input_shape_disappears():
+    fn, x = one_input((2, 3))
+    a = fn.op("Reshape", x, shape=[3, 2])
+    b = fn.op("Reshape", a, shape=[2, 3])
+    fn.outputs = [fn.op("Relu", b)]
+    check_same(fn, {"x": rand((2, 3))})
+    assert ops(fn) == ["Relu"] and fn.nodes[0].inputs[0] is x
+
+
+def test_noop_reshape_as_output_becomes_input():
+    fn, x = one_input((2, 3))
+    fn.outputs = [fn.op("Reshape", x, shape=[2, 3])]
+    check_same(fn, {"x": rand((2, 3))})
+    assert fn.nodes == [] and fn.outputs == [x]
+
+
+@pytest.mark.parametrize("p1, p2", [
+    ([1, 0, 2], [1, 0, 2]),  # identity overall
+    ([2, 0, 1], [1, 2, 0]),  # inverse permutations
+    ([0, 2, 1], [2, 0, 1]),
+    (None, [0, 2, 1]),  # default perm reverses the axes
+    ([1, 2, 0], None),
+])
+def test_transpose_chain(p1, p2):
+    fn, x = one_input((2, 3, 4))
+    a = fn.op("Transpose", x, perm=p1, name="t1")
+    b = fn.op("Transpose", a, perm=p2, name="t2")
+    fn.outputs = [fn.op("Relu", b)]
+    check_same(fn, {"x": rand((2, 3, 4))})
+    if fn.nodes[0].op == "Transpose":
+        assert ops(fn) == ["Transpose", "Relu"]
+        assert fn.nodes[0].inputs[0] is x
+    else:
+        assert ops(fn) == ["Relu"]
+        assert fn.nodes[0].inputs[0] is x
+
+
+def test_transpose_chain_of_three():
+    fn, x = one_input((2, 3, 4, 5))
+    a = fn.op("Transpose", x, perm=[0, 2, 3, 1])
+    b = fn.op("Transpose", a, perm=[3, 1, 0, 2])
+    c = fn.op("Transpose", b, perm=[1, 0, 3, 2])
+    fn.outputs = [c]
+    check_same(fn, {"x": rand((2, 3, 4, 5))})
+    assert ops(fn) == ["Transpose"]
+
+
+def test_identity_transpose_removed():
+    fn, x = one_input((2, 3))
+    fn.outputs = [fn.op("Relu", fn.op("Transpose", x, perm=[0, 1]))]
+    check_same(fn, {"x": rand((2, 3))})
+    assert ops(fn) == ["Relu"]
+
+
+@pytest.mark.parametrize("src, dst, removed", [
+    (DType.float32, DType.float32, True),
+    (DType.int64, DType.int64, True),
+    (DType.float32, DType.float16, False),
+    (DType.float32, DType.int32, False),
+])
+def test_cast(src, dst, removed):
+    fn, x = one_input((3, 2), src)
+    fn.outputs = [fn.op("Cast", x, to=dst)]
+    check_same(fn, {"x": (rand((3, 2)) * 10).astype(src.numpy)})
+    assert (fn.nodes == []) is removed
+
+
+def test_identity_removed_and_constants_can_be_outputs():
+    fn = Function()
+    c = fn.constant(np.arange(4, dtype=np.int32), "c")
+    fn.outputs = [fn.op("Identity", fn.op("Identity", c))]
+    check_same(fn, {})
+    assert fn.nodes == [] and fn.outputs == [c]
+
+
+def test_mixed_chain():
+    fn, x = one_input((1, 3, 1, 4))
+    a = fn.op("Squeeze", x, axes=[0, 2])
+    b = fn.op("Identity", a)
+    c = fn.op("Transpose", b, perm=[1, 0])
+    d = fn.op("Transpose", c, perm=[1, 0])
+    e = fn.op("Unsqueeze", d, axes=[0])
+    f = fn.op("Cast", e, to=DType.float32)
+    g = fn.op("Flatten", f, axis=0)
+    fn.outputs = [g]
+    check_same(fn, {"x": rand((1, 3, 1, 4))})
+    assert ops(fn) == ["Reshape"] and fn.nodes[0].inputs[0] is x
+    assert fn.outputs[0].type.shape == (1, 12)
