@@ -260,7 +260,8 @@ def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
     try:
         return tuple(np.broadcast_shapes(*shapes))
     except ValueError:
-        raise OpError(f"shapes {', '.join(str(list(s)) for s in shapes)} do not broadcast") from None
+        listed = ", ".join(str(list(s)) for s in shapes)
+        raise OpError(f"shapes {listed} do not broadcast") from None
 
 
 def same_as_first(x: TensorType, *rest: Any, **attrs: Any) -> TensorType:
