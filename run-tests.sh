@@ -1,40 +1,16 @@
 #!/usr/bin/env bash
 # Set up everything on a fresh machine and run the test suite.
 #
-# Creates .venv (if absent) with python3 -m venv, installs Tessera with its test extras in
-# editable mode together with every plugin under plugins/*/ that has a pyproject.toml, then runs
-# python -m pytest -q (extra arguments are passed on, e.g. tests/cli -x).
-# pytest's exit code 5 ("no tests collected") counts as success.
-# Safe to run again: the install is skipped while the pyproject.toml files are unchanged.
+# Installs the Debian packages the plugins' tests need when missing (verilator, via apt-get when
+# run as root or with password-less sudo), creates .venv (if absent), installs Tessera with its
+# test extras in editable mode together with every plugin under plugins/*/ (with their test
+# extras; see scripts/setup-env.sh), then runs python -m pytest -q (extra arguments are passed
+# on, e.g. tests/cli -x). pytest's exit code 5 ("no tests collected") counts as success.
 # Environment: PYTHON (default python3), VENV (default .venv).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
-
-PYTHON="${PYTHON:-python3}"
-VENV="${VENV:-.venv}"
-EXTRAS="[test]"
-
-if [[ ! -x "$VENV/bin/python" ]]; then
-    echo "run-tests.sh: creating $VENV" >&2
-    "$PYTHON" -m venv "$VENV"
-fi
-
-# The core and the plugins in one pip call, so plugins that depend on "tessera" resolve it here.
-packages=(-e ".${EXTRAS}")
-manifests=(pyproject.toml)
-for plugin in plugins/*/; do
-    if [[ -f "${plugin}pyproject.toml" ]]; then
-        packages+=(-e "${plugin%/}")
-        manifests+=("${plugin}pyproject.toml")
-    fi
-done
-stamp="$VENV/.tessera-install-tests"
-wanted="$(cat "${manifests[@]}" | sha256sum | cut -d' ' -f1) ${packages[*]}"
-if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$wanted" ]]; then
-    echo "run-tests.sh: installing ${packages[*]}" >&2
-    "$VENV/bin/python" -m pip install --quiet "${packages[@]}"
-    echo "$wanted" > "$stamp"
-fi
+source scripts/setup-env.sh
+WITH_SYSTEM_DEPS=1 setup_env "[test]"
 
 status=0
 "$VENV/bin/python" -m pytest -q "$@" || status=$?
