@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-import numpy as np
+import os
+
+# One BLAS thread: the test machine has two cores shared by parallel work, and two OpenBLAS
+# threads made the same matmul vary from 1 ms to 100+ ms there. Set before numpy loads.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
 import pytest
 
 

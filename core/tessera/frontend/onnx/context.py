@@ -28,6 +28,15 @@ class ConvertContext:
         self.op_type = ""
         self.output_names: list[str] = []
         self.num_outputs = 1
+        #: every value added while converting the current node (constants included)
+        self.created: list[Value] = []
+
+    def begin(self, node_name: str, op_type: str, opset: int, output_names: list[str]) -> None:
+        """Start converting one ONNX node."""
+        self.node_name, self.op_type, self.opset = node_name, op_type, opset
+        self.output_names = list(output_names)
+        self.num_outputs = len(output_names)
+        self.created = []
 
     # -- messages ------------------------------------------------------------------------------
     def error(self, message: str) -> ModelImportError:
@@ -54,9 +63,12 @@ class ConvertContext:
             full = schema.check(self.node_name or op, inputs, attrs)
             results = schema.evaluate([v.data if v is not None else None for v in inputs], full)
             n = len(results) if num_outputs is None else num_outputs
-            return [self.graph.constant(results[i], self._hint(i)) for i in range(n)]
+            values = [self.graph.constant(results[i], self._hint(i)) for i in range(n)]
+            self.created.extend(values)
+            return values
         node = self.graph.add_node(op, inputs, attrs, name=name or self.node_name or None,
                                    num_outputs=num_outputs, output_names=self.output_names)
+        self.created.extend(node.outputs)
         return node.outputs
 
     def op(self, op: str, *inputs: Value | None, **attrs: Any) -> Value:
@@ -65,7 +77,9 @@ class ConvertContext:
 
     def const(self, array: Any, dtype: Any = None, name: str = "const") -> Value:
         """A new constant value."""
-        return self.graph.constant(np.asarray(array, dtype=dtype), name)
+        value = self.graph.constant(np.asarray(array, dtype=dtype), name)
+        self.created.append(value)
+        return value
 
     # -- constants -----------------------------------------------------------------------------
     def const_value(self, value: Value | None, what: str = "input") -> np.ndarray | None:

@@ -149,7 +149,10 @@ def import_onnx(model: ModelSource, input_shapes: Mapping[str, Sequence[int]] | 
         try:
             onnx.checker.check_model(proto)
         except Exception as e:  # noqa: BLE001
-            raise ModelImportError(f"malformed ONNX model: {e}") from None
+            # The checker refuses ops that newer opsets deprecated (GroupNormalization-18);
+            # they are still valid models, and the converters handle them.
+            if "deprecated" not in str(e):
+                raise ModelImportError(f"malformed ONNX model: {e}") from None
     opsets = _opsets(proto)
     if opsets[""] < MIN_OPSET:
         raise ModelImportError(f"the model uses default-domain opset {opsets['']}; Tessera "
@@ -200,10 +203,8 @@ def import_onnx(model: ModelSource, input_shapes: Mapping[str, Sequence[int]] | 
     for n in nodes:
         domain = "" if n.domain in ("", "ai.onnx") else n.domain
         opset = opsets[domain]
-        ctx.opset, ctx.op_type = opset, n.op_type
-        ctx.node_name = n.name or f"{n.op_type}_{n.output[0] if n.output else ''}"
-        ctx.output_names = list(n.output)
-        ctx.num_outputs = len(n.output)
+        ctx.begin(n.name or f"{n.op_type}_{n.output[0] if n.output else ''}", n.op_type, opset,
+                  list(n.output))
         inputs: list[Value | None] = []
         for name in n.input:
             if not name:
@@ -227,6 +228,7 @@ def import_onnx(model: ModelSource, input_shapes: Mapping[str, Sequence[int]] | 
         except Exception as e:  # noqa: BLE001 - a converter bug or a malformed attribute
             raise ctx.error(f"{type(e).__name__}: {e}") from e
         outs = [result] if isinstance(result, Value) else list(result)
+        _adopt_output_names(fn, list(n.output), outs, ctx.created)
         for name, value in zip(n.output, outs):
             if name and value is not None:
                 env[name] = value
@@ -241,6 +243,26 @@ def import_onnx(model: ModelSource, input_shapes: Mapping[str, Sequence[int]] | 
     _name_outputs(fn, [vi.name for vi in g.output])
     fn.attrs["output_names"] = [vi.name for vi in g.output]
     return fn
+
+
+def _adopt_output_names(fn: Function, names: list[str], values: list[Value | None],
+                        created: list[Value]) -> None:
+    """Give the values a converter returned their ONNX output names.
+
+    A converter that adds several nodes names each new value after the ONNX output (the only
+    hint it has), so intermediate values may take the name first; here the returned values get
+    it and the intermediates are renamed. Values that existed before the node (an input passed
+    through unchanged) keep their names.
+    """
+    new = {id(v) for v in created}
+    for name, value in zip(names, values):
+        if not name or value is None or value.name == name or id(value) not in new:
+            continue
+        for other in created:
+            if other.name == name and other is not value:
+                other.name = fn.fresh_name(f"{name}_part")
+        fn.reserve_name(name)
+        value.name = name
 
 
 def _name_outputs(fn: Function, names: list[str]) -> None:

@@ -1,0 +1,343 @@
+"""Ops: quantization family: QuantizeLinear/DequantizeLinear and the integer and QLinear
+convolutions and matrix products.
+
+Scales and zero points are per tensor (a scalar or one element), per axis (a 1-D tensor along
+``axis``) or blocked (same rank as the input, ``block_size`` elements per scale along ``axis``).
+Rounding is to nearest even and results saturate to the output type's range.
+
+Integer products are computed exactly: the operands (zero points subtracted) are small integers,
+so a float64 BLAS product gives the exact int32 accumulator (|sum| < 2**53), which is then
+requantized in float32 like onnxruntime does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tessera.errors import OpError
+from tessera.ir.types import DType, TensorType
+from tessera.ops.nn import _CONV_ATTRS, _conv_infer, conv_nd, matmul_shape, spatial_params
+from tessera.ops.registry import Attr, OpPattern, normalize_axis, register_op
+
+QUANT_DTYPES = (DType.int8, DType.uint8, DType.int16, DType.uint16, DType.int32)
+
+
+def _is_scalar(shape: tuple[int, ...]) -> bool:
+    return len(shape) == 0 or (len(shape) == 1 and shape[0] == 1)
+
+
+def check_quant_param(p: TensorType, x: TensorType, axis: int, block_size: int, op: str,
+                      what: str) -> None:
+    """Raise unless ``p`` is a valid per-tensor, per-axis or blocked parameter for ``x``."""
+    if _is_scalar(p.shape) and not block_size:
+        return
+    a = normalize_axis(axis, x.ndim, op)
+    if block_size:
+        want = list(x.shape)
+        want[a] = -(-x.shape[a] // block_size)
+        if list(p.shape) != want:
+            raise OpError(f"{op}: blocked {what} {p} must have shape {want} (block_size "
+                          f"{block_size} along axis {axis} of {x})")
+        return
+    if p.shape != (x.shape[a],):
+        raise OpError(f"{op}: {what} {p} must be a scalar or a 1-D tensor of length "
+                      f"{x.shape[a]} (axis {axis} of {x})")
+
+
+def expand_quant_param(p: np.ndarray, shape: tuple[int, ...], axis: int,
+                       block_size: int) -> np.ndarray:
+    """A scale or zero point reshaped (or repeated, when blocked) to broadcast over ``shape``."""
+    if p.size == 1 and not block_size:
+        return p.reshape(())
+    a = normalize_axis(axis, len(shape))
+    if block_size:
+        rep = np.repeat(p, block_size, axis=a)
+        return np.take(rep, np.arange(shape[a]), axis=a)
+    return p.reshape([-1] + [1] * (len(shape) - a - 1))
+
+
+def _saturate(v: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    info = np.iinfo(dtype)
+    return np.clip(v, info.min, info.max).astype(dtype)
+
+
+def _quant_out_dtype(zp: Any, output_dtype: DType | None) -> DType:
+    if zp is not None:
+        return zp if isinstance(zp, DType) else DType.from_numpy(zp)
+    return output_dtype or DType.uint8
+
+
+# -- QuantizeLinear / DequantizeLinear -----------------------------------------------------------
+
+def _quantize_infer(x: TensorType, scale: TensorType, zp: TensorType | None = None, *,
+                    axis: int, block_size: int, output_dtype: DType | None, saturate: int,
+                    precision: DType | None) -> TensorType:
+    op = "QuantizeLinear"
+    if not scale.dtype.is_float:
+        raise OpError(f"{op}: y_scale must be a float tensor, got {scale}")
+    out = _quant_out_dtype(zp.dtype if zp is not None else None, output_dtype)
+    if zp is not None and output_dtype is not None and output_dtype != zp.dtype:
+        raise OpError(f"{op}: output_dtype {output_dtype} differs from the zero point's dtype "
+                      f"{zp.dtype}")
+    if out not in QUANT_DTYPES:
+        raise OpError(f"{op}: output type {out} is not one of "
+                      f"{', '.join(d.value for d in QUANT_DTYPES)}")
+    check_quant_param(scale, x, axis, block_size, op, "y_scale")
+    if zp is not None:
+        if zp.shape != scale.shape:
+            raise OpError(f"{op}: y_zero_point {zp} must have y_scale's shape {scale}")
+    return TensorType(x.shape, out)
+
+
+@register_op("QuantizeLinear",
+             attrs={"axis": Attr.int(1), "block_size": Attr.int(0),
+                    "output_dtype": Attr.dtype(None), "saturate": Attr.int(1),
+                    "precision": Attr.dtype(None)},
+             inputs=(2, 3), infer=_quantize_infer, pattern=OpPattern.BROADCAST)
+def quantize_linear(x: np.ndarray, scale: np.ndarray, zp: np.ndarray | None = None, *,
+                    axis: int, block_size: int, output_dtype: DType | None, saturate: int,
+                    precision: DType | None) -> np.ndarray:
+    """``saturate(round_half_even(x / scale) + zero_point)``; the division is done in
+    ``precision`` (default: the scale's dtype)."""
+    out = _quant_out_dtype(zp.dtype if zp is not None else None, output_dtype).numpy
+    cdt = precision.numpy if precision is not None else scale.dtype
+    s = expand_quant_param(scale, x.shape, axis, block_size).astype(cdt)
+    q = np.rint(x.astype(cdt) / s).astype(np.float64)
+    if zp is not None:
+        q = q + expand_quant_param(zp, x.shape, axis, block_size).astype(np.float64)
+    return _saturate(np.nan_to_num(q), out)
+
+
+def _dequantize_infer(x: TensorType, scale: TensorType, zp: TensorType | None = None, *,
+                      axis: int, block_size: int, output_dtype: DType | None) -> TensorType:
+    op = "DequantizeLinear"
+    if not scale.dtype.is_float:
+        raise OpError(f"{op}: x_scale must be a float tensor, got {scale}")
+    if x.dtype not in QUANT_DTYPES:
+        raise OpError(f"{op}: input {x} must be one of "
+                      f"{', '.join(d.value for d in QUANT_DTYPES)}")
+    check_quant_param(scale, x, axis, block_size, op, "x_scale")
+    if zp is not None:
+        if zp.dtype != x.dtype:
+            raise OpError(f"{op}: x_zero_point {zp} must have the input's dtype {x.dtype}")
+        if zp.shape != scale.shape:
+            raise OpError(f"{op}: x_zero_point {zp} must have x_scale's shape {scale}")
+    return TensorType(x.shape, output_dtype or scale.dtype)
+
+
+@register_op("DequantizeLinear",
+             attrs={"axis": Attr.int(1), "block_size": Attr.int(0),
+                    "output_dtype": Attr.dtype(None)},
+             inputs=(2, 3), infer=_dequantize_infer, pattern=OpPattern.BROADCAST)
+def dequantize_linear(x: np.ndarray, scale: np.ndarray, zp: np.ndarray | None = None, *,
+                      axis: int, block_size: int, output_dtype: DType | None) -> np.ndarray:
+    """``(x - zero_point) * scale``, computed in the output dtype (default: the scale's)."""
+    out = output_dtype.numpy if output_dtype is not None else scale.dtype
+    v = x.astype(np.int64)
+    if zp is not None:
+        v = v - expand_quant_param(zp, x.shape, axis, block_size).astype(np.int64)
+    s = expand_quant_param(scale, x.shape, axis, block_size).astype(out)
+    return (v.astype(out) * s).astype(out, copy=False)
+
+
+def _dynamic_quantize_infer(x: TensorType) -> tuple[TensorType, TensorType, TensorType]:
+    if x.dtype != DType.float32:
+        raise OpError(f"DynamicQuantizeLinear: input must be float32, got {x}")
+    return (TensorType(x.shape, DType.uint8), TensorType((), DType.float32),
+            TensorType((), DType.uint8))
+
+
+@register_op("DynamicQuantizeLinear", infer=_dynamic_quantize_infer, pattern=OpPattern.OPAQUE)
+def dynamic_quantize_linear(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """uint8 quantization with a scale and zero point from the data's range (including 0);
+    returns ``(y, y_scale, y_zero_point)``."""
+    xmax = np.float32(max(0.0, float(np.max(x)))) if x.size else np.float32(0)
+    xmin = np.float32(min(0.0, float(np.min(x)))) if x.size else np.float32(0)
+    scale = np.float32(1.0) if xmax == xmin else np.float32((xmax - xmin) / np.float32(255))
+    zp = np.float32(np.rint(np.clip(np.float32(0) - xmin / scale, 0, 255)))
+    y = np.clip(np.rint(x.astype(np.float32) / scale) + zp, 0, 255).astype(np.uint8)
+    return y, np.array(scale, np.float32), np.array(zp, np.uint8)
+
+
+# -- integer convolution and matmul --------------------------------------------------------------
+
+def _check_int8(t: TensorType | None, op: str, what: str) -> None:
+    if t is not None and t.dtype not in (DType.int8, DType.uint8):
+        raise OpError(f"{op}: {what} must be int8 or uint8, got {t}")
+
+
+def _weight_param(p: np.ndarray | None, w_ndim: int) -> Any:
+    """A weight zero point/scale: scalar, or per output channel (M,) -> (M, 1, ...)."""
+    if p is None:
+        return 0
+    if p.size == 1:
+        return p.reshape(())
+    return p.reshape(-1, *([1] * (w_ndim - 1)))
+
+
+def _int_conv(x: np.ndarray, x_zp: np.ndarray | None, w: np.ndarray, w_zp: np.ndarray | None,
+              strides: list[int] | None, pads: list[int] | None, dilations: list[int] | None,
+              group: int) -> np.ndarray:
+    """The exact int32 accumulator of a convolution of zero-point-shifted integers."""
+    _, s, p, d = spatial_params(x.ndim - 2, None, strides, pads, dilations, "ConvInteger")
+    xi = x.astype(np.float64)
+    if x_zp is not None:
+        xi -= np.float64(x_zp.reshape(-1)[0])
+    wi = w.astype(np.float64) - np.asarray(_weight_param(w_zp, w.ndim), np.float64)
+    acc = conv_nd(xi, wi, group, s, p, d)
+    return np.rint(acc).astype(np.int64).astype(np.int32)
+
+
+def _conv_integer_infer(x: TensorType, w: TensorType, x_zp: TensorType | None = None,
+                        w_zp: TensorType | None = None, **attrs: Any) -> TensorType:
+    op = "ConvInteger"
+    _check_int8(x, op, "x")
+    _check_int8(w, op, "w")
+    y = _conv_infer(x, w, None, op=op, **attrs)
+    if x_zp is not None and not _is_scalar(x_zp.shape):
+        raise OpError(f"{op}: x_zero_point {x_zp} must be a scalar")
+    if w_zp is not None and not _is_scalar(w_zp.shape) and w_zp.shape != (w.shape[0],):
+        raise OpError(f"{op}: w_zero_point {w_zp} must be a scalar or have shape [{w.shape[0]}]")
+    return y.with_dtype(DType.int32)
+
+
+@register_op("ConvInteger", attrs=_CONV_ATTRS, inputs=(2, 4), infer=_conv_integer_infer,
+             pattern=OpPattern.OUT_ELEMWISE_FUSABLE)
+def conv_integer(x: np.ndarray, w: np.ndarray, x_zp: np.ndarray | None = None,
+                 w_zp: np.ndarray | None = None, *, kernel_shape: list[int] | None,
+                 strides: list[int] | None, pads: list[int] | None,
+                 dilations: list[int] | None, group: int) -> np.ndarray:
+    """int32 convolution of ``x - x_zero_point`` and ``w - w_zero_point`` (padding is the zero
+    point, i.e. 0 after shifting)."""
+    return _int_conv(x, x_zp, w, w_zp, strides, pads, dilations, group)
+
+
+def _requantize(acc: np.ndarray, scale: np.ndarray, zp: np.ndarray | None,
+                dtype: np.dtype) -> np.ndarray:
+    """``saturate(round_half_even(acc * scale) + zp)`` in float32, like onnxruntime."""
+    v = np.rint(acc.astype(np.float32) * scale.astype(np.float32)).astype(np.float64)
+    if zp is not None:
+        v += zp.astype(np.float64)
+    return _saturate(v, dtype)
+
+
+def _qlinear_conv_infer(x: TensorType, x_scale: TensorType, x_zp: TensorType, w: TensorType,
+                        w_scale: TensorType, w_zp: TensorType, y_scale: TensorType,
+                        y_zp: TensorType | None = None, b: TensorType | None = None,
+                        **attrs: Any) -> TensorType:
+    op = "QLinearConv"
+    _check_int8(x, op, "x")
+    _check_int8(w, op, "w")
+    y = _conv_infer(x, w, None, op=op, **attrs)
+    m = w.shape[0]
+    for name, t in (("x_scale", x_scale), ("x_zero_point", x_zp), ("y_scale", y_scale),
+                    ("y_zero_point", y_zp)):
+        if t is not None and not _is_scalar(t.shape):
+            raise OpError(f"{op}: {name} {t} must be a scalar")
+    for name, t in (("w_scale", w_scale), ("w_zero_point", w_zp)):
+        if not _is_scalar(t.shape) and t.shape != (m,):
+            raise OpError(f"{op}: {name} {t} must be a scalar or have shape [{m}]")
+    if b is not None and (b.shape != (m,) or b.dtype != DType.int32):
+        raise OpError(f"{op}: bias {b} must be int32 with shape [{m}]")
+    out = y_zp.dtype if y_zp is not None else x.dtype
+    _check_int8(TensorType((), out), op, "y_zero_point")
+    return y.with_dtype(out)
+
+
+@register_op("QLinearConv", attrs=_CONV_ATTRS, inputs=(8, 9), infer=_qlinear_conv_infer,
+             pattern=OpPattern.OUT_ELEMWISE_FUSABLE)
+def qlinear_conv(x: np.ndarray, x_scale: np.ndarray, x_zp: np.ndarray, w: np.ndarray,
+                 w_scale: np.ndarray, w_zp: np.ndarray, y_scale: np.ndarray,
+                 y_zp: np.ndarray | None = None, b: np.ndarray | None = None, *,
+                 kernel_shape: list[int] | None, strides: list[int] | None,
+                 pads: list[int] | None, dilations: list[int] | None,
+                 group: int) -> np.ndarray:
+    """Quantized convolution: exact int32 accumulation (+ int32 bias), requantized with
+    ``x_scale * w_scale / y_scale`` (per output channel when w_scale is a vector)."""
+    acc = _int_conv(x, x_zp, w, w_zp, strides, pads, dilations, group).astype(np.int64)
+    if b is not None:
+        acc += b.astype(np.int64).reshape(-1, *([1] * (x.ndim - 2)))
+    ws = w_scale.astype(np.float32).reshape(-1)
+    scale = (np.float32(x_scale.reshape(-1)[0]) * ws / np.float32(y_scale.reshape(-1)[0]))
+    scale = scale.reshape(()) if scale.size == 1 else scale.reshape(-1, *([1] * (x.ndim - 2)))
+    out = y_zp.dtype if y_zp is not None else x.dtype
+    zp = y_zp.reshape(()) if y_zp is not None else None
+    return _requantize(acc.astype(np.int32), scale, zp, out)
+
+
+def _row_param(p: np.ndarray | None) -> Any:
+    """An ``a``-side parameter: scalar, or per row (M,) -> (M, 1)."""
+    if p is None:
+        return 0
+    if p.size == 1:
+        return p.reshape(())
+    return p.reshape(-1, 1) if p.ndim == 1 else p
+
+
+def _col_param(p: np.ndarray | None) -> Any:
+    """A ``b``-side parameter: scalar, or per column (N,) (broadcasts on the last axis)."""
+    if p is None:
+        return 0
+    if p.size == 1:
+        return p.reshape(())
+    return p
+
+
+def _int_matmul(a: np.ndarray, a_zp: np.ndarray | None, b: np.ndarray,
+                b_zp: np.ndarray | None) -> np.ndarray:
+    av = a.astype(np.float64) - np.asarray(_row_param(a_zp), np.float64)
+    bv = b.astype(np.float64) - np.asarray(_col_param(b_zp), np.float64)
+    return np.rint(np.matmul(av, bv)).astype(np.int64).astype(np.int32)
+
+
+def _matmul_integer_infer(a: TensorType, b: TensorType, a_zp: TensorType | None = None,
+                          b_zp: TensorType | None = None) -> TensorType:
+    op = "MatMulInteger"
+    _check_int8(a, op, "A")
+    _check_int8(b, op, "B")
+    for name, t, ref in (("a_zero_point", a_zp, a), ("b_zero_point", b_zp, b)):
+        if t is not None and t.dtype != ref.dtype:
+            raise OpError(f"{op}: {name} {t} must have dtype {ref.dtype}")
+    return TensorType(matmul_shape(a.shape, b.shape, op), DType.int32)
+
+
+@register_op("MatMulInteger", inputs=(2, 4), infer=_matmul_integer_infer,
+             pattern=OpPattern.OUT_ELEMWISE_FUSABLE)
+def matmul_integer(a: np.ndarray, b: np.ndarray, a_zp: np.ndarray | None = None,
+                   b_zp: np.ndarray | None = None) -> np.ndarray:
+    """int32 ``(A - a_zero_point) @ (B - b_zero_point)`` (zero points per tensor, per row of A,
+    per column of B)."""
+    return _int_matmul(a, a_zp, b, b_zp)
+
+
+def _qlinear_matmul_infer(a: TensorType, a_scale: TensorType, a_zp: TensorType, b: TensorType,
+                          b_scale: TensorType, b_zp: TensorType, y_scale: TensorType,
+                          y_zp: TensorType) -> TensorType:
+    op = "QLinearMatMul"
+    _check_int8(a, op, "a")
+    _check_int8(b, op, "b")
+    _check_int8(y_zp, op, "y_zero_point")
+    for name, t in (("a_scale", a_scale), ("b_scale", b_scale), ("y_scale", y_scale)):
+        if not t.dtype.is_float:
+            raise OpError(f"{op}: {name} must be a float tensor, got {t}")
+    return TensorType(matmul_shape(a.shape, b.shape, op), y_zp.dtype)
+
+
+@register_op("QLinearMatMul", inputs=8, infer=_qlinear_matmul_infer,
+             pattern=OpPattern.OUT_ELEMWISE_FUSABLE)
+def qlinear_matmul(a: np.ndarray, a_scale: np.ndarray, a_zp: np.ndarray, b: np.ndarray,
+                   b_scale: np.ndarray, b_zp: np.ndarray, y_scale: np.ndarray,
+                   y_zp: np.ndarray) -> np.ndarray:
+    """Quantized matmul: exact int32 accumulation requantized with ``a_scale * b_scale /
+    y_scale`` (float32)."""
+    acc = _int_matmul(a, a_zp, b, b_zp)
+    sa = np.asarray(_row_param(a_scale), np.float32)
+    sb = np.asarray(_col_param(b_scale), np.float32)
+    scale = sa * sb / np.asarray(_col_param(y_scale), np.float32)
+    zp = np.asarray(_col_param(y_zp))
+    return _requantize(acc, scale, zp, y_zp.dtype)
+
+
+__all__ = ["QUANT_DTYPES", "check_quant_param", "expand_quant_param"]
