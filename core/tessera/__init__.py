@@ -6,12 +6,14 @@
     mod = tessera.compile("model.onnx", target="llvm", input_shapes={"data": [1, 3, 224, 224]})
     outs = mod.run(data=x)
     mod.export("model.tar"); mod = tessera.load("model.tar")
+    qmodel = tessera.quantize("model.onnx", {"data": calibration_batch})  # int8 QDQ ONNX
 """
 
 from importlib.metadata import PackageNotFoundError, version
 
 from tessera.api import compile, load
 from tessera.errors import TesseraError
+from tessera.quantization import quantize
 from tessera.runtime.module import Module
 
 try:
@@ -19,4 +21,4 @@ try:
 except PackageNotFoundError:  # running from a source tree without installing
     __version__ = "0+unknown"
 
-__all__ = ["Module", "TesseraError", "__version__", "compile", "load"]
+__all__ = ["Module", "TesseraError", "__version__", "compile", "load", "quantize"]

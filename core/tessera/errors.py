@@ -39,6 +39,10 @@ class NeedsConstantError(ModelImportError):
         self.inputs = inputs
 
 
+class QuantizeError(TesseraError):
+    """Quantization failed: a model it cannot quantize, or bad calibration data."""
+
+
 class PassError(TesseraError):
     """A graph pass failed or was configured wrongly."""
 

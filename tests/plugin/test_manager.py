@@ -91,3 +91,18 @@ def test_every_hook_is_documented_and_tested():
         doc = inspect.getdoc(getattr(hookspecs, name)) or ""
         assert len(doc) > 80, f"hook {name} needs a docstring saying when/what/returns"
         assert tests_text.count(name) >= 2, f"hook {name} has no test"
+
+
+def test_availability_can_depend_on_target_options(site):
+    src = ("from tessera.plugin import hookimpl, Backend\n"
+           "class Sim(Backend):\n    name = 'tsimx'\n    options = {'sim': 'fast or rtl'}\n"
+           "    def available_for(self, target):\n"
+           "        return 'no verilator' if target.get('sim') == 'rtl' else None\n"
+           "    def claims(self, target):\n        return []\n"
+           "    def compile(self, region, target, options):\n        raise NotImplementedError\n"
+           "@hookimpl\ndef tessera_backends():\n    return [Sim()]\n")
+    _fake_dist(site, "tplug-sim", "tplug_sim", src, "tsimx")
+    reload_plugins()
+    assert [b.name for b, _ in resolve_target("tsimx -sim=fast, ref")] == ["tsimx", "ref"]
+    with pytest.raises(TargetError, match="tsimx.*unavailable here: no verilator"):
+        resolve_target("tsimx -sim=rtl, ref")

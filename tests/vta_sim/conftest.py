@@ -1,4 +1,6 @@
-"""tessera-vta tests need only numpy and the plugin itself (not the core `tessera` package).
+"""tessera-vta tests need only numpy and the plugin itself (not the core `tessera` package),
+except ``test_plugin.py`` (the Tessera backend), which needs Tessera and the plugin's entry point
+and skips otherwise.
 
 When the plugin is not installed (``pip install -e plugins/vta_sim``), its source folder is put
 on the path so the tests still run from a fresh clone.

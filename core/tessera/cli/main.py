@@ -1,6 +1,7 @@
 """The ``tessera`` command line: argument parsing, dispatch and error reporting.
 
-Every subcommand lives in its own module (``compile``, ``run``, ``inspect``, ``plugins``).
+Every subcommand lives in its own module (``compile``, ``run``, ``inspect``, ``plugins``,
+``quantize``).
 Reports go to stdout and progress to stderr. A :class:`~tessera.errors.TesseraError`, a bad
 argument or an unreadable file ends the command with exit code 1 and one ``error: ...`` line.
 """
@@ -16,6 +17,7 @@ from typing import Any, NoReturn
 from tessera.cli import compile as compile_cmd
 from tessera.cli import inspect as inspect_cmd
 from tessera.cli import plugins as plugins_cmd
+from tessera.cli import quantize as quantize_cmd
 from tessera.cli import run as run_cmd
 from tessera.cli.shapes import ArgumentError
 from tessera.errors import TesseraError
@@ -44,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"tessera {_version()}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND",
                                        parser_class=_Parser)
-    for module in (compile_cmd, run_cmd, inspect_cmd, plugins_cmd):
+    for module in (compile_cmd, run_cmd, inspect_cmd, plugins_cmd, quantize_cmd):
         module.add_parser(subparsers)
     return parser
 

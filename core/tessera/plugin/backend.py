@@ -82,6 +82,13 @@ class Backend(ABC):
         """None when the backend can run here, else the reason it cannot (shown to users)."""
         return None
 
+    def available_for(self, target: TargetKind) -> str | None:
+        """Like :meth:`available`, for one target kind: backends whose requirements depend on
+        their options (a simulator that needs a tool only with ``-sim=tsim``) override it; it may
+        raise :class:`~tessera.errors.TargetError` for an option value it does not accept.
+        ``resolve_target`` calls it for every kind of a target. By default: ``available()``."""
+        return self.available()
+
     @abstractmethod
     def claims(self, target: TargetKind) -> list[Pattern]:
         """The patterns this backend accepts under ``target`` (largest composites first)."""

@@ -166,8 +166,8 @@ def resolve_target(target: str | Target | None) -> list[tuple[Backend, TargetKin
             # a library backend sees the options of the kind that names it
             ordered.append((registry.get(lib), TargetKind(lib, dict(kind.options))))
         ordered.append((backend, kind))
-    for backend, _ in ordered:
-        reason = backend.available()
+    for backend, kind in ordered:
+        reason = backend.available_for(kind)
         if reason:
             raise TargetError(f"backend {backend.name!r} is installed but unavailable here: "
                               f"{reason}")

@@ -14,6 +14,15 @@ store module writes the tile out. The tokens:
 - compute -> store: a tile's last ALU instruction pushes, its first STORE pops;
 - store -> compute: a tile's last STORE pushes when tile ``t + 2`` exists (whose reset pops it)
   or when it is the last tile (FINISH pops it, so FINISH waits for the last store).
+
+Rounding to nearest, ties to even (``rounding="half_even"``, shift ``s >= 1``) with only MIN,
+MAX, ADD and SHR: the DRAM bias already holds ``bias + 2^(s-1)``, so after the bias add an
+accumulator holds ``a' = a + 2^(s-1)``, and ``round_half_even(a / 2^s) = (a' - bit_s(a')) >> s``
+(at a tie the low ``s`` bits of ``a'`` are zero and bit ``s`` is the parity of the rounded-up
+value; elsewhere subtracting 0 or 1 does not change the floor). ``-bit_s(a')`` is computed in
+scratch rows shared by all tiles (the compute module runs in order): GEMM reset, ADD a copy of the
+tile, SHR by ``-(31 - s)`` (a left shift that wraps at 32 bits, leaving bit ``s`` as the sign),
+SHR by 31 (0 or -1), and ADD it to the tile before the shift.
 """
 
 from __future__ import annotations
@@ -78,6 +87,8 @@ class Conv2dLowering:
         self.plane = tiling.plane(params)
         self.acc_half = tiling.acc_rows()
         self.bias_base = 2 * self.acc_half
+        #: Scratch rows for rounding to nearest (after the bias rows of the widest tile).
+        self.scratch_base = self.bias_base + tiling.toc
         self._bias_loaded: tuple[int, int] | None = None
 
     # -- iteration space ---------------------------------------------------------------------
@@ -248,6 +259,8 @@ class Conv2dLowering:
                 src_factor_in=0,
             )
         )
+        if p.rounds:
+            self._round_half_even(tile)
         passes = [(AluOp.MAX, 0 if p.relu else -128), (AluOp.MIN, 127)]
         if p.shift:
             passes.insert(0, (AluOp.SHR, p.shift))
@@ -265,6 +278,37 @@ class Conv2dLowering:
                     dst_factor_in=1,
                     src_factor_in=1,
                     push_next=n == len(passes) - 1,
+                )
+            )
+
+    def _round_half_even(self, tile: Tile) -> None:
+        """Subtract bit ``shift`` from every accumulator of the tile (see the module docs)."""
+        acc_base, scratch, rows = self._acc_base(tile), self.scratch_base, tile.acc_rows
+        bgn, end = self.b.kernel((Uop(acc=scratch, inp=0, wgt=0),))
+        self.b.emit(
+            Gemm(reset=True, uop_bgn=bgn, uop_end=end, iter_out=1, iter_in=rows, dst_factor_in=1)
+        )
+        steps: list[tuple[int, int, AluOp, int | None]] = [
+            (scratch, acc_base, AluOp.ADD, None),
+            (scratch, scratch, AluOp.SHR, -(31 - self.p.shift)),
+            (scratch, scratch, AluOp.SHR, 31),
+            (acc_base, scratch, AluOp.ADD, None),
+        ]
+        for dst, src, op, imm in steps:
+            if imm == 0:
+                continue
+            bgn, end = self.b.kernel((Uop(acc=dst, inp=src),))
+            self.b.emit(
+                Alu(
+                    alu_opcode=op,
+                    use_imm=imm is not None,
+                    imm=imm or 0,
+                    uop_bgn=bgn,
+                    uop_end=end,
+                    iter_out=1,
+                    iter_in=rows,
+                    dst_factor_in=1,
+                    src_factor_in=1,
                 )
             )
 

@@ -9,13 +9,18 @@ from ..errors import CompileError
 #: Widest padding an input LOAD can add on one side (a 4-bit field).
 MAX_PAD = 15
 
+#: How the requantizing shift rounds: "floor" (an arithmetic shift, as TVM's VTA flow with
+#: rounding off) or "half_even" (round to nearest, ties to even, as ONNX QuantizeLinear does).
+ROUNDING_MODES = ("floor", "half_even")
+
 
 @dataclass(frozen=True)
 class Conv2dParams:
     """An int8 NCHW convolution with int32 bias, requantization and optional ReLU:
 
     ``out = clip((conv(x, w) + bias) >> shift, 0 if relu else -128, 127)`` as int8.
-    Padding is (top, left, bottom, right) zeros.
+    Padding is (top, left, bottom, right) zeros. With ``rounding="half_even"`` the shift rounds
+    to nearest with ties to even instead of down (see :mod:`.conv2d` for the ALU sequence).
     """
 
     batch: int
@@ -33,6 +38,7 @@ class Conv2dParams:
     pad_right: int = 0
     shift: int = 0
     relu: bool = False
+    rounding: str = "floor"
 
     def __post_init__(self) -> None:
         for name in (
@@ -62,11 +68,20 @@ class Conv2dParams:
                 )
         if not 0 <= self.shift <= 31:
             raise CompileError(f"conv2d shift = {self.shift}: expected 0..31")
+        if self.rounding not in ROUNDING_MODES:
+            raise CompileError(
+                f"conv2d rounding = {self.rounding!r}: expected one of {', '.join(ROUNDING_MODES)}"
+            )
         if self.out_height < 1 or self.out_width < 1:
             raise CompileError(
                 f"conv2d output would be {self.out_height}x{self.out_width}: the kernel "
                 f"{self.kernel_h}x{self.kernel_w} is larger than the padded input"
             )
+
+    @property
+    def rounds(self) -> bool:
+        """Whether the epilogue rounds to nearest (and so needs scratch accumulator rows)."""
+        return self.rounding == "half_even" and self.shift > 0
 
     @property
     def out_height(self) -> int:

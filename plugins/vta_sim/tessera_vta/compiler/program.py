@@ -118,6 +118,14 @@ def lower_conv2d(
     if bias is None:
         bias = np.zeros(params.out_channels, dtype=np.int32)
     bias = _check_int("bias", bias, np.int32, (params.out_channels,))
+    if params.rounds:
+        # rounding to nearest: the bias add also adds half of the shift's unit (see conv2d.py)
+        rounded = bias.astype(np.int64) + (1 << (params.shift - 1))
+        if rounded.max() > np.iinfo(np.int32).max:
+            raise CompileError(
+                f"bias {int(bias.max())} + 2^{params.shift - 1} (rounding) overflows int32"
+            )
+        bias = rounded.astype(np.int32)
     tiling = tiling or choose_tiling(params, config)
     if ceil_div(params.in_channels, config.block) * params.kernel_h * params.kernel_w >= 1 << 16:
         raise CompileError("conv2d weight rows exceed the 16-bit x_stride of a LOAD")
@@ -184,6 +192,7 @@ def compile_conv2d(
     padding: int | tuple[int, int] | tuple[int, int, int, int] = 0,
     shift: int = 0,
     relu: bool = False,
+    rounding: str = "floor",
     config: VTAConfig = DEFAULT_CONFIG,
     tiling: Tiling | None = None,
 ) -> Program:
@@ -191,6 +200,7 @@ def compile_conv2d(
 
     ``weight`` is int8 OIHW, ``bias`` int32 (O,). ``padding`` is one value, (vertical,
     horizontal) or (top, left, bottom, right). Channel counts need not be multiples of 16.
+    ``rounding`` is "floor" (an arithmetic shift) or "half_even" (to nearest, ties to even).
     """
     weight = np.asarray(weight)
     if weight.ndim != 4 or len(input_shape) != 4:
@@ -222,6 +232,7 @@ def compile_conv2d(
         pad_right=pads[3],
         shift=shift,
         relu=relu,
+        rounding=rounding,
     )
     return lower_conv2d(params, weight, bias, config, tiling=tiling)
 
@@ -233,9 +244,11 @@ def compile_dense(
     *,
     shift: int = 0,
     relu: bool = False,
+    rounding: str = "floor",
     config: VTAConfig = DEFAULT_CONFIG,
 ) -> Program:
-    """Compile ``clip((x @ weight.T + bias) >> shift)`` for int8 x (N, K), weight (M, K)."""
+    """Compile ``clip((x @ weight.T + bias) >> shift)`` for int8 x (N, K), weight (M, K);
+    ``rounding`` as for :func:`compile_conv2d`."""
     weight = np.asarray(weight)
     if weight.ndim != 2 or len(input_shape) != 2 or weight.shape[1] != input_shape[1]:
         raise CompileError(
@@ -253,5 +266,6 @@ def compile_dense(
         kernel_w=1,
         shift=shift,
         relu=relu,
+        rounding=rounding,
     )
     return lower_conv2d(params, weight.reshape(m, k, 1, 1), bias, config, kind="dense")

@@ -7,9 +7,14 @@ import numpy as np
 from .layers import Conv2dParams
 
 
-def requantize(acc: np.ndarray, shift: int, relu: bool) -> np.ndarray:
-    """int32 accumulators -> int8: arithmetic shift right, clip to [-128 or 0, 127]."""
-    shifted = acc.astype(np.int64) >> shift
+def requantize(acc: np.ndarray, shift: int, relu: bool, rounding: str = "floor") -> np.ndarray:
+    """int32 accumulators -> int8: shift right (rounding down, or to nearest with ties to even
+    for ``rounding="half_even"``), clip to [-128 or 0, 127]."""
+    wide = acc.astype(np.int64)
+    if rounding == "half_even" and shift > 0:
+        shifted = np.rint(wide.astype(np.float64) / float(1 << shift)).astype(np.int64)
+    else:
+        shifted = wide >> shift
     return np.clip(shifted, 0 if relu else -128, 127).astype(np.int8)
 
 
@@ -42,13 +47,18 @@ def conv2d_reference(
     """int8 NCHW conv2d + int32 bias, then shift/clip (and ReLU) to int8."""
     acc = conv2d_accumulate(x, weight, params).astype(np.int64)
     acc = (acc + bias.astype(np.int64)[None, :, None, None]).astype(np.int32)
-    return requantize(acc, params.shift, params.relu)
+    return requantize(acc, params.shift, params.relu, params.rounding)
 
 
 def dense_reference(
-    x: np.ndarray, weight: np.ndarray, bias: np.ndarray, shift: int, relu: bool
+    x: np.ndarray,
+    weight: np.ndarray,
+    bias: np.ndarray,
+    shift: int,
+    relu: bool,
+    rounding: str = "floor",
 ) -> np.ndarray:
     """int8 ``x (N, K) @ weight (M, K).T + bias``, then shift/clip (and ReLU) to int8."""
     acc = (x.astype(np.float64) @ weight.astype(np.float64).T).astype(np.int64)
     acc = (acc + bias.astype(np.int64)[None, :]).astype(np.int32)
-    return requantize(acc, shift, relu)
+    return requantize(acc, shift, relu, rounding)

@@ -4,8 +4,9 @@ A tile computes ``toc`` output-channel blocks x ``th`` output rows x ``tw`` outp
 one batch block; its reduction runs over input-channel chunks of ``icc`` blocks (usually all of
 them at once). Two virtual threads alternate, so the input and weight buffers are split in two
 halves (one per load group in flight) and the accumulator buffer holds two tiles plus the bias
-rows. Among the tilings that fit, :func:`choose_tiling` takes the one with the lowest estimate of
-``max(load cycles, compute cycles)`` plus a per-tile synchronization cost.
+rows (and, when the requantizing shift rounds to nearest, a third tile's worth of scratch
+rows). Among the tilings that fit, :func:`choose_tiling` takes the one with the lowest estimate
+of ``max(load cycles, compute cycles)`` plus a per-tile synchronization cost.
 """
 
 from __future__ import annotations
@@ -26,6 +27,14 @@ UOP_KERNEL_FRACTION = 4
 TILE_OVERHEAD_CYCLES = 24
 #: ALU instructions per tile: bias add, shift, max, min.
 ALU_PASSES = 4
+#: More ALU instructions per tile when the shift rounds to nearest (copy, two shifts, add).
+ROUNDING_ALU_PASSES = 4
+
+
+def acc_tiles(params: Conv2dParams) -> int:
+    """Accumulator tiles the buffer holds: two (double buffering), plus one of scratch rows
+    for rounding to nearest."""
+    return 3 if params.rounds else 2
 
 
 @dataclass(frozen=True)
@@ -60,8 +69,8 @@ def check_fits(tiling: Tiling, params: Conv2dParams, config: VTAConfig) -> str |
         return f"input tile {t.icc}x{t.plane(p)} rows > half the input buffer"
     if t.toc * t.icc * taps > config.wgt_depth // 2:
         return f"weight tile {t.toc * t.icc * taps} blocks > half the weight buffer"
-    if 2 * t.acc_rows() + t.toc > config.acc_depth:
-        return f"two accumulator tiles of {t.acc_rows()} rows + bias do not fit"
+    if acc_tiles(p) * t.acc_rows() + t.toc > config.acc_depth:
+        return f"{acc_tiles(p)} accumulator tiles of {t.acc_rows()} rows + bias do not fit"
     if t.icc * taps * t.tw > config.uop_depth // UOP_KERNEL_FRACTION:
         return f"GEMM kernel of {t.icc * taps * t.tw} micro-ops is too large"
     if p.stride_h * t.in_cols(p) >= config.inp_depth:
@@ -82,7 +91,8 @@ def estimate_cycles(tiling: Tiling, params: Conv2dParams, config: VTAConfig) -> 
     taps = p.kernel_h * p.kernel_w
     rows = nb * ocb * p.out_height * p.out_width
     gemm = rows * icb * taps
-    alu = ALU_PASSES * ALU_CYCLES_PER_ROW * rows
+    passes = ALU_PASSES + (ROUNDING_ALU_PASSES if p.rounds else 0)
+    alu = passes * ALU_CYCLES_PER_ROW * rows + (rows if p.rounds else 0)
     inp_rows = nb * n_oc * icb * n_h * n_w * t.plane(p)
     wgt_blocks = nb * n_h * n_w * ocb * icb * taps
     load = inp_rows * beats_per_elem(config, MemType.INP) + wgt_blocks * beats_per_elem(
@@ -108,7 +118,7 @@ def _largest_th(t: Tiling, params: Conv2dParams, config: VTAConfig) -> int:
     in_cols = t.in_cols(p)
     rows_in = config.inp_depth // 2 // (t.icc * in_cols)
     by_inp = (rows_in - p.kernel_h) // p.stride_h + 1
-    by_acc = (config.acc_depth - t.toc) // 2 // (t.toc * t.tw)
+    by_acc = (config.acc_depth - t.toc) // acc_tiles(p) // (t.toc * t.tw)
     return min(p.out_height, by_inp, by_acc)
 
 
