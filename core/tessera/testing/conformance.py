@@ -5,18 +5,23 @@ expected output arrays. Operands that fix shapes (Reshape's ``shape``, Reduce ``
 bound as compile-time constants when the importer asks for them (:class:`NeedsConstantError`),
 as a static-shape compiler must; everything else is a runtime input.
 
-``python -m tessera.testing.conformance --target ref`` prints the pass count.
+``python -m tessera.testing.conformance --target ref`` prints the pass count;
+``--write-known-failures PATH`` rewrites the known-failures list (one ``test_name  # reason`` line
+per failing case, grouped under ``## group`` headers) from the current failures, keeping the
+reasons and groups already written there for cases that still fail.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import re
 import sys
 import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -57,8 +62,11 @@ def compile_and_run(model, inputs: dict[str, np.ndarray], target: str,
 
     shapes = {k: list(v.shape) for k, v in inputs.items() if k not in freeze}
     mod = tessera.compile(model, target=target, input_shapes=shapes, freeze_inputs=freeze)
-    outs = mod.run(**{k: v for k, v in inputs.items() if k not in freeze})
-    return [outs[name] for name in mod.output_names]
+    for name, value in inputs.items():
+        if name not in freeze:
+            mod.set_input(name, value)
+    mod.run()  # the step-by-step form also covers models without inputs
+    return [mod.get_output(i) for i in range(len(mod.output_names))]
 
 
 def interpret(model, inputs: dict[str, np.ndarray], target: str,
@@ -71,6 +79,16 @@ def interpret(model, inputs: dict[str, np.ndarray], target: str,
     fn = import_onnx(model, input_shapes=shapes, freeze_inputs=freeze)
     outs = evaluate_function(fn, {k: v for k, v in inputs.items() if k not in freeze})
     return [outs[v.name] for v in fn.outputs]
+
+
+def _as_array(data: object) -> np.ndarray:
+    """A case's input or expected output as an array (some cases store TensorProtos)."""
+    import onnx
+    from onnx import numpy_helper
+
+    if isinstance(data, onnx.TensorProto):
+        return numpy_helper.to_array(data)
+    return np.asarray(data)
 
 
 def _compare(name: str, got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> str:
@@ -96,7 +114,7 @@ def run_case(case, target: str = "ref", engine: Runner = compile_and_run) -> Cas
     output_names = [vi.name for vi in g.output]
     try:
         for inputs, outputs in case.data_sets:
-            feeds = {n: np.asarray(a) for n, a in zip(input_names, inputs)}
+            feeds = {n: _as_array(a) for n, a in zip(input_names, inputs)}
             freeze: dict[str, np.ndarray] = {}
             for _ in range(3):
                 try:
@@ -110,7 +128,7 @@ def run_case(case, target: str = "ref", engine: Runner = compile_and_run) -> Cas
             else:
                 return CaseResult(case.name, False, "needs-constant loop")
             for name, have, want in zip(output_names, got, outputs):
-                problem = _compare(name, have, want, case.rtol, case.atol)
+                problem = _compare(name, have, _as_array(want), case.rtol, case.atol)
                 if problem:
                     return CaseResult(case.name, False, problem)
         return CaseResult(case.name, True)
@@ -119,6 +137,121 @@ def run_case(case, target: str = "ref", engine: Runner = compile_and_run) -> Cas
         return CaseResult(case.name, False, f"{type(e).__name__}: {first}")
     except Exception as e:  # noqa: BLE001 - a crash is a failure of that case, reported
         return CaseResult(case.name, False, f"crash {type(e).__name__}: {e}")
+
+
+# -- the known-failures list -----------------------------------------------------------------------
+
+@dataclass
+class KnownFailure:
+    """One line of the known-failures file: a case expected to fail, and why."""
+
+    name: str
+    reason: str
+    group: str
+
+
+#: Groups in the order the file lists them; a group not named here comes after these.
+GROUP_ORDER = [
+    "unsupported ops (no converter or op yet)",
+    "unsupported element types (Tessera's dtypes exclude bfloat16, float8, int4, string, ...)",
+    "opsets before 7 (Tessera imports opsets 7 and later)",
+    "data-dependent output shapes (not expressible in the static-shape IR)",
+    "wrong results",
+    "errors while importing, compiling or running",
+    "crashes (Python exceptions: bugs)",
+]
+
+KNOWN_FAILURES_HEADER = """\
+# Known failures of the ONNX node conformance cases run through Tessera's reference backend
+# (tests/conformance/test_onnx_node.py). One case per line: `test_name  # reason`, grouped under
+# `## group` headers. A listed case is xfailed with its reason; a listed case that passes fails
+# the test, so this list stays true. Regenerate it (existing reasons and groups are kept) with
+#   python -m tessera.testing.conformance --target ref --write-known-failures {path}
+"""
+
+
+def read_known_failures(path: str | Path) -> dict[str, KnownFailure]:
+    """Parse a known-failures file; a missing file is an empty list."""
+    path = Path(path)
+    known: dict[str, KnownFailure] = {}
+    if not path.exists():
+        return known
+    group = "known failures"
+    for raw in path.read_text().splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        if line.startswith("##"):
+            group = line.lstrip("#").strip()
+            continue
+        if line.startswith("#"):
+            continue
+        name, _, reason = line.partition("#")
+        known[name.strip()] = KnownFailure(name.strip(), reason.strip(), group)
+    return known
+
+
+def classify_failure(reason: str) -> tuple[str, str]:
+    """(group, short reason) for a failure message from :func:`run_case`."""
+    unsupported = re.search(r"with unsupported ops \(([^)]*)\)", reason)
+    if unsupported:
+        ops = unsupported.group(1)
+        return GROUP_ORDER[0], f"no converter for {ops}"
+    element = re.search(r"element type (\w+) is not supported", reason)
+    if element:
+        return GROUP_ORDER[1], f"element type {element.group(1)}"
+    opset = re.search(r"default-domain opset (\d+)", reason)
+    if opset:
+        return GROUP_ORDER[2], f"opset {opset.group(1)} model"
+    if "depends on input values" in reason:
+        return GROUP_ORDER[3], "output shape depends on input values"
+    if reason.startswith("output "):
+        return GROUP_ORDER[4], _shorten(reason)
+    if reason.startswith("crash "):
+        return GROUP_ORDER[6], _shorten(reason[len("crash "):])
+    return GROUP_ORDER[5], _shorten(reason)
+
+
+def _shorten(text: str, limit: int = 140) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def write_known_failures(path: str | Path, results: list[CaseResult],
+                         previous: dict[str, KnownFailure] | None = None,
+                         case_order: list[str] | None = None) -> dict[str, KnownFailure]:
+    """Write the failures among ``results`` to ``path``.
+
+    Cases that still fail keep their reason and group from ``previous``; cases that now pass are
+    dropped; entries of ``previous`` for cases not in ``results`` (a filtered run) are kept.
+    """
+    previous = dict(previous or {})
+    ran = {r.name for r in results}
+    entries = {k: v for k, v in previous.items() if k not in ran}
+    for r in results:
+        if r.ok:
+            continue
+        if r.name in previous:
+            entries[r.name] = previous[r.name]
+        else:
+            group, reason = classify_failure(r.reason)
+            entries[r.name] = KnownFailure(r.name, reason, group)
+    order = {name: i for i, name in enumerate(case_order or [r.name for r in results])}
+    groups: dict[str, list[KnownFailure]] = collections.defaultdict(list)
+    for entry in entries.values():
+        groups[entry.group].append(entry)
+    ranked = sorted(groups, key=lambda g: (GROUP_ORDER.index(g) if g in GROUP_ORDER
+                                           else len(GROUP_ORDER), g))
+    lines = [KNOWN_FAILURES_HEADER.format(path=path).rstrip("\n")]
+    for group in ranked:
+        members = sorted(groups[group], key=lambda e: (order.get(e.name, len(order)), e.name))
+        lines.append("")
+        lines.append(f"## {group}")
+        width = max(len(e.name) for e in members)
+        for e in members:
+            lines.append(f"{e.name:<{width}}  # {e.reason}" if e.reason else e.name)
+    Path(path).write_text("\n".join(lines) + "\n")
+    return entries
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -130,6 +263,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="compile: tessera.compile + Module.run; interpret: importer + "
                     "reference interpreter only")
     ap.add_argument("--failures", action="store_true", help="list every failing case")
+    ap.add_argument("--write-known-failures", metavar="PATH", default=None,
+                    help="rewrite the known-failures file at PATH from the current failures "
+                    "(keeps existing reasons; a filtered run only updates the cases it ran)")
     args = ap.parse_args(argv)
     ops = set(args.ops.split(",")) if args.ops else None
     cases = [c for c in all_tensor_cases(ops) if args.k in c.name]
@@ -150,6 +286,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {count:5d}  {reason}")
     print(f"{passed} passed, {len(results) - passed} failed of {len(results)} cases "
           f"(target {args.target}, {time.time() - start:.1f}s)")
+    if args.write_known_failures:
+        path = Path(args.write_known_failures)
+        previous = read_known_failures(path)
+        order = [c.name for c in all_tensor_cases()] if (ops or args.k) else None
+        entries = write_known_failures(path, results, previous, order)
+        fixed = sorted(set(previous) - set(entries))
+        added = sorted(set(entries) - set(previous))
+        print(f"wrote {len(entries)} known failures to {path} ({len(fixed)} now pass and were "
+              f"removed, {len(added)} new)")
+        for name in fixed:
+            print(f"  now passes: {name}")
+        for name in added:
+            print(f"  new failure: {name}  # {entries[name].reason}")
     return 0
 
 

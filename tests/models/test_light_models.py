@@ -1,0 +1,93 @@
+"""The nine light model-zoo topologies of the ``onnx`` package, with random weights
+(:mod:`tessera.testing.light_models`), compiled for the reference backend and compared with
+onnxruntime on the same weights and input."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+import tessera
+from tessera.testing.light_models import LIGHT_MODELS, LightModel, load_light_model
+
+ort = pytest.importorskip("onnxruntime")
+
+RTOL = 1e-3
+ATOL = 1e-4
+
+
+class Compiled:
+    def __init__(self, light: LightModel, mod: tessera.Module, want: dict[str, np.ndarray]):
+        self.light = light
+        self.mod = mod
+        self.want = want
+
+
+@pytest.fixture(scope="module", params=LIGHT_MODELS)
+def compiled(request: pytest.FixtureRequest) -> Iterator[Compiled]:
+    light = load_light_model(request.param)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 2
+    session = ort.InferenceSession(light.model.SerializeToString(), options,
+                                   providers=["CPUExecutionProvider"])
+    want = dict(zip(light.output_names, session.run(None, light.inputs)))
+    del session
+    mod = tessera.compile(light.model, target="ref", input_shapes=light.input_shapes)
+    yield Compiled(light, mod, want)
+
+
+def test_weights_make_a_meaningful_output(compiled: Compiled) -> None:
+    """The random weights keep activations finite and the output well above the tolerance."""
+    for name, want in compiled.want.items():
+        assert np.isfinite(want).all(), name
+        assert np.abs(want).max() > 100 * ATOL, f"{name}: output too small to compare"
+        if compiled.light.model.graph.node[-1].op_type == "Softmax":  # DenseNet: logits
+            assert want.max() < 0.99, f"{name}: saturated softmax"
+
+
+def test_matches_onnxruntime(compiled: Compiled) -> None:
+    got = compiled.mod.run(**compiled.light.inputs)
+    assert got is not None
+    assert list(got) == compiled.light.output_names
+    for name, want in compiled.want.items():
+        have = got[name]
+        assert have.dtype == want.dtype and have.shape == want.shape, name
+        err = np.abs(have.astype(np.float64) - want)
+        np.testing.assert_allclose(
+            have, want, rtol=RTOL, atol=ATOL,
+            err_msg=f"{compiled.light.name} output {name}: max abs err {err.max():.3g}")
+
+
+def test_memory_plan_reuses_buffers(compiled: Compiled) -> None:
+    report = compiled.mod.memory_report()
+    assert report.rows
+    for device, tensors, planned, no_reuse in report.rows:
+        assert tensors > 0, device
+        assert 0 < planned < no_reuse, f"{device}: planned {planned} B, no reuse {no_reuse} B"
+
+
+def test_loader_replaces_every_constant_of_shape_deterministically() -> None:
+    import onnx
+    from onnx import numpy_helper
+
+    from tessera.testing.light_models import light_model_path
+
+    original = onnx.load(str(light_model_path("squeezenet")))
+    inits = {t.name: numpy_helper.to_array(t) for t in original.graph.initializer}
+    shapes = {n.output[0]: tuple(inits[n.input[0]]) for n in original.graph.node
+              if n.op_type == "ConstantOfShape"}
+    a = load_light_model("squeezenet", seed=3)
+    b = load_light_model("squeezenet", seed=3)
+    c = load_light_model("squeezenet", seed=4)
+    onnx.checker.check_model(a.model)
+    assert not [n for n in a.model.graph.node if n.op_type == "ConstantOfShape"]
+    weights = {t.name: numpy_helper.to_array(t) for t in a.model.graph.initializer}
+    assert {k: v.shape for k, v in weights.items() if k in shapes} == shapes
+    assert [vi.name for vi in a.model.graph.input] == list(a.inputs) == ["data_0"]
+    assert a.inputs["data_0"].shape == (1, 3, 224, 224)
+    for t, u in zip(a.model.graph.initializer, b.model.graph.initializer):
+        np.testing.assert_array_equal(numpy_helper.to_array(t), numpy_helper.to_array(u))
+    np.testing.assert_array_equal(a.inputs["data_0"], b.inputs["data_0"])
+    assert not np.array_equal(a.inputs["data_0"], c.inputs["data_0"])
