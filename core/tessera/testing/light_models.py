@@ -285,3 +285,28 @@ def _is_classifier(node: onnx.NodeProto | None, users: dict) -> bool:
             return False
         name = nxt.output[0]
     return False
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tessera.testing.light_models resnet50 -o resnet50.onnx [--input x.npz]``:
+    write a light model with its random weights (and optionally its random input)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("model", help=f"one of {', '.join(m[6:] for m in LIGHT_MODELS)}")
+    ap.add_argument("-o", "--output", required=True, help="where to write the .onnx file")
+    ap.add_argument("--input", default=None, help="also write the random input as .npz")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    light = load_light_model(args.model, seed=args.seed)
+    onnx.save(light.model, args.output)
+    print(f"wrote {args.output} ({light.name}, inputs "
+          f"{', '.join(f'{k}{list(v.shape)}' for k, v in light.inputs.items())})")
+    if args.input:
+        np.savez(args.input, **light.inputs)
+        print(f"wrote {args.input}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
