@@ -206,11 +206,14 @@ class Function:
         dead_ids = {id(n) for n in dead}
         self.nodes = [n for n in self.nodes if id(n) not in dead_ids]
 
-    def topo_sort(self) -> None:
-        """Reorder nodes topologically (stable: keeps the current order where it is legal)."""
+    def topological_order(self) -> list[Node]:
+        """The nodes in a topological order, stable (the current order where it is legal).
+
+        Raises :class:`IRError` naming a node on a cycle.
+        """
         produced_by = {id(out): node for node in self.nodes for out in node.outputs}
         order: list[Node] = []
-        state: dict[int, int] = {}  # 1 = visiting, 2 = done
+        state: dict[int, int] = {}  # 1 = on the current path, 2 = done
 
         for root in self.nodes:
             if state.get(id(root)) == 2:
@@ -226,14 +229,19 @@ class Function:
                     if dep is not None:
                         s = state.get(id(dep))
                         if s == 1:
-                            raise IRError(f"cycle through node {dep.name} ({dep.op})")
+                            raise IRError(f"cycle through node {dep.name} ({dep.op}), reached "
+                                          f"again from node {node.name} ({node.op})")
                         if s is None:
                             state[id(dep)] = 1
                             stack.append((dep, 0))
                 else:
                     state[id(node)] = 2
                     order.append(node)
-        self.nodes = order
+        return order
+
+    def topo_sort(self) -> None:
+        """Reorder nodes topologically (stable: keeps the current order where it is legal)."""
+        self.nodes = self.topological_order()
 
     def copy(self) -> Function:
         """A structural copy: new Value and Node objects, constants share their arrays."""

@@ -122,30 +122,10 @@ class _Verifier:
                 self.claim_name(out, f"output of {_node(node)}")
 
     def check_acyclic(self) -> None:
-        in_fn = {id(n) for n in self.fn.nodes}
-        state: dict[int, int] = {}  # 1 = on the current path, 2 = done
-        for root in self.fn.nodes:
-            if id(root) in state:
-                continue
-            stack: list[tuple[Node, int]] = [(root, 0)]
-            state[id(root)] = 1
-            while stack:
-                node, i = stack.pop()
-                if i < len(node.inputs):
-                    stack.append((node, i + 1))
-                    v = node.inputs[i]
-                    dep = v.producer if v is not None and v.data is None else None
-                    if dep is None or id(dep) not in in_fn:
-                        continue
-                    s = state.get(id(dep))
-                    if s == 1:
-                        raise self.fail(f"cycle through {_node(dep)} (reached again from "
-                                        f"{_node(node)})")
-                    if s is None:
-                        state[id(dep)] = 1
-                        stack.append((dep, 0))
-                else:
-                    state[id(node)] = 2
+        try:
+            self.fn.topological_order()
+        except IRError as e:
+            raise self.fail(str(e)) from None
 
     def check_order(self) -> None:
         fn = self.fn
