@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,30 +34,48 @@ def compile(model: ModelSource | Function, target: str | None = "auto",
     ``target`` is a tvmc-style target string (``"llvm"``, ``"cuda -libs=cudnn, llvm"``);
     ``"auto"``/None picks the best available CPU backend. ``input_shapes`` fixes input shapes,
     ``freeze_inputs`` binds inputs to constant values, ``pass_config``/``disabled_passes`` switch
-    passes, ``dump_ir`` writes the IR after each pass into that folder.
+    passes, ``dump_ir`` writes the IR after each pass into that folder, ``progress`` prints each
+    stage (and each region compiled) to stderr.
     """
+    say = _progress_printer(progress)
     backends = resolve_target(target)
     target_text = ", ".join(str(k) for _, k in backends)
     if isinstance(model, Function):
         fn = model.copy()
     else:
+        say("importing the ONNX model")
         fn = import_onnx(model, input_shapes=input_shapes, freeze_inputs=freeze_inputs)
+    say(f"running graph passes at -O{opt_level} on {len(fn.nodes)} nodes")
     manager = PassManager(opt_level=opt_level, pass_config=dict(pass_config or {}),
                           disabled=set(disabled_passes or ()), dump_dir=dump_ir)
     fn = manager.run(fn)
+    say(f"partitioning {len(fn.nodes)} nodes for {target_text}")
     fallback = get_backend(FALLBACK_BACKEND)
     result = partition(fn, backends, (fallback, TargetKind(FALLBACK_BACKEND)), target_text)
     options = CompileOptions(opt_level=opt_level, pass_config=dict(pass_config or {}),
                              tuning_records=tuning_records)
     used: dict[str, Backend] = {b.name: b for b, _ in backends}
     used[fallback.name] = fallback
-    compiled = compile_regions(result.graph, used, options, progress)
+    compiled = compile_regions(result.graph, used, options, say)
+    say("planning memory and building the execution plan")
     return Module(result.graph, compiled, used, target_text, result.report,
                   manager.timings, options)
 
 
+def _progress_printer(enabled: bool) -> Callable[[str], None]:
+    """A function printing timestamped progress lines to stderr (or doing nothing)."""
+    start = time.perf_counter()
+
+    def say(message: str) -> None:
+        if enabled:
+            print(f"tessera: [{time.perf_counter() - start:6.2f}s] {message}", file=sys.stderr,
+                  flush=True)
+
+    return say
+
+
 def compile_regions(graph: Function, backends: dict[str, Backend], options: CompileOptions,
-                    progress: bool = False) -> dict[str, CompiledRegion]:
+                    say: Callable[[str], None] | None = None) -> dict[str, CompiledRegion]:
     """Compile every region of a partitioned graph with its backend."""
     regions = [n for n in graph.nodes if n.op == REGION_OP and n.body is not None]
     compiled: dict[str, CompiledRegion] = {}
@@ -65,9 +84,9 @@ def compile_regions(graph: Function, backends: dict[str, Backend], options: Comp
         assert body is not None
         backend = backends[body.attrs["backend"]]
         kind = kind_of_region(body)
-        if progress:
-            print(f"[{i + 1}/{len(regions)}] compiling {body.name} ({len(body.nodes)} nodes) "
-                  f"with {backend.name}", file=sys.stderr, flush=True)
+        if say is not None:
+            say(f"[{i + 1}/{len(regions)}] compiling {body.name} ({len(body.nodes)} nodes) "
+                f"with {backend.name}")
         try:
             compiled[body.name] = backend.compile(body, kind, options)
         except TesseraError:

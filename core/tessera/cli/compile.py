@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 #: Flags that only matter when a model is compiled (ignored, with a warning, for a .tar).
 COMPILE_FLAGS = ("target", "input_shapes", "opt_level", "pass_config", "disabled_pass",
-                 "freeze_input", "tuning_records")
+                 "freeze_input", "tuning_records", "dump_ir")
 
 
 def progress(message: str) -> None:
@@ -49,6 +49,8 @@ def add_compile_options(parser: argparse.ArgumentParser, title: str = "compile o
                        help="passes not to run, comma-separated (repeatable)")
     group.add_argument("--freeze-input", action="append", default=None, metavar="NAME=FILE.npy",
                        help="bind a graph input to a constant at compile time (repeatable)")
+    group.add_argument("--dump-ir", default=None, metavar="DIR",
+                       help="write the IR after each graph pass into DIR")
     group.add_argument("--tuning-records", default=None, metavar="FILE",
                        help="tuning records (JSON lines) from tessera tune")
 
@@ -81,6 +83,7 @@ def compile_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "pass_config": pass_config or None,
         "disabled_passes": parse_name_list(args.disabled_pass) or None,
         "freeze_inputs": frozen or None,
+        "dump_ir": getattr(args, "dump_ir", None),
     }
 
 
@@ -104,7 +107,7 @@ def compile_model(path: Path, args: argparse.Namespace) -> Module:
     kwargs = compile_kwargs(args)
     progress(f"compiling {path} for target {kwargs['target']!r} at -O{kwargs['opt_level']}")
     start = time.perf_counter()
-    module = tessera.compile(str(path), **kwargs)
+    module = tessera.compile(str(path), progress=True, **kwargs)
     progress(f"compiled for {module.target!r} in {time.perf_counter() - start:.2f} s")
     return module
 
