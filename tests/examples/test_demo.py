@@ -83,3 +83,16 @@ def test_demo_script(capsys: pytest.CaptureFixture[str], test_split: tuple[np.nd
     assert f"accuracy: {accuracy:.4f}" in out
     assert f"same prediction on {len(labels)}/{len(labels)} images" in out
     assert "latency (batch 1" in out and "Conv" in out
+
+
+def test_demo_int8_on_vta(capsys: pytest.CaptureFixture[str]) -> None:
+    if "vta_sim" not in get_registry().backends:
+        pytest.skip("the tessera-vta plugin is not installed")
+    demo = load_demo()
+    assert demo.main(["--int8", "--target", "vta_sim, ref"]) == 0
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ln.startswith("accuracy on"))
+    float_acc, int8_acc = (float(part.split()[-1]) for part in line.split(":")[1].split(","))
+    assert float_acc > 0.9 and abs(float_acc - int8_acc) <= 0.02
+    assert "vta_sim counters for one image: cycles" in out
+    assert "region1_vta_sim  vta_sim  vta" in out
