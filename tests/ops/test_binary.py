@@ -3,92 +3,20 @@ against onnxruntime on one-node models over random data, broadcast shapes and el
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
-import onnx
-import onnxruntime as ort
 import pytest
-from onnx import helper
+from onnx_node import assert_same, check, evaluate_checked, one_node_model, run_tessera
 
 from tessera.errors import ModelImportError
 from tessera.frontend.onnx import import_onnx
-from tessera.ir.graph import Function
-from tessera.ir.types import TensorType
 from tessera.ops.registry import OpPattern, get_schema
 
 # -- helpers ------------------------------------------------------------------------------------
 
-
-def make_model(op: str, inputs: list[np.ndarray], attrs: dict | None = None, opset: int = 21,
-               initializers: frozenset[int] = frozenset()):
-    """A one-node model over ``inputs``; those whose index is in ``initializers`` are
-    initializers, the rest graph inputs. The output is typed by ONNX shape inference (or given
-    the first input's element type where inference rejects the node)."""
-    names = [f"x{i}" for i in range(len(inputs))]
-    graph_inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype),
-                                                  list(a.shape))
-                    for i, (n, a) in enumerate(zip(names, inputs)) if i not in initializers]
-    inits = [onnx.numpy_helper.from_array(a, n) for i, (n, a) in enumerate(zip(names, inputs))
-             if i in initializers]
-    node = helper.make_node(op, names, ["y"], **(attrs or {}))
-    graph = helper.make_graph([node], "g", graph_inputs, [helper.make_empty_tensor_value_info("y")],
-                              initializer=inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
-                              ir_version=10)
-    model = onnx.shape_inference.infer_shapes(model)
-    out = model.graph.output[0]
-    if not out.type.tensor_type.HasField("shape"):
-        elem = helper.np_dtype_to_tensor_dtype(inputs[0].dtype)
-        out.CopyFrom(helper.make_tensor_value_info("y", elem, list(inputs[0].shape)))
-    return model
-
-
-def run_ort(model, feeds: dict) -> np.ndarray:
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return sess.run(None, feeds)[0]
-
-
-def evaluate_checked(fn: Function, feeds: dict) -> np.ndarray:
-    """Evaluate node by node, checking that each reference result has the inferred type."""
-    env = {id(v): feeds[v.name] for v in fn.inputs}
-
-    def get(v):
-        return v.data if v.data is not None else env[id(v)]
-
-    for node in fn.nodes:
-        results = get_schema(node.op).evaluate([get(v) for v in node.inputs], node.attrs)
-        for out, res in zip(node.outputs, results):
-            assert TensorType.of(res) == out.type, (node.op, TensorType.of(res), out.type)
-            env[id(out)] = res
-    return get(fn.outputs[0])
-
-
-def run_tessera(model, feeds: dict) -> np.ndarray:
-    return evaluate_checked(import_onnx(model), feeds)
-
-
-def assert_same(got: np.ndarray, want: np.ndarray, rtol: float = 0.0, atol: float = 0.0) -> None:
-    assert got.dtype == want.dtype, (got.dtype, want.dtype)
-    assert got.shape == want.shape, (got.shape, want.shape)
-    if want.dtype.kind == "f" and (rtol or atol):
-        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol,
-                                   atol=atol, equal_nan=True)
-    else:
-        np.testing.assert_array_equal(got, want)
-
-
-TOLERANCE = {np.dtype(np.float16): {"rtol": 2e-3, "atol": 2e-3},
-             np.dtype(np.float32): {"rtol": 2e-6, "atol": 1e-6},
-             np.dtype(np.float64): {"rtol": 1e-12, "atol": 1e-12}}
-
-
-def compare(op: str, inputs: list[np.ndarray], attrs: dict | None = None, opset: int = 21,
-            **tol: float) -> np.ndarray:
-    model = make_model(op, inputs, attrs, opset)
-    feeds = {f"x{i}": a for i, a in enumerate(inputs)}
-    want = run_ort(model, feeds)
-    got = run_tessera(model, feeds)
-    assert_same(got, want, **(tol or TOLERANCE.get(want.dtype, {})))
-    return got
+TOLERANCE = {np.float16: (2e-3, 2e-3), np.float32: (2e-6, 1e-6), np.float64: (1e-12, 1e-12)}
+compare = partial(check, opset=21, tolerances=TOLERANCE)
 
 
 def sample(rng: np.random.Generator, shape: tuple, dtype: str, low: float = -50,
@@ -132,7 +60,7 @@ def test_arithmetic_matches_onnxruntime(op, dtype):
 def test_integer_division_truncates_toward_zero():
     a = np.array([7, -7, 7, -7, 6, -6, 1, -1, 0], np.int32)
     b = np.array([2, 2, -2, -2, 3, 3, -5, 5, -3], np.int32)
-    got = compare("Div", [a, b], opset=14)
+    (got,) = compare("Div", [a, b], opset=14)
     np.testing.assert_array_equal(got, [3, -3, -3, 3, 2, -2, 0, 0, 0])
 
 
@@ -149,7 +77,7 @@ def test_scalar_operands_keep_their_type():
     for dtype in ("int8", "uint8", "float16"):
         a, b = np.array(100, dtype), np.array(100, dtype)
         for op in ("Add", "Mul", "Sub"):
-            got = compare(op, [a, b], opset=14)
+            (got,) = compare(op, [a, b], opset=14)
             assert got.dtype == np.dtype(dtype) and got.shape == ()
 
 
@@ -205,7 +133,8 @@ def test_float_floor_mod_follows_opset_28():
     a = np.array([5.0, -5.0, 5.0, -5.0, 0.0, -0.0, np.inf, 3.0, -1.0, 1.0, np.nan], np.float32)
     b = np.array([3.0, 3.0, -3.0, -3.0, -2.0, 2.0, 2.0, 0.0, np.inf, -np.inf, 1.0], np.float32)
     for opset in (13, 28):
-        got = run_tessera(make_model("Mod", [a, b], {"fmod": 0}, opset), {"x0": a, "x1": b})
+        (got,) = run_tessera(one_node_model("Mod", [a, b], {"fmod": 0}, opset=opset),
+                             {"x0": a, "x1": b})
         want = np.array([2, 1, -1, -2, -0.0, 0.0, np.nan, np.nan, np.inf, -np.inf, np.nan],
                         np.float32)
         assert_same(got, want)
@@ -229,7 +158,7 @@ def test_comparisons_match_onnxruntime(op, opset, dtype):
         # few distinct values, so that ties occur
         a = sample(rng, a_shape, dtype, 0, 4)
         b = sample(rng, b_shape, dtype, 0, 4)
-        got = compare(op, [a, b], opset=opset)
+        (got,) = compare(op, [a, b], opset=opset)
         assert got.dtype == np.bool_
 
 
@@ -272,16 +201,16 @@ def test_bitshift_matches_onnxruntime(direction, dtype):
 def test_bitshift_of_signed_types_and_out_of_range_amounts_follow_opset_28():
     x = np.array([-8, -8, 5, -1, 64, -128, 3, -3], np.int8)
     y = np.array([1, 9, 8, 3, 1, -1, 7, 100], np.int8)
-    right = run_tessera(make_model("BitShift", [x, y], {"direction": "RIGHT"}, 28),
-                        {"x0": x, "x1": y})
+    (right,) = run_tessera(one_node_model("BitShift", [x, y], {"direction": "RIGHT"}, opset=28),
+                           {"x0": x, "x1": y})
     assert_same(right, np.array([-4, -1, 0, -1, 32, -1, 0, -1], np.int8))
-    left = run_tessera(make_model("BitShift", [x, y], {"direction": "LEFT"}, 28),
-                       {"x0": x, "x1": y})
+    (left,) = run_tessera(one_node_model("BitShift", [x, y], {"direction": "LEFT"}, opset=28),
+                          {"x0": x, "x1": y})
     assert_same(left, np.array([-16, 0, 0, -8, -128, 0, -128, 0], np.int8))
     u = np.array([1, 255, 7], np.uint32)
     s = np.array([31, 32, 40], np.uint32)
-    got = run_tessera(make_model("BitShift", [u, s], {"direction": "LEFT"}, 11),
-                      {"x0": u, "x1": s})
+    (got,) = run_tessera(one_node_model("BitShift", [u, s], {"direction": "LEFT"}, opset=11),
+                         {"x0": u, "x1": s})
     assert_same(got, np.array([2 ** 31, 0, 0], np.uint32))
 
 
@@ -333,8 +262,8 @@ def test_where_of_bools():
     cond = np.array([[True], [False]])
     x = np.array([True, False, True])
     y = np.array(False)
-    got = run_tessera(make_model("Where", [cond, x, y], opset=16),
-                      {"x0": cond, "x1": x, "x2": y})
+    (got,) = run_tessera(one_node_model("Where", [cond, x, y], opset=16),
+                         {"x0": cond, "x1": x, "x2": y})
     assert_same(got, np.array([[True, False, True], [False, False, False]]))
 
 
@@ -343,9 +272,10 @@ def test_where_of_bools():
 def test_constant_operands_fold():
     a = np.array([[1, 2], [3, 4]], np.int8)
     b = np.array([10, -20], np.int8)
-    fn = import_onnx(make_model("Mul", [a, b], opset=14, initializers=frozenset({0, 1})))
+    fn = import_onnx(one_node_model("Mul", [a, b], opset=14, consts={0, 1}))
     assert fn.nodes == [] or all(n.op == "Identity" for n in fn.nodes)
-    assert_same(evaluate_checked(fn, {}), (a * b).astype(np.int8))
+    (got,) = evaluate_checked(fn, {})
+    assert_same(got, (a * b).astype(np.int8))
 
 
 def test_every_op_has_an_explicit_infer_and_broadcasts():
@@ -372,10 +302,10 @@ def test_every_op_has_an_explicit_infer_and_broadcasts():
 ])
 def test_malformed_nodes_are_import_errors(op, inputs, message):
     with pytest.raises(ModelImportError, match=message):
-        import_onnx(make_model(op, inputs, opset=18))
+        import_onnx(one_node_model(op, inputs, opset=18))
 
 
 def test_bitshift_requires_a_valid_direction():
     x = np.ones(3, np.uint8)
     with pytest.raises(ModelImportError, match="direction"):
-        import_onnx(make_model("BitShift", [x, x], {"direction": "UP"}, opset=11))
+        import_onnx(one_node_model("BitShift", [x, x], {"direction": "UP"}, opset=11))

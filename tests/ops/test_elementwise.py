@@ -3,115 +3,30 @@ onnxruntime on one-node models over random data, several shapes and element type
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
-import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
+from onnx_node import (
+    assert_same,
+    check,
+    evaluate_checked,
+    feeds_of,
+    one_node_model,
+    run_oracle,
+    run_tessera,
+)
 
 from tessera.errors import ModelImportError
 from tessera.frontend.onnx import import_onnx
-from tessera.ir.graph import Function
 from tessera.ir.types import DType, TensorType
 from tessera.ops.registry import OpPattern, get_schema
 
 # -- helpers ------------------------------------------------------------------------------------
 
-
-def make_model(op: str, inputs: list[np.ndarray | None], attrs: dict | None = None,
-               opset: int = 21, initializers: dict[int, np.ndarray] | None = None):
-    """A one-node model; ``inputs[i]`` is None for an omitted optional input, and input i is an
-    initializer when ``initializers`` holds it."""
-    initializers = initializers or {}
-    names, graph_inputs, inits = [], [], []
-    for i, a in enumerate(inputs):
-        if a is None and i not in initializers:
-            names.append("")
-            continue
-        name = f"x{i}"
-        names.append(name)
-        if i in initializers:
-            inits.append(helper.make_tensor(name, helper.np_dtype_to_tensor_dtype(
-                initializers[i].dtype), initializers[i].shape,
-                initializers[i].reshape(-1).tolist()))
-        else:
-            graph_inputs.append(helper.make_tensor_value_info(
-                name, helper.np_dtype_to_tensor_dtype(a.dtype), list(a.shape)))
-    node = helper.make_node(op, names, ["y"], **(attrs or {}))
-    graph = helper.make_graph([node], "g", graph_inputs, [helper.make_empty_tensor_value_info("y")],
-                              initializer=inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
-                              ir_version=10)
-    return with_output_type(model)
-
-
-def with_output_type(model):
-    """The model with its output typed by ONNX shape inference (or, where inference rejects the
-    node, by the first input's element type, so that the importer sees the node)."""
-    model = onnx.shape_inference.infer_shapes(model)
-    out = model.graph.output[0]
-    if not out.type.tensor_type.HasField("shape"):
-        first = model.graph.input[0].type.tensor_type
-        out.CopyFrom(helper.make_tensor_value_info(
-            out.name, first.elem_type, [d.dim_value for d in first.shape.dim]))
-    return model
-
-
-def feeds_of(inputs: list[np.ndarray | None], skip: set[int] = frozenset()) -> dict:
-    return {f"x{i}": a for i, a in enumerate(inputs) if a is not None and i not in skip}
-
-
-def run_ort(model, feeds: dict) -> np.ndarray:
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return sess.run(None, feeds)[0]
-
-
-def evaluate_checked(fn: Function, feeds: dict) -> np.ndarray:
-    """Evaluate node by node, checking that each reference result has the inferred type."""
-    env = {id(v): feeds[v.name] for v in fn.inputs}
-
-    def get(v):
-        return v.data if v.data is not None else env[id(v)]
-
-    for node in fn.nodes:
-        results = get_schema(node.op).evaluate(
-            [get(v) if v is not None else None for v in node.inputs], node.attrs)
-        for out, res in zip(node.outputs, results):
-            assert TensorType.of(res) == out.type, (node.op, TensorType.of(res), out.type)
-            env[id(out)] = res
-    return get(fn.outputs[0])
-
-
-def run_tessera(model, feeds: dict) -> np.ndarray:
-    fn = import_onnx(model)
-    return evaluate_checked(fn, feeds)
-
-
-def assert_same(got: np.ndarray, want: np.ndarray, rtol: float = 0.0, atol: float = 0.0) -> None:
-    assert got.dtype == want.dtype, (got.dtype, want.dtype)
-    assert got.shape == want.shape, (got.shape, want.shape)
-    if want.dtype.kind == "f" and (rtol or atol):
-        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol,
-                                   atol=atol, equal_nan=True)
-    else:
-        np.testing.assert_array_equal(got, want)
-
-
-def tolerance(dtype: np.dtype) -> dict:
-    return {np.dtype(np.float16): {"rtol": 2e-3, "atol": 2e-3},
-            np.dtype(np.float32): {"rtol": 2e-5, "atol": 2e-6},
-            np.dtype(np.float64): {"rtol": 1e-12, "atol": 1e-12}}.get(np.dtype(dtype),
-                                                                        {"rtol": 0, "atol": 0})
-
-
-def compare(op: str, inputs: list[np.ndarray | None], attrs: dict | None = None,
-            opset: int = 21, **tol: float) -> np.ndarray:
-    model = make_model(op, inputs, attrs, opset)
-    feeds = feeds_of(inputs)
-    want = run_ort(model, feeds)
-    got = run_tessera(model, feeds)
-    assert_same(got, want, **(tol or tolerance(want.dtype)))
-    return got
+TOLERANCE = {np.float16: (2e-3, 2e-3), np.float32: (2e-5, 2e-6), np.float64: (1e-12, 1e-12)}
+compare = partial(check, opset=21, tolerances=TOLERANCE)
 
 
 def sample(rng: np.random.Generator, shape: tuple, dtype: str, low: float = -4.0,
@@ -187,7 +102,7 @@ FLOAT_UNARY = [
 def test_float_unary_matches_onnxruntime(op, attrs, opset, bounds, dtype):
     rng = np.random.default_rng(len(op) * 7 + opset)
     for shape in SHAPES:
-        compare(op, [sample(rng, shape, dtype, *bounds)], attrs, opset)
+        compare(op, [sample(rng, shape, dtype, *bounds)], attrs, opset=opset)
 
 
 @pytest.mark.parametrize("op", ["Sigmoid", "Tanh", "Exp", "Sqrt", "Abs", "Neg", "Sin", "Cos",
@@ -201,12 +116,12 @@ def test_float64_unary_matches_onnxruntime(op):
 def test_celu_matches_onnxruntime():
     rng = np.random.default_rng(5)
     for alpha in (1.0, 0.5, 2.0):
-        compare("Celu", [sample(rng, (3, 4), "float32")], {"alpha": alpha}, 12)
+        compare("Celu", [sample(rng, (3, 4), "float32")], {"alpha": alpha}, opset=12)
 
 
 def test_round_half_to_even():
     x = np.array([0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 2.4, 2.6, -2.6, 0.0], np.float32)
-    got = compare("Round", [x], opset=11)
+    (got,) = compare("Round", [x], opset=11)
     np.testing.assert_array_equal(got, [0, 2, 2, -0, -2, -2, 2, 3, -3, 0])
 
 
@@ -223,7 +138,7 @@ def test_erf_without_scipy_matches_onnxruntime(monkeypatch):
 def test_float16_thresholds_compare_in_float32():
     # float16(0.3) is 0.30005, above the float attribute 0.3: it passes the threshold
     x = np.array([0.3, 0.2998, -0.3, -0.2998, 0.5], np.float16)
-    got = compare("ThresholdedRelu", [x], {"alpha": 0.3}, opset=10)
+    (got,) = compare("ThresholdedRelu", [x], {"alpha": 0.3}, opset=10)
     assert got[0] == x[0]
     compare("Shrink", [x], {"lambd": 0.3, "bias": 0.1}, opset=9)
 
@@ -260,7 +175,7 @@ def test_abs_and_neg_wrap_at_the_most_negative_integer():
 def test_shrink_types(dtype):
     rng = np.random.default_rng(2)
     x = sample(rng, (3, 8), dtype, -20 if dtype[0] != "u" else 0, 20)
-    compare("Shrink", [x], {"lambd": 3.5, "bias": 1.5}, 9)
+    compare("Shrink", [x], {"lambd": 3.5, "bias": 1.5}, opset=9)
 
 
 def test_is_nan_and_is_inf():
@@ -271,7 +186,8 @@ def test_is_nan_and_is_inf():
         compare("IsNaN", [xs], opset=13)
         for neg in (0, 1):
             for pos in (0, 1):
-                compare("IsInf", [xs], {"detect_negative": neg, "detect_positive": pos}, 20)
+                compare("IsInf", [xs], {"detect_negative": neg, "detect_positive": pos},
+                        opset=20)
 
 
 def test_not():
@@ -295,8 +211,8 @@ def test_prelu_broadcasts_slope(x_shape, slope_shape, dtype, opset):
 
 
 def test_prelu_rejects_a_slope_that_does_not_broadcast_to_x():
-    model = make_model("PRelu", [np.ones((3, 4), np.float32), np.ones((2, 3, 4), np.float32)],
-                       opset=16)
+    model = one_node_model("PRelu", [np.ones((3, 4), np.float32),
+                                     np.ones((2, 3, 4), np.float32)], opset=16)
     with pytest.raises(ModelImportError, match="slope shape"):
         import_onnx(model)
 
@@ -308,16 +224,16 @@ def test_clip_attributes_before_opset_11(attrs):
     rng = np.random.default_rng(6)
     for dtype in ("float32", "float16"):
         x = sample(rng, (3, 5), dtype)
-        model = make_model("Clip", [x], attrs, opset=10)
+        model = one_node_model("Clip", [x], attrs, opset=10)
         fn = import_onnx(model)
         assert [n.op for n in fn.nodes] == ["Clip"]
-        assert_same(evaluate_checked(fn, {"x0": x}), run_ort(model, {"x0": x}))
+        assert_same(evaluate_checked(fn, {"x0": x})[0], run_oracle(model, {"x0": x})[0])
 
 
 def test_clip_with_min_above_max_gives_max():
     x = np.linspace(-3, 3, 10, dtype=np.float32)
-    fn = import_onnx(make_model("Clip", [x], {"min": 1.0, "max": -1.0}, opset=10))
-    assert_same(evaluate_checked(fn, {"x0": x}), np.full_like(x, -1.0))
+    fn = import_onnx(one_node_model("Clip", [x], {"min": 1.0, "max": -1.0}, opset=10))
+    assert_same(evaluate_checked(fn, {"x0": x})[0], np.full_like(x, -1.0))
 
 
 @pytest.mark.parametrize("bounds", [(None, None), (-1.0, None), (None, 0.5), (-1.0, 0.5),
@@ -340,17 +256,17 @@ def test_clip_inputs(bounds, dtype, opset):
 def test_clip_bounds_may_be_initializers_or_runtime_inputs():
     x = np.linspace(-3, 3, 12, dtype=np.float32).reshape(3, 4)
     lo, hi = np.array(-1.0, np.float32), np.array(2.0, np.float32)
-    model = make_model("Clip", [x, lo, hi], opset=13, initializers={1: lo})
+    model = one_node_model("Clip", [x, lo, hi], opset=13, consts={1})
     fn = import_onnx(model)
     clip = fn.nodes[0]
     assert clip.op == "Clip" and clip.inputs[1].is_constant and not clip.inputs[2].is_constant
-    got = evaluate_checked(fn, {"x0": x, "x2": hi})
-    assert_same(got, run_ort(model, {"x0": x, "x2": hi}))
+    (got,) = evaluate_checked(fn, {"x0": x, "x2": hi})
+    assert_same(got, run_oracle(model, {"x0": x, "x2": hi})[0])
 
 
 def test_clip_rejects_a_non_scalar_bound():
-    model = make_model("Clip", [np.ones((3, 4), np.float32), np.ones((4,), np.float32)],
-                       opset=13)
+    model = one_node_model("Clip", [np.ones((3, 4), np.float32), np.ones((4,), np.float32)],
+                           opset=13)
     with pytest.raises(ModelImportError, match="scalar"):
         import_onnx(model)
 
@@ -383,35 +299,35 @@ def test_cast_matches_onnxruntime_bit_for_bit(src):
     x = cast_source(src)
     for dst in CAST_TYPES:
         for opset in (9, 19, 21):
-            model = make_model("Cast", [x], {"to": helper.np_dtype_to_tensor_dtype(
-                np.dtype(dst))}, opset)
-            assert_same(run_tessera(model, {"x0": x}), run_ort(model, {"x0": x}))
+            model = one_node_model("Cast", [x], {"to": helper.np_dtype_to_tensor_dtype(
+                np.dtype(dst))}, opset=opset)
+            assert_same(run_tessera(model, {"x0": x})[0], run_oracle(model, {"x0": x})[0])
 
 
 def test_cast_ignores_saturate_and_elides_a_cast_to_the_same_type():
     x = np.array([1.5, -2.5, np.nan], np.float32)
-    model = make_model("Cast", [x], {"to": TensorProto.INT32, "saturate": 0}, 19)
+    model = one_node_model("Cast", [x], {"to": TensorProto.INT32, "saturate": 0}, opset=19)
     with np.errstate(invalid="ignore"):
-        assert_same(run_tessera(model, {"x0": x}), x.astype(np.int32))
-    fn = import_onnx(make_model("Cast", [x], {"to": TensorProto.FLOAT}, 13))
+        assert_same(run_tessera(model, {"x0": x})[0], x.astype(np.int32))
+    fn = import_onnx(one_node_model("Cast", [x], {"to": TensorProto.FLOAT}, opset=13))
     assert fn.nodes == [] or [n.op for n in fn.nodes] == ["Identity"]
-    assert_same(evaluate_checked(fn, {"x0": x}), x)
+    assert_same(evaluate_checked(fn, {"x0": x})[0], x)
 
 
 @pytest.mark.parametrize("to", [TensorProto.BFLOAT16, TensorProto.STRING,
                                 TensorProto.FLOAT8E4M3FN])
 def test_cast_to_an_unsupported_type_is_an_import_error(to):
-    model = make_model("Cast", [np.ones(3, np.float32)], {"to": to}, 21)
+    model = one_node_model("Cast", [np.ones(3, np.float32)], {"to": to}, opset=21)
     with pytest.raises(ModelImportError, match="not supported"):
         import_onnx(model)
 
 
 def test_cast_folds_constants():
     x = np.array([1.7, -2.2, 300.0], np.float32)
-    model = make_model("Cast", [x], {"to": TensorProto.UINT8}, 13, initializers={0: x})
+    model = one_node_model("Cast", [x], {"to": TensorProto.UINT8}, opset=13, consts={0})
     fn = import_onnx(model)
     assert fn.nodes == [] or all(n.op == "Identity" for n in fn.nodes)
-    assert_same(evaluate_checked(fn, {}), x.astype(np.uint8))
+    assert_same(evaluate_checked(fn, {})[0], x.astype(np.uint8))
 
 
 @pytest.mark.parametrize("src, dst", [("float32", "int32"), ("float16", "float32"),
@@ -420,11 +336,11 @@ def test_cast_folds_constants():
 def test_cast_like(src, dst):
     x = cast_source(src)
     like = np.ones((2,), dst)
-    model = make_model("CastLike", [x, like], opset=19)
+    model = one_node_model("CastLike", [x, like], opset=19)
     fn = import_onnx(model)
     assert [n.op for n in fn.nodes] == ["Cast"]
     feeds = feeds_of([x, like])
-    assert_same(evaluate_checked(fn, feeds), run_ort(model, feeds))
+    assert_same(evaluate_checked(fn, feeds)[0], run_oracle(model, feeds)[0])
 
 
 # -- schema and errors --------------------------------------------------------------------------
@@ -447,13 +363,13 @@ def test_every_op_has_an_explicit_infer_and_the_right_pattern():
                                        ("IsNaN", "int32"), ("BitwiseNot", "float32"),
                                        ("Neg", "uint8")])
 def test_wrong_element_type_is_an_import_error(op, dtype):
-    model = make_model(op, [np.ones(3, dtype)], opset=18)
+    model = one_node_model(op, [np.ones(3, dtype)], opset=18)
     with pytest.raises(ModelImportError, match=f"{op}.*element type {dtype}"):
         import_onnx(model)
 
 
 def test_gelu_rejects_an_unknown_approximation():
-    model = make_model("Gelu", [np.ones(3, np.float32)], {"approximate": "fast"}, opset=20)
+    model = one_node_model("Gelu", [np.ones(3, np.float32)], {"approximate": "fast"}, opset=20)
     with pytest.raises(ModelImportError, match="approximate"):
         import_onnx(model)
 

@@ -4,14 +4,13 @@ shapes, pads, strides, dilations, groups, auto_pad, opsets and element types."""
 
 from __future__ import annotations
 
-import numpy as np
-import onnx
-import onnxruntime as ort
-import pytest
-from onnx import helper, numpy_helper
-from onnx.reference import ReferenceEvaluator
+from functools import partial
 
-from tessera.backends.reference.interpreter import evaluate_function
+import numpy as np
+import onnx_node
+import pytest
+from onnx_node import feeds_of, one_node_model, run_oracle, run_tessera
+
 from tessera.errors import ModelImportError, OpError
 from tessera.frontend.onnx import import_onnx
 from tessera.ir.graph import Function
@@ -28,99 +27,8 @@ def rand(*shape: int, dtype=F32, lo: float = -1.0, hi: float = 1.0) -> np.ndarra
     return RNG.uniform(lo, hi, shape).astype(dtype)
 
 
-# -- harness ------------------------------------------------------------------------------------
-
-def one_node(op: str, inputs: list[np.ndarray | None], attrs: dict | None = None, *,
-             opset: int, n_out: int = 1, const: tuple[int, ...] = ()) -> onnx.ModelProto:
-    """A one-node model; inputs at indices in ``const`` are initializers, ``None`` is omitted."""
-    names = [f"x{i}" if a is not None else "" for i, a in enumerate(inputs)]
-    graph_inputs, inits = [], []
-    for i, (name, a) in enumerate(zip(names, inputs)):
-        if a is None:
-            continue
-        if i in const:
-            inits.append(numpy_helper.from_array(a, name))
-        else:
-            graph_inputs.append(helper.make_tensor_value_info(
-                name, helper.np_dtype_to_tensor_dtype(a.dtype), list(a.shape)))
-    outs = [f"y{i}" for i in range(n_out)]
-    node = helper.make_node(op, names, outs, **(attrs or {}))
-    graph = helper.make_graph([node], "g", graph_inputs,
-                              [helper.make_empty_tensor_value_info(o) for o in outs],
-                              initializer=inits)
-    ir = 10 if opset >= 21 else 8 if opset >= 15 else 7 if opset >= 13 else 5
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
-                              ir_version=ir)
-    # Output types from ONNX shape inference; outputs it cannot type get theirs from ONNX's
-    # reference evaluator on the actual inputs, or a placeholder (models meant to be rejected).
-    try:
-        model = onnx.shape_inference.infer_shapes(model, strict_mode=True)
-    except Exception:  # noqa: BLE001 - inference does not know every op/opset pair
-        pass
-    if all(o.type.tensor_type.HasField("shape") for o in model.graph.output):
-        return model
-    try:
-        feeds = feeds_of(model, inputs)
-        results = ReferenceEvaluator(model).run(None, feeds)
-        types = [(helper.np_dtype_to_tensor_dtype(np.asarray(r).dtype), np.shape(r))
-                 for r in results]
-    except Exception:  # noqa: BLE001
-        first = next(a for a in inputs if a is not None)
-        types = [(helper.np_dtype_to_tensor_dtype(first.dtype), ())] * n_out
-    for out, (elem, shape) in zip(model.graph.output, types):
-        out.CopyFrom(helper.make_tensor_value_info(out.name, elem, list(shape)))
-    return model
-
-
-def feeds_of(model: onnx.ModelProto, inputs: list[np.ndarray | None]) -> dict[str, np.ndarray]:
-    by_name = {f"x{i}": a for i, a in enumerate(inputs) if a is not None}
-    return {vi.name: by_name[vi.name] for vi in model.graph.input}
-
-
-def run_oracle(model: onnx.ModelProto, feeds: dict, oracle: str) -> list[np.ndarray]:
-    if oracle == "ort":
-        sess = ort.InferenceSession(model.SerializeToString(),
-                                    providers=["CPUExecutionProvider"])
-        return sess.run(None, feeds)
-    return [np.asarray(r) for r in ReferenceEvaluator(model).run(None, feeds)]
-
-
-def run_tessera(model: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:
-    """Import, check every reference result against its inferred type, return the outputs."""
-    # onnx.checker rejects GroupNormalization-18 ("deprecated"); the importer must still work.
-    deprecated = any(n.op_type == "GroupNormalization" for n in model.graph.node) and \
-        model.opset_import[0].version < 21
-    fn: Function = import_onnx(model, check=not deprecated)
-    env = {id(v): feeds[v.name] for v in fn.inputs}
-    for node in fn.nodes:
-        args = [None if v is None else v.data if v.data is not None else env[id(v)]
-                for v in node.inputs]
-        results = get_schema(node.op).evaluate(args, node.attrs)
-        for out, res in zip(node.outputs, results):
-            assert TensorType.of(res) == out.type, (node.op, TensorType.of(res), out.type)
-            env[id(out)] = res
-    outs = evaluate_function(fn, feeds)
-    return [outs[v.name] for v in fn.outputs]
-
-
-def check(op: str, inputs: list[np.ndarray | None], attrs: dict | None = None, *, opset: int,
-          n_out: int = 1, const: tuple[int, ...] = (), rtol: float = 1e-3, atol: float = 1e-4,
-          oracle: str = "ort") -> list[np.ndarray]:
-    model = one_node(op, inputs, attrs, opset=opset, n_out=n_out, const=const)
-    feeds = feeds_of(model, inputs)
-    want = run_oracle(model, feeds, oracle)
-    got = run_tessera(model, feeds)
-    assert len(got) == len(want)
-    for g, w in zip(got, want):
-        w = np.asarray(w)
-        assert g.dtype == w.dtype, (g.dtype, w.dtype)
-        assert g.shape == w.shape, (g.shape, w.shape)
-        if w.dtype.kind == "f":
-            tol = (1e-2, 1e-2) if w.dtype == F16 else (rtol, atol)
-            np.testing.assert_allclose(g.astype(F32), w.astype(F32), rtol=tol[0], atol=tol[1])
-        else:
-            np.testing.assert_array_equal(g, w)
-    return got
+# Float16 outputs compare to 1e-2 whatever a test asks for.
+check = partial(onnx_node.check, rtol=1e-3, atol=1e-4, tolerances={F16: (1e-2, 1e-2)})
 
 
 # -- helpers ------------------------------------------------------------------------------------
@@ -171,8 +79,8 @@ CONV_CASES = [
 def test_conv_same_with_dilations(mode: str) -> None:
     # onnxruntime rejects auto_pad SAME with dilations; the padding uses the dilated kernel.
     x, w = rand(1, 2, 9, 8), rand(3, 2, 3, 3)
-    fn = import_onnx(one_node("Conv", [x, w], {"auto_pad": mode, "dilations": [2, 3],
-                                               "strides": [2, 1]}, opset=11, const=(1,)))
+    fn = import_onnx(one_node_model("Conv", [x, w], {"auto_pad": mode, "dilations": [2, 3],
+                                                     "strides": [2, 1]}, opset=11, consts=(1,)))
     (node,) = fn.nodes
     assert node.attrs["pads"] == ([2, 3, 2, 3] if mode == "SAME_UPPER" else [2, 3, 2, 3])
     assert fn.outputs[0].type.shape == (1, 3, 5, 8)
@@ -182,7 +90,7 @@ def test_conv_same_with_dilations(mode: str) -> None:
 @pytest.mark.parametrize("xs,ws,attrs", CONV_CASES)
 def test_conv(xs: tuple, ws: tuple, attrs: dict, bias: bool) -> None:
     b = rand(ws[0]) if bias else None
-    check("Conv", [rand(*xs), rand(*ws), b], attrs, opset=11, const=(1, 2))
+    check("Conv", [rand(*xs), rand(*ws), b], attrs, opset=11, consts=(1, 2))
 
 
 @pytest.mark.parametrize("opset", [7, 11, 22])
@@ -198,8 +106,8 @@ def test_conv_float16() -> None:
 
 def test_conv_errors() -> None:
     with pytest.raises(ModelImportError, match="group"):
-        import_onnx(one_node("Conv", [rand(1, 3, 5, 5), rand(4, 3, 3, 3)], {"group": 2},
-                             opset=13, const=(1,)))
+        import_onnx(one_node_model("Conv", [rand(1, 3, 5, 5), rand(4, 3, 3, 3)], {"group": 2},
+                                   opset=13, consts=(1,)))
     g = Function()
     x = g.add_input("x", TensorType((1, 3, 4, 4), DType.float32))
     w = g.constant(rand(2, 3, 5, 5))
@@ -228,7 +136,7 @@ CONVT_CASES = [
 @pytest.mark.parametrize("xs,ws,attrs", CONVT_CASES)
 def test_conv_transpose(xs: tuple, ws: tuple, attrs: dict, bias: bool) -> None:
     b = rand(ws[1] * attrs.get("group", 1)) if bias else None
-    check("ConvTranspose", [rand(*xs), rand(*ws), b], attrs, opset=11, const=(1, 2))
+    check("ConvTranspose", [rand(*xs), rand(*ws), b], attrs, opset=11, consts=(1, 2))
 
 
 def test_conv_transpose_float16_opset7() -> None:
@@ -260,13 +168,13 @@ DILATED = [
 
 @pytest.mark.parametrize("xs,attrs", POOL_CASES + DILATED)
 def test_max_pool_with_indices(xs: tuple, attrs: dict) -> None:
-    check("MaxPool", [rand(*xs)], attrs, opset=12, n_out=2)
+    check("MaxPool", [rand(*xs)], attrs, opset=12, outputs=2)
 
 
 @pytest.mark.parametrize("xs,attrs", POOL_CASES[:3])
 def test_max_pool_storage_order_and_opset8(xs: tuple, attrs: dict) -> None:
     opset = 11 if "ceil_mode" in attrs else 8  # ceil_mode arrived in opset 10
-    check("MaxPool", [rand(*xs)], {**attrs, "storage_order": 1}, opset=opset, n_out=2)
+    check("MaxPool", [rand(*xs)], {**attrs, "storage_order": 1}, opset=opset, outputs=2)
 
 
 @pytest.mark.parametrize("dtype", [np.int8, np.uint8, F16])
@@ -308,11 +216,9 @@ def test_global_pools(op: str, shape: tuple) -> None:
                                                       "pads": [1, 1, 1, 1]})])
 def test_max_unpool(xs: tuple, attrs: dict) -> None:
     x = rand(*xs)
-    sess = ort.InferenceSession(one_node("MaxPool", [x], attrs, opset=12, n_out=2)
-                                .SerializeToString(), providers=["CPUExecutionProvider"])
-    y, idx = sess.run(None, {"x0": x})
+    y, idx = run_oracle(one_node_model("MaxPool", [x], attrs, opset=12, outputs=2), {"x0": x})
     check("MaxUnpool", [y, idx], attrs, opset=11)
-    check("MaxUnpool", [y, idx, np.array(xs, np.int64)], attrs, opset=11, const=(2,))
+    check("MaxUnpool", [y, idx, np.array(xs, np.int64)], attrs, opset=11, consts=(2,))
 
 
 # -- normalizations -----------------------------------------------------------------------------
@@ -326,7 +232,7 @@ def _bn_inputs(c: int, dtype=F32) -> list[np.ndarray]:
 @pytest.mark.parametrize("shape", [(2, 3), (2, 3, 5), (1, 4, 5, 6), (1, 2, 3, 4, 2)])
 def test_batch_norm(shape: tuple, opset: int) -> None:
     check("BatchNormalization", [rand(*shape), *_bn_inputs(shape[1])], {"epsilon": 1e-3},
-          opset=opset, const=(1, 2, 3, 4))
+          opset=opset, consts=(1, 2, 3, 4))
 
 
 def test_batch_norm_float16_and_runtime_stats() -> None:
@@ -337,9 +243,9 @@ def test_batch_norm_float16_and_runtime_stats() -> None:
 def test_batch_norm_training_mode() -> None:
     x = rand(3, 2, 4, 5)
     scale, b, mean, var = _bn_inputs(2)
-    model = one_node("BatchNormalization", [x, scale, b, mean, var],
-                     {"training_mode": 1, "momentum": 0.8}, opset=15, n_out=3)
-    y, rm, rv = run_tessera(model, feeds_of(model, [x, scale, b, mean, var]))
+    model = one_node_model("BatchNormalization", [x, scale, b, mean, var],
+                           {"training_mode": 1, "momentum": 0.8}, opset=15, outputs=3)
+    y, rm, rv = run_tessera(model, feeds_of([x, scale, b, mean, var]))
     bm, bv = x.mean(axis=(0, 2, 3)), x.var(axis=(0, 2, 3))
     want = (x - bm[:, None, None]) / np.sqrt(bv[:, None, None] + 1e-5) * scale[:, None, None] \
         + b[:, None, None]
@@ -359,11 +265,11 @@ def test_layer_norm(axis: int) -> None:
     x = rand(2, 3, 4, 5)
     norm = x.shape[axis:] if axis >= 0 else x.shape[axis:]
     check("LayerNormalization", [x, rand(*norm), rand(*norm)], {"axis": axis, "epsilon": 1e-3},
-          opset=17, n_out=3)
+          opset=17, outputs=3)
 
 
 def test_layer_norm_no_bias_float16() -> None:
-    check("LayerNormalization", [rand(3, 8, dtype=F16), rand(8, dtype=F16)], opset=17, n_out=3)
+    check("LayerNormalization", [rand(3, 8, dtype=F16), rand(8, dtype=F16)], opset=17, outputs=3)
 
 
 @pytest.mark.parametrize("opset", [18, 21])
@@ -372,7 +278,7 @@ def test_group_norm(opset: int, groups: int) -> None:
     x = rand(2, 4, 3, 5)
     n = groups if opset == 18 else 4
     check("GroupNormalization", [x, rand(n), rand(n)], {"num_groups": groups, "epsilon": 1e-3},
-          opset=opset, const=(1, 2), oracle="ort" if opset == 21 else "ref")
+          opset=opset, consts=(1, 2), oracle="ort" if opset == 21 else "ref")
 
 
 @pytest.mark.parametrize("axis", [-1, 1])
@@ -410,7 +316,7 @@ def test_softmax_family(op: str, opset: int, axis: int | None) -> None:
     if op == "Hardmax":
         x[0, 1, :2] = 7.0  # ties resolve to the first maximum
     got = check(op, [x], attrs, opset=opset)
-    model = one_node(op, [x], attrs, opset=opset)
+    model = one_node_model(op, [x], attrs, opset=opset)
     ops = [n.op for n in import_onnx(model).nodes]
     if opset == 11 and axis in (None, 0, 1):
         assert ops == ["Reshape", op, "Reshape"]  # coerced to 2-D at axis
@@ -445,7 +351,7 @@ def test_gemm(sa: tuple, sb: tuple, sc: tuple | None, attrs: dict) -> None:
 @pytest.mark.parametrize("opset", [7, 9, 11])
 def test_gemm_old_opsets(opset: int) -> None:
     check("Gemm", [rand(3, 4), rand(5, 4), rand(3, 5)], {"transB": 1, "beta": 0.5},
-          opset=opset, const=(1, 2))
+          opset=opset, consts=(1, 2))
 
 
 def test_gemm_float16_and_int32() -> None:
@@ -453,7 +359,7 @@ def test_gemm_float16_and_int32() -> None:
     a = RNG.integers(-9, 9, (4, 3)).astype(np.int32)
     b = RNG.integers(-9, 9, (4, 2)).astype(np.int32)
     c = np.array([1, 2], np.int32)  # onnxruntime has no int32 Gemm: compare with numpy
-    (y,) = run_tessera(one_node("Gemm", [a, b, c], {"transA": 1, "alpha": 2.0}, opset=13),
+    (y,) = run_tessera(one_node_model("Gemm", [a, b, c], {"transA": 1, "alpha": 2.0}, opset=13),
                        {"x0": a, "x1": b, "x2": c})
     assert y.dtype == np.int32
     np.testing.assert_array_equal(y, 2 * a.T @ b + c)
@@ -475,7 +381,7 @@ def test_matmul_dtypes(dtype) -> None:
 
 def test_matmul_shape_error() -> None:
     with pytest.raises(ModelImportError, match="inner dimensions"):
-        import_onnx(one_node("MatMul", [rand(3, 4), rand(5, 6)], opset=13, const=(1,)))
+        import_onnx(one_node_model("MatMul", [rand(3, 4), rand(5, 6)], opset=13, consts=(1,)))
 
 
 @pytest.mark.parametrize("eq,shapes", [
@@ -498,8 +404,8 @@ def test_einsum(eq: str, shapes: list[tuple]) -> None:
 @pytest.mark.parametrize("opset,n_out", [(7, 1), (12, 2), (13, 1), (22, 2)])
 def test_dropout_inference(opset: int, n_out: int) -> None:
     check("Dropout", [rand(3, 4)], {"ratio": 0.3} if opset < 12 else {}, opset=opset,
-          n_out=n_out)
-    fn = import_onnx(one_node("Dropout", [rand(3, 4)], opset=opset, n_out=n_out))
+          outputs=n_out)
+    fn = import_onnx(one_node_model("Dropout", [rand(3, 4)], opset=opset, outputs=n_out))
     assert all(n.op == "Identity" for n in fn.nodes)  # no Dropout left
 
 
@@ -507,7 +413,7 @@ def test_dropout_inference(opset: int, n_out: int) -> None:
 def test_dropout_legacy_mask_all_kept(opset: int, mask_dtype) -> None:
     # onnxruntime's pre-12 kernels return an all-zero mask in inference; every element is kept.
     x = rand(3, 4)
-    y, mask = run_tessera(one_node("Dropout", [x], {"ratio": 0.3}, opset=opset, n_out=2),
+    y, mask = run_tessera(one_node_model("Dropout", [x], {"ratio": 0.3}, opset=opset, outputs=2),
                           {"x0": x})
     np.testing.assert_array_equal(y, x)
     assert mask.dtype == mask_dtype and mask.all()
@@ -516,12 +422,12 @@ def test_dropout_legacy_mask_all_kept(opset: int, mask_dtype) -> None:
 def test_dropout_ratio_and_training_inputs() -> None:
     x = rand(4, 5)
     inputs = [x, np.array(0.4, F32), np.array(False)]
-    check("Dropout", inputs, opset=13, n_out=2, const=(1, 2))
-    check("Dropout", inputs, opset=13, n_out=2, const=(2,))  # runtime ratio, not training
+    check("Dropout", inputs, opset=13, outputs=2, consts=(1, 2))
+    check("Dropout", inputs, opset=13, outputs=2, consts=(2,))  # runtime ratio, not training
     inputs = [x, np.array(0.0, F32), np.array(True)]
-    check("Dropout", inputs, opset=13, n_out=2, const=(1, 2))
-    model = one_node("Dropout", [x, np.array(0.5, F32), np.array(True)], {"seed": 3}, opset=13,
-                     n_out=2, const=(1, 2))
+    check("Dropout", inputs, opset=13, outputs=2, consts=(1, 2))
+    model = one_node_model("Dropout", [x, np.array(0.5, F32), np.array(True)], {"seed": 3},
+                           opset=13, outputs=2, consts=(1, 2))
     y, mask = run_tessera(model, {"x0": x})
     assert mask.dtype == np.bool_ and 0 < mask.sum() < mask.size
     np.testing.assert_allclose(y, np.where(mask, x * 2, 0), rtol=1e-6)
@@ -557,7 +463,7 @@ def test_col2im(attrs: dict) -> None:
     blocks = [(image[i] + p[i] + p[i + 2] - (block[i] - 1) * d[i] - 1) // s[i] + 1
               for i in range(2)]
     x = rand(2, 3 * 6, int(np.prod(blocks)))
-    check("Col2Im", [x, image, block], attrs, opset=18, const=(1, 2), oracle="ref")
+    check("Col2Im", [x, image, block], attrs, opset=18, consts=(1, 2), oracle="ref")
 
 
 # -- sampling -----------------------------------------------------------------------------------
@@ -585,7 +491,7 @@ def test_affine_grid(size: list[int], align_corners: int) -> None:
     n = len(size) - 2
     theta = rand(size[0], n, n + 1)
     check("AffineGrid", [theta, np.array(size, np.int64)], {"align_corners": align_corners},
-          opset=20, const=(1,), oracle="ref")
+          opset=20, consts=(1,), oracle="ref")
 
 
 ROIS = np.array([[0, 0, 4, 5], [1.5, 0.5, 6.2, 3.7], [2, 2, 2.5, 3], [-1, 3, 9, 9]], F32)
@@ -649,10 +555,10 @@ def test_softmax_cross_entropy_loss(reduction: str, weighted: bool, shape: tuple
     labels = RNG.integers(0, 3, (shape[0], *shape[2:])).astype(np.int64)
     labels.reshape(-1)[0] = 2
     check("SoftmaxCrossEntropyLoss", [x, labels, rand(3, lo=0.1) if weighted else None],
-          {"reduction": reduction, "ignore_index": 2}, opset=13, n_out=2)
+          {"reduction": reduction, "ignore_index": 2}, opset=13, outputs=2)
 
 
 def test_batch_norm_opset7_per_activation() -> None:
     x = rand(2, 3, 4, 5)
     params = [rand(3, 4, 5), rand(3, 4, 5), rand(3, 4, 5), rand(3, 4, 5, lo=0.5, hi=2.0)]
-    check("BatchNormalization", [x, *params], {"spatial": 0}, opset=7, const=(1, 2, 3, 4))
+    check("BatchNormalization", [x, *params], {"spatial": 0}, opset=7, consts=(1, 2, 3, 4))

@@ -5,14 +5,14 @@ integer convolutions and matrix products."""
 
 from __future__ import annotations
 
-import numpy as np
-import onnx
-import onnxruntime as ort
-import pytest
-from onnx import TensorProto, helper, numpy_helper
-from onnx.reference import ReferenceEvaluator
+from functools import partial
 
-from tessera.backends.reference.interpreter import evaluate_function
+import numpy as np
+import onnx_node
+import pytest
+from onnx import TensorProto
+from onnx_node import one_node_model, run_tessera
+
 from tessera.errors import ModelImportError
 from tessera.frontend.onnx import import_onnx
 from tessera.ir.types import DType, TensorType
@@ -28,85 +28,8 @@ def q(shape: tuple, dtype) -> np.ndarray:
     return RNG.integers(info.min, int(info.max) + 1, shape).astype(dtype)
 
 
-# -- harness ------------------------------------------------------------------------------------
-
-def one_node(op: str, inputs: list[np.ndarray | None], attrs: dict | None = None, *,
-             opset: int, n_out: int = 1, const: tuple[int, ...] = ()) -> onnx.ModelProto:
-    """A one-node model; inputs at indices in ``const`` are initializers, ``None`` is omitted;
-    outputs are typed by ONNX shape inference (or by running ONNX's reference evaluator)."""
-    names = [f"x{i}" if a is not None else "" for i, a in enumerate(inputs)]
-    graph_inputs, inits = [], []
-    for i, (name, a) in enumerate(zip(names, inputs)):
-        if a is None:
-            continue
-        if i in const:
-            inits.append(numpy_helper.from_array(a, name))
-        else:
-            graph_inputs.append(helper.make_tensor_value_info(
-                name, helper.np_dtype_to_tensor_dtype(a.dtype), list(a.shape)))
-    outs = [f"y{i}" for i in range(n_out)]
-    node = helper.make_node(op, names, outs, **(attrs or {}))
-    graph = helper.make_graph([node], "g", graph_inputs,
-                              [helper.make_empty_tensor_value_info(o) for o in outs],
-                              initializer=inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
-                              ir_version=10 if opset >= 21 else 7)
-    try:
-        model = onnx.shape_inference.infer_shapes(model, strict_mode=True)
-    except Exception:  # noqa: BLE001 - inference does not know every case
-        pass
-    if all(o.type.tensor_type.HasField("shape") for o in model.graph.output):
-        return model
-    try:
-        results = ReferenceEvaluator(model).run(None, feeds_of(model, inputs))
-        types = [(helper.np_dtype_to_tensor_dtype(np.asarray(r).dtype), np.shape(r))
-                 for r in results]
-    except Exception:  # noqa: BLE001 - a model meant to be rejected
-        types = [(TensorProto.UINT8, ())] * n_out
-    for out, (elem, shape) in zip(model.graph.output, types):
-        out.CopyFrom(helper.make_tensor_value_info(out.name, elem, list(shape)))
-    return model
-
-
-def feeds_of(model: onnx.ModelProto, inputs: list[np.ndarray | None]) -> dict[str, np.ndarray]:
-    by_name = {f"x{i}": a for i, a in enumerate(inputs) if a is not None}
-    return {vi.name: by_name[vi.name] for vi in model.graph.input}
-
-
-def run_tessera(model: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:
-    """Import, check every reference result against its inferred type, return the outputs."""
-    fn = import_onnx(model)
-    env = {id(v): feeds[v.name] for v in fn.inputs}
-    for node in fn.nodes:
-        args = [None if v is None else v.data if v.data is not None else env[id(v)]
-                for v in node.inputs]
-        for out, res in zip(node.outputs, get_schema(node.op).evaluate(args, node.attrs)):
-            assert TensorType.of(res) == out.type, (node.op, TensorType.of(res), out.type)
-            env[id(out)] = res
-    outs = evaluate_function(fn, feeds)
-    return [outs[v.name] for v in fn.outputs]
-
-
-def check(op: str, inputs: list[np.ndarray | None], attrs: dict | None = None, *, opset: int,
-          n_out: int = 1, const: tuple[int, ...] = (), oracle: str = "ort") -> list[np.ndarray]:
-    """Compare with the oracle: integer outputs exactly, float outputs to float32 rounding."""
-    model = one_node(op, inputs, attrs, opset=opset, n_out=n_out, const=const)
-    feeds = feeds_of(model, inputs)
-    if oracle == "ort":
-        sess = ort.InferenceSession(model.SerializeToString(),
-                                    providers=["CPUExecutionProvider"])
-        want = sess.run(None, feeds)
-    else:
-        want = ReferenceEvaluator(model).run(None, feeds)
-    got = run_tessera(model, feeds)
-    for g, w in zip(got, want):
-        w = np.asarray(w)
-        assert g.dtype == w.dtype and g.shape == w.shape, (g.dtype, g.shape, w.dtype, w.shape)
-        if w.dtype.kind == "f":
-            np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-7)
-        else:
-            np.testing.assert_array_equal(g, w)
-    return got
+# Integer outputs compare exactly, float outputs to float32 rounding.
+check = partial(onnx_node.check, rtol=1e-6, atol=1e-7)
 
 
 # -- QuantizeLinear / DequantizeLinear ----------------------------------------------------------
@@ -139,9 +62,9 @@ def test_quantize_per_axis(axis: int, dtype) -> None:
     n = x.shape[axis]
     scale = RNG.uniform(0.02, 0.2, n).astype(F32)
     zp = RNG.integers(0, 10, n).astype(dtype)
-    check("QuantizeLinear", [x, scale, zp], {"axis": axis}, opset=13, const=(1, 2))
+    check("QuantizeLinear", [x, scale, zp], {"axis": axis}, opset=13, consts=(1, 2))
     check("DequantizeLinear", [q(x.shape, dtype), scale, zp], {"axis": axis}, opset=13,
-          const=(1, 2))
+          consts=(1, 2))
 
 
 @pytest.mark.parametrize("dtype", [U16, I16])
@@ -167,8 +90,8 @@ def test_blocked_quantization(block_size: int, axis: int) -> None:
     scale = RNG.uniform(0.05, 0.5, shape).astype(F32)
     zp = RNG.integers(-3, 3, shape).astype(I8)
     attrs = {"axis": axis, "block_size": block_size}
-    check("QuantizeLinear", [x, scale, zp], attrs, opset=21, const=(1, 2), oracle="ref")
-    check("DequantizeLinear", [q(x.shape, I8), scale, zp], attrs, opset=21, const=(1, 2),
+    check("QuantizeLinear", [x, scale, zp], attrs, opset=21, consts=(1, 2), oracle="ref")
+    check("DequantizeLinear", [q(x.shape, I8), scale, zp], attrs, opset=21, consts=(1, 2),
           oracle="ref")
 
 
@@ -190,16 +113,16 @@ def test_float16_scale() -> None:
 
 def test_unsupported_quantized_types_are_import_errors() -> None:
     x = RNG.uniform(-1, 1, (4,)).astype(F32)
-    model = one_node("QuantizeLinear", [x, np.array(0.1, F32)],
-                     {"output_dtype": TensorProto.FLOAT8E4M3FN}, opset=21)
+    model = one_node_model("QuantizeLinear", [x, np.array(0.1, F32)],
+                           {"output_dtype": TensorProto.FLOAT8E4M3FN}, opset=21)
     with pytest.raises(ModelImportError, match="FLOAT8E4M3FN|not supported|float8"):
         import_onnx(model, check=False)
 
 
 def test_bad_scale_shape() -> None:
     x = RNG.uniform(-1, 1, (3, 4)).astype(F32)
-    model = one_node("QuantizeLinear", [x, np.ones(3, F32), np.zeros(3, U8)], {"axis": 1},
-                     opset=13, const=(1, 2))
+    model = one_node_model("QuantizeLinear", [x, np.ones(3, F32), np.zeros(3, U8)], {"axis": 1},
+                           opset=13, consts=(1, 2))
     with pytest.raises(ModelImportError, match="1-D tensor of length 4"):
         import_onnx(model)
 
@@ -207,7 +130,7 @@ def test_bad_scale_shape() -> None:
 def test_dynamic_quantize_linear() -> None:
     for x in (RNG.uniform(-2, 5, (3, 7)).astype(F32), RNG.uniform(1, 5, (8,)).astype(F32),
               RNG.uniform(-5, -1, (2, 2)).astype(F32)):
-        check("DynamicQuantizeLinear", [x], opset=11, n_out=3)
+        check("DynamicQuantizeLinear", [x], opset=11, outputs=3)
 
 
 # -- integer and QLinear products ---------------------------------------------------------------
@@ -222,10 +145,10 @@ def test_matmul_integer(adt, bdt, sa: tuple, sb: tuple) -> None:
 
 def test_matmul_integer_per_row_and_column_zero_points() -> None:
     a, b = q((3, 4), U8), q((4, 5), U8)
-    check("MatMulInteger", [a, b, np.array(3, U8), q((5,), U8)], opset=10, const=(2, 3))
+    check("MatMulInteger", [a, b, np.array(3, U8), q((5,), U8)], opset=10, consts=(2, 3))
     # Neither onnxruntime nor ONNX's reference handle a per-row zero point for A: use numpy.
     za, zb = q((3,), U8), q((5,), U8)
-    (y,) = run_tessera(one_node("MatMulInteger", [a, b, za, zb], opset=10, const=(2, 3)),
+    (y,) = run_tessera(one_node_model("MatMulInteger", [a, b, za, zb], opset=10, consts=(2, 3)),
                        {"x0": a, "x1": b})
     want = (a.astype(np.int64) - za[:, None]) @ (b.astype(np.int64) - zb)
     assert y.dtype == I32
@@ -241,14 +164,14 @@ def test_qlinear_matmul(opset: int, dtype, sa: tuple, sb: tuple) -> None:
     b_zp = np.array(-1 if dtype == I8 else 1, dtype)
     inputs = [a, np.array(0.05, F32), np.array(3, dtype), b, np.array(0.02, F32), b_zp,
               np.array(0.4, F32), np.array(5, dtype)]
-    check("QLinearMatMul", inputs, opset=opset, const=(1, 2, 4, 5, 6, 7))
+    check("QLinearMatMul", inputs, opset=opset, consts=(1, 2, 4, 5, 6, 7))
 
 
 def test_qlinear_matmul_per_column_b() -> None:
     a, b = q((3, 4), U8), q((4, 5), U8)
     inputs = [a, np.array(0.05, F32), np.array(3, U8), b, RNG.uniform(0.01, 0.05, 5).astype(F32),
               q((5,), U8), np.array(0.4, F32), np.array(5, U8)]
-    check("QLinearMatMul", inputs, opset=10, const=(1, 2, 4, 5, 6, 7))
+    check("QLinearMatMul", inputs, opset=10, consts=(1, 2, 4, 5, 6, 7))
 
 
 CONV_CASES = [
@@ -263,7 +186,7 @@ CONV_CASES = [
 @pytest.mark.parametrize("xs,ws,attrs", CONV_CASES)
 def test_conv_integer(xs: tuple, ws: tuple, attrs: dict) -> None:
     check("ConvInteger", [q(xs, U8), q(ws, U8), np.array(17, U8), np.array(100, U8)], attrs,
-          opset=10, const=(1, 2, 3))
+          opset=10, consts=(1, 2, 3))
     check("ConvInteger", [q(xs, U8), q(ws, U8)], attrs, opset=10)
 
 
@@ -282,14 +205,14 @@ def test_qlinear_conv(xs: tuple, ws: tuple, attrs: dict, wdt, per_channel: bool,
     b = RNG.integers(-2000, 2000, m).astype(I32) if bias else None
     inputs = [q(xs, U8), np.array(0.02, F32), np.array(128, U8), q(ws, wdt), w_scale, w_zp,
               np.array(0.15, F32), np.array(10, U8), b]
-    check("QLinearConv", inputs, attrs, opset=10, const=(1, 2, 3, 4, 5, 6, 7, 8))
+    check("QLinearConv", inputs, attrs, opset=10, consts=(1, 2, 3, 4, 5, 6, 7, 8))
 
 
 def test_qlinear_conv_int8_activations() -> None:
     inputs = [q((1, 3, 6, 6), I8), np.array(0.02, F32), np.array(-5, I8), q((4, 3, 3, 3), I8),
               np.array(0.01, F32), np.array(0, I8), np.array(0.1, F32), np.array(2, I8)]
     (y,) = check("QLinearConv", inputs, {"pads": [1, 1, 1, 1]}, opset=10,
-                 const=(1, 2, 3, 4, 5, 6, 7))
+                 consts=(1, 2, 3, 4, 5, 6, 7))
     assert y.dtype == I8
 
 

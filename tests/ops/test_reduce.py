@@ -4,15 +4,15 @@ empty reductions, ties in ArgMax/ArgMin/TopK, cumulative sums and products."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
-import onnx
-import onnxruntime as ort
+import onnx_node
 import pytest
-from onnx import helper, numpy_helper
+from onnx_node import one_node_model
 
 from tessera.errors import NeedsConstantError, OpError
 from tessera.frontend.onnx import import_onnx
-from tessera.ir.graph import Function
 from tessera.ir.types import DType, TensorType
 from tessera.ops.registry import OpPattern, get_schema
 
@@ -21,67 +21,7 @@ REDUCE_OPS = ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
 
 # -- harness ------------------------------------------------------------------------------------
 
-
-def one_node_model(op: str, inputs: list[np.ndarray | None], attrs: dict | None, opset: int,
-                   consts: set[int], num_outputs: int) -> onnx.ModelProto:
-    """A one-node model; input i is an initializer when i is in ``consts``, omitted when None."""
-    names, graph_inputs, inits = [], [], []
-    for i, a in enumerate(inputs):
-        if a is None:
-            names.append("")
-            continue
-        name = f"x{i}"
-        names.append(name)
-        if i in consts:
-            inits.append(numpy_helper.from_array(np.asarray(a), name))
-        else:
-            graph_inputs.append(helper.make_tensor_value_info(
-                name, helper.np_dtype_to_tensor_dtype(a.dtype), list(a.shape)))
-    outs = [f"y{i}" for i in range(num_outputs)]
-    node = helper.make_node(op, names, outs, **(attrs or {}))
-    untyped = [onnx.ValueInfoProto(name=n) for n in outs]  # typed after the onnxruntime run
-    graph = helper.make_graph([node], "g", graph_inputs, untyped, initializer=inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
-
-
-def evaluate_checked(fn: Function, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    """Evaluate node by node, checking that every reference result has its inferred type."""
-    env = {id(v): feeds[v.name] for v in fn.inputs}
-
-    def get(v):
-        return v.data if v.data is not None else env[id(v)]
-
-    for node in fn.nodes:
-        results = get_schema(node.op).evaluate(
-            [get(v) if v is not None else None for v in node.inputs], node.attrs)
-        for out, res in zip(node.outputs, results):
-            assert TensorType.of(res) == out.type, (node.op, TensorType.of(res), out.type)
-            env[id(out)] = res
-    return [get(v) for v in fn.outputs]
-
-
-def check(op: str, inputs: list[np.ndarray | None], attrs: dict | None = None, *,
-          opset: int = 18, consts: set[int] | tuple = (), num_outputs: int = 1,
-          rtol: float = 1e-5, atol: float = 1e-6) -> tuple[Function, list[np.ndarray]]:
-    """Run the node with onnxruntime and with Tessera (import + reference); compare outputs."""
-    consts = set(consts)
-    model = one_node_model(op, inputs, attrs, opset, consts, num_outputs)
-    feeds = {f"x{i}": a for i, a in enumerate(inputs) if a is not None and i not in consts}
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    want = sess.run(None, feeds)
-    for vi, w in zip(model.graph.output, want):
-        vi.CopyFrom(helper.make_tensor_value_info(
-            vi.name, helper.np_dtype_to_tensor_dtype(w.dtype), list(w.shape)))
-    fn = import_onnx(model)
-    got = evaluate_checked(fn, feeds)
-    for v, g, w in zip(fn.outputs, got, want):
-        assert v.type == TensorType.of(w), (v.type, TensorType.of(w))
-        assert g.dtype == w.dtype and g.shape == w.shape, (g.dtype, g.shape, w.dtype, w.shape)
-        if w.dtype.kind == "f":
-            np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
-        else:
-            np.testing.assert_array_equal(g, w)
-    return fn, got
+check = partial(onnx_node.check, opset=18, rtol=1e-5, atol=1e-6)
 
 
 @pytest.fixture
@@ -132,9 +72,9 @@ def test_reduce_axes_input(r, op, axes, keepdims):
 @pytest.mark.parametrize("op", REDUCE_OPS)
 @pytest.mark.parametrize("noop", [0, 1])
 def test_reduce_empty_axes(r, op, noop):
-    x = data(r, (2, 3), op)
-    fn, _ = check(op, [x, np.zeros(0, np.int64)], {"noop_with_empty_axes": noop},
-                  opset=axes_since(op), consts={1}, rtol=1e-4, atol=1e-5)
+    inputs, attrs = [data(r, (2, 3), op), np.zeros(0, np.int64)], {"noop_with_empty_axes": noop}
+    check(op, inputs, attrs, opset=axes_since(op), consts={1}, rtol=1e-4, atol=1e-5)
+    fn = import_onnx(one_node_model(op, inputs, attrs, opset=axes_since(op), consts={1}))
     identity = op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd")
     assert [n.op for n in fn.nodes] == (["Identity"] if noop and identity else [op])
 
@@ -169,13 +109,13 @@ def test_reduce_bool(r, op):
 
 def test_reduce_scalar_keeps_type(r):
     x = np.array([[2.0]], np.float32)
-    fn, _ = check("ReduceMean", [x], {"keepdims": 0}, opset=13)
+    check("ReduceMean", [x], {"keepdims": 0}, opset=13)
+    fn = import_onnx(one_node_model("ReduceMean", [x], {"keepdims": 0}, opset=13))
     assert fn.outputs[0].type == TensorType((), DType.float32)
 
 
 def test_reduce_runtime_axes_need_a_constant(r):
-    model = one_node_model("ReduceSum", [data(r, (2, 3)), np.array([1], np.int64)], None, 13,
-                           set(), 1)
+    model = one_node_model("ReduceSum", [data(r, (2, 3)), np.array([1], np.int64)], opset=13)
     with pytest.raises(NeedsConstantError) as e:
         import_onnx(model, check=False)
     assert e.value.inputs == ["x1"]
@@ -220,7 +160,7 @@ def test_arg_reduce_dtypes_and_opset11(r, op, dtype):
 def test_topk(r, largest, axis, k):
     x = r.integers(-3, 3, (4, 5, 3)).astype(np.float32)  # ties resolved by lower index first
     check("TopK", [x, np.array([k], np.int64)], {"axis": axis, "largest": largest},
-          opset=11, consts={1}, num_outputs=2)
+          opset=11, consts={1}, outputs=2)
 
 
 @pytest.mark.parametrize("dtype", [np.int32, np.int64, np.float64])
@@ -228,15 +168,15 @@ def test_topk_dtypes(r, dtype):
     x = r.integers(-100, 100, (3, 8)).astype(dtype)
     x[0, :4] = np.iinfo(np.int32).min if dtype != np.float64 else -np.inf
     check("TopK", [x, np.array([5], np.int64)], {"largest": 1}, opset=11, consts={1},
-          num_outputs=2)
+          outputs=2)
     check("TopK", [x, np.array([5], np.int64)], {"largest": 0}, opset=11, consts={1},
-          num_outputs=2)
+          outputs=2)
 
 
 def test_topk_old_opsets(r):
     x = r.standard_normal((3, 6)).astype(np.float32)
-    check("TopK", [x], {"k": 2, "axis": 0}, opset=9, num_outputs=2)
-    check("TopK", [x, np.array([4], np.int64)], opset=10, consts={1}, num_outputs=2)
+    check("TopK", [x], {"k": 2, "axis": 0}, opset=9, outputs=2)
+    check("TopK", [x, np.array([4], np.int64)], opset=10, consts={1}, outputs=2)
 
 
 # -- CumSum / CumProd ---------------------------------------------------------------------------

@@ -5,86 +5,22 @@ conformance cases (expected outputs) for the ops onnxruntime does not run."""
 from __future__ import annotations
 
 import warnings
+from functools import partial
 
 import numpy as np
-import onnx
-import onnxruntime as ort
+import onnx_node
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto
+from onnx_node import feeds_of, one_node_model, run_tessera
 
 from tessera.errors import ModelImportError, NeedsConstantError, OpError
 from tessera.frontend.onnx import import_onnx
-from tessera.ir.graph import Function
 from tessera.ir.types import DType, TensorType
 from tessera.ops.registry import get_schema
 
 # -- harness ------------------------------------------------------------------------------------
 
-
-def one_node_model(op: str, inputs: list[np.ndarray | None], attrs: dict | None, opset: int,
-                   consts: set[int], outputs: list[str]) -> onnx.ModelProto:
-    """A one-node model; input i is an initializer when i is in ``consts``, omitted when None;
-    an empty output name leaves that optional output out."""
-    names, graph_inputs, inits = [], [], []
-    for i, a in enumerate(inputs):
-        if a is None:
-            names.append("")
-            continue
-        name = f"x{i}"
-        names.append(name)
-        if i in consts:
-            inits.append(numpy_helper.from_array(np.asarray(a), name))
-        else:
-            graph_inputs.append(helper.make_tensor_value_info(
-                name, helper.np_dtype_to_tensor_dtype(a.dtype), list(a.shape)))
-    node = helper.make_node(op, names, outputs, **(attrs or {}))
-    graph = helper.make_graph([node], "g", graph_inputs,
-                              [onnx.ValueInfoProto(name=n) for n in outputs if n],
-                              initializer=inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
-
-
-def evaluate_checked(fn: Function, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    """Evaluate node by node, checking that every reference result has its inferred type."""
-    env = {id(v): feeds[v.name] for v in fn.inputs}
-
-    def get(v):
-        return v.data if v.data is not None else env[id(v)]
-
-    for node in fn.nodes:
-        results = get_schema(node.op).evaluate(
-            [get(v) if v is not None else None for v in node.inputs], node.attrs)
-        assert len(results) >= len(node.outputs)
-        for out, res in zip(node.outputs, results):
-            assert TensorType.of(res) == out.type, (node.op, TensorType.of(res), out.type)
-            env[id(out)] = res
-    return [get(v) for v in fn.outputs]
-
-
-def run_tessera(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    """Import (without the ONNX checker: outputs may be untyped) and evaluate."""
-    return evaluate_checked(import_onnx(model, check=False), feeds)
-
-
-def check(op: str, inputs: list[np.ndarray | None], attrs: dict | None = None, *,
-          opset: int, consts: set[int] | tuple = (), outputs: list[str] | None = None,
-          rtol: float = 1e-4, atol: float = 1e-5) -> list[np.ndarray]:
-    """Run the node with onnxruntime and with Tessera (import + reference implementations)
-    and compare every output (dtype, shape, values)."""
-    outputs = outputs or ["y0"]
-    model = one_node_model(op, inputs, attrs, opset, set(consts), outputs)
-    feeds = {f"x{i}": a for i, a in enumerate(inputs) if a is not None and i not in consts}
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    want = sess.run(None, feeds)
-    for vi, w in zip(model.graph.output, want):
-        vi.CopyFrom(helper.make_tensor_value_info(
-            vi.name, helper.np_dtype_to_tensor_dtype(w.dtype), list(w.shape)))
-    got = run_tessera(model, feeds)
-    assert len(got) == len(want)
-    for g, w in zip(got, want):
-        assert g.dtype == w.dtype and g.shape == w.shape, (g.dtype, g.shape, w.dtype, w.shape)
-        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
-    return got
+check = partial(onnx_node.check, rtol=1e-4, atol=1e-5)
 
 
 def rand(rng: np.random.Generator, *shape: int, dtype=np.float32, scale: float = 1.0):
@@ -147,8 +83,8 @@ def test_recurrent_batch_major_layout(rng, op, direction):
     batch_ins[0] = np.swapaxes(ins[0], 0, 1)
     for i in ([5, 6] if op == "LSTM" else [5]):
         batch_ins[i] = np.swapaxes(ins[i], 0, 1)
-    model = one_node_model(op, batch_ins, {**attrs, "layout": 1}, 14, set(), rnn_outputs(op))
-    got = run_tessera(model, {f"x{i}": a for i, a in enumerate(batch_ins) if a is not None})
+    model = one_node_model(op, batch_ins, {**attrs, "layout": 1}, opset=14, outputs=rnn_outputs(op))
+    got = run_tessera(model, feeds_of(batch_ins))
     np.testing.assert_allclose(got[0], np.transpose(seq_major[0], (2, 0, 1, 3)), rtol=1e-6)
     for g, s in zip(got[1:], seq_major[1:]):
         np.testing.assert_allclose(g, np.swapaxes(s, 0, 1), rtol=1e-6)
@@ -184,8 +120,8 @@ def test_recurrent_float64(rng, op):
     ins = rnn_inputs(rng, op, 3, 2, 4, 5, 1, seq_lens=np.array([3, 2], np.int32))
     want = check(op, ins, {"hidden_size": 5}, opset=14, outputs=rnn_outputs(op))
     ins64 = [a.astype(np.float64) if a is not None and a.dtype == np.float32 else a for a in ins]
-    model = one_node_model(op, ins64, {"hidden_size": 5}, 14, set(), rnn_outputs(op))
-    got = run_tessera(model, {f"x{i}": a for i, a in enumerate(ins64) if a is not None})
+    model = one_node_model(op, ins64, {"hidden_size": 5}, opset=14, outputs=rnn_outputs(op))
+    got = run_tessera(model, feeds_of(ins64))
     for g, w in zip(got, want):
         assert g.dtype == np.float64
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
@@ -194,14 +130,13 @@ def test_recurrent_float64(rng, op):
 def test_recurrent_errors(rng):
     ins = rnn_inputs(rng, "LSTM", 3, 2, 4, 5, 1)
     with pytest.raises(ModelImportError, match="hidden_size"):
-        import_onnx(one_node_model("LSTM", ins, {"hidden_size": 7}, 14, set(), ["y0"]),
-                    check=False)
+        import_onnx(one_node_model("LSTM", ins, {"hidden_size": 7}, opset=14), check=False)
     with pytest.raises(ModelImportError, match="direction"):
-        import_onnx(one_node_model("LSTM", ins, {"direction": "bidirectional"}, 14, set(),
-                                   ["y0"]), check=False)
+        import_onnx(one_node_model("LSTM", ins, {"direction": "bidirectional"}, opset=14),
+                    check=False)
     with pytest.raises(ModelImportError, match="activation"):
         import_onnx(one_node_model("RNN", rnn_inputs(rng, "RNN", 3, 2, 4, 5, 1),
-                                   {"activations": ["Gelu"]}, 14, set(), ["y0"]), check=False)
+                                   {"activations": ["Gelu"]}, opset=14), check=False)
 
 
 # -- attention -----------------------------------------------------------------------------------
@@ -267,7 +202,7 @@ def test_attention_nonpad_kv_seqlen(rng):
     ins = attention_inputs(rng, b=2, sq=2, skv=6, hkv=2)
     ins += [None, None, np.array([4, 6], dtype=np.int64)]
     check("Attention", ins, {"is_causal": 1}, opset=24, outputs=["y0"])
-    check("Attention", ins, {}, opset=24, outputs=["y0"])
+    check("Attention", ins, opset=24, outputs=["y0"])
 
 
 def test_attention_float16(rng):
@@ -282,10 +217,10 @@ def test_attention_short_mask_is_padded(rng):
     short = rng.random((3, 4)) > 0.2  # kv dimension 4 < total 7
     short[:, 0] = True
     ins[3] = np.concatenate([short, np.zeros((3, 3), bool)], axis=1)
-    want = check("Attention", ins, {}, opset=23, outputs=ATTENTION_OUTS)
+    want = check("Attention", ins, opset=23, outputs=ATTENTION_OUTS)
     ins[3] = short
-    model = one_node_model("Attention", ins, {}, 23, set(), ATTENTION_OUTS)
-    got = run_tessera(model, {f"x{i}": a for i, a in enumerate(ins) if a is not None})
+    model = one_node_model("Attention", ins, opset=23, outputs=ATTENTION_OUTS)
+    got = run_tessera(model, feeds_of(ins))
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
 
@@ -293,10 +228,10 @@ def test_attention_short_mask_is_padded(rng):
 def test_attention_errors(rng):
     ins = attention_inputs(rng, three_d=True)
     with pytest.raises(ModelImportError, match="q_num_heads"):
-        import_onnx(one_node_model("Attention", ins, {}, 23, set(), ["y0"]), check=False)
+        import_onnx(one_node_model("Attention", ins, opset=23), check=False)
     ins = attention_inputs(rng, hq=3, hkv=2)
     with pytest.raises(ModelImportError, match="multiple"):
-        import_onnx(one_node_model("Attention", ins, {}, 23, set(), ["y0"]), check=False)
+        import_onnx(one_node_model("Attention", ins, opset=23), check=False)
 
 
 @pytest.mark.parametrize("attrs,x_shape,cache_last", [
@@ -363,8 +298,8 @@ def test_linear_attention_rule_checks(rng):
     q = rand(rng, 1, 2, 8)
     with pytest.raises(ModelImportError, match="decay"):
         import_onnx(one_node_model("LinearAttention", [q, q, q], {
-            "q_num_heads": 2, "kv_num_heads": 2, "update_rule": "gated"}, 27, set(),
-            ["y0", "y1"]), check=False)
+            "q_num_heads": 2, "kv_num_heads": 2, "update_rule": "gated"}, opset=27,
+            outputs=["y0", "y1"]), check=False)
 
 
 # -- signal processing --------------------------------------------------------------------------
@@ -394,18 +329,17 @@ def test_dft(rng, opset, shape, axis, inverse, onesided, dft_length):
 
 def test_dft_irfft_inverts_rfft(rng):
     x = rand(rng, 2, 10, 3, 1)
-    spec = one_node_model("DFT", [x], {"axis": 1, "onesided": 1}, 17, set(), ["y0"])
+    spec = one_node_model("DFT", [x], {"axis": 1, "onesided": 1}, opset=17)
     (half,) = run_tessera(spec, {"x0": x})
-    back = one_node_model("DFT", [half], {"axis": 1, "onesided": 1, "inverse": 1}, 17, set(),
-                          ["y0"])
+    back = one_node_model("DFT", [half], {"axis": 1, "onesided": 1, "inverse": 1}, opset=17)
     (y,) = run_tessera(back, {"x0": half})
     np.testing.assert_allclose(y, x, rtol=1e-4, atol=1e-5)
 
 
 def test_dft_length_must_be_constant(rng):
     x = rand(rng, 1, 8, 1)
-    model = one_node_model("DFT", [x, np.array(8, dtype=np.int64), np.array(1, np.int64)], {},
-                           20, set(), ["y0"])
+    model = one_node_model("DFT", [x, np.array(8, dtype=np.int64), np.array(1, np.int64)],
+                           opset=20)
     with pytest.raises(NeedsConstantError) as info:
         import_onnx(model, check=False)
     assert set(info.value.inputs) == {"x1", "x2"}
@@ -417,7 +351,7 @@ def test_dft_length_must_be_constant(rng):
     ((1, 8, 1), {"axis": 2}, "axis"),
 ])
 def test_dft_errors(rng, x_shape, attrs, match):
-    model = one_node_model("DFT", [rand(rng, *x_shape)], attrs, 17, set(), ["y0"])
+    model = one_node_model("DFT", [rand(rng, *x_shape)], attrs, opset=17)
     with pytest.raises(ModelImportError, match=match):
         import_onnx(model, check=False)
 
@@ -452,7 +386,7 @@ def test_windows(op, size, periodic, dtype):
 
 
 def test_window_is_folded():
-    model = one_node_model("HannWindow", [np.array(8, dtype=np.int64)], {}, 17, {0}, ["y0"])
+    model = one_node_model("HannWindow", [np.array(8, dtype=np.int64)], opset=17, consts={0})
     fn = import_onnx(model, check=False)
     assert not fn.nodes or all(n.op == "Identity" for n in fn.nodes)
     assert fn.outputs[0].data is not None
@@ -463,7 +397,7 @@ def test_window_is_folded():
 def test_mel_weight_matrix(bins, dft, rate, low, high):
     ins = [np.array(bins, np.int64), np.array(dft, np.int64), np.array(rate, np.int64),
            np.array(low, np.float32), np.array(high, np.float32)]
-    check("MelWeightMatrix", ins, {}, opset=17, consts={0, 1, 2, 3, 4})
+    check("MelWeightMatrix", ins, opset=17, consts={0, 1, 2, 3, 4})
 
 
 # -- miscellaneous --------------------------------------------------------------------------------
@@ -474,14 +408,14 @@ def test_det(rng, shape):
     (want,) = check("Det", [x], opset=11)
     # float64 (onnxruntime has a float32 kernel only): close to the float32 result
     x64 = x.astype(np.float64)
-    (got,) = run_tessera(one_node_model("Det", [x64], {}, 22, set(), ["y0"]), {"x0": x64})
+    (got,) = run_tessera(one_node_model("Det", [x64], opset=22), {"x0": x64})
     assert got.dtype == np.float64
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
 def test_det_float16_and_singular(rng):
     x = np.array([[1, 2], [2, 4]], dtype=np.float16)
-    model = one_node_model("Det", [x], {}, 22, set(), ["y0"])
+    model = one_node_model("Det", [x], opset=22)
     (y,) = run_tessera(model, {"x0": x})
     assert y.dtype == np.float16 and y.shape == () and y == 0
 
@@ -518,7 +452,7 @@ def test_tfidf_index_count_is_checked():
     x = np.array([1, 2], dtype=np.int64)
     model = one_node_model("TfIdfVectorizer", [x], {
         "mode": "TF", "min_gram_length": 1, "max_gram_length": 1, "max_skip_count": 0,
-        "ngram_counts": [0], "ngram_indexes": [0], "pool_int64s": [1, 2]}, 9, set(), ["y0"])
+        "ngram_counts": [0], "ngram_indexes": [0], "pool_int64s": [1, 2]}, opset=9)
     with pytest.raises(ModelImportError, match="2 n-grams"):
         import_onnx(model, check=False)
 
@@ -527,7 +461,7 @@ def test_tfidf_strings_are_rejected():
     x = np.array([1, 2], dtype=np.int64)
     model = one_node_model("TfIdfVectorizer", [x], {
         "mode": "TF", "min_gram_length": 1, "max_gram_length": 1, "max_skip_count": 0,
-        "ngram_counts": [0], "ngram_indexes": [0], "pool_strings": ["a"]}, 9, set(), ["y0"])
+        "ngram_counts": [0], "ngram_indexes": [0], "pool_strings": ["a"]}, opset=9)
     with pytest.raises(ModelImportError, match="string"):
         import_onnx(model, check=False)
 

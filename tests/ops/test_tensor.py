@@ -3,16 +3,16 @@ onnxruntime on one-node models over random data, many shapes, several opsets and
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
-import onnx
-import onnxruntime as ort
+import onnx_node
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from onnx.reference import ReferenceEvaluator
+from onnx_node import one_node_model
 
 from tessera.errors import ModelImportError, NeedsConstantError, OpError
 from tessera.frontend.onnx import import_onnx
-from tessera.ir.graph import Function
 from tessera.ir.types import DType, TensorType
 from tessera.ops.registry import OpPattern, get_schema
 
@@ -20,72 +20,7 @@ INT64_MAX = np.iinfo(np.int64).max
 
 # -- harness ------------------------------------------------------------------------------------
 
-
-def one_node_model(op: str, inputs: list[np.ndarray | None], attrs: dict | None, opset: int,
-                   consts: set[int], num_outputs: int) -> onnx.ModelProto:
-    """A one-node model; input i is an initializer when i is in ``consts``, omitted when None."""
-    names, graph_inputs, inits = [], [], []
-    for i, a in enumerate(inputs):
-        if a is None:
-            names.append("")
-            continue
-        name = f"x{i}"
-        names.append(name)
-        if i in consts:
-            inits.append(numpy_helper.from_array(np.asarray(a), name))
-        else:
-            graph_inputs.append(helper.make_tensor_value_info(
-                name, helper.np_dtype_to_tensor_dtype(a.dtype), list(a.shape)))
-    outs = [f"y{i}" for i in range(num_outputs)]
-    node = helper.make_node(op, names, outs, **(attrs or {}))
-    untyped = [onnx.ValueInfoProto(name=n) for n in outs]  # typed after the onnxruntime run
-    graph = helper.make_graph([node], "g", graph_inputs, untyped, initializer=inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
-
-
-def evaluate_checked(fn: Function, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    """Evaluate node by node, checking that every reference result has its inferred type."""
-    env = {id(v): feeds[v.name] for v in fn.inputs}
-
-    def get(v):
-        return v.data if v.data is not None else env[id(v)]
-
-    for node in fn.nodes:
-        results = get_schema(node.op).evaluate(
-            [get(v) if v is not None else None for v in node.inputs], node.attrs)
-        assert len(results) >= len(node.outputs)
-        for out, res in zip(node.outputs, results):
-            assert TensorType.of(res) == out.type, (node.op, TensorType.of(res), out.type)
-            env[id(out)] = res
-    return [get(v) for v in fn.outputs]
-
-
-def check(op: str, inputs: list[np.ndarray | None], attrs: dict | None = None, *,
-          opset: int = 18, consts: set[int] | tuple = (), num_outputs: int = 1,
-          rtol: float = 1e-5, atol: float = 1e-6, oracle: str = "ort") -> list[np.ndarray]:
-    """Run the node with onnxruntime (or, with ``oracle="onnx"``, the onnx package's reference
-    evaluator) and with Tessera (import + reference implementations); compare outputs."""
-    consts = set(consts)
-    model = one_node_model(op, inputs, attrs, opset, consts, num_outputs)
-    feeds = {f"x{i}": a for i, a in enumerate(inputs) if a is not None and i not in consts}
-    if oracle == "ort":
-        sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-        want = sess.run(None, feeds)
-    else:
-        want = ReferenceEvaluator(model).run(None, feeds)
-    for vi, w in zip(model.graph.output, want):
-        vi.CopyFrom(helper.make_tensor_value_info(
-            vi.name, helper.np_dtype_to_tensor_dtype(w.dtype), list(w.shape)))
-    fn = import_onnx(model)
-    got = evaluate_checked(fn, feeds)
-    for v, g, w in zip(fn.outputs, got, want):
-        assert v.type == TensorType.of(w), (v.type, TensorType.of(w))
-        assert g.dtype == w.dtype and g.shape == w.shape, (g.dtype, g.shape, w.dtype, w.shape)
-        if w.dtype.kind == "f":
-            np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
-        else:
-            np.testing.assert_array_equal(g, w)
-    return got
+check = partial(onnx_node.check, opset=18, rtol=1e-5, atol=1e-6)
 
 
 @pytest.fixture
@@ -149,10 +84,10 @@ def test_concat(r, axis):
 def test_split(r, opset, split, outputs, attrs):
     x = rand(r, 7, 6)
     if opset < 13:
-        check("Split", [x], {**attrs, "split": split}, opset=opset, num_outputs=outputs)
+        check("Split", [x], {**attrs, "split": split}, opset=opset, outputs=outputs)
     else:
         inputs = [x] if split is None else [x, i64(*split)]
-        check("Split", inputs, attrs, opset=opset, consts={1}, num_outputs=outputs)
+        check("Split", inputs, attrs, opset=opset, consts={1}, outputs=outputs)
 
 
 SLICES = [
@@ -281,7 +216,7 @@ def test_compress(r, cond, axis):
 
 def test_compress_runtime_condition_is_an_error(r):
     model = one_node_model("Compress", [rand(r, 3, 4), np.array([1, 0, 1], bool)], {"axis": 0},
-                           11, set(), 1)
+                           opset=11)
     with pytest.raises(NeedsConstantError, match="depends on input values") as e:
         import_onnx(model, check=False)
     assert e.value.inputs == ["x1"]
@@ -292,14 +227,14 @@ def test_non_zero_constant_and_runtime(r):
     got = check("NonZero", [x], opset=13, consts={0})
     assert got[0].shape[0] == 2
     with pytest.raises(NeedsConstantError, match="output shape depends on input values"):
-        import_onnx(one_node_model("NonZero", [x], None, 13, set(), 1), check=False)
+        import_onnx(one_node_model("NonZero", [x], opset=13), check=False)
 
 
 @pytest.mark.parametrize("attrs", [{}, {"sorted": 0}, {"axis": 0}, {"axis": -1, "sorted": 1}])
 def test_unique(r, attrs):
     x = r.integers(0, 3, (4, 3)).astype(np.float32)
     x[2] = x[0]
-    check("Unique", [x], attrs, opset=11, consts={0}, num_outputs=4)
+    check("Unique", [x], attrs, opset=11, consts={0}, outputs=4)
 
 
 # -- Expand, Tile, Pad, Trilu, OneHot, ... --------------------------------------------------------
@@ -370,7 +305,7 @@ def test_range(start, limit, delta, dtype):
 
 def test_range_runtime_operands_are_named_at_once():
     args = [np.array(v, np.int64) for v in (0, 10, 2)]
-    model = one_node_model("Range", args, None, 11, set(), 1)
+    model = one_node_model("Range", args, opset=11)
     with pytest.raises(NeedsConstantError) as e:
         import_onnx(model, check=False)
     assert e.value.inputs == ["x0", "x1", "x2"]
@@ -424,9 +359,9 @@ def test_shape(r, attrs):
 
 
 def test_shape_and_size_are_constants(r):
-    fn = import_onnx(one_node_model("Shape", [rand(r, 2, 3)], None, 13, set(), 1), check=False)
+    fn = import_onnx(one_node_model("Shape", [rand(r, 2, 3)], opset=13), check=False)
     assert fn.outputs[0].is_constant and list(fn.outputs[0].data) == [2, 3]
-    fn = import_onnx(one_node_model("Size", [rand(r, 2, 3)], None, 13, set(), 1), check=False)
+    fn = import_onnx(one_node_model("Size", [rand(r, 2, 3)], opset=13), check=False)
     assert fn.outputs[0].is_constant and int(fn.outputs[0].data.reshape(-1)[0]) == 6
 
 
@@ -444,7 +379,7 @@ def test_constant_sparse_value(indices):
     values = numpy_helper.from_array(np.array([5.0, 7.0], np.float32), "v")
     sparse = helper.make_sparse_tensor(
         values, numpy_helper.from_array(np.array(indices, np.int64), "i"), [2, 3])
-    fn = import_onnx(one_node_model("Constant", [], {"sparse_value": sparse}, 13, set(), 1),
+    fn = import_onnx(one_node_model("Constant", [], {"sparse_value": sparse}, opset=13),
                      check=False)
     want = np.zeros(6, np.float32)
     want[[1, 4]] = [5.0, 7.0]
@@ -481,7 +416,7 @@ def _resize(r, attrs, *, scales=None, sizes=None, roi=None, shape=(1, 2, 5, 6), 
 def test_resize_nearest(r, ctm, nearest_mode, scales):
     roi = [0, 0, 0.2, 0.1, 1, 1, 0.9, 0.8] if ctm == "tf_crop_and_resize" else None
     _resize(r, {"mode": "nearest", "coordinate_transformation_mode": ctm,
-                "nearest_mode": nearest_mode}, scales=scales, roi=roi, oracle="onnx")
+                "nearest_mode": nearest_mode}, scales=scales, roi=roi, oracle="ref")
 
 
 @pytest.mark.parametrize("ctm", COORD_MODES)
@@ -493,7 +428,7 @@ def test_resize_linear_cubic(r, ctm, mode, scales):
     attrs = {"mode": mode, "coordinate_transformation_mode": ctm}
     if ctm == "tf_crop_and_resize":
         attrs["extrapolation_value"] = -3.0
-    _resize(r, attrs, scales=scales, roi=roi, oracle="onnx")
+    _resize(r, attrs, scales=scales, roi=roi, oracle="ref")
 
 
 @pytest.mark.parametrize("ctm", ["half_pixel", "asymmetric", "align_corners",
@@ -542,7 +477,7 @@ def test_resize_dtypes(r, dtype, mode):
     # rounds and saturates like the onnx reference, the oracle of the conformance suite.
     x = (rand(r, 1, 1, 4, 4) * 60 + 100).astype(dtype)
     check("Resize", [x, np.zeros(0, np.float32), np.array([1, 1, 1.5, 2], np.float32)],
-          {"mode": mode}, opset=19, consts={1, 2}, oracle="onnx")
+          {"mode": mode}, opset=19, consts={1, 2}, oracle="ref")
 
 
 @pytest.mark.parametrize("opset", [11, 13])
@@ -610,26 +545,26 @@ def test_infer_errors(op, types, attrs, match):
 
 
 def test_runtime_shape_operand_names_the_graph_input(r):
-    model = one_node_model("Reshape", [rand(r, 2, 3), i64(3, 2)], None, 13, set(), 1)
+    model = one_node_model("Reshape", [rand(r, 2, 3), i64(3, 2)], opset=13)
     with pytest.raises(NeedsConstantError, match="shape must be a constant") as e:
         import_onnx(model, check=False)
     assert e.value.inputs == ["x1"]
 
 
 def test_slice_runtime_operands_are_named_at_once(r):
-    model = one_node_model("Slice", [rand(r, 4, 4), i64(0), i64(2), i64(1)], None, 13, {3}, 1)
+    model = one_node_model("Slice", [rand(r, 4, 4), i64(0), i64(2), i64(1)], opset=13, consts={3})
     with pytest.raises(NeedsConstantError) as e:
         import_onnx(model, check=False)
     assert e.value.inputs == ["x1", "x2"]
 
 
 def test_bad_split_is_an_import_error(r):
-    model = one_node_model("Split", [rand(r, 5, 2)], {"axis": 0}, 13, set(), 2)
+    model = one_node_model("Split", [rand(r, 5, 2)], {"axis": 0}, opset=13, outputs=2)
     with pytest.raises(ModelImportError, match="does not split evenly"):
         import_onnx(model, check=False)
 
 
 def test_converters_fold_constant_inputs(r):
-    model = one_node_model("Transpose", [rand(r, 2, 3)], None, 13, {0}, 1)
+    model = one_node_model("Transpose", [rand(r, 2, 3)], opset=13, consts={0})
     fn = import_onnx(model, check=False)
     assert not fn.nodes and fn.outputs[0].is_constant

@@ -158,6 +158,16 @@ def _kernel_slices(kernel: Sequence[int], strides: Sequence[int], dilations: Seq
         yield offs, (Ellipsis, *idx)
 
 
+def _window_sum(xp: np.ndarray, kernel: Sequence[int], strides: Sequence[int],
+                dilations: Sequence[int], out: Sequence[int]) -> np.ndarray:
+    """The sum of every window over the trailing spatial axes of ``xp`` (already padded), of
+    shape ``(*lead, *out)`` and ``xp``'s dtype, accumulated one kernel offset at a time."""
+    acc = np.zeros((*xp.shape[:xp.ndim - len(kernel)], *out), xp.dtype)
+    for _, idx in _kernel_slices(kernel, strides, dilations, out):
+        acc += xp[idx]
+    return acc
+
+
 def _windows(xp: np.ndarray, kernel: Sequence[int], strides: Sequence[int],
              dilations: Sequence[int], out: Sequence[int]) -> np.ndarray:
     """A strided view of shape ``(*lead, *kernel, *out)`` over the trailing spatial axes of
@@ -502,10 +512,7 @@ def _avg_divisor(x_spatial: Sequence[int], kernel: list[int], s: list[int], d: l
     else:
         region = tuple(slice(pp[i], pp[i] + x_spatial[i]) for i in range(n))
     ones[region] = 1
-    count = np.zeros(out, np.float32)
-    for _, idx in _kernel_slices(kernel, s, d, out):
-        count += ones[idx]
-    return count
+    return _window_sum(ones, kernel, s, d, out)
 
 
 @register_op("AveragePool", attrs={**_POOL_ATTRS, "count_include_pad": Attr.int(0)},
@@ -517,10 +524,7 @@ def average_pool(x: np.ndarray, *, kernel_shape: list[int], strides: list[int] |
     n = x.ndim - 2
     kernel, s, d, out, pp = _pool_geometry(x.shape, kernel_shape, strides, pads, dilations,
                                            ceil_mode, "AveragePool")
-    xp = _pad_spatial(_fc(x), pp[:n], pp[n:], 0)
-    acc = np.zeros((*x.shape[:2], *out), xp.dtype)
-    for _, idx in _kernel_slices(kernel, s, d, out):
-        acc += xp[idx]
+    acc = _window_sum(_pad_spatial(_fc(x), pp[:n], pp[n:], 0), kernel, s, d, out)
     count = _avg_divisor(x.shape[2:], kernel, s, d, out, pp, pads, count_include_pad)
     acc /= count.astype(acc.dtype)
     return acc.astype(x.dtype, copy=False)
@@ -537,9 +541,7 @@ def lp_pool(x: np.ndarray, *, kernel_shape: list[int], strides: list[int] | None
                                            ceil_mode, "LpPool")
     xp = np.abs(_pad_spatial(_fc(x), pp[:n], pp[n:], 0))
     xp = xp * xp if p == 2 else np.power(xp, p)
-    acc = np.zeros((*x.shape[:2], *out), xp.dtype)
-    for _, idx in _kernel_slices(kernel, s, d, out):
-        acc += xp[idx]
+    acc = _window_sum(xp, kernel, s, d, out)
     y = np.sqrt(acc) if p == 2 else np.power(acc, 1.0 / p)
     return y.astype(x.dtype, copy=False)
 

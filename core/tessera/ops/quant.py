@@ -46,6 +46,15 @@ def check_quant_param(p: TensorType, x: TensorType, axis: int, block_size: int, 
                       f"{x.shape[a]} (axis {axis} of {x})")
 
 
+def _check_scale_and_zero_point(scale: TensorType, zp: TensorType | None, x: TensorType,
+                                axis: int, block_size: int, op: str, prefix: str) -> None:
+    """Raise unless ``{prefix}_scale`` is a valid parameter for ``x`` (see
+    :func:`check_quant_param`) and ``{prefix}_zero_point``, when given, has its shape."""
+    check_quant_param(scale, x, axis, block_size, op, f"{prefix}_scale")
+    if zp is not None and zp.shape != scale.shape:
+        raise OpError(f"{op}: {prefix}_zero_point {zp} must have {prefix}_scale's shape {scale}")
+
+
 def expand_quant_param(p: np.ndarray, shape: tuple[int, ...], axis: int,
                        block_size: int) -> np.ndarray:
     """A scale or zero point reshaped (or repeated, when blocked) to broadcast over ``shape``."""
@@ -84,10 +93,7 @@ def _quantize_infer(x: TensorType, scale: TensorType, zp: TensorType | None = No
     if out not in QUANT_DTYPES:
         raise OpError(f"{op}: output type {out} is not one of "
                       f"{', '.join(d.value for d in QUANT_DTYPES)}")
-    check_quant_param(scale, x, axis, block_size, op, "y_scale")
-    if zp is not None:
-        if zp.shape != scale.shape:
-            raise OpError(f"{op}: y_zero_point {zp} must have y_scale's shape {scale}")
+    _check_scale_and_zero_point(scale, zp, x, axis, block_size, op, "y")
     return TensorType(x.shape, out)
 
 
@@ -118,12 +124,9 @@ def _dequantize_infer(x: TensorType, scale: TensorType, zp: TensorType | None = 
     if x.dtype not in QUANT_DTYPES:
         raise OpError(f"{op}: input {x} must be one of "
                       f"{', '.join(d.value for d in QUANT_DTYPES)}")
-    check_quant_param(scale, x, axis, block_size, op, "x_scale")
-    if zp is not None:
-        if zp.dtype != x.dtype:
-            raise OpError(f"{op}: x_zero_point {zp} must have the input's dtype {x.dtype}")
-        if zp.shape != scale.shape:
-            raise OpError(f"{op}: x_zero_point {zp} must have x_scale's shape {scale}")
+    if zp is not None and zp.dtype != x.dtype:
+        raise OpError(f"{op}: x_zero_point {zp} must have the input's dtype {x.dtype}")
+    _check_scale_and_zero_point(scale, zp, x, axis, block_size, op, "x")
     return TensorType(x.shape, output_dtype or scale.dtype)
 
 

@@ -290,7 +290,9 @@ def _conv_geometry(node: Node, x: Value, w_shape: tuple[int, ...]) -> tuple[tupl
     return (strides[0], strides[1]), pads
 
 
-def _from_qdq(q: Node) -> Layer:
+def _quantize_and_relu(q: Node) -> tuple[int, list[Node], Node, bool]:
+    """Match ``QuantizeLinear([Relu](prev))`` at the root ``q``: (the output scale's exponent,
+    the matched nodes, ``prev``, whether the Relu is there)."""
     out_exp = _quantize_output(q)
     nodes = [q]
     prev = _producer(q.inputs[0], f"{q.name} input")
@@ -298,12 +300,23 @@ def _from_qdq(q: Node) -> Layer:
     if relu:
         nodes.append(prev)
         prev = _producer(prev.inputs[0], f"{prev.name} input")
+    return out_exp, nodes, prev, relu
+
+
+def _split_constant(node: Node) -> tuple[Value | None, Value | None]:
+    """(the other operand, the constant operand) of a binary node: the second operand when it
+    is a constant, else the first."""
+    a, b = node.inputs[0], node.inputs[1]
+    return (a, b) if b is not None and b.is_constant else (b, a)
+
+
+def _from_qdq(q: Node) -> Layer:
+    out_exp, nodes, prev, relu = _quantize_and_relu(q)
     bias_value: np.ndarray | None = None
     core = prev
     if core.op == "Add":
         nodes.append(core)
-        a, b = core.inputs[0], core.inputs[1]
-        mm, c = (a, b) if b is not None and b.is_constant else (b, a)
+        mm, c = _split_constant(core)
         bias_value = _const(c, f"{core.name} bias")
         core = _producer(mm, f"{core.name} input")
         if core.op != "MatMul":
@@ -390,18 +403,11 @@ def _from_qlinear(node: Node) -> Layer:
 
 
 def _from_integer(q: Node) -> Layer:
-    out_exp = _quantize_output(q)
-    nodes = [q]
-    prev = _producer(q.inputs[0], f"{q.name} input")
-    relu = prev.op == "Relu"
-    if relu:
-        nodes.append(prev)
-        prev = _producer(prev.inputs[0], f"{prev.name} input")
+    out_exp, nodes, prev, relu = _quantize_and_relu(q)
     bias_value: np.ndarray | None = None
     if prev.op == "Add":
         nodes.append(prev)
-        a, b = prev.inputs[0], prev.inputs[1]
-        inner, c = (a, b) if b is not None and b.is_constant else (b, a)
+        inner, c = _split_constant(prev)
         out_type = prev.outputs[0].type
         bias_value = _per_channel(_const(c, f"{prev.name} bias"), out_type.shape,
                                   1 if out_type.ndim == 4 else out_type.ndim - 1)
@@ -409,8 +415,7 @@ def _from_integer(q: Node) -> Layer:
     if prev.op != "Mul":
         raise NotALayer(f"{prev.name} ({prev.op}) is not the requantizing Mul")
     nodes.append(prev)
-    a, b = prev.inputs[0], prev.inputs[1]
-    cast_v, scale_v = (a, b) if b is not None and b.is_constant else (b, a)
+    cast_v, scale_v = _split_constant(prev)
     acc_exp = _scale(scale_v, f"{prev.name} scale")
     cast = _producer(cast_v, f"{prev.name} input")
     if cast.op != "Cast" or cast.outputs[0].type.dtype != DType.float32:

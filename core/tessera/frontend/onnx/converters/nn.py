@@ -61,15 +61,20 @@ def _window_attrs(ctx: ConvertContext, x: Value, attrs: Attrs,
             "dilations": dilations}
 
 
+def conv_window_attrs(ctx: ConvertContext, x: Value, w: Value, attrs: Attrs) -> dict[str, Any]:
+    """:func:`_window_attrs` of a convolution: kernel_shape defaults to the weight's spatial
+    shape."""
+    return _window_attrs(ctx, x, attrs, list(attrs.get("kernel_shape") or w.type.shape[2:]))
+
+
 # -- convolutions --------------------------------------------------------------------------------
 
 @converter("Conv", since=1)
 def convert_conv(ctx: ConvertContext, inputs: Inputs, attrs: Attrs) -> Value:
     x, w = inputs[0], inputs[1]
     assert x is not None and w is not None
-    kernel = list(attrs.get("kernel_shape") or w.type.shape[2:])
-    ir = _window_attrs(ctx, x, attrs, kernel)
-    return ctx.op("Conv", *operands(x, w, _input(inputs, 2)), group=attrs.get("group", 1), **ir)
+    return ctx.op("Conv", *operands(x, w, _input(inputs, 2)), group=attrs.get("group", 1),
+                  **conv_window_attrs(ctx, x, w, attrs))
 
 
 def conv_transpose_pads(ctx: ConvertContext, x_shape: tuple[int, ...], kernel: list[int],
@@ -124,10 +129,9 @@ def convert_conv_transpose(ctx: ConvertContext, inputs: Inputs, attrs: Attrs) ->
 def convert_deform_conv(ctx: ConvertContext, inputs: Inputs, attrs: Attrs) -> Value:
     x, w = inputs[0], inputs[1]
     assert x is not None and w is not None
-    kernel = list(attrs.get("kernel_shape") or w.type.shape[2:])
-    ir = _window_attrs(ctx, x, attrs, kernel)
     return ctx.op("DeformConv", *operands(x, w, inputs[2], _input(inputs, 3), _input(inputs, 4)),
-                  group=attrs.get("group", 1), offset_group=attrs.get("offset_group", 1), **ir)
+                  group=attrs.get("group", 1), offset_group=attrs.get("offset_group", 1),
+                  **conv_window_attrs(ctx, x, w, attrs))
 
 
 @converter("Col2Im", since=18)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from tessera.frontend.onnx.context import ConvertContext
-from tessera.frontend.onnx.converters.nn import _window_attrs, onnx_elem_dtype, operands
+from tessera.frontend.onnx.converters.nn import conv_window_attrs, onnx_elem_dtype, operands
 from tessera.frontend.onnx.registry import converter, simple
 from tessera.ir.graph import Value
 from tessera.ir.types import DType
@@ -67,8 +67,7 @@ def _conv_like(op: str, weight_index: int):
     def convert(ctx: ConvertContext, inputs: Inputs, attrs: Attrs) -> Value:
         x, w = inputs[0], inputs[weight_index]
         assert x is not None and w is not None
-        kernel = list(attrs.get("kernel_shape") or w.type.shape[2:])
-        ir = _window_attrs(ctx, x, attrs, kernel)
+        ir = conv_window_attrs(ctx, x, w, attrs)
         return ctx.op(op, *operands(*inputs), group=attrs.get("group", 1), **ir)
 
     convert.__name__ = f"convert_{op}"

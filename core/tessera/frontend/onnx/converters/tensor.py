@@ -490,18 +490,6 @@ def _resize(ctx: ConvertContext, x: Value, *, mode: str, scales: list[float] | N
                   roi=full_roi)
 
 
-@converter("Resize", since=10)
-def convert_resize_10(ctx: ConvertContext, inputs: Inputs, attrs: Attrs) -> Value:
-    # Resize-10 is Upsample that may shrink: asymmetric coordinates, and onnxruntime's "simple"
-    # nearest rounding (floor when enlarging, ceil when shrinking).
-    x = inputs[0]
-    assert x is not None
-    return _resize(ctx, x, mode=attrs.get("mode", "nearest"),
-                   scales=_floats(ctx.const_value(_present(inputs[1]), "scales")),
-                   sizes=None, roi=None, attrs={},
-                   coordinate_transformation_mode="asymmetric", nearest_mode="simple")
-
-
 @converter("Resize", since=11)
 def convert_resize_11(ctx: ConvertContext, inputs: Inputs, attrs: Attrs) -> Value:
     x = inputs[0]
@@ -519,20 +507,25 @@ def convert_resize_11(ctx: ConvertContext, inputs: Inputs, attrs: Attrs) -> Valu
                    nearest_mode=attrs.get("nearest_mode", "round_prefer_floor"))
 
 
+def _upsample(ctx: ConvertContext, x: Value, attrs: Attrs, scales: list[float] | None) -> Value:
+    """Upsample semantics: asymmetric coordinates, and onnxruntime's "simple" nearest rounding
+    (floor when enlarging, ceil when shrinking)."""
+    return _resize(ctx, x, mode=attrs.get("mode", "nearest"), scales=scales, sizes=None,
+                   roi=None, attrs={}, coordinate_transformation_mode="asymmetric",
+                   nearest_mode="simple")
+
+
 @converter("Upsample", since=7)
 def convert_upsample_7(ctx: ConvertContext, inputs: Inputs, attrs: Attrs) -> Value:
     x = inputs[0]
     assert x is not None
-    return _resize(ctx, x, mode=attrs.get("mode", "nearest"),
-                   scales=[float(s) for s in attrs["scales"]], sizes=None, roi=None, attrs={},
-                   coordinate_transformation_mode="asymmetric", nearest_mode="simple")
+    return _upsample(ctx, x, attrs, [float(s) for s in attrs["scales"]])
 
 
 @converter("Upsample", since=9)
+@converter("Resize", since=10)
 def convert_upsample_9(ctx: ConvertContext, inputs: Inputs, attrs: Attrs) -> Value:
+    """Upsample-9 (scales as an input) and Resize-10, which is Upsample-9 that may shrink."""
     x = inputs[0]
     assert x is not None
-    return _resize(ctx, x, mode=attrs.get("mode", "nearest"),
-                   scales=_floats(ctx.const_value(_present(inputs[1]), "scales")),
-                   sizes=None, roi=None, attrs={},
-                   coordinate_transformation_mode="asymmetric", nearest_mode="simple")
+    return _upsample(ctx, x, attrs, _floats(ctx.const_value(_present(inputs[1]), "scales")))
