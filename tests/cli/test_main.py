@@ -411,3 +411,20 @@ def test_subprocess_on_demo_model(tmp_path: Path) -> None:
                             timeout=120, cwd=tmp_path)
     assert failed.returncode == 1
     assert failed.stderr.strip().splitlines() == ["error: model file 'missing.tar' does not exist"]
+
+
+def test_compile_with_quantize_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    digits = DIGITS
+    with np.load(digits / "digits_test.npz") as data:
+        np.savez(tmp_path / "calib.npz", image=data["images"][:32])
+    out = tmp_path / "q.tar"
+    code = main(["compile", str(digits / "digits_cnn.onnx"), "--quantize",
+                 str(tmp_path / "calib.npz"), "--target", "ref", "--input-shapes",
+                 "image:[1,1,8,8]", "-o", str(out)])
+    assert code == 0, capsys.readouterr().err
+    captured = capsys.readouterr()
+    assert "quantizing" in captured.err
+    assert "QuantizeLinear" in captured.out and "DequantizeLinear" in captured.out
+    assert main(["compile", str(digits / "digits_cnn.onnx"), "--quantize",
+                 str(tmp_path / "missing.npz"), "-o", str(out)]) == 1
+    assert "error: --quantize: file" in capsys.readouterr().err

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 #: Flags that only matter when a model is compiled (ignored, with a warning, for a .tar).
 COMPILE_FLAGS = ("target", "input_shapes", "opt_level", "pass_config", "disabled_pass",
-                 "freeze_input", "tuning_records", "dump_ir")
+                 "freeze_input", "tuning_records", "dump_ir", "quantize")
 
 
 def progress(message: str) -> None:
@@ -49,6 +49,9 @@ def add_compile_options(parser: argparse.ArgumentParser, title: str = "compile o
                        help="passes not to run, comma-separated (repeatable)")
     group.add_argument("--freeze-input", action="append", default=None, metavar="NAME=FILE.npy",
                        help="bind a graph input to a constant at compile time (repeatable)")
+    group.add_argument("--quantize", default=None, metavar="CALIB.npz",
+                       help="quantize the model to int8 first (as `tessera quantize` does, with "
+                            "these calibration inputs), e.g. for --target \"vta_sim, ref\"")
     group.add_argument("--dump-ir", default=None, metavar="DIR",
                        help="write the IR after each graph pass into DIR")
     group.add_argument("--tuning-records", default=None, metavar="FILE",
@@ -105,9 +108,15 @@ def compile_model(path: Path, args: argparse.Namespace) -> Module:
     import tessera
 
     kwargs = compile_kwargs(args)
+    model: Any = str(path)
+    if getattr(args, "quantize", None):
+        from tessera.cli.quantize import read_calibration
+
+        progress(f"quantizing {path} to int8, calibrating on {args.quantize}")
+        model = tessera.quantize(str(path), read_calibration(args.quantize, "--quantize"))
     progress(f"compiling {path} for target {kwargs['target']!r} at -O{kwargs['opt_level']}")
     start = time.perf_counter()
-    module = tessera.compile(str(path), progress=True, **kwargs)
+    module = tessera.compile(model, progress=True, **kwargs)
     progress(f"compiled for {module.target!r} in {time.perf_counter() - start:.2f} s")
     return module
 

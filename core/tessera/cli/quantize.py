@@ -43,14 +43,15 @@ def add_parser(subparsers: Any) -> None:
     parser.set_defaults(handler=run_quantize)
 
 
-def _read_calibration(path: str) -> dict[str, np.ndarray]:
+def read_calibration(path: str, flag: str = "--calibration") -> dict[str, np.ndarray]:
+    """Calibration inputs from an ``.npz`` (one array per model input)."""
     if not Path(path).is_file():
-        raise ArgumentError(f"--calibration: file {path!r} does not exist")
+        raise ArgumentError(f"{flag}: file {path!r} does not exist")
     try:
         with np.load(path, allow_pickle=False) as data:
             return {name: data[name] for name in data.files}
     except (ValueError, OSError) as e:
-        raise ArgumentError(f"--calibration: cannot read {path!r} as .npz: {e}") from None
+        raise ArgumentError(f"{flag}: cannot read {path!r} as .npz: {e}") from None
 
 
 def run_quantize(args: argparse.Namespace) -> int:
@@ -60,7 +61,7 @@ def run_quantize(args: argparse.Namespace) -> int:
 
     if args.batch_size < 1:
         raise ArgumentError(f"--batch-size must be at least 1, got {args.batch_size}")
-    calibration = _read_calibration(args.calibration)
+    calibration = read_calibration(args.calibration)
     exclude = parse_name_list(args.exclude)
     progress(f"calibrating on {args.calibration}")
     model, report = quantize_model(args.model, calibration,
