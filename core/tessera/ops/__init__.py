@@ -1,13 +1,21 @@
 """Operator registry. Importing this package registers every op family (explicit list below)."""
 
 from tessera.ops import (  # noqa: F401  (imported for their registrations)
+    attention,
     binary,
+    conv,
     elementwise,
+    linalg,
     nn,
+    norm,
+    pool,
     quant,
     reduce,
-    sequence,
+    rnn,
+    sampling,
+    signal,
     tensor,
+    text,
 )
 from tessera.ops.registry import (
     Attr,

@@ -18,8 +18,10 @@ import numpy as np
 
 from tessera.errors import OpError
 from tessera.ir.types import DType, TensorType
-from tessera.ops.nn import _CONV_ATTRS, _conv_infer, conv_nd, matmul_shape, spatial_params
+from tessera.ops.conv import _CONV_ATTRS, _conv_infer, conv_nd
+from tessera.ops.linalg import matmul_shape
 from tessera.ops.registry import Attr, OpPattern, normalize_axis, register_op
+from tessera.ops.spatial import spatial_params
 
 QUANT_DTYPES = (DType.int8, DType.uint8, DType.int16, DType.uint16, DType.int32)
 

@@ -20,8 +20,8 @@ from tessera.frontend.onnx.context import ConvertContext
 from tessera.frontend.onnx.registry import converter, simple
 from tessera.ir.graph import Value
 from tessera.ir.types import DType
-from tessera.ops.nn import resolve_auto_pad
 from tessera.ops.registry import normalize_axis
+from tessera.ops.spatial import resolve_auto_pad
 
 Inputs = list[Value | None]
 Attrs = dict[str, Any]

@@ -94,7 +94,7 @@ def convert_attention(ctx: ConvertContext, inputs: list[Value | None],
 simple("RotaryEmbedding", since=23)
 simple("LinearAttention", since=27)
 simple("CausalConvWithState", since=27)
-# TensorScatter (opset 24): its IR op is defined in tessera.ops.sequence; the one-to-one
+# TensorScatter (opset 24): its IR op is defined in tessera.ops.attention; the one-to-one
 # converter is registered with the tensor family (converters/tensor.py).
 simple("SwiGLU", since=28)
 

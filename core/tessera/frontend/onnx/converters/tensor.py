@@ -285,7 +285,7 @@ simple("GatherND", since=11)
 simple("ScatterElements", since=11)
 simple("Scatter", since=9, ir_op="ScatterElements")
 simple("ScatterND", since=11)
-simple("TensorScatter", since=24)  # the IR op is defined in tessera.ops.sequence
+simple("TensorScatter", since=24)  # the IR op is defined in tessera.ops.attention
 simple("ReverseSequence", since=10)
 
 
