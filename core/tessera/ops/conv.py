@@ -112,7 +112,7 @@ def _crop_spatial(y: np.ndarray, begin: Sequence[int], end: Sequence[int]) -> np
 
 # -- Conv ----------------------------------------------------------------------------------------
 
-_CONV_ATTRS = {
+CONV_ATTRS = {
     "kernel_shape": Attr.ints(None),
     "strides": Attr.ints(None),
     "pads": Attr.ints(None),
@@ -121,7 +121,7 @@ _CONV_ATTRS = {
 }
 
 
-def _conv_infer(x: TensorType, w: TensorType, b: TensorType | None = None, *,
+def conv_infer(x: TensorType, w: TensorType, b: TensorType | None = None, *,
                 kernel_shape: list[int] | None, strides: list[int] | None,
                 pads: list[int] | None, dilations: list[int] | None, group: int,
                 op: str = "Conv") -> TensorType:
@@ -147,10 +147,10 @@ def _conv_infer(x: TensorType, w: TensorType, b: TensorType | None = None, *,
 def _conv_infer_float(x: TensorType, w: TensorType, b: TensorType | None = None,
                       **attrs: Any) -> TensorType:
     check_float(x, "Conv")
-    return _conv_infer(x, w, b, **attrs)
+    return conv_infer(x, w, b, **attrs)
 
 
-@register_op("Conv", attrs=_CONV_ATTRS, inputs=(2, 3), infer=_conv_infer_float, pattern=FUSABLE)
+@register_op("Conv", attrs=CONV_ATTRS, inputs=(2, 3), infer=_conv_infer_float, pattern=FUSABLE)
 def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, *,
          kernel_shape: list[int] | None, strides: list[int] | None, pads: list[int] | None,
          dilations: list[int] | None, group: int) -> np.ndarray:
@@ -203,7 +203,7 @@ def _conv_transpose_infer(x: TensorType, w: TensorType, b: TensorType | None = N
     return TensorType((x.shape[0], m, *out), x.dtype)
 
 
-@register_op("ConvTranspose", attrs={**_CONV_ATTRS, "output_padding": Attr.ints(None)},
+@register_op("ConvTranspose", attrs={**CONV_ATTRS, "output_padding": Attr.ints(None)},
              inputs=(2, 3), infer=_conv_transpose_infer, pattern=FUSABLE)
 def conv_transpose(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, *,
                    kernel_shape: list[int] | None, strides: list[int] | None,
@@ -283,7 +283,7 @@ def _deform_conv_infer(x: TensorType, w: TensorType, offset: TensorType,
                        pads: list[int] | None, dilations: list[int] | None, group: int,
                        offset_group: int) -> TensorType:
     op = "DeformConv"
-    y = _conv_infer(x, w, b, kernel_shape=kernel_shape, strides=strides, pads=pads,
+    y = conv_infer(x, w, b, kernel_shape=kernel_shape, strides=strides, pads=pads,
                     dilations=dilations, group=group, op=op)
     n = x.ndim - 2
     K = math.prod(w.shape[2:])
@@ -298,7 +298,7 @@ def _deform_conv_infer(x: TensorType, w: TensorType, offset: TensorType,
     return y
 
 
-@register_op("DeformConv", attrs={**_CONV_ATTRS, "offset_group": Attr.int(1)}, inputs=(3, 5),
+@register_op("DeformConv", attrs={**CONV_ATTRS, "offset_group": Attr.int(1)}, inputs=(3, 5),
              infer=_deform_conv_infer, pattern=OPAQUE)
 def deform_conv(x: np.ndarray, w: np.ndarray, offset: np.ndarray, b: np.ndarray | None = None,
                 mask: np.ndarray | None = None, *, kernel_shape: list[int] | None,

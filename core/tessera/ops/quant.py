@@ -18,7 +18,7 @@ import numpy as np
 
 from tessera.errors import OpError
 from tessera.ir.types import DType, TensorType
-from tessera.ops.conv import _CONV_ATTRS, _conv_infer, conv_nd
+from tessera.ops.conv import CONV_ATTRS, conv_infer, conv_nd
 from tessera.ops.linalg import matmul_shape
 from tessera.ops.registry import Attr, OpPattern, normalize_axis, register_op
 from tessera.ops.spatial import spatial_params
@@ -200,7 +200,7 @@ def _conv_integer_infer(x: TensorType, w: TensorType, x_zp: TensorType | None = 
     op = "ConvInteger"
     _check_int8(x, op, "x")
     _check_int8(w, op, "w")
-    y = _conv_infer(x, w, None, op=op, **attrs)
+    y = conv_infer(x, w, None, op=op, **attrs)
     if x_zp is not None and not _is_scalar(x_zp.shape):
         raise OpError(f"{op}: x_zero_point {x_zp} must be a scalar")
     if w_zp is not None and not _is_scalar(w_zp.shape) and w_zp.shape != (w.shape[0],):
@@ -208,7 +208,7 @@ def _conv_integer_infer(x: TensorType, w: TensorType, x_zp: TensorType | None = 
     return y.with_dtype(DType.int32)
 
 
-@register_op("ConvInteger", attrs=_CONV_ATTRS, inputs=(2, 4), infer=_conv_integer_infer,
+@register_op("ConvInteger", attrs=CONV_ATTRS, inputs=(2, 4), infer=_conv_integer_infer,
              pattern=OpPattern.OUT_ELEMWISE_FUSABLE)
 def conv_integer(x: np.ndarray, w: np.ndarray, x_zp: np.ndarray | None = None,
                  w_zp: np.ndarray | None = None, *, kernel_shape: list[int] | None,
@@ -235,7 +235,7 @@ def _qlinear_conv_infer(x: TensorType, x_scale: TensorType, x_zp: TensorType, w:
     op = "QLinearConv"
     _check_int8(x, op, "x")
     _check_int8(w, op, "w")
-    y = _conv_infer(x, w, None, op=op, **attrs)
+    y = conv_infer(x, w, None, op=op, **attrs)
     m = w.shape[0]
     for name, t in (("x_scale", x_scale), ("x_zero_point", x_zp), ("y_scale", y_scale),
                     ("y_zero_point", y_zp)):
@@ -251,7 +251,7 @@ def _qlinear_conv_infer(x: TensorType, x_scale: TensorType, x_zp: TensorType, w:
     return y.with_dtype(out)
 
 
-@register_op("QLinearConv", attrs=_CONV_ATTRS, inputs=(8, 9), infer=_qlinear_conv_infer,
+@register_op("QLinearConv", attrs=CONV_ATTRS, inputs=(8, 9), infer=_qlinear_conv_infer,
              pattern=OpPattern.OUT_ELEMWISE_FUSABLE)
 def qlinear_conv(x: np.ndarray, x_scale: np.ndarray, x_zp: np.ndarray, w: np.ndarray,
                  w_scale: np.ndarray, w_zp: np.ndarray, y_scale: np.ndarray,
