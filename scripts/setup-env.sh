@@ -26,8 +26,11 @@ install_system_deps() {
             fi
         fi
         echo "setup: installing verilator with apt-get" >&2
-        $sudo apt-get update -qq >/dev/null
-        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq verilator >/dev/null
+        if ! { $sudo apt-get update -qq >/dev/null &&
+               DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq verilator >/dev/null; }
+        then
+            echo "setup: apt-get could not install verilator; tsim tests will be skipped" >&2
+        fi
     else
         echo "setup: verilator is missing and there is no apt-get; tsim tests will be skipped" >&2
     fi
