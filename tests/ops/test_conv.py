@@ -4,29 +4,15 @@ shapes, pads, strides, dilations, groups, auto_pad, opsets and element types."""
 
 from __future__ import annotations
 
-from functools import partial
-
 import numpy as np
-import onnx_node
 import pytest
+from nn_support import F16, check, rand
 from onnx_node import one_node_model
 
 from tessera.errors import ModelImportError, OpError
 from tessera.frontend.onnx import import_onnx
 from tessera.ir.graph import Function
 from tessera.ir.types import DType, TensorType
-
-RNG = np.random.default_rng(20240611)
-F32 = np.float32
-F16 = np.float16
-
-
-def rand(*shape: int, dtype=F32, lo: float = -1.0, hi: float = 1.0) -> np.ndarray:
-    return RNG.uniform(lo, hi, shape).astype(dtype)
-
-
-# Float16 outputs compare to 1e-2 whatever a test asks for.
-check = partial(onnx_node.check, rtol=1e-3, atol=1e-4, tolerances={F16: (1e-2, 1e-2)})
 
 # -- Conv ---------------------------------------------------------------------------------------
 

@@ -4,26 +4,12 @@ and element types."""
 
 from __future__ import annotations
 
-from functools import partial
-
 import numpy as np
-import onnx_node
 import pytest
+from nn_support import F16, RNG, check, rand
 from onnx_node import one_node_model, run_oracle
 
 from tessera.ops.pool import pool_output_shape
-
-RNG = np.random.default_rng(20240611)
-F32 = np.float32
-F16 = np.float16
-
-
-def rand(*shape: int, dtype=F32, lo: float = -1.0, hi: float = 1.0) -> np.ndarray:
-    return RNG.uniform(lo, hi, shape).astype(dtype)
-
-
-# Float16 outputs compare to 1e-2 whatever a test asks for.
-check = partial(onnx_node.check, rtol=1e-3, atol=1e-4, tolerances={F16: (1e-2, 1e-2)})
 
 
 def test_pool_output_shape_ceil_drops_window_starting_in_pad() -> None:
