@@ -121,17 +121,25 @@ CONV_ATTRS = {
 }
 
 
+def _window_params(x: TensorType, w: TensorType, kernel_shape: list[int] | None,
+                   strides: list[int] | None, pads: list[int] | None,
+                   dilations: list[int] | None, op: str) -> tuple[list[int], list[int], list[int]]:
+    """Check a convolution's input and weight ranks and kernel shape; return its strides, pads
+    and dilations with defaults filled."""
+    need_rank(x, 3, op)
+    if w.ndim != x.ndim:
+        raise OpError(f"{op}: weight {w} must have the input's rank {x.ndim}")
+    kernel, s, p, d = spatial_params(x.ndim - 2, kernel_shape, strides, pads, dilations, op)
+    if kernel and list(kernel) != list(w.shape[2:]):
+        raise OpError(f"{op}: kernel_shape {kernel} does not match weight {w}")
+    return s, p, d
+
+
 def conv_infer(x: TensorType, w: TensorType, b: TensorType | None = None, *,
                 kernel_shape: list[int] | None, strides: list[int] | None,
                 pads: list[int] | None, dilations: list[int] | None, group: int,
                 op: str = "Conv") -> TensorType:
-    need_rank(x, 3, op)
-    if w.ndim != x.ndim:
-        raise OpError(f"{op}: weight {w} must have the input's rank {x.ndim}")
-    n = x.ndim - 2
-    kernel, s, p, d = spatial_params(n, kernel_shape, strides, pads, dilations, op)
-    if kernel and list(kernel) != list(w.shape[2:]):
-        raise OpError(f"{op}: kernel_shape {kernel} does not match weight {w}")
+    s, p, d = _window_params(x, w, kernel_shape, strides, pads, dilations, op)
     if group <= 0 or x.shape[1] % group or w.shape[0] % group:
         raise OpError(f"{op}: group {group} must divide input channels {x.shape[1]} and output "
                       f"channels {w.shape[0]}")
@@ -181,13 +189,8 @@ def _conv_transpose_infer(x: TensorType, w: TensorType, b: TensorType | None = N
                           output_padding: list[int] | None) -> TensorType:
     op = "ConvTranspose"
     check_float(x, op)
-    need_rank(x, 3, op)
-    if w.ndim != x.ndim:
-        raise OpError(f"{op}: weight {w} must have the input's rank {x.ndim}")
+    s, p, d = _window_params(x, w, kernel_shape, strides, pads, dilations, op)
     n = x.ndim - 2
-    kernel, s, p, d = spatial_params(n, kernel_shape, strides, pads, dilations, op)
-    if kernel and list(kernel) != list(w.shape[2:]):
-        raise OpError(f"{op}: kernel_shape {kernel} does not match weight {w}")
     if group <= 0 or x.shape[1] % group or w.shape[0] != x.shape[1]:
         raise OpError(f"{op}: weight {w} must have {x.shape[1]} input channels and group "
                       f"{group} must divide them")
