@@ -47,15 +47,20 @@ class Executor:
         info = self.plan.tensors[name]
         self.devices[info.device].copy_from_host(self.buffers[name], array)
 
+    @staticmethod
+    def _call(step: Step, fn: Callable[[list[Any], list[Any]], None], ins: list[Any],
+              outs: list[Any]) -> None:
+        try:
+            fn(ins, outs)
+        except TesseraError:
+            raise
+        except Exception as e:  # noqa: BLE001 - name the failing kernel
+            raise RunError(f"kernel {step.name} ({step.op}, backend {step.backend}) failed: "
+                           f"{type(e).__name__}: {e}") from e
+
     def run(self) -> None:
         for step, fn, ins, outs in self.calls:
-            try:
-                fn(ins, outs)
-            except TesseraError:
-                raise
-            except Exception as e:  # noqa: BLE001 - name the failing kernel
-                raise RunError(f"kernel {step.name} ({step.op}, backend {step.backend}) failed: "
-                               f"{type(e).__name__}: {e}") from e
+            self._call(step, fn, ins, outs)
         self.synchronize()
 
     def synchronize(self) -> None:
@@ -67,11 +72,7 @@ class Executor:
         times = []
         for step, fn, ins, outs in self.calls:
             start = time.perf_counter()
-            try:
-                fn(ins, outs)
-            except Exception as e:  # noqa: BLE001
-                raise RunError(f"kernel {step.name} ({step.op}, backend {step.backend}) failed: "
-                               f"{type(e).__name__}: {e}") from e
+            self._call(step, fn, ins, outs)
             if step.is_copy:
                 self.devices[step.dst].synchronize()
             else:
