@@ -28,14 +28,18 @@ def compile(model: ModelSource | Function, target: str | None = "auto",
             tuning_records: Any = None, pass_config: Mapping[str, Any] | None = None,
             disabled_passes: Iterable[str] | None = None,
             freeze_inputs: Mapping[str, np.ndarray] | None = None,
-            dump_ir: str | Path | None = None, progress: bool = False) -> Module:
+            dump_ir: str | Path | None = None, progress: bool = False,
+            dump_code: str | Iterable[str] | None = None,
+            dump_dir: str | Path | None = None) -> Module:
     """Compile an ONNX model (path, bytes or ModelProto) or a Tessera function for ``target``.
 
     ``target`` is a tvmc-style target string (``"llvm"``, ``"cuda -libs=cudnn, llvm"``);
     ``"auto"``/None picks the best available CPU backend. ``input_shapes`` fixes input shapes,
     ``freeze_inputs`` binds inputs to constant values, ``pass_config``/``disabled_passes`` switch
     passes, ``dump_ir`` writes the IR after each pass into that folder, ``progress`` prints each
-    stage (and each region compiled) to stderr.
+    stage (and each region compiled) to stderr. ``dump_code`` (``"ll,asm,tir"`` or a list)
+    asks code-generating backends to write those forms of each region's code into
+    ``dump_dir`` (default: the current directory) as ``<region>.<form>``.
     """
     say = _progress_printer(progress)
     backends = resolve_target(target)
@@ -52,8 +56,13 @@ def compile(model: ModelSource | Function, target: str | None = "auto",
     say(f"partitioning {len(fn.nodes)} nodes for {target_text}")
     fallback = get_backend(FALLBACK_BACKEND)
     result = partition(fn, backends, (fallback, TargetKind(FALLBACK_BACKEND)), target_text)
+    extra: dict[str, Any] = {}
+    if dump_code:
+        forms = dump_code.split(",") if isinstance(dump_code, str) else list(dump_code)
+        extra["dump_code"] = [f.strip() for f in forms if f.strip()]
+        extra["dump_dir"] = str(dump_dir or ".")
     options = CompileOptions(opt_level=opt_level, pass_config=dict(pass_config or {}),
-                             tuning_records=tuning_records)
+                             tuning_records=tuning_records, extra=extra)
     used: dict[str, Backend] = {b.name: b for b, _ in backends}
     used[fallback.name] = fallback
     compiled = compile_regions(result.graph, used, options, say)

@@ -113,18 +113,21 @@ def test_compile_options_reach_tessera_compile(tmp_path: Path) -> None:
         "compile", "model.onnx", "--target", "llvm -mcpu=znver3", "--input-shapes",
         "a:[1,2] b:[3]", "-O", "1", "--pass-config", "FoldConstants=0", "--pass-config",
         "Canonicalize=on", "--disabled-pass", "A,B", "--disabled-pass", "C",
-        "--freeze-input", f"mask={tmp_path / 'm.npy'}", "--dump-ir", "dumps"])
+        "--freeze-input", f"mask={tmp_path / 'm.npy'}", "--dump-ir", "dumps",
+        "--dump-code", "ll,tir"])
     kwargs = compile_kwargs(args)
     frozen = kwargs.pop("freeze_inputs")
     assert kwargs == {"target": "llvm -mcpu=znver3", "input_shapes": {"a": [1, 2], "b": [3]},
                       "opt_level": 1, "tuning_records": None,
                       "pass_config": {"FoldConstants": 0, "Canonicalize": True},
-                      "disabled_passes": ["A", "B", "C"], "dump_ir": "dumps"}
+                      "disabled_passes": ["A", "B", "C"], "dump_ir": "dumps",
+                      "dump_code": "ll,tir", "dump_dir": "dumps"}
     np.testing.assert_array_equal(frozen["mask"], np.ones((1, 3), np.float32))
     defaults = compile_kwargs(build_parser().parse_args(["compile", "model.onnx"]))
     assert defaults == {"target": "auto", "input_shapes": None, "opt_level": 3,
                         "tuning_records": None, "pass_config": None, "disabled_passes": None,
-                        "freeze_inputs": None, "dump_ir": None}
+                        "freeze_inputs": None, "dump_ir": None, "dump_code": None,
+                        "dump_dir": "."}
 
 
 def test_compile_default_output_name(tiny_model: Path, tmp_path: Path,

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 #: Flags that only matter when a model is compiled (ignored, with a warning, for a .tar).
 COMPILE_FLAGS = ("target", "input_shapes", "opt_level", "pass_config", "disabled_pass",
-                 "freeze_input", "tuning_records", "dump_ir", "quantize")
+                 "freeze_input", "tuning_records", "dump_ir", "quantize", "dump_code")
 
 
 def progress(message: str) -> None:
@@ -54,6 +54,10 @@ def add_compile_options(parser: argparse.ArgumentParser, title: str = "compile o
                             "these calibration inputs), e.g. for --target \"vta_sim, ref\"")
     group.add_argument("--dump-ir", default=None, metavar="DIR",
                        help="write the IR after each graph pass into DIR")
+    group.add_argument("--dump-code", default=None, metavar="FORMS",
+                       help="write the generated code of each region in these forms, "
+                            "comma-separated: ll (LLVM IR), asm, tir (loop IR); into the "
+                            "output's folder (or --dump-ir's DIR) as <region>.<form>")
     group.add_argument("--tuning-records", default=None, metavar="FILE",
                        help="tuning records (JSON lines) from tessera tune")
 
@@ -87,7 +91,14 @@ def compile_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "disabled_passes": parse_name_list(args.disabled_pass) or None,
         "freeze_inputs": frozen or None,
         "dump_ir": getattr(args, "dump_ir", None),
+        "dump_code": getattr(args, "dump_code", None),
+        "dump_dir": getattr(args, "dump_ir", None) or _output_dir(args),
     }
+
+
+def _output_dir(args: argparse.Namespace) -> str:
+    output = getattr(args, "output", None)
+    return str(Path(output).parent) if output else "."
 
 
 def check_model_file(path: str) -> Path:
