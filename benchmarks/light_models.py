@@ -13,9 +13,11 @@ planner's arena against a buffer per tensor.
 from __future__ import annotations
 
 import argparse
-import os
+import functools
 import sys
 import time
+
+from _common import fmt_bytes, limit_threads, max_abs_diff, ort_session, time_ms
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -31,17 +33,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--opt-level", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0, help="seed of the random weights and input")
     return ap.parse_args(argv)
-
-
-def limit_threads(threads: int) -> None:
-    """Pin the thread pools numpy's BLAS and Tessera's CPU kernels use (before they start)."""
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
-                "TESSERA_NUM_THREADS"):
-        os.environ[var] = str(threads)
-
-
-def fmt_bytes(n: int) -> str:
-    return f"{n / (1 << 20):.1f} MiB"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,24 +62,15 @@ def main(argv: list[str] | None = None) -> int:
         got = mod.run(**light.inputs)
         ours = mod.benchmark(repeat=args.repeat, number=args.number, **light.inputs)
 
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = args.threads
-        options.inter_op_num_threads = 1
-        session = ort.InferenceSession(light.model.SerializeToString(), options,
-                                       providers=["CPUExecutionProvider"])
+        session = ort_session(light.model, args.threads)
         want = session.run(None, light.inputs)
         for _ in range(args.number):  # warm up
             session.run(None, light.inputs)
-        times = []
-        for _ in range(max(args.repeat, 1)):
-            t = time.perf_counter()
-            for _ in range(max(args.number, 1)):
-                session.run(None, light.inputs)
-            times.append((time.perf_counter() - t) * 1000.0 / max(args.number, 1))
+        run_ort = functools.partial(session.run, None, light.inputs)
+        times = [time_ms(run_ort, args.number) for _ in range(max(args.repeat, 1))]
         theirs = float(np.median(times))
 
-        err = max(float(np.max(np.abs(got[n].astype(np.float64) - w)))
-                  for n, w in zip(light.output_names, want))
+        err = max_abs_diff(got, want, light.output_names)
         planned = sum(r[2] for r in mod.memory_report().rows)
         no_reuse = sum(r[3] for r in mod.memory_report().rows)
         row = (f"{name:<20} {compile_s:>9.2f} {ours.median:>11.2f} {theirs:>9.2f} "

@@ -1,0 +1,80 @@
+"""Helpers the benchmark scripts share: thread limits, onnxruntime sessions, timing, summaries.
+
+The scripts import this module as ``_common`` (``python benchmarks/<script>.py`` puts this folder
+on ``sys.path``). Nothing here imports numpy, onnxruntime or Tessera at module level, so that
+:func:`limit_threads` can run before their thread pools start.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+
+def limit_threads(threads: int) -> None:
+    """Pin the thread pools numpy's BLAS and Tessera's CPU kernels use (call before importing
+    them)."""
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                "TESSERA_NUM_THREADS"):
+        os.environ[var] = str(threads)
+
+
+def ort_session(model: Any, threads: int) -> Any:
+    """An onnxruntime CPU session for an ``onnx.ModelProto`` with ``threads`` intra-op threads,
+    one inter-op thread and sequential execution (onnxruntime's graph optimizations stay on)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    return ort.InferenceSession(model.SerializeToString(), options,
+                                providers=["CPUExecutionProvider"])
+
+
+def time_ms(fn: Callable[[], object], number: int = 1) -> float:
+    """Mean wall-clock milliseconds of ``number`` calls of ``fn``."""
+    number = max(number, 1)
+    start = time.perf_counter()
+    for _ in range(number):
+        fn()
+    return (time.perf_counter() - start) * 1000.0 / number
+
+
+def max_abs_diff(got: Mapping[str, Any], want: Sequence[Any], names: Sequence[str]) -> float:
+    """The largest absolute difference between Tessera's outputs (by name) and onnxruntime's
+    (in output order), computed in float64."""
+    import numpy as np
+
+    diffs = [float(np.max(np.abs(np.asarray(got[n], np.float64) - np.asarray(w, np.float64))))
+             for n, w in zip(names, want)]
+    return max(diffs, default=0.0)
+
+
+def geomean(values: Iterable[float]) -> float:
+    """The geometric mean of positive numbers (NaN when there are none)."""
+    vals = [v for v in values if v > 0 and math.isfinite(v)]
+    if not vals:
+        return float("nan")
+    return math.exp(sum(math.log(v) for v in vals) / len(vals))
+
+
+def fmt_bytes(n: int) -> str:
+    """Bytes as MiB with one decimal."""
+    return f"{n / (1 << 20):.1f} MiB"
+
+
+def cpu_name() -> str:
+    """The host CPU's model name (from /proc/cpuinfo where there is one)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
