@@ -5,6 +5,7 @@ from tessera.ops import (  # noqa: F401  (imported for their registrations)
     binary,
     conv,
     elementwise,
+    layout,
     linalg,
     nn,
     norm,
