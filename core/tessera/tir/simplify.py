@@ -1,0 +1,696 @@
+"""The TIR simplifier (TVM's ``arith.Analyzer.simplify`` and ``tir.transform.Simplify``).
+
+:func:`simplify` rewrites an expression, statement or function into an equivalent, simpler one:
+
+* constants fold with the exact numpy semantics of their dtype (wrap-around, float32 rounding);
+* identities: ``x + 0``, ``x * 1``, ``x * 0`` (integers), ``x // 1``, ``x % 1``, ``min(x, x)``,
+  ``select(c, x, x)``, ``!!x``, ``x && true`` ...;
+* integer scalar ``+ - *`` go through a canonical polynomial, so terms cancel and combine
+  (``(i*8 + j) - i*8 -> j``) and ``(x // c) * c + x % c -> x``;
+* ``(q*c + r) // c -> q + r // c`` and ``(q*c + r) % c -> r % c``; then ``r // c -> k`` and
+  ``r % c -> r - k*c`` when the bounds of ``r`` (from enclosing loops, lets, if-conditions and
+  the caller's ``bounds``) lie in one block ``[k*c, k*c + c)``; ``(x // a) // b -> x // (a*b)``,
+  ``(x % a) % b -> x % b`` when ``b`` divides ``a``;
+* comparisons, ``min`` and ``max`` decided by the bounds of the difference of their operands;
+  ``Select``/``IfThenElse`` with a decided condition keep only the taken branch;
+* vectors: ``ramp(a, s) + x(b) -> ramp(a + b, s)``, ``ramp(b, s) * x(c) -> ramp(b*c, s*c)``,
+  ``ramp(b, 0) -> x(b)``, operations on broadcasts become broadcasts of the scalar operation,
+  ``ramp(b, s) // c`` and ``% c`` when all lanes stay in one block;
+* statements: a loop gives its variable the range ``[min, min + extent - 1]``; a loop with extent
+  1 becomes its body with the variable replaced by ``min``; extent 0 loops, empty sequences and
+  ifs without work disappear; a ``LetStmt`` of a constant or variable is inlined, an unused one
+  dropped; inside ``if c`` the facts that ``c`` gives about variables narrow their ranges
+  (not inside ``select``, which evaluates both sides: a clamped load index must stay clamped).
+
+Floating-point arithmetic is never reassociated (only folded and ``x + 0.0``/``x * 1.0``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from tessera.tir import expr as E
+from tessera.tir import stmt as S
+from tessera.tir.arith import (
+    INF,
+    Bounds,
+    Poly,
+    _norm,
+    interval_of,
+    struct_equal,
+    struct_key,
+    to_poly,
+    uses_var,
+)
+from tessera.tir.functor import IRMutator, substitute
+
+__all__ = ["simplify", "Simplifier", "can_prove", "is_no_op", "NO_OP"]
+
+
+def _no_op() -> S.Stmt:
+    return S.Evaluate(E.IntImm(0, "int32"))
+
+
+#: A statement that does nothing (what an emptied statement becomes).
+NO_OP = _no_op()
+
+
+def is_no_op(s: S.Stmt | None) -> bool:
+    """Whether ``s`` does nothing (None, an empty sequence or an evaluated constant)."""
+    if s is None:
+        return True
+    if isinstance(s, S.Evaluate):
+        return isinstance(s.value, E.IntImm | E.FloatImm)
+    if isinstance(s, S.SeqStmt):
+        return all(is_no_op(x) for x in s.seq)
+    return False
+
+
+def _is_const(e: Any, value: int | float | None = None) -> bool:
+    if isinstance(e, E.IntImm | E.FloatImm):
+        return value is None or e.value == value
+    return False
+
+
+def _bool(v: bool, lanes: int = 1) -> E.PrimExpr:
+    c = E.IntImm(int(bool(v)), "bool")
+    return c if lanes == 1 else E.Broadcast(c, lanes)
+
+
+def _const_bool(e: E.PrimExpr) -> bool | None:
+    """True/False when ``e`` is a constant (or a broadcast constant) boolean."""
+    if isinstance(e, E.Broadcast):
+        e = e.value
+    if isinstance(e, E.IntImm):
+        return bool(e.value)
+    return None
+
+
+def _fold(cls: type, a: E.PrimExpr, b: E.PrimExpr | None = None,
+          dtype: str | None = None) -> E.PrimExpr | None:
+    """Evaluate an operation on constants with numpy semantics (None when it cannot)."""
+    from tessera.tir.interpreter import eval_expr
+
+    if cls in (E.FloorDiv, E.FloorMod) and _is_const(b, 0) and E.is_int(a.dtype):
+        return None
+    if cls is E.Cast:
+        node: E.PrimExpr = E.Cast(dtype or a.dtype, a)
+    elif b is None:
+        node = cls(a)
+    else:
+        node = cls(a, b)
+    value = eval_expr(node)
+    if node.dtype == "bool":
+        return E.IntImm(int(bool(value)), "bool")
+    if E.is_float(node.dtype):
+        return E.FloatImm(float(value), node.dtype)
+    return E.IntImm(int(value), node.dtype)
+
+
+_FLIP = {E.LT: E.GE, E.LE: E.GT, E.GT: E.LE, E.GE: E.LT, E.EQ: E.NE, E.NE: E.EQ}
+
+
+class Simplifier(IRMutator):
+    """The rewriting engine behind :func:`simplify`; ``bounds`` holds the known variable
+    ranges and grows while descending into loops, lets and ifs."""
+
+    def __init__(self, bounds: Bounds | None = None) -> None:
+        self.bounds: dict[E.Var, tuple[Any, Any]] = {v: _norm(b)
+                                                     for v, b in (bounds or {}).items()}
+
+    # -- helpers --------------------------------------------------------------------------
+    @contextmanager
+    def bound_scope(self, updates: dict[E.Var, tuple[Any, Any]]) -> Iterator[None]:
+        """Narrow variable ranges for the duration of a ``with`` block."""
+        saved = {v: self.bounds.get(v) for v in updates}
+        for v, (lo, hi) in updates.items():
+            old = self.bounds.get(v, (-INF, INF))
+            self.bounds[v] = (max(old[0], lo), min(old[1], hi))
+        try:
+            yield
+        finally:
+            for v, b in saved.items():
+                if b is None:
+                    self.bounds.pop(v, None)
+                else:
+                    self.bounds[v] = b
+
+    def interval(self, e: E.PrimExpr) -> tuple[Any, Any]:
+        """Bounds of ``e`` under the current variable ranges."""
+        return interval_of(e, self.bounds)
+
+    def poly(self, e: E.PrimExpr) -> Poly:
+        """The polynomial of an already simplified integer scalar expression."""
+        return to_poly(e)
+
+    def poly_interval(self, p: Poly) -> tuple[Any, Any]:
+        """Bounds of a polynomial under the current variable ranges."""
+        return p.bound(self.bounds)
+
+    @staticmethod
+    def _int_scalar(e: E.PrimExpr) -> bool:
+        return E.is_int(e.dtype) and e.lanes == 1
+
+    # -- integer polynomials ----------------------------------------------------------------
+    def _poly_expr(self, e: E.PrimExpr) -> E.PrimExpr:
+        p = to_poly(e, atom=self.visit)
+        out = self._fuse_divmod(p).to_expr()
+        return e if struct_equal(out, e) else out
+
+    def _fuse_divmod(self, p: Poly) -> Poly:
+        """``(x // c) * (k*c) + (x % c) * k -> x * k``."""
+        mods = [(key, coef, atoms[0]) for key, (coef, atoms) in p.terms.items()
+                if len(atoms) == 1 and isinstance(atoms[0], E.FloorMod)
+                and isinstance(atoms[0].b, E.IntImm) and atoms[0].b.value > 0]
+        for key, coef, mod in mods:
+            c = mod.b.value
+            div_key = (struct_key(E.FloorDiv(mod.a, mod.b)),)
+            if key in p.terms and div_key in p.terms and p.terms[div_key][0] == coef * c:
+                p = p.copy()
+                del p.terms[key]
+                del p.terms[div_key]
+                p = p.add(to_poly(mod.a).scale(coef))
+        return p
+
+    # -- expressions ----------------------------------------------------------------------
+    def visit_Add(self, e: E.Add) -> E.PrimExpr:
+        if self._int_scalar(e):
+            return self._poly_expr(e)
+        return self.binop(E.Add, self.visit(e.a), self.visit(e.b))
+
+    def visit_Sub(self, e: E.Sub) -> E.PrimExpr:
+        if self._int_scalar(e):
+            return self._poly_expr(e)
+        return self.binop(E.Sub, self.visit(e.a), self.visit(e.b))
+
+    def visit_Mul(self, e: E.Mul) -> E.PrimExpr:
+        if self._int_scalar(e):
+            return self._poly_expr(e)
+        return self.binop(E.Mul, self.visit(e.a), self.visit(e.b))
+
+    def generic_binary(self, e: E.BinaryOp) -> E.PrimExpr:
+        a, b = self.visit(e.a), self.visit(e.b)
+        out = self.binop(type(e), a, b)
+        if a is e.a and b is e.b and type(out) is type(e) and out.a is a and out.b is b:
+            return e
+        return out
+
+    visit_Div = visit_FloorDiv = visit_FloorMod = visit_Min = visit_Max = generic_binary
+    visit_EQ = visit_NE = visit_LT = visit_LE = visit_GT = visit_GE = generic_binary
+    visit_And = visit_Or = generic_binary
+
+    def binop(self, cls: type, a: E.PrimExpr, b: E.PrimExpr) -> E.PrimExpr:
+        """``a cls b`` simplified, for simplified operands ``a`` and ``b``."""
+        if a.lanes != b.lanes:
+            if a.lanes == 1:
+                a = self.broadcast(a, b.lanes)
+            elif b.lanes == 1:
+                b = self.broadcast(b, a.lanes)
+        if _is_const(a) and _is_const(b):
+            folded = _fold(cls, a, b)
+            if folded is not None:
+                return folded
+        if a.lanes > 1:
+            out = self._vector_binop(cls, a, b)
+            if out is not None:
+                return out
+            return E._binary(cls, a, b)
+        rule = getattr(self, "_rule_" + cls.__name__, None)
+        if rule is not None:
+            out = rule(a, b)
+            if out is not None:
+                return out
+        return E._binary(cls, a, b)
+
+    def broadcast(self, e: E.PrimExpr, lanes: int) -> E.PrimExpr:
+        """``e`` repeated over ``lanes`` (``e`` itself for one lane)."""
+        return e if lanes == 1 else E.Broadcast(e, lanes)
+
+    # scalar rules (operands simplified; None means "no rewrite")
+    def _rule_Add(self, a: E.PrimExpr, b: E.PrimExpr) -> E.PrimExpr | None:
+        if E.is_int(a.dtype):
+            return self._fuse_divmod(self.poly(a).add(self.poly(b))).to_expr()
+        if _is_const(b, 0):
+            return a
+        if _is_const(a, 0):
+            return b
+        return None
+
+    def _rule_Sub(self, a: E.PrimExpr, b: E.PrimExpr) -> E.PrimExpr | None:
+        if E.is_int(a.dtype):
+            return self._fuse_divmod(self.poly(a).add(self.poly(b), -1)).to_expr()
+        if _is_const(b, 0):
+            return a
+        return None
+
+    def _rule_Mul(self, a: E.PrimExpr, b: E.PrimExpr) -> E.PrimExpr | None:
+        if E.is_int(a.dtype):
+            return to_poly(E.Mul(a, b)).to_expr()
+        if _is_const(b, 1):
+            return a
+        if _is_const(a, 1):
+            return b
+        return None
+
+    def _rule_Div(self, a: E.PrimExpr, b: E.PrimExpr) -> E.PrimExpr | None:
+        return a if _is_const(b, 1) else None
+
+    def _rule_FloorDiv(self, a: E.PrimExpr, b: E.PrimExpr) -> E.PrimExpr | None:
+        if not _signed(a.dtype):
+            return None
+        if not isinstance(b, E.IntImm):
+            if struct_equal(a, b) and self.interval(b)[0] > 0:
+                return E.IntImm(1, a.dtype)
+            return None
+        c = b.value
+        if c == 1:
+            return a
+        if c <= 0:
+            return None
+        q, r = self.poly(a).split(c)
+        lo, hi = self.poly_interval(r)
+        if lo != -INF and hi != INF and lo // c == hi // c:
+            return q.add(Poly(a.dtype, lo // c)).to_expr()
+        rest = r.to_expr()
+        if isinstance(rest, E.FloorDiv) and isinstance(rest.b, E.IntImm) and rest.b.value > 0:
+            rest = E.FloorDiv(rest.a, E.IntImm(rest.b.value * c, a.dtype))
+        else:
+            g = math.gcd(r.gcd(), r.const, c) if r.terms else 0
+            if g > 1 and r.const % g == 0:
+                # (g*x) // (g*d) == x // d
+                rest = self.binop(E.FloorDiv, self._div_exact(r, g).to_expr(),
+                                  E.IntImm(c // g, a.dtype))
+            else:
+                rest = E.FloorDiv(rest, b)
+        if q.is_const() and q.const == 0:
+            return rest
+        return q.add(Poly.atom(rest)).to_expr()
+
+    @staticmethod
+    def _div_exact(p: Poly, g: int) -> Poly:
+        out = Poly(p.dtype, p.const // g)
+        out.terms = {k: [c // g, list(a)] for k, (c, a) in p.terms.items()}
+        return out
+
+    def _rule_FloorMod(self, a: E.PrimExpr, b: E.PrimExpr) -> E.PrimExpr | None:
+        if not _signed(a.dtype):
+            return None
+        if not isinstance(b, E.IntImm):
+            if struct_equal(a, b):
+                return E.IntImm(0, a.dtype)
+            return None
+        c = b.value
+        if c == 1:
+            return E.IntImm(0, a.dtype)
+        if c <= 0:
+            return None
+        _, r = self.poly(a).split(c)
+        lo, hi = self.poly_interval(r)
+        if lo != -INF and hi != INF and lo // c == hi // c:
+            return r.add(Poly(a.dtype, -(lo // c) * c)).to_expr()
+        rest = r.to_expr()
+        if isinstance(rest, E.FloorMod) and isinstance(rest.b, E.IntImm) and \
+                rest.b.value > 0 and rest.b.value % c == 0:
+            return self.binop(E.FloorMod, rest.a, b)
+        g = math.gcd(r.gcd(), r.const, c) if r.terms else 0
+        if g > 1 and r.const % g == 0:
+            # (g*x) % (g*d) == g * (x % d)
+            inner = self.binop(E.FloorMod, self._div_exact(r, g).to_expr(),
+                               E.IntImm(c // g, a.dtype))
+            if not isinstance(inner, E.FloorMod):
+                return self.binop(E.Mul, inner, E.IntImm(g, a.dtype))
+        return E.FloorMod(rest, b)
+
+    def _difference(self, a: E.PrimExpr, b: E.PrimExpr) -> tuple[Any, Any] | None:
+        """Bounds of ``a - b`` for integer operands, or None."""
+        if not _signed(a.dtype):
+            return None
+        if a.lanes == 1:
+            return self.poly_interval(self.poly(a).add(self.poly(b), -1))
+        d = self.binop(E.Sub, a, b)
+        if isinstance(d, E.Ramp | E.Broadcast):
+            return self.interval(d)
+        return None
+
+    def _rule_Min(self, a: E.PrimExpr, b: E.PrimExpr) -> E.PrimExpr | None:
+        if struct_equal(a, b):
+            return a
+        d = self._difference(a, b)
+        if d is not None:
+            if d[1] <= 0:
+                return a
+            if d[0] >= 0:
+                return b
+        return None
+
+    def _rule_Max(self, a: E.PrimExpr, b: E.PrimExpr) -> E.PrimExpr | None:
+        if struct_equal(a, b):
+            return a
+        d = self._difference(a, b)
+        if d is not None:
+            if d[1] <= 0:
+                return b
+            if d[0] >= 0:
+                return a
+        return None
+
+    def _decide_cmp(self, cls: type, a: E.PrimExpr, b: E.PrimExpr) -> bool | None:
+        if E.is_float(a.dtype):
+            return None
+        d = self._difference(a, b)
+        if d is None:
+            return None
+        lo, hi = d
+        if cls is E.LT:
+            return True if hi < 0 else False if lo >= 0 else None
+        if cls is E.LE:
+            return True if hi <= 0 else False if lo > 0 else None
+        if cls is E.GT:
+            return True if lo > 0 else False if hi <= 0 else None
+        if cls is E.GE:
+            return True if lo >= 0 else False if hi < 0 else None
+        if cls is E.EQ:
+            return True if lo == hi == 0 else False if lo > 0 or hi < 0 else None
+        if cls is E.NE:
+            return False if lo == hi == 0 else True if lo > 0 or hi < 0 else None
+        return None
+
+    def _rule_cmp(self, cls: type, a: E.PrimExpr, b: E.PrimExpr) -> E.PrimExpr | None:
+        decided = self._decide_cmp(cls, a, b)
+        if decided is not None:
+            return _bool(decided, a.lanes)
+        return None
+
+    def _rule_LT(self, a: E.PrimExpr, b: E.PrimExpr) -> E.PrimExpr | None:
+        return self._rule_cmp(E.LT, a, b)
+
+    def _rule_LE(self, a: E.PrimExpr, b: E.PrimExpr) -> E.PrimExpr | None:
+        return self._rule_cmp(E.LE, a, b)
+
+    def _rule_GT(self, a: E.PrimExpr, b: E.PrimExpr) -> E.PrimExpr | None:
+        return self._rule_cmp(E.GT, a, b)
+
+    def _rule_GE(self, a: E.PrimExpr, b: E.PrimExpr) -> E.PrimExpr | None:
+        return self._rule_cmp(E.GE, a, b)
+
+    def _rule_EQ(self, a: E.PrimExpr, b: E.PrimExpr) -> E.PrimExpr | None:
+        return self._rule_cmp(E.EQ, a, b)
+
+    def _rule_NE(self, a: E.PrimExpr, b: E.PrimExpr) -> E.PrimExpr | None:
+        return self._rule_cmp(E.NE, a, b)
+
+    def _rule_And(self, a: E.PrimExpr, b: E.PrimExpr) -> E.PrimExpr | None:
+        ca, cb = _const_bool(a), _const_bool(b)
+        if ca is False or cb is False:
+            return _bool(False, a.lanes)
+        if ca is True:
+            return b
+        if cb is True:
+            return a
+        if struct_equal(a, b):
+            return a
+        return None
+
+    def _rule_Or(self, a: E.PrimExpr, b: E.PrimExpr) -> E.PrimExpr | None:
+        ca, cb = _const_bool(a), _const_bool(b)
+        if ca is True or cb is True:
+            return _bool(True, a.lanes)
+        if ca is False:
+            return b
+        if cb is False:
+            return a
+        if struct_equal(a, b):
+            return a
+        return None
+
+    # vector rules
+    def _vector_binop(self, cls: type, a: E.PrimExpr, b: E.PrimExpr) -> E.PrimExpr | None:
+        lanes = a.lanes
+        if isinstance(a, E.Broadcast) and isinstance(b, E.Broadcast):
+            return self.broadcast(self.binop(cls, a.value, b.value), lanes)
+        if cls in (E.And, E.Or):
+            return self._rule_And(a, b) if cls is E.And else self._rule_Or(a, b)
+        if issubclass(cls, E.CmpOp):
+            return self._rule_cmp(cls, a, b)
+        if cls in (E.Min, E.Max):
+            return self._rule_Min(a, b) if cls is E.Min else self._rule_Max(a, b)
+        if not E.is_int(a.dtype):
+            if cls is E.Mul and isinstance(b, E.Broadcast) and _is_const(b.value, 1):
+                return a
+            if cls is E.Add and isinstance(b, E.Broadcast) and _is_const(b.value, 0):
+                return a
+            return None
+        ra, rb = _ramp_parts(a), _ramp_parts(b)
+        if cls in (E.Add, E.Sub) and ra is not None and rb is not None:
+            base = self.binop(cls, ra[0], rb[0])
+            stride = self.binop(cls, ra[1], rb[1])
+            return self.ramp(base, stride, lanes)
+        if cls is E.Mul and ra is not None and rb is not None:
+            if isinstance(b, E.Broadcast):
+                return self.ramp(self.binop(E.Mul, ra[0], b.value),
+                                 self.binop(E.Mul, ra[1], b.value), lanes)
+            if isinstance(a, E.Broadcast):
+                return self.ramp(self.binop(E.Mul, a.value, rb[0]),
+                                 self.binop(E.Mul, a.value, rb[1]), lanes)
+        if cls in (E.FloorDiv, E.FloorMod) and isinstance(a, E.Ramp) and \
+                isinstance(b, E.Broadcast) and isinstance(b.value, E.IntImm) and \
+                isinstance(a.stride, E.IntImm) and b.value.value > 0:
+            c, s = b.value.value, a.stride.value
+            if s % c == 0:
+                if cls is E.FloorDiv:
+                    return self.ramp(self.binop(E.FloorDiv, a.base, b.value),
+                                     E.IntImm(s // c, a.dtype), lanes)
+                return self.broadcast(self.binop(E.FloorMod, a.base, b.value), lanes)
+            if s >= 0:
+                mod = self.binop(E.FloorMod, a.base, b.value)
+                hi = self.interval(mod)[1]
+                if hi + s * (lanes - 1) < c:
+                    if cls is E.FloorDiv:
+                        return self.broadcast(self.binop(E.FloorDiv, a.base, b.value), lanes)
+                    return self.ramp(mod, a.stride, lanes)
+        return None
+
+    def ramp(self, base: E.PrimExpr, stride: E.PrimExpr, lanes: int) -> E.PrimExpr:
+        """A ramp, or a broadcast when the stride is zero."""
+        if _is_const(stride, 0):
+            return self.broadcast(base, lanes)
+        return E.Ramp(base, stride, lanes)
+
+    def visit_Ramp(self, e: E.Ramp) -> E.PrimExpr:
+        return self.ramp(self.visit(e.base), self.visit(e.stride), e.lanes)
+
+    def visit_Broadcast(self, e: E.Broadcast) -> E.PrimExpr:
+        v = self.visit(e.value)
+        if e.lanes == 1:
+            return v
+        return e if v is e.value else E.Broadcast(v, e.lanes)
+
+    def visit_Not(self, e: E.Not) -> E.PrimExpr:
+        a = self.visit(e.a)
+        c = _const_bool(a)
+        if c is not None:
+            return _bool(not c, a.lanes)
+        if isinstance(a, E.Not):
+            return a.a
+        if isinstance(a, E.CmpOp) and type(a) in _FLIP and not E.is_float(a.a.dtype):
+            return _FLIP[type(a)](a.a, a.b)
+        if isinstance(a, E.Broadcast):
+            return E.Broadcast(self.visit(E.Not(a.value)), a.lanes)
+        return e if a is e.a else E.Not(a)
+
+    def visit_Select(self, e: E.Select) -> E.PrimExpr:
+        cond = self.visit(e.condition)
+        c = _const_bool(cond)
+        if c is not None:
+            chosen = self.visit(e.true_value if c else e.false_value)
+            return self.broadcast(chosen, e.lanes) if chosen.lanes < e.lanes else chosen
+        t, f = self.visit(e.true_value), self.visit(e.false_value)
+        if struct_equal(t, f) and t.lanes == e.lanes:
+            return t
+        # No narrowing from the condition inside the branches: both are evaluated, and a load
+        # whose index is clamped (min/max) must stay in bounds when its lane is not selected.
+        if cond is e.condition and t is e.true_value and f is e.false_value:
+            return e
+        if t.lanes < e.lanes:
+            t = self.broadcast(t, e.lanes)
+        if f.lanes < e.lanes:
+            f = self.broadcast(f, e.lanes)
+        return E.Select(cond, t, f)
+
+    def visit_Cast(self, e: E.Cast) -> E.PrimExpr:
+        v = self.visit(e.value)
+        if v.dtype == e.dtype:
+            return v
+        if _is_const(v):
+            return _fold(E.Cast, v, dtype=e.dtype)
+        if isinstance(v, E.Broadcast):
+            return E.Broadcast(self.visit(E.Cast(e.dtype, v.value)), v.lanes)
+        return e if v is e.value else E.Cast(e.dtype, v)
+
+    def visit_Let(self, e: E.Let) -> E.PrimExpr:
+        value = self.visit(e.value)
+        if isinstance(value, E.IntImm | E.FloatImm | E.Var):
+            return self.visit(substitute(e.body, {e.var: value}))
+        with self.bound_scope({e.var: self.interval(value)}):
+            body = self.visit(e.body)
+        if not uses_var(body, e.var):
+            return body
+        if value is e.value and body is e.body:
+            return e
+        return E.Let(e.var, value, body)
+
+    # -- facts from conditions ----------------------------------------------------------------
+    def facts(self, cond: E.PrimExpr, positive: bool) -> dict[E.Var, tuple[Any, Any]]:
+        """Variable ranges implied by ``cond`` being ``positive`` (True or False)."""
+        out: dict[E.Var, tuple[Any, Any]] = {}
+
+        def merge(new: dict[E.Var, tuple[Any, Any]]) -> None:
+            for v, (lo, hi) in new.items():
+                olo, ohi = out.get(v, (-INF, INF))
+                out[v] = (max(olo, lo), min(ohi, hi))
+
+        if isinstance(cond, E.Not):
+            return self.facts(cond.a, not positive)
+        if isinstance(cond, E.And) and positive or isinstance(cond, E.Or) and not positive:
+            merge(self.facts(cond.a, positive))
+            merge(self.facts(cond.b, positive))
+            return out
+        if not isinstance(cond, E.CmpOp) or cond.lanes != 1 or not _signed(cond.a.dtype):
+            return out
+        cls = type(cond) if positive else _FLIP[type(cond)]
+        p = self.poly(cond.a).add(self.poly(cond.b), -1)  # p OP 0
+        if cls in (E.GT, E.GE):
+            p = p.scale(-1)
+            cls = E.LT if cls is E.GT else E.LE
+        if cls is E.NE:
+            return out
+        if cls is E.LT:  # p < 0  <=>  p + 1 <= 0
+            p = p.add(Poly(p.dtype, 1))
+        for key, (coef, atoms) in p.terms.items():
+            if len(atoms) != 1 or not isinstance(atoms[0], E.Var):
+                continue
+            var = atoms[0]
+            rest = p.copy()
+            del rest.terms[key]
+            rlo, rhi = self.poly_interval(rest)
+            # coef * var <= -rest <= -rlo ; for EQ also coef * var >= -rhi
+            lo, hi = -INF, INF
+            if rlo != -INF:
+                m = -rlo
+                if coef > 0:
+                    hi = m // coef
+                else:
+                    lo = -((-m) // coef)
+            if cls is E.EQ and rhi != INF:
+                m = -rhi
+                if coef > 0:
+                    lo = -((-m) // coef)
+                else:
+                    hi = m // coef
+            merge({var: (lo, hi)})
+        return out
+
+    # -- statements -------------------------------------------------------------------------
+    def visit_For(self, s: S.For) -> S.Stmt:
+        mn, ext = self.visit(s.min), self.visit(s.extent)
+        if s.kind != S.ForKind.THREAD_BINDING and isinstance(ext, E.IntImm):
+            if ext.value <= 0:
+                return _no_op()
+            if ext.value == 1:
+                return self.visit(substitute(s.body, {s.loop_var: mn}))
+        lo_min, hi_min = self.interval(mn)
+        _, hi_ext = self.interval(ext)
+        with self.bound_scope({s.loop_var: (lo_min, hi_min + hi_ext - 1)}):
+            body = self.visit(s.body)
+        if is_no_op(body):
+            return _no_op()
+        if mn is s.min and ext is s.extent and body is s.body:
+            return s
+        return S.For(s.loop_var, mn, ext, s.kind, body, s.thread_tag, s.annotations)
+
+    def visit_LetStmt(self, s: S.LetStmt) -> S.Stmt:
+        value = self.visit(s.value)
+        if isinstance(value, E.IntImm | E.FloatImm | E.Var):
+            return self.visit(substitute(s.body, {s.var: value}))
+        iv = self.interval(value) if E.is_int(value.dtype) and value.lanes == 1 else (-INF, INF)
+        with self.bound_scope({s.var: iv}):
+            body = self.visit(s.body)
+        if is_no_op(body):
+            return _no_op()
+        if not uses_var(body, s.var):
+            return body
+        if value is s.value and body is s.body:
+            return s
+        return S.LetStmt(s.var, value, body)
+
+    def visit_IfThenElse(self, s: S.IfThenElse) -> S.Stmt:
+        cond = self.visit(s.condition)
+        c = _const_bool(cond)
+        if c is True:
+            return self.visit(s.then_case)
+        if c is False:
+            return self.visit(s.else_case) if s.else_case is not None else _no_op()
+        with self.bound_scope(self.facts(cond, True)):
+            then = self.visit(s.then_case)
+        other = None
+        if s.else_case is not None:
+            with self.bound_scope(self.facts(cond, False)):
+                other = self.visit(s.else_case)
+            if is_no_op(other):
+                other = None
+        if is_no_op(then):
+            if other is None:
+                return _no_op()
+            return S.IfThenElse(self.visit(E.Not(cond)), other)
+        if cond is s.condition and then is s.then_case and other is s.else_case:
+            return s
+        return S.IfThenElse(cond, then, other)
+
+    def visit_SeqStmt(self, s: S.SeqStmt) -> S.Stmt:
+        items = [self.visit(x) for x in s.seq]
+        kept = [x for x in items if not is_no_op(x)]
+        if not kept:
+            return _no_op()
+        if len(kept) == 1:
+            return kept[0]
+        if len(kept) == len(s.seq) and all(x is y for x, y in zip(kept, s.seq)):
+            return s
+        return S.SeqStmt(kept)
+
+    def visit_Allocate(self, s: S.Allocate) -> S.Stmt:
+        body = self.visit(s.body)
+        if is_no_op(body):
+            return _no_op()
+        return s if body is s.body else S.Allocate(s.buffer, body)
+
+
+def _signed(dtype: str) -> bool:
+    """Integer types whose arithmetic the bound-based rules may reason about (unsigned values
+    wrap around at zero, so ``//``, ``%`` and comparisons on them are only folded)."""
+    return E.is_int(dtype) and not E.is_unsigned(dtype)
+
+
+def _ramp_parts(e: E.PrimExpr) -> tuple[E.PrimExpr, E.PrimExpr] | None:
+    if isinstance(e, E.Ramp):
+        return e.base, e.stride
+    if isinstance(e, E.Broadcast):
+        return e.value, E.IntImm(0, e.dtype)
+    return None
+
+
+def simplify(node: Any, bounds: Bounds | None = None) -> Any:
+    """A simplified copy of an expression, statement or :class:`PrimFunc`; ``bounds`` gives
+    known inclusive ranges ``var -> (lo, hi)`` of free variables."""
+    simp = Simplifier(bounds)
+    if isinstance(node, S.PrimFunc):
+        return node.with_body(simp.visit(node.body))
+    return simp.visit(node)
+
+
+def can_prove(cond: E.PrimExpr, bounds: Bounds | None = None) -> bool:
+    """Whether ``cond`` is true for every value of its variables within ``bounds``."""
+    return _const_bool(simplify(cond, bounds)) is True
+

@@ -1,0 +1,214 @@
+"""Turn ``VECTORIZED`` loops into vector code (TVM's ``VectorizeLoop``).
+
+A vectorized loop ``for v in range(m, m + L)`` with a constant extent ``L`` becomes its body
+executed once on ``L`` lanes: ``v`` becomes ``ramp(m, 1, L)``, expressions that do not depend on
+``v`` stay scalar (and are broadcast where they meet vectors), loads and stores whose index is
+affine in ``v`` become vector accesses ``B[ramp(base, stride, L)]``, and arithmetic, casts,
+selects and intrinsic calls act lane-wise.
+
+The pass only emits vector code when that is exactly equivalent to running the loop in order.
+Otherwise it falls back to an ``UNROLLED`` loop (small extents) or a ``SERIAL`` one:
+
+* a body with a loop, an allocation, an ``Evaluate`` or an ``if`` whose condition depends on
+  ``v``;
+* an index that does not simplify to ``ramp``/``broadcast`` form (``v * v``, a gather through a
+  load);
+* a store whose index does not depend on ``v`` (a reduction into one element: always
+  ``SERIAL``), or whose stride is not a non-zero constant;
+* a buffer that is both written and read in the body at different indices (a dependence
+  between iterations);
+* a non-constant extent, or one above ``max_lanes`` (``SERIAL``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tessera.tir import expr as E
+from tessera.tir import stmt as S
+from tessera.tir.arith import struct_key
+from tessera.tir.functor import post_order_visit, substitute
+from tessera.tir.simplify import Simplifier
+from tessera.tir.transform._util import ScopedMutator, stmt_count
+
+__all__ = ["vectorize", "MAX_LANES"]
+
+#: The widest vector the pass emits; wider loops run serially.
+MAX_LANES = 64
+#: Fallback loops up to this extent (and a small body) become UNROLLED, longer ones SERIAL.
+FALLBACK_UNROLL_EXTENT = 16
+
+
+class _CannotVectorize(Exception):
+    """The loop body has something the vectorizer cannot express exactly."""
+
+    def __init__(self, message: str, serial: bool = False) -> None:
+        super().__init__(message)
+        #: True when the fallback must be a plain serial loop (a reduction).
+        self.serial = serial
+
+
+class _ExprVectorizer:
+    """Rewrites a scalar expression of the loop body into its ``lanes``-wide form."""
+
+    def __init__(self, var: E.Var, ramp: E.Ramp, simplifier: Simplifier) -> None:
+        self.var = var
+        self.ramp = ramp
+        self.lanes = ramp.lanes
+        self.simp = simplifier
+
+    def widen(self, e: E.PrimExpr) -> E.PrimExpr:
+        return e if e.lanes == self.lanes else E.Broadcast(e, self.lanes)
+
+    def visit(self, e: E.PrimExpr) -> E.PrimExpr:
+        if e.lanes != 1:
+            raise _CannotVectorize(f"already a vector: {e}")
+        if e is self.var:
+            return self.ramp
+        if isinstance(e, E.IntImm | E.FloatImm | E.Var):
+            return e
+        if isinstance(e, E.BinaryOp):
+            a, b = self.visit(e.a), self.visit(e.b)
+            if a is e.a and b is e.b:
+                return e
+            return self.simp.binop(type(e), a, b)
+        if isinstance(e, E.Not):
+            a = self.visit(e.a)
+            return e if a is e.a else self.simp.visit(E.Not(a))
+        if isinstance(e, E.Select):
+            c, t, f = self.visit(e.condition), self.visit(e.true_value), self.visit(e.false_value)
+            if c is e.condition and t is e.true_value and f is e.false_value:
+                return e
+            if c.lanes == 1 and t.lanes == 1 and f.lanes == 1:
+                return E.Select(c, t, f)
+            return self.simp.visit(E.Select(c, self.widen(t), self.widen(f)))
+        if isinstance(e, E.Cast):
+            v = self.visit(e.value)
+            return e if v is e.value else self.simp.visit(E.Cast(e.dtype, v))
+        if isinstance(e, E.Call):
+            args = [self.visit(a) for a in e.args]
+            if all(x is y for x, y in zip(args, e.args)):
+                return e
+            return E.Call(e.name, [self.widen(a) for a in args], e.dtype)
+        if isinstance(e, E.BufferLoad):
+            return self.load(e)
+        if isinstance(e, E.Let):
+            # Inline: a vector-valued variable has no scalar form.
+            return self.visit(substitute(e.body, {e.var: e.value}))
+        raise _CannotVectorize(f"cannot vectorize {type(e).__name__}: {e}")
+
+    def index(self, i: E.PrimExpr) -> E.PrimExpr:
+        out = self.simp.visit(self.visit(i))
+        if out.lanes == 1 or isinstance(out, E.Broadcast):
+            return out if out.lanes == 1 else out.value
+        if isinstance(out, E.Ramp) and out.base.lanes == 1 and out.stride.lanes == 1:
+            return out
+        raise _CannotVectorize(f"index {i} is not affine in {self.var.name}: {out}")
+
+    def load(self, e: E.BufferLoad) -> E.PrimExpr:
+        indices = [self.index(i) for i in e.indices]
+        if all(x is y for x, y in zip(indices, e.indices)):
+            return e
+        return E.BufferLoad(e.buffer, indices)
+
+
+def _loads(node: Any) -> list[E.BufferLoad]:
+    out: list[E.BufferLoad] = []
+    post_order_visit(node, lambda n: out.append(n) if isinstance(n, E.BufferLoad) else None)
+    return out
+
+
+class _StmtVectorizer:
+    def __init__(self, ev: _ExprVectorizer) -> None:
+        self.ev = ev
+        #: buffer id -> (index keys seen in stores)
+        self.stores: dict[int, set[Any]] = {}
+
+    def visit(self, s: S.Stmt) -> S.Stmt:
+        ev = self.ev
+        if isinstance(s, S.SeqStmt):
+            return S.SeqStmt([self.visit(x) for x in s.seq])
+        if isinstance(s, S.BufferStore):
+            indices = [ev.index(i) for i in s.indices]
+            if all(i.lanes == 1 for i in indices):
+                raise _CannotVectorize(f"store to {s.buffer.name} does not depend on "
+                                       f"{ev.var.name} (a reduction)", serial=True)
+            for i in indices:
+                if isinstance(i, E.Ramp) and not (isinstance(i.stride, E.IntImm)
+                                                  and i.stride.value != 0):
+                    raise _CannotVectorize(f"store stride {i.stride} is not a non-zero "
+                                           f"constant")
+            value = ev.widen(ev.simp.visit(ev.visit(s.value)))
+            self.stores.setdefault(id(s.buffer), set()).add(
+                tuple(struct_key(i) for i in indices))
+            return S.BufferStore(s.buffer, value, indices)
+        if isinstance(s, S.LetStmt):
+            value = ev.visit(s.value)
+            if value.lanes == 1:
+                return S.LetStmt(s.var, value, self.visit(s.body))
+            return self.visit(substitute(s.body, {s.var: s.value}))
+        if isinstance(s, S.IfThenElse):
+            cond = ev.simp.visit(ev.visit(s.condition))
+            if cond.lanes != 1:
+                raise _CannotVectorize(f"condition {s.condition} depends on {ev.var.name}")
+            other = self.visit(s.else_case) if s.else_case is not None else None
+            return S.IfThenElse(cond, self.visit(s.then_case), other)
+        raise _CannotVectorize(f"cannot vectorize a {type(s).__name__}")
+
+    def check_dependences(self, body: S.Stmt) -> None:
+        """Every load from a buffer the body writes must read exactly the stored lanes."""
+        for ld in _loads(body):
+            keys = self.stores.get(id(ld.buffer))
+            if keys is None:
+                continue
+            key = tuple(struct_key(i) for i in ld.indices)
+            if keys != {key}:
+                raise _CannotVectorize(f"{ld.buffer.name} is written and read at different "
+                                       f"indices")
+        for keys in self.stores.values():
+            if len(keys) > 1:
+                raise _CannotVectorize("a buffer is stored at different indices")
+
+
+class _Vectorizer(ScopedMutator):
+    def __init__(self, max_lanes: int) -> None:
+        super().__init__()
+        self.max_lanes = max_lanes
+
+    def visit_For(self, s: S.For) -> Any:
+        new = super().visit_For(s)
+        if not isinstance(new, S.For) or new.kind != S.ForKind.VECTORIZED:
+            return new
+        try:
+            return self.try_vectorize(new)
+        except _CannotVectorize as err:
+            return _fallback(new, serial=err.serial)
+
+    def try_vectorize(self, s: S.For) -> S.Stmt:
+        ext = s.extent
+        if not isinstance(ext, E.IntImm) or ext.value > self.max_lanes or ext.value < 1:
+            raise _CannotVectorize(f"extent {ext} is not a constant in [1, {self.max_lanes}]",
+                                   serial=True)
+        if ext.value == 1:
+            return substitute(s.body, {s.loop_var: s.min})
+        lanes = ext.value
+        simp = Simplifier(self.bounds)
+        ramp = E.Ramp(s.min, E.IntImm(1, s.loop_var.dtype), lanes)
+        ev = _ExprVectorizer(s.loop_var, ramp, simp)
+        sv = _StmtVectorizer(ev)
+        body = sv.visit(s.body)
+        sv.check_dependences(body)
+        return body
+
+
+def _fallback(s: S.For, serial: bool) -> S.For:
+    small = (not serial and isinstance(s.extent, E.IntImm)
+             and s.extent.value <= FALLBACK_UNROLL_EXTENT
+             and stmt_count(s.body) * s.extent.value <= 2048)
+    kind = S.ForKind.UNROLLED if small else S.ForKind.SERIAL
+    return S.For(s.loop_var, s.min, s.extent, kind, s.body, s.thread_tag, s.annotations)
+
+
+def vectorize(func: S.PrimFunc, max_lanes: int = MAX_LANES) -> S.PrimFunc:
+    """``func`` with its ``VECTORIZED`` loops turned into vector code (or safe fallbacks)."""
+    return func.with_body(_Vectorizer(max_lanes).visit(func.body))
