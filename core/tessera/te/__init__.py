@@ -1,5 +1,8 @@
 """Tensor expressions and schedules (TVM's ``te``)."""
 
+from tessera.te.bound import infer_bound
+from tessera.te.lower import lower
+from tessera.te.schedule import Schedule, Stage, create_schedule, thread_axis
 from tessera.te.tensor import (
     ComputeOp,
     IterVar,
@@ -18,4 +21,5 @@ from tessera.te.tensor import (
 __all__ = [
     "ComputeOp", "IterVar", "Operation", "PlaceholderOp", "Range", "Tensor", "compute", "max",
     "min", "placeholder", "reduce_axis", "sum",
+    "Schedule", "Stage", "create_schedule", "infer_bound", "lower", "thread_axis",
 ]

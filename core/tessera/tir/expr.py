@@ -430,6 +430,13 @@ def cast(dtype: str, value: Any) -> PrimExpr:
     if value.dtype == dtype:
         return value
     if isinstance(value, IntImm | FloatImm) and dtype != "bool":
+        if is_int(dtype):
+            import numpy as np
+
+            with np.errstate(over="ignore", invalid="ignore"):
+                folded = np.array(value.value).astype(np.float64 if is_float(value.dtype)
+                                                      else np.int64).astype(dtype)
+            return IntImm(int(folded), dtype)
         return const(value.value, dtype)
     return Cast(dtype, value)
 
