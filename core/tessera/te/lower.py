@@ -1,0 +1,237 @@
+"""Lowering a schedule to a TIR function (TVM's ``te.lower``).
+
+Each compute stage becomes a loop nest over its leaf iteration variables, outermost first, each
+loop running from 0 over the extent bound inference gave it, with the kind the schedule chose
+(serial, parallel, vectorized, unrolled, thread-bound; pragmas go to ``For.annotations``). Root
+iteration variables are rebuilt from the loops (``outer * factor + inner`` for a split,
+``//``/``%`` for a fuse) and a split that does not divide its extent guards the body with
+``IfThenElse(outer * factor + inner < extent)``.
+
+A reduction stores its identity at the level just outside its outermost reduce loop (in a copy
+of the data loops that are inside that level) and accumulates ``out = combine(out, source)``
+inside, under ``IfThenElse`` when the reduction has a ``where`` condition.
+
+Stages passed in ``args`` write the parameter buffers. Every other stage gets an ``Allocate``:
+of its whole shape at the top of the function for a stage computed at root, of its inferred
+region inside its attach loop for a stage computed with ``compute_at`` (indices then count from
+the region's minimum). Inlined stages are substituted into their readers, and loads of tensors
+become loads of buffers, so the function holds only TIR nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from tessera.te.bound import Bounds, StageBound, infer_bound, simplify_index, substitute_vars
+from tessera.te.schedule import ROOT, SCOPE, Schedule, Stage
+from tessera.te.tensor import ComputeOp, IterVar, Tensor
+from tessera.tir import expr as E
+from tessera.tir.buffer import Buffer
+from tessera.tir.functor import IRMutator, post_order_visit
+from tessera.tir.stmt import Allocate, BufferStore, For, ForKind, IfThenElse, PrimFunc, Stmt, seq
+
+__all__ = ["lower"]
+
+
+class _NameSupply:
+    """Unique names: the first use of a name keeps it, later ones get ``_1``, ``_2``, ..."""
+
+    def __init__(self) -> None:
+        self.used: set[str] = set()
+
+    def fresh(self, name: str) -> str:
+        candidate, k = name, 0
+        while candidate in self.used:
+            k += 1
+            candidate = f"{name}_{k}"
+        self.used.add(candidate)
+        return candidate
+
+
+class _LoadLowering(IRMutator):
+    """``tensor[indices]`` -> ``buffer[indices - region min]``."""
+
+    def __init__(self, owner: _Lowering) -> None:
+        self.owner = owner
+
+    def visit_ProducerLoad(self, node: E.ProducerLoad) -> E.PrimExpr:
+        idx = [self.visit(i) for i in node.indices]
+        buf, base = self.owner.buffer_of(node.producer)
+        # a region's minimum may itself read a tensor (a gather index)
+        base = [self.visit(b) for b in base]
+        return E.BufferLoad(buf, [simplify_index(i - b) if not _is_zero(b) else simplify_index(i)
+                                  for i, b in zip(idx, base)])
+
+
+def _is_zero(e: E.PrimExpr) -> bool:
+    return isinstance(e, E.IntImm) and e.value == 0
+
+
+def _combine(combiner: str, acc: E.PrimExpr, value: E.PrimExpr) -> E.PrimExpr:
+    if combiner == "sum":
+        return acc + value
+    if combiner == "max":
+        return E.max_(acc, value)
+    return E.min_(acc, value)
+
+
+class _Lowering:
+    def __init__(self, sch: Schedule, args: Sequence[Tensor]) -> None:
+        self.sch = sch
+        self.names = _NameSupply()
+        self.params: list[Buffer] = []
+        self.buffers: dict[Stage, Buffer] = {}
+        self.loose: dict[int, Buffer] = {}  # args that are not stages of the schedule
+        for t in args:
+            self.add_param(t)
+        self.bounds: Bounds = infer_bound(sch)
+        self.live = [s for s in sch.compute_stages() if s in self.bounds.stages]
+        for stage in self.live:
+            if stage not in self.buffers:
+                self.buffers[stage] = self.allocated_buffer(stage)
+        self.loop_vars: dict[E.Var, E.Var] = {}
+        for stage in self.live:
+            for iv in stage.leaf_iter_vars:
+                self.loop_vars[iv] = E.Var(self.names.fresh(iv.name), iv.dtype)
+
+    # -- buffers ----------------------------------------------------------------------------
+    def add_param(self, t: Any) -> None:
+        if not isinstance(t, Tensor):
+            raise TypeError(f"lower: argument {t!r} is not a te.Tensor")
+        stage = self.sch.stage_of(t)
+        if stage is not None and stage in self.buffers or id(t.op) in self.loose:
+            raise ValueError(f"lower: tensor {t.name} appears twice in the arguments")
+        if stage is not None and stage.attach_type != ROOT and not stage.is_placeholder:
+            where = "inlined"
+            if stage.attach_type == SCOPE:
+                assert stage.attach_stage is not None and stage.attach_ivar is not None
+                where = f"computed at {stage.attach_stage.name}.{stage.attach_ivar.name}"
+            raise ValueError(f"lower: argument {t.name} must be computed at root, but it is "
+                             f"{where}")
+        buf = Buffer(self.names.fresh(t.name), t.shape, t.dtype)
+        self.params.append(buf)
+        if stage is None:
+            self.loose[id(t.op)] = buf
+        else:
+            self.buffers[stage] = buf
+
+    def allocated_buffer(self, stage: Stage) -> Buffer:
+        sb = self.bounds[stage]
+        shape = [ext for _, ext in sb.region()]
+        return Buffer(self.names.fresh(stage.name), shape, stage.output(0).dtype,
+                      scope=stage.scope)
+
+    def buffer_of(self, tensor: Tensor) -> tuple[Buffer, list[E.PrimExpr]]:
+        """The buffer holding ``tensor`` and the index of its first element."""
+        stage = self.sch.stage_of(tensor)
+        if stage is None or stage not in self.buffers:
+            if stage is not None and stage.is_placeholder:
+                raise ValueError(f"lower: placeholder {tensor.name} is read but is not in args")
+            raise ValueError(f"lower: tensor {tensor.name} is read but has no buffer")
+        buf = self.buffers[stage]
+        if stage.is_placeholder:
+            return buf, [E.IntImm(0)] * len(tensor.shape)
+        return buf, [m for m, _ in self.bounds[stage].region()]
+
+    # -- statements -------------------------------------------------------------------------
+    def finish(self, node: Any, override: dict[E.Var, E.Var] | None = None) -> Any:
+        """Replace leaf iteration variables by loop variables."""
+        vmap = dict(self.loop_vars)
+        if override:
+            vmap.update(override)
+        return substitute_vars(node, vmap)
+
+    def loop(self, stage: Stage, iv: IterVar, var: E.Var, extent: int, body: Stmt) -> For:
+        attr = stage.iter_var_attrs.get(iv)
+        if attr is None:
+            return For(var, 0, extent, ForKind.SERIAL, body)
+        return For(var, 0, extent, attr.kind, body, attr.thread_tag, attr.pragmas)
+
+    def attached(self, stage: Stage, iv: IterVar, rest: Stmt) -> Stmt:
+        """``rest`` preceded by the stages computed at ``stage.iv``, each in its allocation."""
+        children = [s for s in self.live if s.attach_type == SCOPE and
+                    s.attach_stage is stage and s.attach_ivar is iv]
+        for child in reversed(children):
+            rest = Allocate(self.buffers[child], seq(self.emit(child), rest))
+        return rest
+
+    def emit(self, stage: Stage) -> Stmt:
+        """The loop nest of one stage, with the stages attached to its loops inside."""
+        sb = self.bounds[stage]
+        op = stage.op
+        assert isinstance(op, ComputeOp)
+        buf = self.buffers[stage]
+        body = substitute_vars(self.bounds.bodies[stage], sb.root_values())
+        body = simplify_index(_LoadLowering(self).visit(body))
+        out_idx = [sb.offset[a] for a in op.axis]
+        leaves = stage.leaf_iter_vars
+        guards = [cond for _, cond in sb.guards]
+        if isinstance(body, E.Reduce):
+            acc = E.BufferLoad(buf, out_idx)
+            inner: Stmt = BufferStore(buf, _combine(body.combiner, acc, body.source), out_idx)
+            conds = guards + ([body.condition] if body.condition is not None else [])
+            first_reduce = next(k for k, iv in enumerate(leaves) if iv.kind == "reduce")
+            init = self.init_nest(stage, sb, body, out_idx, leaves[first_reduce:])
+        else:
+            inner = BufferStore(buf, body, out_idx)
+            conds = guards
+            first_reduce, init = -1, None
+        if conds:
+            inner = IfThenElse(E.all_of(*conds), inner)
+        stmt = self.finish(inner)
+        for k in reversed(range(len(leaves))):
+            if k == first_reduce - 1:
+                stmt = seq(init, stmt)
+            iv = leaves[k]
+            stmt = self.attached(stage, iv, stmt)
+            stmt = self.loop(stage, iv, self.loop_vars[iv], sb.extent[iv], stmt)
+        if first_reduce == 0:
+            stmt = seq(init, stmt)
+        return stmt
+
+    def init_nest(self, stage: Stage, sb: StageBound, red: E.Reduce,
+                  out_idx: list[E.PrimExpr], inner_leaves: list[IterVar]) -> Stmt:
+        """The identity store of a reduction, looping over the data loops that are inside
+        its outermost reduce loop."""
+        buf = self.buffers[stage]
+        data = [iv for iv in inner_leaves if iv.kind != "reduce"]
+        override = {iv: E.Var(self.names.fresh(f"{iv.name}_init"), iv.dtype) for iv in data}
+        store: Stmt = BufferStore(buf, E.cast(buf.dtype, red.identity()), out_idx)
+        conds = [cond for parent, cond in sb.guards if parent.kind != "reduce"]
+        if conds:
+            store = IfThenElse(E.all_of(*conds), store)
+        stmt = self.finish(store, override)
+        for iv in reversed(data):
+            stmt = self.loop(stage, iv, override[iv], sb.extent[iv], stmt)
+        return stmt
+
+    def run(self, name: str, attrs: dict[str, Any] | None) -> PrimFunc:
+        roots = [s for s in self.live if s.attach_type == ROOT]
+        body = seq(*[self.emit(s) for s in roots])
+        params = set(map(id, self.params))
+        for stage in reversed(roots):
+            if id(self.buffers[stage]) not in params:
+                body = Allocate(self.buffers[stage], body)
+        _check_lowered(body)
+        return PrimFunc(name, self.params, body, attrs)
+
+
+def _check_lowered(body: Stmt) -> None:
+    def f(n: Any) -> None:
+        if isinstance(n, E.ProducerLoad | E.Reduce | IterVar):
+            raise AssertionError(f"lower: {type(n).__name__} {n} left in the lowered function")
+
+    post_order_visit(body, f)
+
+
+def lower(sch: Schedule, args: Sequence[Tensor], name: str = "main",
+          attrs: dict[str, Any] | None = None) -> PrimFunc:
+    """Lower schedule ``sch`` to a :class:`~tessera.tir.PrimFunc` named ``name``.
+
+    ``args`` are the tensors the caller passes (placeholders and outputs, in the order the
+    function takes them); each becomes a global, multi-dimensional parameter buffer of the
+    tensor's name. ``attrs`` become the function's attributes."""
+    if not isinstance(sch, Schedule):
+        raise TypeError(f"lower: expected a Schedule, got {type(sch).__name__}")
+    return _Lowering(sch, list(args)).run(name, dict(attrs or {}))
