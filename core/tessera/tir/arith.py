@@ -37,6 +37,17 @@ Interval = tuple[Any, Any]  # (int or -inf, int or +inf)
 # ---- structural equality ------------------------------------------------------------------
 
 
+
+def _handler(obj: Any, prefix: str, node: Any) -> Any:
+    """The ``prefix + ClassName`` method of ``obj`` for ``node``'s class or its nearest base
+    (so subclasses such as te.IterVar are handled as tir.Var)."""
+    for cls in type(node).__mro__:
+        method = getattr(obj, prefix + cls.__name__, None)
+        if method is not None:
+            return method
+    return None
+
+
 def struct_key(e: Any) -> Any:
     """A hashable key equal for structurally equal expressions (variables and buffers by
     identity)."""
@@ -146,7 +157,7 @@ class _Bounder:
     def bound(self, e: E.PrimExpr) -> Interval:
         if E.is_float(e.dtype):
             return -INF, INF
-        method = getattr(self, "b_" + type(e).__name__, None)
+        method = _handler(self, "b_", e)
         if method is None:
             if isinstance(e, E.CmpOp | E.And | E.Or):
                 return 0, 1

@@ -14,13 +14,23 @@ from tessera.tir import expr as E
 from tessera.tir import stmt as S
 
 
+def _handler(obj: Any, prefix: str, node: Any) -> Any:
+    """The ``prefix + ClassName`` method of ``obj`` for ``node``'s class or its nearest base
+    (so subclasses such as te.IterVar are handled as tir.Var)."""
+    for cls in type(node).__mro__:
+        method = getattr(obj, prefix + cls.__name__, None)
+        if method is not None:
+            return method
+    return None
+
+
 class IRVisitor:
     """Calls ``visit_<Class>`` for each node; the default visits the children."""
 
     def visit(self, node: Any) -> None:
         if node is None:
             return
-        method = getattr(self, "visit_" + type(node).__name__, None)
+        method = _handler(self, "visit_", node)
         if method is not None:
             method(node)
         else:
@@ -37,7 +47,7 @@ class IRMutator:
     def visit(self, node: Any) -> Any:
         if node is None:
             return None
-        method = getattr(self, "visit_" + type(node).__name__, None)
+        method = _handler(self, "visit_", node)
         if method is not None:
             return method(node)
         return self.generic_visit(node)

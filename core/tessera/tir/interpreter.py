@@ -30,6 +30,17 @@ from tessera.tir.buffer import Buffer
 __all__ = ["run", "eval_expr"]
 
 
+
+def _handler(obj: Any, prefix: str, node: Any) -> Any:
+    """The ``prefix + ClassName`` method of ``obj`` for ``node``'s class or its nearest base
+    (so subclasses such as te.IterVar are handled as tir.Var)."""
+    for cls in type(node).__mro__:
+        method = getattr(obj, prefix + cls.__name__, None)
+        if method is not None:
+            return method
+    return None
+
+
 def _np_dtype(dtype: str) -> np.dtype:
     return np.dtype(bool) if dtype == "bool" else np.dtype(dtype)
 
@@ -144,7 +155,7 @@ class _Interpreter:
 
     # -- expressions ----------------------------------------------------------------------
     def eval(self, e: E.PrimExpr) -> np.ndarray:
-        method = getattr(self, "e_" + type(e).__name__, None)
+        method = _handler(self, "e_", e)
         if method is None:
             if isinstance(e, E.BinaryOp):
                 return self.e_BinaryOp(e)
