@@ -1,0 +1,189 @@
+"""Compile LLVM IR to object code with ``llvmlite.binding``.
+
+:func:`target_machine` makes the machine for the host CPU (name and features, or ``mcpu``/
+``mattr``), :func:`optimize` runs LLVM's O3 pipeline (new pass manager, loop and SLP
+vectorization on), and :func:`build_module` takes PrimFuncs all the way to a
+:class:`BuiltModule` holding the object code, which :mod:`tessera_llvm.loader` links into the
+process without recompiling.
+
+``llvmlite.binding`` is not thread-safe; everything here runs under :data:`LLVM_LOCK`.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import llvmlite.binding as llvm
+from llvmlite import ir
+
+from tessera.errors import CompileError
+from tessera.tir.stmt import PrimFunc
+from tessera_llvm.codegen import CodeGenerator
+
+if TYPE_CHECKING:
+    from tessera_llvm.loader import Library
+
+#: Serialises every use of llvmlite.binding (parsing, optimising, emitting, JIT linking).
+LLVM_LOCK = threading.RLock()
+
+_initialized = False
+
+
+def init_llvm() -> None:
+    """Initialise the native target and its assembly printer (once per process)."""
+    global _initialized
+    with LLVM_LOCK:
+        if not _initialized:
+            llvm.initialize_native_target()
+            llvm.initialize_native_asmprinter()
+            llvm.initialize_native_asmparser()
+            _initialized = True
+
+
+def host_cpu() -> tuple[str, str]:
+    """The host CPU name and its feature string (``"+avx2,+fma,..."``)."""
+    init_llvm()
+    try:
+        features = llvm.get_host_cpu_features().flatten()
+    except RuntimeError:
+        features = ""
+    return llvm.get_host_cpu_name(), features
+
+
+def target_machine(mcpu: str | None = None, mattr: str | None = None) -> llvm.TargetMachine:
+    """A target machine for this process's triple: the host CPU and its features when
+    ``mcpu`` is None (else ``mcpu`` with only the ``mattr`` features), opt level 3, PIC,
+    default (small) code model. (LLVM warns on stderr about a CPU name it does not know and
+    then emits generic code.)"""
+    init_llvm()
+    with LLVM_LOCK:
+        triple = llvm.get_process_triple()
+        target = llvm.Target.from_triple(triple)
+        if mcpu is None or mcpu == "native":
+            cpu, features = host_cpu()
+            if mattr:
+                features = f"{features},{mattr}" if features else mattr
+        else:
+            cpu, features = mcpu, mattr or ""
+        tm = target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="pic",
+                                          codemodel="default")
+    return tm
+
+
+def missing_host_features(features: str) -> list[str]:
+    """The features enabled (``+name``) in ``features`` that this host's CPU lacks: object
+    code built for them may die of an illegal instruction here."""
+    have = {f[1:] for f in host_cpu()[1].split(",") if f.startswith("+")}
+    wanted = [f[1:] for f in features.split(",") if f.startswith("+")]
+    return [f for f in wanted if f not in have]
+
+
+def optimize(module: llvm.ModuleRef, tm: llvm.TargetMachine, speed_level: int = 3) -> None:
+    """Run LLVM's default per-module pipeline at ``speed_level`` with loop and SLP
+    vectorization, loop interleaving and unrolling enabled."""
+    with LLVM_LOCK:
+        pto = llvm.create_pipeline_tuning_options(speed_level=speed_level)
+        pto.loop_vectorization = True
+        pto.slp_vectorization = True
+        pto.loop_interleaving = True
+        pto.loop_unrolling = True
+        pb = llvm.create_pass_builder(tm, pto)
+        mpm = pb.getModulePassManager()
+        mpm.run(module, pb)
+
+
+def compile_ir(module: ir.Module | str, tm: llvm.TargetMachine,
+               speed_level: int = 3) -> llvm.ModuleRef:
+    """Parse, verify and optimise LLVM IR (an ``llvmlite.ir.Module`` or its text)."""
+    init_llvm()
+    with LLVM_LOCK:
+        text = str(module)
+        try:
+            mod = llvm.parse_assembly(text)
+            mod.verify()
+        except RuntimeError as exc:
+            name = module.name if isinstance(module, ir.Module) else "<text>"
+            raise CompileError(f"llvm: generated IR of module {name!r} is invalid: {exc}") from exc
+        mod.triple = tm.triple
+        mod.data_layout = str(tm.target_data)
+        optimize(mod, tm, speed_level)
+        return mod
+
+
+@dataclass
+class BuiltModule:
+    """Compiled PrimFuncs: ``object_code`` (ELF bytes for this CPU), the optimised
+    ``llvm_ir`` and the IR as generated (``source_ir``), the exported ``function_names``, and
+    per function the ``signatures`` of its parameters (dtype, element count or None)."""
+
+    name: str
+    function_names: list[str]
+    object_code: bytes
+    llvm_ir: str
+    source_ir: str
+    mcpu: str | None = None
+    mattr: str | None = None
+    #: The CPU name and feature string the code was generated for (host values resolved).
+    cpu_name: str = ""
+    features: str = ""
+    signatures: dict[str, list[tuple[str, int | None]]] = field(default_factory=dict)
+    _asm: str | None = field(default=None, repr=False)
+
+    @property
+    def asm(self) -> str:
+        """The assembly of the optimised module (generated on first use)."""
+        if self._asm is None:
+            tm = target_machine(self.mcpu, self.mattr)
+            with LLVM_LOCK:
+                mod = llvm.parse_assembly(self.llvm_ir)
+                self._asm = tm.emit_assembly(mod)
+        return self._asm
+
+    def load(self) -> Library:
+        """Link the object code into this process (see :func:`tessera_llvm.loader.load_object`)."""
+        from tessera_llvm.loader import load_object
+
+        return load_object(self.object_code, self.function_names, self.mcpu,
+                           signatures=self.signatures)
+
+
+def _signature(func: PrimFunc) -> list[tuple[str, int | None]]:
+    sig: list[tuple[str, int | None]] = []
+    for p in func.params:
+        try:
+            size: int | None = p.size()
+        except ValueError:
+            size = None
+        sig.append((p.dtype, size))
+    return sig
+
+
+def build_module(funcs: list[PrimFunc], name: str, mcpu: str | None = None,
+                 mattr: str | None = None) -> BuiltModule:
+    """Generate, optimise and compile ``funcs`` into one object file.
+
+    The lifecycle is explicit: a :class:`~tessera_llvm.codegen.CodeGenerator` is created, each
+    PrimFunc added, the IR module finalised, then parsed, verified, optimised (O3) and emitted.
+    Raises CompileError naming the PrimFunc and node the code generator cannot handle."""
+    tm = target_machine(mcpu, mattr)
+    if mcpu is None or mcpu == "native":
+        cpu_name, features = host_cpu()
+        if mattr:
+            features = f"{features},{mattr}" if features else mattr
+    else:
+        cpu_name, features = mcpu, mattr or ""
+    gen = CodeGenerator(name, tm.triple, str(tm.target_data))
+    for f in funcs:
+        gen.add_function(f)
+    module = gen.finalize()
+    source = str(module)
+    with LLVM_LOCK:
+        mod = compile_ir(source, tm)
+        obj = tm.emit_object(mod)
+        optimized = str(mod)
+    return BuiltModule(name=name, function_names=list(gen.function_names), object_code=obj,
+                       llvm_ir=optimized, source_ir=source, mcpu=mcpu, mattr=mattr,
+                       cpu_name=cpu_name, features=features,
+                       signatures={f.name: _signature(f) for f in funcs})
