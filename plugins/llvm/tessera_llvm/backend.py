@@ -1,0 +1,226 @@
+"""The ``llvm`` Tessera backend: fused groups compiled to native CPU code through LLVM.
+
+``claims`` accepts every op that has a topi compute (and whose attributes the compute handles).
+``compile`` lowers a region (:mod:`.lowering`: NCHWc layout, FuseOps, computes, default
+schedules, TIR passes), generates one LLVM module for all its kernels (:mod:`.codegen`),
+optimises it for the host CPU or ``-mcpu`` and emits object code (:mod:`.build`), then links the
+object code in memory (:mod:`.loader`). Each kernel is a native function; parallel loops run on
+the process-wide native thread pool (:mod:`.parallel`).
+
+Target options: ``-mcpu=NAME`` (LLVM CPU name; the host CPU by default), ``-mattr=+f,-g``
+(extra features), ``-num-threads=N`` (threads of the kernel pool; default
+``TESSERA_NUM_THREADS`` or the CPU count).
+
+Artifacts keep the object code (``kernels.o``), the kernel table (``kernels.json``) and the
+constants the lowering created (packed weights, ``constants.npz``), so ``tessera.load`` links
+the saved code without compiling again.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tessera.errors import ArtifactError, CompileError, RunError
+from tessera.ir.graph import Function, Node
+from tessera.ir.types import TensorType
+from tessera.partition.patterns import Pattern
+from tessera.plugin.backend import Backend, CompiledRegion, CompileOptions, Kernel
+from tessera.plugin.target import TargetKind
+from tessera.topi.registry import has_compute, registered_ops, unsupported_reason
+
+from .cpu import cpu_info
+from .lowering import LoweredKernel, lower_region
+
+ARTIFACT_FORMAT = 1
+OBJECT_FILE = "kernels.o"
+TABLE_FILE = "kernels.json"
+CONSTANTS_FILE = "constants.npz"
+
+
+def _supported(node: Node) -> bool:
+    return unsupported_reason(node) is None
+
+
+@lru_cache(maxsize=1)
+def _patterns() -> tuple[Pattern, ...]:
+    return tuple(Pattern(op, check=_supported) for op in sorted(registered_ops()))
+
+
+def _aligned_copy(array: np.ndarray) -> np.ndarray:
+    """A C-contiguous copy of ``array`` whose data starts on a 64-byte boundary."""
+    array = np.ascontiguousarray(array)
+    raw = np.empty(array.nbytes + 64, dtype=np.uint8)
+    offset = (-raw.ctypes.data) % 64
+    out = raw[offset:offset + array.nbytes].view(array.dtype).reshape(array.shape)
+    out[...] = array
+    return out
+
+
+def _make_kernel(lib: Any, k: dict[str, Any]) -> Kernel:
+    call = lib.get(k["name"])
+    name = k["name"]
+
+    def run(ins: list[Any], outs: list[Any]) -> None:
+        try:
+            call(ins + outs)
+        except Exception as err:  # noqa: BLE001 - name the kernel
+            raise RunError(f"llvm kernel {name} ({k['op']}) failed: {err}") from err
+
+    return Kernel(name=name, fn=run, inputs=list(k["inputs"]), outputs=list(k["outputs"]),
+                  op=k["op"], flops=int(k.get("flops", 0)))
+
+
+def _dump(options: CompileOptions, name: str, kinds: set[str], built: Any,
+          lowered: list[LoweredKernel]) -> dict[str, str]:
+    """Write the requested code forms (``ll``, ``asm``, ``tir``) into the dump folder."""
+    folder = Path(options.extra.get("dump_dir") or ".")
+    folder.mkdir(parents=True, exist_ok=True)
+    written: dict[str, str] = {}
+    forms = {"ll": lambda: built.llvm_ir, "asm": lambda: built.asm,
+             "tir": lambda: "\n\n".join(repr(k.func) for k in lowered)}
+    for kind in sorted(kinds):
+        if kind not in forms:
+            raise CompileError(f"--dump-code: unknown code form {kind!r}; expected ll, asm "
+                               "or tir")
+        path = folder / f"{name}.{kind}"
+        path.write_text(forms[kind]())
+        written[kind] = str(path)
+    return written
+
+
+class LLVMBackend(Backend):
+    """Native CPU kernels generated with llvmlite."""
+
+    name = "llvm"
+    device = "cpu"
+    default_rank = 10
+    options = {
+        "mcpu": "LLVM CPU name to generate code for (default: the host CPU)",
+        "mattr": "extra CPU features, e.g. +avx2,-avx512f",
+        "num-threads": "threads of the kernel thread pool (default: TESSERA_NUM_THREADS or "
+                       "the CPU count)",
+    }
+
+    def available(self) -> str | None:
+        try:
+            import llvmlite.binding  # noqa: F401
+        except ImportError as err:  # pragma: no cover - a dependency of the package
+            return f"llvmlite cannot be imported: {err}"
+        return None
+
+    def claims(self, target: TargetKind) -> list[Pattern]:
+        return list(_patterns())
+
+    def _threads(self, target: TargetKind) -> int | None:
+        value = target.get("num-threads")
+        if value in (None, ""):
+            return None
+        try:
+            n = int(value)
+        except ValueError:
+            n = 0
+        if n < 1:
+            raise CompileError(f"llvm -num-threads={value}: expected a positive integer")
+        return n
+
+    def compile(self, region: Function, target: TargetKind,
+                options: CompileOptions) -> CompiledRegion:
+        from .build import build_module
+        from .parallel import set_num_threads
+
+        for node in region.nodes:
+            if not has_compute(node.op) or unsupported_reason(node) is not None:
+                raise CompileError(f"llvm: node {node.name} ({node.op}) has no CPU compute: "
+                                   f"{unsupported_reason(node) or 'no topi compute'}")
+        threads = self._threads(target)
+        if threads:
+            set_num_threads(threads)
+        mcpu = target.get("mcpu")
+        cpu = cpu_info(mcpu, threads)
+        t0 = time.perf_counter()
+        lowered = lower_region(region, cpu, options.opt_level, prefix=f"{region.name}_")
+        t1 = time.perf_counter()
+        built = build_module([k.func for k in lowered.kernels], region.name, mcpu=mcpu,
+                             mattr=target.get("mattr"))
+        t2 = time.perf_counter()
+        table = [self._entry(k) for k in lowered.kernels]
+        constants = {name: _aligned_copy(v.data) for name, v in lowered.constants.items()}
+        types = {v.name: v.type for v in lowered.func.inputs}
+        types.update({v.name: v.type for n in lowered.func.nodes for v in n.outputs})
+        tensors: dict[str, TensorType] = {v.name: v.type for v in region.inputs}
+        for k in table:
+            for name in k["inputs"] + k["outputs"]:
+                if name not in constants:
+                    tensors[name] = types[name]
+        compiled = self._assemble(region, built.object_code, table, constants, tensors, mcpu,
+                                  target.get("mattr"))
+        compiled.info.update({
+            "lower_s": round(t1 - t0, 3), "codegen_s": round(t2 - t1, 3),
+            "object_bytes": len(built.object_code),
+            "schedules": {k.name: {"template": k.template, "config": k.config}
+                          for k in lowered.kernels},
+        })
+        dump = options.extra.get("dump_code")
+        if dump:
+            kinds = set(dump) if not isinstance(dump, str) else set(dump.split(","))
+            compiled.info["dumped"] = _dump(options, region.name, kinds, built,
+                                            lowered.kernels)
+        return compiled
+
+    @staticmethod
+    def _entry(k: LoweredKernel) -> dict[str, Any]:
+        return {"name": k.name, "inputs": k.inputs, "outputs": k.outputs, "op": k.op,
+                "flops": k.flops, "template": k.template}
+
+    def _assemble(self, region: Function, object_code: bytes, table: list[dict[str, Any]],
+                  constants: dict[str, np.ndarray], tensors: dict[str, TensorType],
+                  mcpu: str | None, mattr: str | None) -> CompiledRegion:
+        from .loader import load_object
+
+        lib = load_object(object_code, [k["name"] for k in table], mcpu=mcpu)
+        kernels = [_make_kernel(lib, k) for k in table]
+        return CompiledRegion(self.name, region, kernels, tensors, constants,
+                              {"kernels": len(kernels), "_lib": lib, "_table": table,
+                               "_mcpu": mcpu, "_mattr": mattr, "_object_code": object_code})
+
+    # -- artifacts ------------------------------------------------------------------------
+    def save(self, compiled: CompiledRegion) -> dict[str, bytes]:
+        buf = io.BytesIO()
+        np.savez(buf, **{k: np.asarray(v) for k, v in compiled.constants.items()})
+        meta = {"format": ARTIFACT_FORMAT, "mcpu": compiled.info.get("_mcpu"),
+                "mattr": compiled.info.get("_mattr"), "kernels": compiled.info["_table"],
+                "tensors": {k: [list(t.shape), str(t.dtype)]
+                            for k, t in compiled.tensors.items()}}
+        return {OBJECT_FILE: compiled.info["_object_code"],
+                TABLE_FILE: json.dumps(meta, indent=1).encode(),
+                CONSTANTS_FILE: buf.getvalue()}
+
+    def load(self, region: Function, files: dict[str, bytes], target: TargetKind,
+             options: CompileOptions) -> CompiledRegion:
+        for f in (OBJECT_FILE, TABLE_FILE, CONSTANTS_FILE):
+            if f not in files:
+                raise ArtifactError(f"llvm region {region.name}: the artifact has no {f}")
+        try:
+            meta = json.loads(files[TABLE_FILE])
+            if meta.get("format") != ARTIFACT_FORMAT:
+                raise ArtifactError(f"llvm region {region.name}: artifact format "
+                                    f"{meta.get('format')}, this plugin reads "
+                                    f"{ARTIFACT_FORMAT}")
+            with np.load(io.BytesIO(files[CONSTANTS_FILE]), allow_pickle=False) as npz:
+                constants = {k: _aligned_copy(npz[k]) for k in npz.files}
+            tensors = {k: TensorType(tuple(s), d) for k, (s, d) in meta["tensors"].items()}
+            table = meta["kernels"]
+        except ArtifactError:
+            raise
+        except Exception as err:  # noqa: BLE001 - a damaged artifact
+            raise ArtifactError(f"llvm region {region.name}: cannot read the saved kernels: "
+                                f"{err}") from err
+        return self._assemble(region, files[OBJECT_FILE], table, constants, tensors,
+                              meta.get("mcpu"), meta.get("mattr"))

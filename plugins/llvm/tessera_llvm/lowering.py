@@ -1,0 +1,139 @@
+"""From a region to lowered loop nests: layout, fusion, computes, schedules, TIR passes.
+
+:func:`lower_region` runs the graph-level passes the CPU backend wants (blocked NCHWc
+convolutions, then FuseOps), builds each fused group's tensor expression from the topi computes,
+applies the group's default schedule (or tuned knobs), lowers it to TIR and runs the TIR pass
+pipeline. The result lists one :class:`LoweredKernel` per group, in execution order.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from tessera import te
+from tessera.errors import CompileError, TesseraError
+from tessera.ir.graph import Function, Node, Value
+from tessera.passes.alter_layout import alter_conv_layout
+from tessera.passes.fuse_ops import fuse_ops
+from tessera.tir.stmt import PrimFunc
+from tessera.tir.transform import lower_pipeline
+from tessera.topi.from_graph import build_te
+
+from .schedules import schedule_group
+from .schedules.common import CPUInfo
+
+
+@dataclass
+class LoweredKernel:
+    """One fused group lowered to a TIR function. ``inputs``/``outputs`` are graph value names
+    (inputs include constants), in the order of the function's parameters."""
+
+    name: str
+    func: PrimFunc
+    inputs: list[str]
+    outputs: list[str]
+    op: str
+    flops: int = 0
+    template: str = ""
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class LoweredRegion:
+    func: Function
+    kernels: list[LoweredKernel]
+    constants: dict[str, Value]
+
+
+def block_choice(cpu: CPUInfo):  # noqa: ANN201 - a callable for alter_conv_layout
+    """The (ic_bn, oc_bn) of each float convolution: the vector width when it divides the
+    channels (per group), 8 or 4 otherwise, the whole input when it has few channels (the
+    first convolution)."""
+    lanes = cpu.vector_lanes
+
+    def block(n: int) -> int | None:
+        for b in (lanes, 32, 16, 8, 4):
+            if b <= max(lanes, 8) and n % b == 0:
+                return b
+        return None
+
+    def choose(node: Node) -> tuple[int, int] | None:
+        if node.inputs[0].type.dtype != "float32" or node.inputs[0].type.ndim != 4:
+            return None
+        group = int(node.attrs.get("group", 1) or 1)
+        c_in = node.inputs[0].type.shape[1]
+        c_out = node.outputs[0].type.shape[1]
+        icg, ocg = c_in // group, c_out // group
+        if group > 1 and icg == 1 and ocg == 1:  # depthwise: block the channels
+            b = block(c_in)
+            return (1, b) if b else None
+        oc_bn = block(ocg)
+        if oc_bn is None:
+            return None
+        ic_bn = block(icg) or (icg if icg <= 8 else None)
+        if ic_bn is None:
+            return None
+        return ic_bn, oc_bn
+
+    return choose
+
+
+def _flops(nodes: list[Node]) -> int:
+    total = 0
+    for node in nodes:
+        out = node.outputs[0].type
+        if node.op in ("Conv", "ConvNCHWc"):
+            w = node.inputs[1].type.shape
+            per_out = math.prod(w[1:]) if node.op == "Conv" else math.prod(w[1:])
+            total += 2 * out.size * per_out
+        elif node.op in ("MatMul", "Gemm"):
+            k = node.inputs[0].type.shape[-1]
+            if node.op == "Gemm" and node.attrs.get("transA"):
+                k = node.inputs[0].type.shape[0]
+            total += 2 * out.size * k
+        else:
+            total += out.size
+    return total
+
+
+def lower_region(region: Function, cpu: CPUInfo, opt_level: int = 3,
+                 overrides: dict[str, dict[str, Any]] | None = None,
+                 prefix: str = "") -> LoweredRegion:
+    """Lower every node of ``region`` (all of which have topi computes)."""
+    func = region
+    if opt_level >= 2:
+        func = alter_conv_layout(func, block_choice(cpu))
+    groups = fuse_ops(func, opt_level=opt_level)
+    kernels: list[LoweredKernel] = []
+    constants: dict[str, Value] = {}
+    used: set[str] = set()
+    for index, group in enumerate(groups):
+        base = "".join(c if c.isalnum() else "_" for c in group.name)[:40]
+        name = f"{prefix}k{index}_{base}"
+        while name in used:
+            name += "_"
+        used.add(name)
+        anchor = group.anchor or group.nodes[-1]
+        try:
+            gte = build_te(group.nodes, group.inputs, group.outputs)
+            sched = schedule_group(list(gte.outputs), cpu, overrides)
+            prim = te.lower(sched.schedule, list(gte.placeholders) + list(gte.outputs), name)
+            prim = lower_pipeline(prim)
+        except TesseraError:
+            raise
+        except Exception as err:  # noqa: BLE001 - name the group that failed
+            raise CompileError(f"llvm: cannot lower fused group {group.name} (ops "
+                               f"{', '.join(n.op for n in group.nodes)}; anchor node "
+                               f"{anchor.name}): {type(err).__name__}: {err}") from err
+        for v in group.inputs:
+            if v.is_constant:
+                constants[v.name] = v
+        cfg = sched.configs[0] if sched.configs else None
+        kernels.append(LoweredKernel(
+            name=name, func=prim, inputs=[v.name for v in group.inputs],
+            outputs=[v.name for v in group.outputs], op="+".join(n.op for n in group.nodes),
+            flops=_flops(group.nodes), template=sched.template,
+            config=dict(cfg.values) if cfg else {}))
+    return LoweredRegion(func, kernels, constants)

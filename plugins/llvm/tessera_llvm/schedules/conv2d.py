@@ -1,0 +1,99 @@
+"""The x86/AArch64 schedule of blocked (NCHWc) convolution with a fused epilogue.
+
+The output is computed one row strip at a time: for each (batch, output-channel block, output
+row) — fused into the parallel axis — and each chunk of ``reg_n`` output columns, a ``reg_n x
+oc_bn`` accumulator tile lives in registers (a local buffer that LLVM promotes): the reduction
+over input-channel blocks, kernel rows and columns runs outside, the ``ic_bn`` loop inside, and
+innermost one broadcast input value times one vector of ``oc_bn`` weights per output column
+(``ow`` unrolled, ``oc`` vectorized). The epilogue (bias, residual, activation) is applied when
+the tile is written out. Padded input is materialised once per call (parallel) so the inner loop
+has no bounds checks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tessera import te
+
+from .common import CPUInfo, extents
+from .config import ConfigSpace, ScheduleConfig, largest_divisor
+
+TAG = "conv2d_NCHWc"
+
+
+def conv_space(conv: te.ComputeOp, cpu: CPUInfo) -> ConfigSpace:
+    n, occ, oh, ow, ob = extents(conv)
+    red = tuple(a.dom.extent.value for a in conv.reduce_axis)
+    space = ConfigSpace(TAG, ((n, occ, oh, ow, ob), red, conv.attrs.get("strides")))
+    lanes = cpu.lanes_for(conv.output(0).dtype)
+    # accumulators: reg_n columns x (oc_bn / lanes) vectors, within ~28 of 32 registers
+    vectors_per_col = max(1, ob // lanes)
+    limit = max(1, 28 // vectors_per_col)
+    reg_n = largest_divisor(ow, min(limit, 16))
+    if reg_n < 4 and ow > 4:
+        reg_n = min(ow, limit) if ow <= limit else reg_n
+    cands = sorted({d for d in range(1, min(ow, 32) + 1) if ow % d == 0} | {reg_n})
+    space.define("reg_n", cands, reg_n, "output columns per register tile")
+    space.define("unroll_kw", [False, True], False, "unroll the kernel-column loop")
+    space.define("pad_parallel", [True, False], True, "materialise padding with a parallel loop")
+    return space
+
+
+def find_conv(ops: list[te.ComputeOp]) -> te.ComputeOp | None:
+    for op in ops:
+        if op.tag == TAG:
+            return op
+    return None
+
+
+def _reduce_axes(conv: te.ComputeOp) -> tuple[Any, Any, Any, Any]:
+    """The reduce axes by role: input-channel block, kernel row, kernel column, channel lane."""
+    names = conv.attrs.get("reduce_roles")
+    axes = list(conv.reduce_axis)
+    if names:
+        by_role = dict(zip(names, axes))
+        return by_role["icc"], by_role["kh"], by_role["kw"], by_role["ib"]
+    icc, kh, kw, ib = axes
+    return icc, kh, kw, ib
+
+
+def schedule_conv(s: Any, conv: te.ComputeOp, out: te.ComputeOp, cfg: ScheduleConfig,
+                  pad: te.ComputeOp | None) -> None:
+    """Apply the schedule: ``out`` is the last stage of the epilogue (``conv`` itself when
+    there is none)."""
+    reg_n = int(cfg["reg_n"])
+    if pad is not None:
+        ps = s[pad]
+        pax = list(pad.axis)
+        fused = ps.fuse(*pax[:3])
+        if cfg.get("pad_parallel", True):
+            ps.parallel(fused)
+        if extents(pad)[-1] in (4, 8, 16, 32, 64):
+            ps.vectorize(pax[-1])
+    if out is conv:
+        acc_tensor = s.cache_write(conv.output(0), "local")
+        acc = acc_tensor.op
+        writer = conv
+    else:
+        acc = conv
+        writer = out
+        s[conv].set_scope("local")
+    ws = s[writer]
+    n, occ, oh, ow, ob = writer.axis
+    owo, owi = ws.split(ow, factor=reg_n)
+    ws.reorder(n, occ, oh, owo, owi, ob)
+    par = ws.fuse(n, occ, oh)
+    ws.parallel(par)
+    ws.vectorize(ob)
+    s[acc].compute_at(ws, owo)
+    cs = s[acc]
+    _, _, _, cow, cob = acc.axis
+    icc, kh, kw, ib = _reduce_axes(acc)
+    if cfg.get("unroll_kw", False):
+        cs.reorder(icc, kh, ib, kw, cow, cob)
+        cs.unroll(kw)
+    else:
+        cs.reorder(icc, kh, kw, ib, cow, cob)
+    cs.unroll(cow)
+    cs.vectorize(cob)

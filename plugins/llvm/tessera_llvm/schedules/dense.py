@@ -1,0 +1,91 @@
+"""The x86/AArch64 schedule of matrix products (dense, matmul, batch matmul) with a fused
+epilogue.
+
+Each ``mr x nr`` tile of the output is accumulated in registers (``mr`` rows unrolled, ``nr``
+columns as ``nr / lanes`` vectors), over the whole reduction; tiles are spread over threads by
+fusing the batch, row-tile and column-tile axes into one parallel axis. The epilogue (bias,
+activation, residual) runs when the tile is written out.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from tessera import te
+
+from .common import CPUInfo, extents
+from .config import ConfigSpace, ScheduleConfig, largest_divisor
+
+TAGS = ("dense", "matmul", "batch_matmul")
+
+
+def find_dense(ops: list[te.ComputeOp]) -> te.ComputeOp | None:
+    for op in ops:
+        if op.tag in TAGS and len(op.reduce_axis) == 1:
+            return op
+    return None
+
+
+def dense_space(mm: te.ComputeOp, cpu: CPUInfo) -> ConfigSpace:
+    shape = extents(mm)
+    m, n = shape[-2], shape[-1]
+    k = mm.reduce_axis[0].dom.extent.value
+    space = ConfigSpace("dense", (tuple(shape), k))
+    lanes = cpu.lanes_for(mm.output(0).dtype)
+    vec = largest_divisor(n, lanes)
+    if vec < 4 and n >= 4:
+        vec = 1
+    nr_vecs = 2 if n % (2 * vec) == 0 and vec > 1 else 1
+    nr = vec * nr_vecs
+    mr = largest_divisor(m, max(1, 24 // nr_vecs if vec > 1 else 8))
+    mr = min(mr, 12)
+    space.define("nr", sorted({d for d in (1, 4, 8, 16, 32, 48, 64) if n % d == 0} | {nr}), nr,
+                 "output columns per register tile (a multiple of the vector width)")
+    space.define("mr", sorted({d for d in range(1, min(m, 16) + 1) if m % d == 0} | {mr}), mr,
+                 "output rows per register tile")
+    space.define("vector_width", [1, 4, 8, 16], vec if vec in (1, 4, 8, 16) else 1,
+                 "vector lanes of the column loop")
+    space.define("parallel_min_flops", [1 << 16, 1 << 18, 1 << 20], 1 << 18,
+                 "smallest product worth a parallel launch")
+    return space
+
+
+def schedule_dense(s: Any, mm: te.ComputeOp, out: te.ComputeOp, cfg: ScheduleConfig) -> None:
+    mr, nr, vec = int(cfg["mr"]), int(cfg["nr"]), int(cfg["vector_width"])
+    if nr % max(vec, 1):
+        vec = 1
+    if out is mm:
+        acc = s.cache_write(mm.output(0), "local").op
+        writer = mm
+    else:
+        acc = mm
+        writer = out
+        s[mm].set_scope("local")
+    ws = s[writer]
+    axes = list(writer.axis)
+    batch, (row, col) = axes[:-2], axes[-2:]
+    ro, ri = ws.split(row, factor=mr)
+    co, ci = ws.split(col, factor=nr)
+    ws.reorder(*batch, ro, co, ri, ci)
+    outer = [*batch, ro, co]
+    flops = 2 * math.prod(extents(mm)) * mm.reduce_axis[0].dom.extent.value
+    par = ws.fuse(*outer) if len(outer) > 1 else outer[0]
+    if flops >= int(cfg.get("parallel_min_flops", 1 << 18)):
+        ws.parallel(par)
+    if vec > 1:
+        cio, cii = ws.split(ci, factor=vec)
+        ws.vectorize(cii)
+    s[acc].compute_at(ws, par)
+    cs = s[acc]
+    crow, ccol = acc.axis[-2], acc.axis[-1]
+    (k,) = acc.reduce_axis
+    if vec > 1:
+        cco, cci = cs.split(ccol, factor=vec)
+        cs.reorder(k, crow, cco, cci)
+        cs.unroll(crow)
+        cs.unroll(cco)
+        cs.vectorize(cci)
+    else:
+        cs.reorder(k, crow, ccol)
+        cs.unroll(crow)
