@@ -1,0 +1,79 @@
+"""Layout transforms between NCHW and the channel-blocked NCHW[x]c layout.
+
+``NCHW{c}c`` holds a 4-D (N, C, H, W) tensor as 5-D (N, C // c, H, W, c): channel ``ch`` lives
+at ``[n, ch // c, h, w, ch % c]``. :func:`layout_transform` converts between ``"NCHW"`` and
+any ``"NCHW{c}c"`` (also between two block sizes); the channel count must be a multiple of
+every block size. Tag ``"injective,layout_transform"``, attrs ``src_layout``, ``dst_layout``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from tessera import te, tir
+from tessera.topi.registry import register_compute
+from tessera.topi.utils import add, mul, shape_of
+
+_BLOCKED = re.compile(r"^NCHW(\d+)c$")
+
+
+def parse_layout(layout: str) -> int | None:
+    """The channel block of ``"NCHW{c}c"``, None for ``"NCHW"`` (ValueError otherwise)."""
+    if layout == "NCHW":
+        return None
+    m = _BLOCKED.match(layout)
+    if m is None or int(m.group(1)) <= 0:
+        raise ValueError(f"unsupported layout {layout!r}: expected NCHW or NCHW<c>c")
+    return int(m.group(1))
+
+
+def layout_transform(x: te.Tensor, src_layout: str, dst_layout: str) -> te.Tensor:
+    """``x`` (in ``src_layout``) rearranged into ``dst_layout``."""
+    src, dst = parse_layout(src_layout), parse_layout(dst_layout)
+    shape = shape_of(x)
+    if (src is None) != (len(shape) == 4) or len(shape) not in (4, 5):
+        raise ValueError(f"layout_transform: input {list(shape)} does not have layout "
+                         f"{src_layout}")
+    n, c_outer, h, w = shape[:4]
+    channels = c_outer * (src or 1)
+    if dst is not None and channels % dst:
+        raise ValueError(f"layout_transform: {channels} channels are not a multiple of {dst}")
+    out_shape = (n, channels, h, w) if dst is None else (n, channels // dst, h, w, dst)
+
+    def body(*i: Any) -> tir.PrimExpr:
+        if dst is None:
+            ch = i[1]
+        elif src == dst:
+            return x[i]
+        else:
+            ch = add(mul(i[1], dst), i[4])
+        if src is None:
+            return x[i[0], ch, i[2], i[3]]
+        if dst is None or src != dst:
+            return x[i[0], ch // src, i[2], i[3], ch % src]
+        raise AssertionError("unreachable")
+
+    return te.compute(out_shape, body, name="layout_transform", tag="injective,layout_transform",
+                      attrs={"src_layout": src_layout, "dst_layout": dst_layout})
+
+
+def _supports(node: Any) -> str | None:
+    try:
+        src = parse_layout(node.attrs["src_layout"])
+        dst = parse_layout(node.attrs["dst_layout"])
+    except (KeyError, ValueError) as e:
+        return str(e)
+    shape = node.inputs[0].type.shape
+    channels = shape[1] * (src or 1) if len(shape) >= 2 else 0
+    if dst is not None and channels % dst:
+        return f"{channels} channels are not a multiple of the block {dst}"
+    return None
+
+
+@register_compute("LayoutTransform", supports=_supports)
+def _layout_transform(inputs: list, attrs: dict, out_types: list) -> list[te.Tensor]:
+    return [layout_transform(inputs[0], attrs["src_layout"], attrs["dst_layout"])]
+
+
+__all__ = ["layout_transform", "parse_layout"]
