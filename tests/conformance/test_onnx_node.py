@@ -1,12 +1,13 @@
 """ONNX node conformance: every generated node case with all-tensor inputs and outputs, compiled
-with ``tessera.compile(..., target="ref")`` and run, against the outputs the ``onnx`` package
-stores with the case.
+with ``tessera.compile(..., target=T)`` and run, against the outputs the ``onnx`` package stores
+with the case, for each installed CPU code generator T: ``ref`` always, ``llvm`` when tessera-llvm
+is installed (ops without an llvm compute fall back to ref, as in any model).
 
-Known failures live in ``known_failures.txt`` next to this file (one ``test_name  # reason`` per
-line); they are xfailed with their reason, and a listed case that passes fails, so the list stays
-true. Refresh it with
-``python -m tessera.testing.conformance --target ref --write-known-failures
-tests/conformance/known_failures.txt``.
+Known failures live next to this file, one list per target (``known_failures.txt`` for ref,
+``known_failures_<target>.txt`` for the others; one ``test_name  # reason`` per line); they are
+xfailed with their reason, and a listed case that passes fails, so the lists stay true. Refresh
+one with ``python -m tessera.testing.conformance --target llvm --write-known-failures
+tests/conformance/known_failures_llvm.txt``.
 """
 
 from __future__ import annotations
@@ -29,25 +30,50 @@ KNOWN = read_known_failures(KNOWN_FAILURES_FILE)
 CASES = all_tensor_cases()
 
 
+def _installed_targets() -> list[str]:
+    from tessera.plugin.manager import get_registry
+
+    targets = ["ref"]
+    backend = get_registry().backends.get("llvm")
+    if backend is not None and backend.available() is None:
+        targets.append("llvm")
+    return targets
+
+
+TARGETS = _installed_targets()
+
+
+def known_failures_file(target: str) -> Path:
+    if target == "ref":
+        return KNOWN_FAILURES_FILE
+    return Path(__file__).with_name(f"known_failures_{target}.txt")
+
+
+KNOWN_BY_TARGET = {t: read_known_failures(known_failures_file(t)) for t in TARGETS}
+
+
+@pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_onnx_node(case) -> None:
+def test_onnx_node(case, target: str) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # cases feed inf/nan on purpose
-        result = run_case(case, target="ref")
-    known = KNOWN.get(case.name)
+        result = run_case(case, target=target)
+    known = KNOWN_BY_TARGET[target].get(case.name)
     if known is None:
         assert result.ok, result.reason
     elif result.ok:
-        pytest.fail(f"{case.name} passes but is listed in {KNOWN_FAILURES_FILE.name} "
-                    f"({known.reason}): remove that line")
+        pytest.fail(f"{case.name} passes on {target} but is listed in "
+                    f"{known_failures_file(target).name} ({known.reason}): remove that line")
     else:
         pytest.xfail(known.reason)
 
 
-def test_known_failures_name_existing_cases() -> None:
+@pytest.mark.parametrize("target", TARGETS)
+def test_known_failures_name_existing_cases(target: str) -> None:
     names = {c.name for c in CASES}
-    stale = sorted(set(KNOWN) - names)
-    assert not stale, f"{KNOWN_FAILURES_FILE.name} lists cases that do not exist: {stale}"
+    stale = sorted(set(KNOWN_BY_TARGET[target]) - names)
+    assert not stale, (f"{known_failures_file(target).name} lists cases that do not exist: "
+                       f"{stale}")
 
 
 def test_known_failures_file_round_trips(tmp_path: Path) -> None:

@@ -54,8 +54,12 @@ def block_choice(cpu: CPUInfo):  # noqa: ANN201 - a callable for alter_conv_layo
     lanes = cpu.vector_lanes
 
     def block(n: int) -> int | None:
-        for b in (lanes, 32, 16, 8, 4):
-            if b <= max(lanes, 8) and n % b == 0:
+        """The channel block for ``n`` channels: the vector width (or a multiple/half of it)
+        when it divides, else a smaller power of two. Blocks that are not powers of two
+        would leave the accumulator tile misaligned with the vector registers (LLVM then
+        keeps it in memory), so they are never used."""
+        for b in (lanes, 2 * lanes, lanes // 2, 4, 2):
+            if b >= 2 and n % b == 0:
                 return b
         return None
 
@@ -86,7 +90,8 @@ def _flops(nodes: list[Node]) -> int:
         out = node.outputs[0].type
         if node.op in ("Conv", "ConvNCHWc"):
             w = node.inputs[1].type.shape
-            per_out = math.prod(w[1:]) if node.op == "Conv" else math.prod(w[1:])
+            # Conv weights (O, I/g, KH, KW); ConvNCHWc (O/ob, I/ib, KH, KW, ib, ob)
+            per_out = math.prod(w[1:]) if node.op == "Conv" else math.prod(w[1:5])
             total += 2 * out.size * per_out
         elif node.op in ("MatMul", "Gemm"):
             k = node.inputs[0].type.shape[-1]
@@ -98,6 +103,23 @@ def _flops(nodes: list[Node]) -> int:
     return total
 
 
+def pretranspose_weights(func: Function) -> None:
+    """Gemm with a constant ``B`` and ``transB=1`` (a fully-connected layer as exported by
+    most frameworks) reads ``B`` across rows; store ``B`` transposed once instead, so the
+    product's inner loop loads contiguous vectors of ``B``."""
+    import numpy as np
+
+    for node in func.nodes:
+        if node.op != "Gemm" or not node.attrs.get("transB"):
+            continue
+        b = node.inputs[1]
+        if b is None or not b.is_constant or b.type.ndim != 2:
+            continue
+        node.inputs[1] = func.constant(np.ascontiguousarray(np.asarray(b.data).T),
+                                       f"{b.name}_T")
+        node.attrs["transB"] = 0
+
+
 def lower_region(region: Function, cpu: CPUInfo, opt_level: int = 3,
                  overrides: dict[str, dict[str, Any]] | None = None,
                  prefix: str = "") -> LoweredRegion:
@@ -105,6 +127,9 @@ def lower_region(region: Function, cpu: CPUInfo, opt_level: int = 3,
     func = region
     if opt_level >= 2:
         func = alter_conv_layout(func, block_choice(cpu))
+    else:
+        func = region.copy()
+    pretranspose_weights(func)
     groups = fuse_ops(func, opt_level=opt_level)
     kernels: list[LoweredKernel] = []
     constants: dict[str, Value] = {}
@@ -117,7 +142,9 @@ def lower_region(region: Function, cpu: CPUInfo, opt_level: int = 3,
         used.add(name)
         anchor = group.anchor or group.nodes[-1]
         try:
-            gte = build_te(group.nodes, group.inputs, group.outputs)
+            # constants are appended by build_te (one-element ones are inlined as immediates)
+            gte = build_te(group.nodes, [v for v in group.inputs if not v.is_constant],
+                           group.outputs)
             sched = schedule_group(list(gte.outputs), cpu, overrides)
             prim = te.lower(sched.schedule, list(gte.placeholders) + list(gte.outputs), name)
             prim = lower_pipeline(prim)
@@ -127,12 +154,12 @@ def lower_region(region: Function, cpu: CPUInfo, opt_level: int = 3,
             raise CompileError(f"llvm: cannot lower fused group {group.name} (ops "
                                f"{', '.join(n.op for n in group.nodes)}; anchor node "
                                f"{anchor.name}): {type(err).__name__}: {err}") from err
-        for v in group.inputs:
+        for v in gte.inputs:
             if v.is_constant:
                 constants[v.name] = v
         cfg = sched.configs[0] if sched.configs else None
         kernels.append(LoweredKernel(
-            name=name, func=prim, inputs=[v.name for v in group.inputs],
+            name=name, func=prim, inputs=[v.name for v in gte.inputs],
             outputs=[v.name for v in group.outputs], op="+".join(n.op for n in group.nodes),
             flops=_flops(group.nodes), template=sched.template,
             config=dict(cfg.values) if cfg else {}))

@@ -218,10 +218,16 @@ def conv2d_NCHWc(data: te.Tensor, kernel: te.Tensor, strides: int | Sequence[int
             if groups == 1 and cd == ic_bn:
                 src = padded[n, icc, ih, iw, ib]
             else:
-                ic = add(mul(icc, ic_bn), ib)
-                if groups > 1:
-                    ic = ((occ * oc_bn + ob) // ocg) * icg + ic
-                src = padded[n, ic // cd, ih, iw, ic % cd]
+                if groups > 1 and ocg % oc_bn == 0 and icg % cd == 0 and ic_bn == cd:
+                    # whole output blocks per group: the group is occ // (blocks per group)
+                    # and the input block index is affine (no div/mod of the vector lane)
+                    g = occ // (ocg // oc_bn)
+                    src = padded[n, g * (icg // cd) + icc, ih, iw, ib]
+                else:
+                    ic = add(mul(icc, ic_bn), ib)
+                    if groups > 1:
+                        ic = ((occ * oc_bn + ob) // ocg) * icg + ic
+                    src = padded[n, ic // cd, ih, iw, ic % cd]
             w = kernel[occ, icc, ry, rx, ib, ob]
         return te.sum(cast(src, acc) * cast(w, acc), axis=axes)
 

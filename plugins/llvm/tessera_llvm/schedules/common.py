@@ -57,37 +57,71 @@ def inline_injective(s: Any, outputs: list[te.Tensor], keep: set[int]) -> None:
         s[op].compute_inline()
 
 
+def _default_vector(last: int, lanes: int) -> int:
+    """The vector width for a last dimension of ``last``: one vector when it divides, the whole
+    dimension when it is at most four vectors, else the largest divisor up to a vector."""
+    if last % lanes == 0:
+        return lanes
+    if 4 <= last <= 4 * lanes:
+        return last
+    d = largest_divisor(last, lanes)
+    return d if d >= 4 else 1
+
+
 def injective_space(op: te.ComputeOp, cpu: CPUInfo, template: str = "injective") -> ConfigSpace:
     shape = extents(op)
     space = ConfigSpace(template, (tuple(shape), op.output(0).dtype))
     last = shape[-1] if shape else 1
     lanes = cpu.lanes_for(op.output(0).dtype)
-    vec = largest_divisor(last, lanes) if last >= 4 else 1
-    space.define("vector_width", sorted({1, 4, 8, 16, vec} & set(range(1, last + 1))), vec,
+    vec = _default_vector(last, lanes)
+    space.define("vector_width", sorted({1, vec} | {d for d in (4, 8, 16, 32, 64)
+                                                   if d <= last and last % d == 0}), vec,
                  "innermost split vectorized (divides the last dimension)")
     space.define("parallel_min_elems", [4096, 16384, 65536], 16384,
                  "smallest output that is worth a parallel launch")
+    space.define("parallel_tasks", [2, 4, 8, 16], 4 * cpu.num_threads,
+                 "outer iterations wanted in the parallel loop (fewer fused axes, no div/mod "
+                 "in the rest)")
     return space
 
 
+def parallel_prefix(stage: Any, axes: list[Any], sizes: list[int], tasks: int) -> Any:
+    """Fuse the fewest leading ``axes`` whose product reaches ``tasks`` and mark the result
+    parallel (the remaining axes stay plain loops, free of div/mod)."""
+    count, total = 0, 1
+    for size in sizes:
+        count += 1
+        total *= size
+        if total >= tasks:
+            break
+    prefix = axes[:count]
+    fused = stage.fuse(*prefix) if len(prefix) > 1 else prefix[0]
+    stage.parallel(fused)
+    return fused
+
+
 def schedule_injective_stage(s: Any, op: te.ComputeOp, cfg: ScheduleConfig) -> None:
-    """Outer axes fused and parallel (when big enough), the last axis vectorized."""
+    """Leading axes fused and parallel (when the output is big enough), the last axis
+    vectorized."""
     stage = s[op]
     axes = list(op.axis)
-    total = math.prod(extents(op)) if axes else 1
     if not axes:
         return
+    shape = extents(op)
+    total = math.prod(shape)
     vec = int(cfg.get("vector_width", 1))
-    last = axes[-1]
-    if vec > 1 and extents(op)[-1] % vec == 0:
-        outer_last, inner = stage.split(last, factor=vec)
-        stage.vectorize(inner)
-        outer_axes = axes[:-1] + [outer_last]
+    if vec > 1 and shape[-1] % vec == 0:
+        if vec < shape[-1]:
+            outer_last, inner = stage.split(axes[-1], factor=vec)
+            stage.vectorize(inner)
+            outer_axes, outer_sizes = axes[:-1] + [outer_last], shape[:-1] + [shape[-1] // vec]
+        else:
+            stage.vectorize(axes[-1])
+            outer_axes, outer_sizes = axes[:-1], shape[:-1]
     else:
-        outer_axes = axes[:-1] if len(axes) > 1 else axes
+        outer_axes, outer_sizes = axes, shape
     if total >= int(cfg.get("parallel_min_elems", 16384)) and outer_axes:
-        fused = stage.fuse(*outer_axes) if len(outer_axes) > 1 else outer_axes[0]
-        stage.parallel(fused)
+        parallel_prefix(stage, outer_axes, outer_sizes, int(cfg.get("parallel_tasks", 8)))
 
 
 def reduce_space(op: te.ComputeOp, cpu: CPUInfo) -> ConfigSpace:

@@ -20,6 +20,7 @@ from .common import CPUInfo, extents
 from .config import ConfigSpace, ScheduleConfig, largest_divisor
 
 TAG = "conv2d_NCHWc"
+TAGS = (TAG, "depthwise_conv2d_NCHWc")
 
 
 def conv_space(conv: te.ComputeOp, cpu: CPUInfo) -> ConfigSpace:
@@ -28,7 +29,7 @@ def conv_space(conv: te.ComputeOp, cpu: CPUInfo) -> ConfigSpace:
     space = ConfigSpace(TAG, ((n, occ, oh, ow, ob), red, conv.attrs.get("strides")))
     lanes = cpu.lanes_for(conv.output(0).dtype)
     # accumulators: reg_n columns x (oc_bn / lanes) vectors, within ~28 of 32 registers
-    vectors_per_col = max(1, ob // lanes)
+    vectors_per_col = max(1, -(-ob // lanes))
     limit = max(1, 28 // vectors_per_col)
     reg_n = largest_divisor(ow, min(limit, 16))
     if reg_n < 4 and ow > 4:
@@ -42,20 +43,16 @@ def conv_space(conv: te.ComputeOp, cpu: CPUInfo) -> ConfigSpace:
 
 def find_conv(ops: list[te.ComputeOp]) -> te.ComputeOp | None:
     for op in ops:
-        if op.tag == TAG:
+        if op.tag in TAGS:
             return op
     return None
 
 
-def _reduce_axes(conv: te.ComputeOp) -> tuple[Any, Any, Any, Any]:
-    """The reduce axes by role: input-channel block, kernel row, kernel column, channel lane."""
-    names = conv.attrs.get("reduce_roles")
-    axes = list(conv.reduce_axis)
-    if names:
-        by_role = dict(zip(names, axes))
-        return by_role["icc"], by_role["kh"], by_role["kw"], by_role["ib"]
-    icc, kh, kw, ib = axes
-    return icc, kh, kw, ib
+def _reduce_axes(conv: te.ComputeOp) -> dict[str, Any]:
+    """The reduce axes by role: input-channel block ``icc``, kernel row ``kh`` and column
+    ``kw``, channel lane ``ib`` (depthwise convolutions have only ``kh`` and ``kw``)."""
+    names = conv.attrs.get("reduce_roles") or ("icc", "kh", "kw", "ib")
+    return dict(zip(names, conv.reduce_axis))
 
 
 def schedule_conv(s: Any, conv: te.ComputeOp, out: te.ComputeOp, cfg: ScheduleConfig,
@@ -89,11 +86,14 @@ def schedule_conv(s: Any, conv: te.ComputeOp, out: te.ComputeOp, cfg: ScheduleCo
     s[acc].compute_at(ws, owo)
     cs = s[acc]
     _, _, _, cow, cob = acc.axis
-    icc, kh, kw, ib = _reduce_axes(acc)
-    if cfg.get("unroll_kw", False):
-        cs.reorder(icc, kh, ib, kw, cow, cob)
+    roles = _reduce_axes(acc)
+    kh, kw = roles["kh"], roles["kw"]
+    if "icc" not in roles:  # depthwise
+        cs.reorder(kh, kw, cow, cob)
+    elif cfg.get("unroll_kw", False):
+        cs.reorder(roles["icc"], kh, roles["ib"], kw, cow, cob)
         cs.unroll(kw)
     else:
-        cs.reorder(icc, kh, kw, ib, cow, cob)
+        cs.reorder(roles["icc"], kh, kw, roles["ib"], cow, cob)
     cs.unroll(cow)
     cs.vectorize(cob)

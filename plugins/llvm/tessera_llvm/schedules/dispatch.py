@@ -19,6 +19,10 @@ from .config import ScheduleConfig
 from .conv2d import conv_space, find_conv, schedule_conv
 from .dense import dense_space, find_dense, schedule_dense
 
+#: Tags of injective stages kept at root instead of inlined: softmax's exponentials (read by the
+#: sum and by the division) and resize's weight/index tables.
+KEEP_AT_ROOT = ("softmax_exp", "resize_weight", "resize_index")
+
 
 @dataclass
 class GroupSchedule:
@@ -81,8 +85,14 @@ def schedule_group(outputs: list[te.Tensor], cpu: CPUInfo,
         return result
 
     # no tensor-core anchor: reductions at root, injective stages inlined into their readers
+    # (except tables and values read by several reductions, which are worth computing once)
     for op in ops:
         if op in out_ops:
+            continue
+        if not op.reduce_axis and any(t in op.tag for t in KEEP_AT_ROOT):
+            cfg = _pick(injective_space(op, cpu), overrides)
+            schedule_injective_stage(s, op, cfg)
+            result.configs.append(cfg)
             continue
         if op.reduce_axis:
             cfg = _pick(reduce_space(op, cpu), overrides)
