@@ -180,14 +180,22 @@ def measure(work: Workload, args: argparse.Namespace) -> tuple[Result, Any]:
     for _ in range(max(args.warmup, 0)):
         run_tessera()
         run_ort()
+    def timed(fn: Any) -> float:
+        # Both runtimes keep their worker threads spinning for a while after a run; on a
+        # machine with as many cores as threads, the other runtime's spinners would steal
+        # cores from this measurement. Let them go to sleep, then run once untimed.
+        time.sleep(0.05)
+        fn()
+        return time_ms(fn, args.number)
+
     for r in range(max(args.repeat, 1)):
         # alternate which runtime goes first so neither always follows the other's cache state
         if r % 2 == 0:
-            result.tessera_ms.append(time_ms(run_tessera, args.number))
-            result.ort_ms.append(time_ms(run_ort, args.number))
+            result.tessera_ms.append(timed(run_tessera))
+            result.ort_ms.append(timed(run_ort))
         else:
-            result.ort_ms.append(time_ms(run_ort, args.number))
-            result.tessera_ms.append(time_ms(run_tessera, args.number))
+            result.ort_ms.append(timed(run_ort))
+            result.tessera_ms.append(timed(run_tessera))
     return result, mod
 
 
