@@ -33,10 +33,10 @@ def dense_space(mm: te.ComputeOp, cpu: CPUInfo) -> ConfigSpace:
     k = mm.reduce_axis[0].dom.extent.value
     space = ConfigSpace("dense", (tuple(shape), k))
     lanes = cpu.lanes_for(mm.output(0).dtype)
-    vec = largest_divisor(n, lanes)
-    if vec < 4 and n >= 4:
-        vec = 1
-    nr_vecs = 2 if n % (2 * vec) == 0 and vec > 1 else 1
+    vec = next((v for v in (lanes, lanes // 2, lanes // 4) if v >= 4 and n % v == 0), 1)
+    # two vectors of columns per tile when they divide (more for narrow vectors)
+    nr_vecs = next((k for k in ((2,) if vec == lanes else (5, 4, 3, 2))
+                    if vec > 1 and n % (k * vec) == 0), 1)
     nr = vec * nr_vecs
     mr = largest_divisor(m, max(1, 24 // nr_vecs if vec > 1 else 8))
     mr = min(mr, 12)
