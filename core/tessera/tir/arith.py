@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from tessera.tir import expr as E
-from tessera.tir.functor import post_order_visit
+from tessera.tir.functor import method_for, post_order_visit
 
 __all__ = [
     "Bounds", "Poly", "const_int_bound", "interval_of", "linear_in", "struct_equal",
@@ -36,16 +36,6 @@ Interval = tuple[Any, Any]  # (int or -inf, int or +inf)
 
 # ---- structural equality ------------------------------------------------------------------
 
-
-
-def _handler(obj: Any, prefix: str, node: Any) -> Any:
-    """The ``prefix + ClassName`` method of ``obj`` for ``node``'s class or its nearest base
-    (so subclasses such as te.IterVar are handled as tir.Var)."""
-    for cls in type(node).__mro__:
-        method = getattr(obj, prefix + cls.__name__, None)
-        if method is not None:
-            return method
-    return None
 
 
 def struct_key(e: Any) -> Any:
@@ -157,7 +147,7 @@ class _Bounder:
     def bound(self, e: E.PrimExpr) -> Interval:
         if E.is_float(e.dtype):
             return -INF, INF
-        method = _handler(self, "b_", e)
+        method = method_for(self, "b_", e)
         if method is None:
             if isinstance(e, E.CmpOp | E.And | E.Or):
                 return 0, 1

@@ -14,7 +14,7 @@ from tessera.tir import expr as E
 from tessera.tir import stmt as S
 
 
-def _handler(obj: Any, prefix: str, node: Any) -> Any:
+def method_for(obj: Any, prefix: str, node: Any) -> Any:
     """The ``prefix + ClassName`` method of ``obj`` for ``node``'s class or its nearest base
     (so subclasses such as te.IterVar are handled as tir.Var)."""
     for cls in type(node).__mro__:
@@ -30,7 +30,7 @@ class IRVisitor:
     def visit(self, node: Any) -> None:
         if node is None:
             return
-        method = _handler(self, "visit_", node)
+        method = method_for(self, "visit_", node)
         if method is not None:
             method(node)
         else:
@@ -47,7 +47,7 @@ class IRMutator:
     def visit(self, node: Any) -> Any:
         if node is None:
             return None
-        method = _handler(self, "visit_", node)
+        method = method_for(self, "visit_", node)
         if method is not None:
             return method(node)
         return self.generic_visit(node)

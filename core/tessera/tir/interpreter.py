@@ -26,19 +26,10 @@ import numpy as np
 from tessera.tir import expr as E
 from tessera.tir import stmt as S
 from tessera.tir.buffer import Buffer
+from tessera.tir.functor import method_for
 
 __all__ = ["run", "eval_expr"]
 
-
-
-def _handler(obj: Any, prefix: str, node: Any) -> Any:
-    """The ``prefix + ClassName`` method of ``obj`` for ``node``'s class or its nearest base
-    (so subclasses such as te.IterVar are handled as tir.Var)."""
-    for cls in type(node).__mro__:
-        method = getattr(obj, prefix + cls.__name__, None)
-        if method is not None:
-            return method
-    return None
 
 
 def _np_dtype(dtype: str) -> np.dtype:
@@ -155,7 +146,7 @@ class _Interpreter:
 
     # -- expressions ----------------------------------------------------------------------
     def eval(self, e: E.PrimExpr) -> np.ndarray:
-        method = _handler(self, "e_", e)
+        method = method_for(self, "e_", e)
         if method is None:
             if isinstance(e, E.BinaryOp):
                 return self.e_BinaryOp(e)

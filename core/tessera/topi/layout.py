@@ -8,24 +8,12 @@ every block size. Tag ``"injective,layout_transform"``, attrs ``src_layout``, ``
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from tessera import te, tir
+from tessera.ops.layout import parse_layout
 from tessera.topi.registry import register_compute
 from tessera.topi.utils import add, mul, shape_of
-
-_BLOCKED = re.compile(r"^NCHW(\d+)c$")
-
-
-def parse_layout(layout: str) -> int | None:
-    """The channel block of ``"NCHW{c}c"``, None for ``"NCHW"`` (ValueError otherwise)."""
-    if layout == "NCHW":
-        return None
-    m = _BLOCKED.match(layout)
-    if m is None or int(m.group(1)) <= 0:
-        raise ValueError(f"unsupported layout {layout!r}: expected NCHW or NCHW<c>c")
-    return int(m.group(1))
 
 
 def layout_transform(x: te.Tensor, src_layout: str, dst_layout: str) -> te.Tensor:
