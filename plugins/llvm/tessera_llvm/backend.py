@@ -18,6 +18,7 @@ the saved code without compiling again.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import time
@@ -27,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from tessera.errors import ArtifactError, CompileError, RunError
+from tessera.errors import ArtifactError, CompileError, RunError, TargetError
 from tessera.ir.graph import Function, Node
 from tessera.ir.types import TensorType
 from tessera.partition.patterns import Pattern
@@ -36,12 +37,19 @@ from tessera.plugin.target import TargetKind
 from tessera.topi.registry import has_compute, registered_ops, unsupported_reason
 
 from .cpu import cpu_info
+from .loader import check_object
 from .lowering import LoweredKernel, lower_region
 
 ARTIFACT_FORMAT = 1
 OBJECT_FILE = "kernels.o"
 TABLE_FILE = "kernels.json"
 CONSTANTS_FILE = "constants.npz"
+
+
+def target_triple() -> str:
+    import llvmlite.binding as llvm
+
+    return llvm.get_process_triple()
 
 
 def _supported(node: Node) -> bool:
@@ -115,6 +123,21 @@ class LLVMBackend(Backend):
             return f"llvmlite cannot be imported: {err}"
         return None
 
+    def available_for(self, target: TargetKind) -> str | None:
+        reason = self.available()
+        if reason is None:
+            mcpu = target.get("mcpu")
+            if mcpu and mcpu not in ("native", "host"):
+                from .build import known_cpu
+
+                if not known_cpu(mcpu):
+                    raise TargetError(f"llvm -mcpu={mcpu}: LLVM does not know this CPU for "
+                                      f"{target_triple()}; use a name from `llc -mcpu=help` "
+                                      "(e.g. x86-64-v3, znver4, skylake-avx512) or leave "
+                                      "-mcpu out for the host CPU")
+            self._threads(target)
+        return reason
+
     def claims(self, target: TargetKind) -> list[Pattern]:
         return list(_patterns())
 
@@ -127,7 +150,7 @@ class LLVMBackend(Backend):
         except ValueError:
             n = 0
         if n < 1:
-            raise CompileError(f"llvm -num-threads={value}: expected a positive integer")
+            raise TargetError(f"llvm -num-threads={value}: expected a positive integer")
         return n
 
     def compile(self, region: Function, target: TargetKind,
@@ -194,11 +217,13 @@ class LLVMBackend(Backend):
     def save(self, compiled: CompiledRegion) -> dict[str, bytes]:
         buf = io.BytesIO()
         np.savez(buf, **{k: np.asarray(v) for k, v in compiled.constants.items()})
+        obj = compiled.info["_object_code"]
         meta = {"format": ARTIFACT_FORMAT, "mcpu": compiled.info.get("_mcpu"),
+                "object_sha256": hashlib.sha256(obj).hexdigest(),
                 "mattr": compiled.info.get("_mattr"), "kernels": compiled.info["_table"],
                 "tensors": {k: [list(t.shape), str(t.dtype)]
                             for k, t in compiled.tensors.items()}}
-        return {OBJECT_FILE: compiled.info["_object_code"],
+        return {OBJECT_FILE: obj,
                 TABLE_FILE: json.dumps(meta, indent=1).encode(),
                 CONSTANTS_FILE: buf.getvalue()}
 
@@ -217,10 +242,15 @@ class LLVMBackend(Backend):
                 constants = {k: _aligned_copy(npz[k]) for k in npz.files}
             tensors = {k: TensorType(tuple(s), d) for k, (s, d) in meta["tensors"].items()}
             table = meta["kernels"]
+            obj = files[OBJECT_FILE]
+            if hashlib.sha256(obj).hexdigest() != meta.get("object_sha256"):
+                raise ArtifactError(f"llvm region {region.name}: {OBJECT_FILE} does not match "
+                                    f"the hash {TABLE_FILE} records")
+            check_object(obj)
         except ArtifactError:
             raise
         except Exception as err:  # noqa: BLE001 - a damaged artifact
-            raise ArtifactError(f"llvm region {region.name}: cannot read the saved kernels: "
-                                f"{err}") from err
+            raise ArtifactError(f"llvm region {region.name}: cannot read the saved kernels "
+                                f"({OBJECT_FILE}, {TABLE_FILE}): {err}") from err
         return self._assemble(region, files[OBJECT_FILE], table, constants, tensors,
                               meta.get("mcpu"), meta.get("mattr"))

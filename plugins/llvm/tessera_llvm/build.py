@@ -11,6 +11,8 @@ process without recompiling.
 
 from __future__ import annotations
 
+import functools
+import sys
 import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -70,6 +72,30 @@ def target_machine(mcpu: str | None = None, mattr: str | None = None) -> llvm.Ta
         tm = target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="pic",
                                           codemodel="default")
     return tm
+
+
+@functools.lru_cache(maxsize=64)
+def known_cpu(mcpu: str) -> bool:
+    """Whether LLVM knows the CPU name ``mcpu`` for this process's target. LLVM reports an
+    unknown name only as a warning on the C stderr (and may abort later), so the warning is
+    captured at the file-descriptor level while a target machine is created."""
+    import os
+    import tempfile
+
+    init_llvm()
+    with LLVM_LOCK, tempfile.TemporaryFile() as capture:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        try:
+            os.dup2(capture.fileno(), 2)
+            target = llvm.Target.from_triple(llvm.get_process_triple())
+            target.create_target_machine(cpu=mcpu, features="", opt=0)
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        capture.seek(0)
+        text = capture.read().decode(errors="replace")
+    return "not a recognized processor" not in text
 
 
 def missing_host_features(features: str) -> list[str]:

@@ -58,6 +58,39 @@ def pack_pointers(args: Sequence[Any]) -> ctypes.Array:
     return (ctypes.c_void_p * len(addrs))(*addrs)
 
 
+#: ELF e_machine values of the hosts this loader links for.
+_ELF_MACHINES = {"x86_64": 62, "amd64": 62, "aarch64": 183, "arm64": 183}
+
+
+def check_object(object_code: bytes) -> None:
+    """Raise ValueError unless ``object_code`` is a well-formed 64-bit ELF relocatable object
+    for this machine (header, section table and every section inside the data): a damaged
+    object must not reach LLVM's linker, which does not check and may crash the process."""
+    import platform
+
+    size = len(object_code)
+    if size < 64 or object_code[:4] != b"\x7fELF":
+        raise ValueError("not an ELF object file")
+    if object_code[4] != 2 or object_code[5] not in (1, 2):
+        raise ValueError("not a 64-bit ELF object file")
+    endian = "<" if object_code[5] == 1 else ">"
+    e_type, e_machine = struct.unpack_from(endian + "HH", object_code, 0x10)
+    if e_type != 1:
+        raise ValueError(f"ELF type {e_type}, expected a relocatable object (1)")
+    want = _ELF_MACHINES.get(platform.machine().lower())
+    if want is not None and e_machine != want:
+        raise ValueError(f"object code for ELF machine {e_machine}, this host is {want}")
+    shoff, = struct.unpack_from(endian + "Q", object_code, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from(endian + "HHH", object_code, 0x3A)
+    if shentsize != 64 or shnum == 0 or shoff + shnum * shentsize > size or shstrndx >= shnum:
+        raise ValueError("the section header table is missing or outside the file")
+    for i in range(shnum):
+        sec = struct.unpack_from(endian + "IIQQQQIIQQ", object_code, shoff + i * shentsize)
+        sh_type, offset, length = sec[1], sec[4], sec[5]
+        if sh_type != 8 and offset + length > size:  # SHT_NOBITS occupies no file space
+            raise ValueError(f"section {i} lies outside the file")
+
+
 def undefined_symbols(object_code: bytes) -> list[str]:
     """The global symbols an ELF64 object file uses but does not define (empty for other
     formats)."""

@@ -1,0 +1,294 @@
+"""The CPU schedule templates' config spaces (tessera_llvm.schedules) and the knobs applied
+through ``overrides``: every candidate of the main knobs must still compute the right numbers
+once compiled to native code."""
+
+from __future__ import annotations
+
+import json
+from functools import partial
+from typing import Any
+
+import numpy as np
+import pytest
+from llvm.support import conv_block_model, run_onnxruntime
+
+import tessera
+from tessera import te
+from tessera.ir.graph import Function
+from tessera.ir.types import TensorType
+from tessera.ops.layout import pack_conv_weight, pack_nchwc
+from tessera.ops.registry import get_schema
+from tessera.tir.transform import lower_pipeline
+from tessera.topi.from_graph import GroupTE, build_te
+from tessera_llvm import backend as llvm_backend
+from tessera_llvm import lowering
+from tessera_llvm.build import build_module
+from tessera_llvm.schedules import schedule_group
+from tessera_llvm.schedules.common import CPUInfo, compute_ops, injective_space
+from tessera_llvm.schedules.config import ConfigSpace, Knob, ScheduleConfig
+from tessera_llvm.schedules.conv2d import conv_space, find_conv
+from tessera_llvm.schedules.dense import dense_space, find_dense
+
+CPU = CPUInfo(vector_lanes=16, num_threads=2)
+RNG = np.random.default_rng(31)
+
+
+def rand(*shape: int) -> np.ndarray:
+    return RNG.uniform(-1, 1, shape).astype(np.float32)
+
+
+# -- groups built from graph nodes ----------------------------------------------------------------
+
+class Group:
+    """A group of graph nodes with its TE, its random inputs and its reference outputs."""
+
+    def __init__(self, fn: Function, feeds: dict[str, np.ndarray]) -> None:
+        self.fn = fn
+        self.feeds = feeds
+        self.te: GroupTE = build_te(fn.nodes, list(fn.inputs), list(fn.outputs))
+        env: dict[str, np.ndarray] = dict(feeds)
+        for node in fn.nodes:
+            args = [None if v is None else (v.data if v.is_constant else env[v.name])
+                    for v in node.inputs]
+            for v, r in zip(node.outputs, get_schema(node.op).evaluate(args, node.attrs)):
+                env[v.name] = r
+        self.want = [env[v.name] for v in fn.outputs]
+
+    def anchor(self) -> te.ComputeOp:
+        ops = compute_ops(list(self.te.outputs))
+        op = find_conv(ops) or find_dense(ops)
+        assert op is not None
+        return op
+
+    def run(self, overrides: dict[str, dict[str, Any]] | None, name: str
+            ) -> tuple[list[np.ndarray], ScheduleConfig | None]:
+        """Schedule with ``overrides``, lower, compile, call; the outputs and the config."""
+        sched = schedule_group(list(self.te.outputs), CPU, overrides)
+        prim = te.lower(sched.schedule, list(self.te.placeholders) + list(self.te.outputs),
+                        name)
+        prim = lower_pipeline(prim)
+        lib = build_module([prim], name).load()
+        args = [np.ascontiguousarray(v.data) if v.is_constant else self.feeds[v.name]
+                for v in self.te.inputs]
+        outs = [np.empty(t.const_shape(), t.dtype) for t in self.te.outputs]
+        lib.get(name)(args + outs)
+        return outs, (sched.configs[0] if sched.configs else None)
+
+    def check(self, overrides: dict[str, dict[str, Any]] | None, name: str,
+              what: str) -> ScheduleConfig | None:
+        outs, cfg = self.run(overrides, name)
+        for got, want in zip(outs, self.want):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=what)
+        return cfg
+
+
+def conv_nchwc_group(c: int = 16, o: int = 32, size: tuple[int, int] = (9, 14),
+                     block: int = 8, depthwise: bool = False, stride: int = 1) -> Group:
+    """ConvNCHWc (3x3, pad 1) + bias + Relu on blocked data: the conv2d_NCHWc template with a
+    fused epilogue."""
+    h, w = size
+    fn = Function("conv")
+    x = pack_nchwc(rand(1, c, h, w), block)
+    data = fn.add_input("x", TensorType.of(x))
+    if depthwise:
+        weight = pack_conv_weight(rand(c, 1, 3, 3), 1, block)
+        attrs = {"pads": [1, 1, 1, 1], "group": c, "strides": [stride, stride]}
+        o = c
+    else:
+        weight = pack_conv_weight(rand(o, c, 3, 3), block, block)
+        attrs = {"pads": [1, 1, 1, 1], "strides": [stride, stride]}
+    conv = fn.op("ConvNCHWc", data, fn.constant(weight, "w"),
+                 fn.constant(rand(o // block, block), "b"), **attrs)
+    fn.outputs = [fn.op("Relu", conv)]
+    return Group(fn, {"x": x})
+
+
+def dense_group(m: int = 12, k: int = 40, n: int = 48, batch: int | None = None) -> Group:
+    """MatMul (constant B) + Add(bias) + Gelu: the dense template with a fused epilogue."""
+    fn = Function("dense")
+    a = rand(*((batch,) if batch else ()), m, k)
+    x = fn.add_input("a", TensorType.of(a))
+    mm = fn.op("MatMul", x, fn.constant(rand(k, n), "b"))
+    fn.outputs = [fn.op("Gelu", fn.op("Add", mm, fn.constant(rand(n), "bias")))]
+    return Group(fn, {"a": a})
+
+
+def injective_group(shape: tuple[int, ...] = (6, 48)) -> Group:
+    fn = Function("inj")
+    a, b = rand(*shape), rand(shape[-1])
+    x = fn.add_input("a", TensorType.of(a))
+    y = fn.add_input("b", TensorType.of(b))
+    fn.outputs = [fn.op("Sigmoid", fn.op("Mul", x, y))]
+    return Group(fn, {"a": a, "b": b})
+
+
+def key_of(space: ConfigSpace) -> str:
+    return space.default_config().key()
+
+
+# -- the spaces -----------------------------------------------------------------------------------
+
+def test_knob_default_is_always_a_candidate() -> None:
+    knob = Knob("k", [2, 4], 3)
+    assert knob.candidates == [3, 2, 4] and knob.default == 3
+    space = ConfigSpace("t", (1, 2))
+    assert space.define("a", [1, 2, 3], 2) == 2
+    space.define("b", [True, False], False)
+    assert space.size() == 6
+    cfg = space.default_config()
+    assert cfg.values == {"a": 2, "b": False} and cfg["a"] == 2 and cfg.get("c", 7) == 7
+    assert json.loads(cfg.key()) == ["t", [1, 2]]
+    assert cfg.to_json() == {"template": "t", "workload": [1, 2], "config": cfg.values}
+
+
+@pytest.mark.parametrize("make", [
+    partial(conv_nchwc_group), partial(conv_nchwc_group, size=(7, 13)),
+    partial(conv_nchwc_group, c=8, o=24, size=(5, 7), block=8, stride=2),
+    partial(conv_nchwc_group, c=32, block=16, size=(6, 28)),
+    partial(conv_nchwc_group, c=24, block=8, depthwise=True),
+], ids=["3x3", "prime_width", "stride2", "block16", "depthwise"])
+def test_conv_space_defaults_are_candidates(make: Any) -> None:
+    group = make()
+    space = conv_space(group.anchor(), CPU)
+    assert space.template == "conv2d_NCHWc"
+    assert "reg_n" in space.knobs
+    for knob in space.knobs.values():
+        assert knob.default in knob.candidates, knob
+        assert len(set(map(repr, knob.candidates))) == len(knob.candidates), knob
+    ow = group.anchor().output(0).shape[3].value
+    reg_n = space.knobs["reg_n"]
+    assert 1 <= reg_n.default <= max(ow, 16)
+    assert all(c == reg_n.default or ow % c == 0 for c in reg_n.candidates)
+    # the schedule without overrides uses exactly the defaults
+    sched = schedule_group(list(group.te.outputs), CPU)
+    assert sched.configs[0].values == space.default_config().values
+    assert sched.template == "conv2d_NCHWc"
+
+
+@pytest.mark.parametrize("m,k,n,batch", [(12, 40, 48, None), (1, 512, 1000, None),
+                                         (7, 33, 5, None), (16, 64, 64, 3)])
+def test_dense_space_defaults_are_candidates(m: int, k: int, n: int, batch: int | None) -> None:
+    group = dense_group(m, k, n, batch)
+    space = dense_space(group.anchor(), CPU)
+    assert {"mr", "nr", "vector_width"} <= set(space.knobs)
+    for knob in space.knobs.values():
+        assert knob.default in knob.candidates, knob
+    assert m % space.knobs["mr"].default == 0 and n % space.knobs["nr"].default == 0
+    vec = space.knobs["vector_width"].default
+    assert vec in (1, 4, 8, 16) and (vec == 1 or space.knobs["nr"].default % vec == 0)
+    assert schedule_group(list(group.te.outputs), CPU).template == "dense"
+
+
+@pytest.mark.parametrize("shape", [(6, 48), (3, 37), (2, 5, 7), (1000,)])
+def test_injective_space_defaults_are_candidates(shape: tuple[int, ...]) -> None:
+    group = injective_group(shape)
+    out = group.te.outputs[0].op
+    space = injective_space(out, CPU)
+    vec = space.knobs["vector_width"]
+    assert vec.default in vec.candidates
+    assert all(shape[-1] % c == 0 for c in vec.candidates)
+    for knob in space.knobs.values():
+        assert knob.default in knob.candidates
+    lanes8 = injective_space(out, CPUInfo(vector_lanes=8, num_threads=4))
+    assert lanes8.knobs["parallel_tasks"].default == 16  # four tasks per thread
+
+
+# -- every candidate computes the same numbers ----------------------------------------------------
+
+CONV_GROUPS = {
+    "3x3": partial(conv_nchwc_group),
+    "prime_width": partial(conv_nchwc_group, size=(5, 13)),
+    "depthwise": partial(conv_nchwc_group, c=24, block=8, depthwise=True, size=(6, 10)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CONV_GROUPS))
+def test_every_conv_knob_candidate_is_correct(case: str) -> None:
+    group = CONV_GROUPS[case]()
+    space = conv_space(group.anchor(), CPU)
+    key = key_of(space)
+    tried = 0
+    for knob in ("reg_n", "oc_tile", "unroll_kw", "pad_parallel"):
+        if knob not in space.knobs:
+            continue
+        for value in space.knobs[knob].candidates:
+            what = f"{case}: {knob}={value}"
+            cfg = group.check({key: {knob: value}}, f"conv_{knob}_{tried}", what)
+            assert cfg is not None and cfg[knob] == value, what
+            tried += 1
+    assert tried >= 4
+    # several knobs at once, none of them defaults
+    reg = [c for c in space.knobs["reg_n"].candidates if c != space.knobs["reg_n"].default]
+    combo = {"reg_n": reg[-1], "unroll_kw": True, "pad_parallel": False}
+    cfg = group.check({key: combo}, "conv_combo", f"{case}: {combo}")
+    assert cfg is not None and all(cfg[k] == v for k, v in combo.items())
+
+
+def test_overrides_for_another_workload_are_ignored() -> None:
+    group = conv_nchwc_group()
+    default = conv_space(group.anchor(), CPU).default_config()
+    other = json.dumps(["conv2d_NCHWc", [[9, 9, 9, 9, 9], [1], None]])
+    cfg = group.check({other: {"reg_n": 1}}, "conv_other_key", "unrelated key")
+    assert cfg is not None and cfg.values == default.values
+    cfg = group.check({key_of(conv_space(group.anchor(), CPU)): {"no_such_knob": 3}},
+                      "conv_unknown_knob", "unknown knob")
+    assert cfg is not None and "no_such_knob" not in cfg.values
+
+
+@pytest.mark.parametrize("batch", [None, 2])
+def test_every_dense_knob_candidate_is_correct(batch: int | None) -> None:
+    group = dense_group(12, 40, 48, batch)
+    space = dense_space(group.anchor(), CPU)
+    key = key_of(space)
+    n = 0
+    for knob in ("mr", "nr", "vector_width"):
+        for value in space.knobs[knob].candidates:
+            cfg = group.check({key: {knob: value}}, f"dense_{knob}_{n}",
+                              f"batch={batch}: {knob}={value}")
+            assert cfg is not None and cfg[knob] == value
+            n += 1
+    for mr, nr, vec in [(3, 16, 8), (12, 48, 16), (1, 4, 4), (4, 8, 1), (6, 16, 4)]:
+        combo = {"mr": mr, "nr": nr, "vector_width": vec, "parallel_min_flops": 1 << 16}
+        group.check({key: combo}, f"dense_combo_{n}", f"batch={batch}: {combo}")
+        n += 1
+
+
+def test_every_injective_vector_width_is_correct() -> None:
+    group = injective_group((6, 48))
+    space = injective_space(group.te.outputs[0].op, CPU)
+    key = key_of(space)
+    for k, value in enumerate(space.knobs["vector_width"].candidates):
+        for par in (4096, 65536):  # 288 elements: parallel only when the threshold is low
+            group.check({key: {"vector_width": value, "parallel_min_elems": par,
+                               "parallel_tasks": 2}}, f"inj_{k}_{par}",
+                        f"vector_width={value} parallel_min_elems={par}")
+
+
+def test_lower_region_overrides_reach_the_compiled_model(monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    """``lowering.lower_region(..., overrides=)`` end to end: a model compiled with non-default
+    conv knobs (matched by template, whatever the workload) still matches onnxruntime."""
+    model, inputs = conv_block_model(seed=9, channels=16, out_channels=32, size=14)
+    want = run_onnxruntime(model, inputs)["y"]
+    base = tessera.compile(model, target="llvm")
+    (cr,) = base.compiled.values()
+    defaults = next(s["config"] for s in cr.info["schedules"].values()
+                    if s["template"] == "conv2d_NCHWc")
+    chosen = {"reg_n": 7 if defaults["reg_n"] != 7 else 2, "unroll_kw": True}
+
+    class ByTemplate(dict):
+        """Overrides for every workload of a template (keys are JSON [template, workload])."""
+
+        def get(self, key: str, default: Any = None) -> Any:
+            return chosen if json.loads(key)[0] == "conv2d_NCHWc" else default
+
+    monkeypatch.setattr(llvm_backend, "lower_region",
+                        partial(lowering.lower_region, overrides=ByTemplate(any=1)))
+    mod = tessera.compile(model, target="llvm")
+    (cr,) = mod.compiled.values()
+    config = next(s["config"] for s in cr.info["schedules"].values()
+                  if s["template"] == "conv2d_NCHWc")
+    assert config["reg_n"] == chosen["reg_n"] and config["unroll_kw"] is True
+    got = mod.run(**inputs)
+    assert got is not None
+    np.testing.assert_allclose(got["y"], want, rtol=1e-5, atol=1e-5)
