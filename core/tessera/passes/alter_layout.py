@@ -8,8 +8,9 @@ A CPU backend vectorizes a convolution over a block of output channels; it wants
   backend's ``choose(conv_node)`` returns ``(ic_bn, oc_bn)`` becomes ``ConvNCHWc`` with the weight
   packed as ``(OC//oc_bn, ICg//ic_bn, KH, KW, ic_bn, oc_bn)`` and the bias as ``(OC//oc_bn,
   oc_bn)`` (new constants); its output is blocked by ``oc_bn``. ``choose`` returning ``None``
-  keeps the conv in NCHW. The data keeps the block size its producer gave it (ConvNCHWc reads
-  any data block), or is transformed to ``ic_bn`` when it comes in NCHW;
+  keeps the conv in NCHW. The data is brought to exactly ``ic_bn`` (``oc_bn`` for depthwise
+  convs), transformed once per value and block: ConvNCHWc reads any data block, but any other
+  block turns each input index into a division in the kernel's inner loop;
 * ``MaxPool`` (whose indices nobody reads), ``AveragePool``, ``GlobalAveragePool`` and
   ``GlobalMaxPool`` on a blocked input become ``PoolNCHWc``, blocked like their input;
 * layout-agnostic ops stay blocked: elementwise and broadcasting ops (Relu, Clip, Add, Mul, Sum,
@@ -197,7 +198,9 @@ class _LayoutRewriter:
                                          a.get("pads"), a.get("dilations"), "Conv")
         channels = x.type.shape[1]
         depthwise = icg == 1 and channels % oc_bn == 0
-        data, _ = self.any_block(x, oc_bn if depthwise else ic_bn)
+        # the data in exactly the block the kernel reads (a transform is a cheap copy; a
+        # different block makes every input index a division in the inner loop)
+        data = self.in_block(x, oc_bn if depthwise else ic_bn)
         wdata = w.data
         packed = self.constant(("weight", id(w), ic_bn, oc_bn),
                                lambda: pack_conv_weight(wdata, ic_bn, oc_bn),
