@@ -27,7 +27,7 @@ from topi.test_quantized import CONV_CASES as QCONV_CASES
 from topi.test_reduction import AXES, REDUCE_OPS
 from topi.test_transform import RESHAPES, RESIZES, SLICES
 
-from tessera.ops.layout import pack_conv_weight, pack_nchwc
+from tessera.ops.layout import pack_conv_weight, pack_matmul_weight, pack_nchwc
 from tessera.topi.registry import registered_ops
 
 F32 = np.float32
@@ -374,6 +374,12 @@ def nchwc_layout_ops() -> list[Case]:
         xin = x if s is None else pack_nchwc(x, s)
         cases.append(Case("LayoutTransform", [xin], {"src_layout": src, "dst_layout": dst},
                           label=f"LayoutTransform {src}->{dst}"))
+    # column-panel matrix products (what a MatMul with constant weights becomes)
+    for a_shape, n, nb in [((5, 24), 64, 32), ((2, 3, 7, 24), 48, 16), ((1, 13), 16, 16),
+                           ((128, 40), 96, 32)]:
+        b = rand(a_shape[-1], n)
+        cases.append(Case("MatMulPacked", [rand(*a_shape), pack_matmul_weight(b, nb)], {},
+                          consts=(1,), label=f"MatMulPacked {a_shape} x {n} panels {nb}"))
     return cases
 
 

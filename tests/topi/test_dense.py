@@ -99,3 +99,13 @@ EINSUMS = [
 def test_einsum(equation: str, shapes: list) -> None:
     check_op("Einsum", [rand(*s) for s in shapes], {"equation": equation}, rtol=1e-5)
     check_op("Einsum", [rand(*s, dtype="float16") for s in shapes], {"equation": equation})
+
+
+@pytest.mark.parametrize("sa, n, nb", [((4, 6), 32, 16), ((2, 3, 5, 6), 64, 32), ((1, 9), 8, 8)])
+def test_matmul_packed(sa: tuple, n: int, nb: int) -> None:
+    from tessera.ops.layout import pack_matmul_weight
+
+    b = rand(sa[-1], n)
+    g = check_op("MatMulPacked", [rand(*sa), pack_matmul_weight(b, nb)], consts=(1,), rtol=1e-4,
+                 atol=1e-5)
+    assert find_op(g, tag.DENSE if len(sa) == 2 else tag.BATCH_MATMUL).attrs["panel"] == nb

@@ -1,5 +1,5 @@
 """Ops: blocked ("NCHW{c}c") data layouts for CPU convolutions: ``LayoutTransform``,
-``ConvNCHWc`` and ``PoolNCHWc``.
+``ConvNCHWc`` and ``PoolNCHWc``; column-panel weights for matrix products: ``MatMulPacked``.
 
 A blocked tensor splits the channel axis of an NCHW tensor into ``C // c`` chunks of ``c``
 channels and moves the chunk's channels innermost: NCHW ``(N, C, H, W)`` becomes NCHW{c}c
@@ -21,6 +21,9 @@ backends that vectorize over the channel block.
   attributes of ``MaxPool``/``AveragePool`` (``count_include_pad`` is used by ``avg`` only) and
   ``global_pool`` (1: pool the whole H x W, ``kernel_shape`` ignored); the output keeps the
   input's block size.
+
+* ``MatMulPacked``: ``A (..., M, K)`` times a constant ``B (K, N)`` stored as column panels
+  ``(N // nb, K, nb)``, which the CPU backend's GEMM micro-kernel streams contiguously.
 
 The references unpack to NCHW, call the registry's NCHW reference and pack the result, so a
 blocked graph computes exactly what its NCHW original does.
@@ -244,3 +247,41 @@ __all__ = [
     "blocked_shape", "layout_name", "pack_conv_weight", "pack_nchwc", "parse_layout",
     "unblocked_shape", "unpack_conv_weight", "unpack_nchwc",
 ]
+
+
+# -- MatMulPacked ---------------------------------------------------------------------------------
+
+def pack_matmul_weight(b: np.ndarray, nb: int) -> np.ndarray:
+    """``(K, N)`` -> column panels ``(N // nb, K, nb)``: ``packed[p, k, j] == b[k, p*nb + j]``."""
+    k, n = b.shape
+    if nb <= 0 or n % nb:
+        raise OpError(f"MatMulPacked: panel width {nb} does not divide {n} columns")
+    return np.ascontiguousarray(b.reshape(k, n // nb, nb).transpose(1, 0, 2))
+
+
+def unpack_matmul_weight(bp: np.ndarray) -> np.ndarray:
+    """The inverse of :func:`pack_matmul_weight`: ``(K, N)``."""
+    panels, k, nb = bp.shape
+    return np.ascontiguousarray(bp.transpose(1, 0, 2)).reshape(k, panels * nb)
+
+
+def _matmul_packed_infer(a: TensorType, bp: TensorType) -> TensorType:
+    op = "MatMulPacked"
+    check_float(a, op)
+    if a.ndim < 2 or bp.ndim != 3:
+        raise OpError(f"{op}: A must be at least 2-D and the packed B 3-D (N//nb, K, nb), got "
+                      f"{a} and {bp}")
+    if a.shape[-1] != bp.shape[1]:
+        raise OpError(f"{op}: A {a} has {a.shape[-1]} columns, packed B {bp} has K = "
+                      f"{bp.shape[1]}")
+    if a.dtype != bp.dtype:
+        raise OpError(f"{op}: A is {a.dtype}, B is {bp.dtype}")
+    return TensorType((*a.shape[:-1], bp.shape[0] * bp.shape[2]), a.dtype)
+
+
+@register_op("MatMulPacked", inputs=2, infer=_matmul_packed_infer,
+             pattern=OpPattern.OUT_ELEMWISE_FUSABLE)
+def matmul_packed(a: np.ndarray, bp: np.ndarray) -> np.ndarray:
+    """``A (..., M, K) x B (K, N)`` with B stored as column panels ``(N // nb, K, nb)`` (a
+    constant packed at compile time so a micro-kernel reads each panel contiguously)."""
+    return np.matmul(a, unpack_matmul_weight(bp)).astype(a.dtype, copy=False)

@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from tessera import te
 from tessera.errors import CompileError, TesseraError
 from tessera.ir.graph import Function, Node, Value
@@ -93,7 +95,7 @@ def _flops(nodes: list[Node]) -> int:
             # Conv weights (O, I/g, KH, KW); ConvNCHWc (O/ob, I/ib, KH, KW, ib, ob)
             per_out = math.prod(w[1:]) if node.op == "Conv" else math.prod(w[1:5])
             total += 2 * out.size * per_out
-        elif node.op in ("MatMul", "Gemm"):
+        elif node.op in ("MatMul", "Gemm", "MatMulPacked"):
             k = node.inputs[0].type.shape[-1]
             if node.op == "Gemm" and node.attrs.get("transA"):
                 k = node.inputs[0].type.shape[0]
@@ -120,6 +122,31 @@ def pretranspose_weights(func: Function) -> None:
         node.attrs["transB"] = 0
 
 
+def pack_matmul_weights(func: Function, cpu: CPUInfo) -> None:
+    """MatMul with a constant float ``B (K, N)`` becomes MatMulPacked with ``B`` stored as
+    column panels of the GEMM micro-kernel's width (the dense schedule's default ``nr``): each
+    tile then streams its panel contiguously instead of striding across rows of ``B`` (a
+    new page every row for wide matrices)."""
+    from tessera.ops.layout import pack_matmul_weight
+
+    lanes = cpu.vector_lanes
+    for node in func.nodes:
+        if node.op != "MatMul" or len(node.inputs) != 2:
+            continue
+        a, b = node.inputs
+        if (a is None or b is None or not b.is_constant or b.type.ndim != 2 or a.type.ndim < 2
+                or a.type.dtype != "float32" or b.type.dtype != "float32"):
+            continue
+        n = b.type.shape[1]
+        if n % lanes:
+            continue
+        nb = 2 * lanes if n % (2 * lanes) == 0 else lanes
+        node.inputs[1] = func.constant(pack_matmul_weight(np.asarray(b.data), nb),
+                                       f"{b.name}_panels{nb}")
+        node.op = "MatMulPacked"
+        node.attrs = {}
+
+
 def lower_region(region: Function, cpu: CPUInfo, opt_level: int = 3,
                  overrides: dict[str, dict[str, Any]] | None = None,
                  prefix: str = "") -> LoweredRegion:
@@ -130,6 +157,8 @@ def lower_region(region: Function, cpu: CPUInfo, opt_level: int = 3,
     else:
         func = region.copy()
     pretranspose_weights(func)
+    if opt_level >= 2:
+        pack_matmul_weights(func, cpu)
     groups = fuse_ops(func, opt_level=opt_level)
     kernels: list[LoweredKernel] = []
     constants: dict[str, Value] = {}

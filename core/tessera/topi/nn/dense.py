@@ -211,3 +211,31 @@ def _einsum(inputs: list, attrs: dict, out_types: list) -> list[te.Tensor]:
 
 
 __all__ = ["batch_matmul", "dense", "einsum", "matmul", "matmul_general"]
+
+
+def matmul_packed(a: te.Tensor, bp: te.Tensor, out_dtype: str | None = None) -> te.Tensor:
+    """``A (..., M, K) x B`` with ``B`` as column panels ``bp (N // nb, K, nb)``: the column
+    ``j`` of B is ``bp[j // nb, :, j % nb]``; tag ``"dense"`` (``"batch_matmul"`` with batch
+    axes)."""
+    ashape, (panels, kdim, nb) = shape_of(a), shape_of(bp)
+    acc = out_dtype or compute_dtype(a.dtype)
+    nbatch = len(ashape) - 2
+    k = te.reduce_axis((0, kdim), name="k")
+
+    def body(*oi: Any) -> Expr:
+        *bidx, i, j = oi
+        av = cast(a[(*bidx, i, k)], acc)
+        bv = cast(bp[j // nb, k, j % nb], acc)
+        return te.sum(av * bv, axis=k)
+
+    names = [f"b{d}" for d in range(nbatch)] + ["i", "j"]
+    return te.compute((*ashape[:-1], panels * nb), named_axes(body, names), name="dense_packed",
+                      tag=tag.BATCH_MATMUL if nbatch else tag.DENSE,
+                      attrs={"out_dtype": acc, "a": a, "b": bp, "panel": nb})
+
+
+@register_compute("MatMulPacked")
+def _matmul_packed(inputs: list, attrs: dict, out_types: list) -> list[te.Tensor]:
+    a, bp = inputs
+    y = matmul_packed(a, bp, compute_dtype(a.dtype))
+    return [_cast_stage(y, out_types[0].dtype.value)]
