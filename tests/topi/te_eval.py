@@ -17,9 +17,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from scipy import special
 
 from tessera import te
+from tessera.ops.elementwise import erf as _erf
 from tessera.tir import expr as E
 
 
@@ -33,7 +33,7 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
 
 
 _CALLS: dict[str, Callable[..., Any]] = {
-    "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "tanh": np.tanh, "erf": special.erf,
+    "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "tanh": np.tanh, "erf": _erf,
     "fabs": np.abs, "floor": np.floor, "ceil": np.ceil, "round": np.rint, "pow": np.power,
     "sigmoid": _sigmoid, "fma": lambda a, b, c: a * b + c, "trunc": np.trunc,
     "sin": np.sin, "cos": np.cos, "tan": np.tan, "asin": np.arcsin, "acos": np.arccos,
