@@ -37,7 +37,7 @@ from tessera.plugin.target import TargetKind
 from tessera.topi.registry import has_compute, registered_ops, unsupported_reason
 
 from .cpu import cpu_info
-from .loader import check_object
+from .loader import check_object, pack_pointers
 from .lowering import LoweredKernel, lower_region
 
 ARTIFACT_FORMAT = 1
@@ -72,14 +72,32 @@ def _aligned_copy(array: np.ndarray) -> np.ndarray:
 
 
 def _make_kernel(lib: Any, k: dict[str, Any]) -> Kernel:
+    """A Kernel calling the native function of table entry ``k``.
+
+    The runtime calls a kernel with the same two lists of buffers every run, so the packed
+    ``void *[]`` of their data pointers is built (and the buffers checked against the kernel's
+    parameters) once per pair of lists and reused: a call then costs one ctypes call."""
     call = lib.get(k["name"])
+    raw = call.raw
     name = k["name"]
+    cache: dict[tuple[int, int], tuple[list[Any], list[Any], tuple[int, ...], Any]] = {}
 
     def run(ins: list[Any], outs: list[Any]) -> None:
-        try:
-            call(ins + outs)
-        except Exception as err:  # noqa: BLE001 - name the kernel
-            raise RunError(f"llvm kernel {name} ({k['op']}) failed: {err}") from err
+        hit = cache.get((id(ins), id(outs)))
+        ids = tuple(map(id, ins)) + tuple(map(id, outs))
+        if hit is None or hit[0] is not ins or hit[1] is not outs or hit[2] != ids:
+            args = ins + outs
+            try:
+                if call.signature is not None:
+                    call.check(args)
+                packed = pack_pointers(args)
+            except Exception as err:  # noqa: BLE001 - name the kernel
+                raise RunError(f"llvm kernel {name} ({k['op']}): {err}") from err
+            if len(cache) >= 8:
+                cache.clear()
+            # the lists (and through them the arrays) stay referenced, so ids are not reused
+            hit = cache[(id(ins), id(outs))] = (ins, outs, ids, packed)
+        raw(hit[3])
 
     return Kernel(name=name, fn=run, inputs=list(k["inputs"]), outputs=list(k["outputs"]),
                   op=k["op"], flops=int(k.get("flops", 0)))
@@ -207,7 +225,14 @@ class LLVMBackend(Backend):
                   mcpu: str | None, mattr: str | None) -> CompiledRegion:
         from .loader import load_object
 
-        lib = load_object(object_code, [k["name"] for k in table], mcpu=mcpu)
+        def param(n: str) -> tuple[str, int]:
+            if n in constants:
+                return str(constants[n].dtype), int(constants[n].size)
+            return str(tensors[n].dtype), tensors[n].size
+
+        signatures = {k["name"]: [param(n) for n in k["inputs"] + k["outputs"]] for k in table}
+        lib = load_object(object_code, [k["name"] for k in table], mcpu=mcpu,
+                          signatures=signatures)
         kernels = [_make_kernel(lib, k) for k in table]
         return CompiledRegion(self.name, region, kernels, tensors, constants,
                               {"kernels": len(kernels), "_lib": lib, "_table": table,
