@@ -872,7 +872,28 @@ class _FunctionCodegen:
             return b.trunc(v, dst_ty)
         return b.sext(v, dst_ty) if signed_src else b.zext(v, dst_ty)
 
+    def _prefetch(self, e: E.Call) -> ir.Value:
+        """``prefetch(buf[i])``: a read prefetch of the cache line holding ``buf[i]`` (into
+        L2 and closer; no effect on results). Returns int32 0."""
+        (target,) = e.args
+        if not isinstance(target, E.BufferLoad) or target.lanes != 1:
+            raise self.error("prefetch takes one scalar buffer element", e)
+        buf = target.buffer
+        mem_ty = scalar_type(buf.dtype, memory=True)
+        index = self._flat_index(target, buf, target.indices)
+        addr = self._address(self._buffer_ptr(target, buf), mem_ty,
+                             self._index_value(self.expr(index)))
+        fn = self.gen.module.globals.get("llvm.prefetch.p0")
+        if fn is None:
+            fn = ir.Function(self.gen.module, ir.FunctionType(
+                ir.VoidType(), [PTR, I32, I32, I32]), name="llvm.prefetch.p0")
+        b = self.scope.builder
+        b.call(fn, [addr, ir.Constant(I32, 0), ir.Constant(I32, 2), ir.Constant(I32, 1)])
+        return ir.Constant(I32, 0)
+
     def _expr_Call(self, e: E.Call) -> ir.Value:
+        if e.name == "prefetch":
+            return self._prefetch(e)
         lanes = e.lanes
         args = [self._broadcast(self.expr(a), lanes) for a in e.args]
         for a in e.args:

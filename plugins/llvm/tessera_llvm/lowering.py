@@ -23,6 +23,7 @@ from tessera.tir.stmt import PrimFunc
 from tessera.tir.transform import lower_pipeline
 from tessera.topi.from_graph import build_te
 
+from .prefetch import prefetch_next_slice
 from .schedules import schedule_group
 from .schedules.common import CPUInfo
 
@@ -177,6 +178,9 @@ def lower_region(region: Function, cpu: CPUInfo, opt_level: int = 3,
             sched = schedule_group(list(gte.outputs), cpu, overrides)
             prim = te.lower(sched.schedule, list(gte.placeholders) + list(gte.outputs), name)
             prim = lower_pipeline(prim)
+            plan = sched.prefetch
+            if plan is not None:
+                prim = prefetch_next_slice(prim, *plan)
         except TesseraError:
             raise
         except Exception as err:  # noqa: BLE001 - name the group that failed

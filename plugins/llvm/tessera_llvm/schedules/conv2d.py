@@ -12,6 +12,7 @@ has no bounds checks.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from tessera import te
@@ -43,6 +44,12 @@ def conv_space(conv: te.ComputeOp, cpu: CPUInfo) -> ConfigSpace:
     space.define("oc_tile", [d for d in (1, 2, 4) if occ % d == 0], oc_tile,
                  "output-channel blocks per register tile (they share each input broadcast)")
     space.define("unroll_kw", [False, True], False, "unroll the kernel-column loop")
+    kernel = conv.attrs.get("kernel")
+    weight_bytes = 4 * (1 if kernel is None else
+                        math.prod(d.value for d in kernel.shape))
+    space.define("prefetch_weights", [False, True], weight_bytes > (2 << 20),
+                 "prefetch the next output-channel slice's weights (weights that stream from "
+                 "memory: more than 2 MiB)")
     space.define("pad_parallel", [True, False], True, "materialise padding with a parallel loop")
     return space
 
@@ -59,6 +66,21 @@ def _reduce_axes(conv: te.ComputeOp) -> dict[str, Any]:
     ``kw``, channel lane ``ib`` (depthwise convolutions have only ``kh`` and ``kw``)."""
     names = conv.attrs.get("reduce_roles") or ("icc", "kh", "kw", "ib")
     return dict(zip(names, conv.reduce_axis))
+
+
+def prefetch_plan(conv: te.ComputeOp, cfg: ScheduleConfig) -> tuple[str, int, int, int] | None:
+    """(weight name, slices, elements per slice, tasks per slice) for
+    :func:`tessera_llvm.prefetch.prefetch_next_slice`, when the config asks for weight
+    prefetching: a slice is the ``oc_tile`` output-channel blocks one parallel task computes,
+    and the tasks of a slice are its output rows."""
+    kernel = conv.attrs.get("kernel")
+    if not cfg.get("prefetch_weights") or kernel is None or conv.tag != TAG:
+        return None
+    shape = [d.value for d in kernel.shape]
+    oc_tile = int(cfg.get("oc_tile", 1))
+    occ, oh = extents(conv)[1], extents(conv)[2]
+    per_block = math.prod(shape[1:])
+    return kernel.name, occ // oc_tile, oc_tile * per_block, oh
 
 
 def schedule_conv(s: Any, conv: te.ComputeOp, out: te.ComputeOp, cfg: ScheduleConfig,

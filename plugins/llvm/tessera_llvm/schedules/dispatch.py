@@ -16,7 +16,7 @@ from .common import (
     schedule_reduce_stage,
 )
 from .config import ScheduleConfig
-from .conv2d import conv_space, find_conv, schedule_conv
+from .conv2d import conv_space, find_conv, prefetch_plan, schedule_conv
 from .dense import dense_space, find_dense, schedule_dense
 
 #: Tags of injective stages kept at root instead of inlined: softmax's exponentials (read by the
@@ -30,6 +30,8 @@ class GroupSchedule:
 
     schedule: Any
     configs: list[ScheduleConfig] = field(default_factory=list)
+    #: weight prefetching to add after lowering (see tessera_llvm.prefetch), or None
+    prefetch: tuple[str, int, int, int] | None = None
 
     @property
     def template(self) -> str:
@@ -78,6 +80,7 @@ def schedule_group(outputs: list[te.Tensor], cpu: CPUInfo,
         if conv is not None:
             cfg = _pick(conv_space(conv, cpu), overrides)
             schedule_conv(s, conv, last, cfg, pad)
+            result.prefetch = prefetch_plan(conv, cfg)
         else:
             cfg = _pick(dense_space(mm, cpu), overrides)
             schedule_dense(s, mm, last, cfg)

@@ -1,0 +1,56 @@
+"""Weight prefetching (tessera_llvm.prefetch): inserted where asked, results unchanged."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tessera import tir
+from tessera.tir import expr as E
+from tessera.tir import stmt as S
+from tessera.tir.functor import post_order_visit
+from tessera_llvm.build import build_module
+from tessera_llvm.prefetch import prefetch_next_slice
+
+
+def _sum_slices(slices: int, slice_elems: int, rows: int) -> S.PrimFunc:
+    """out[p] = sum of weight slice (p // rows) times (p % rows + 1), a parallel loop over p."""
+    w = tir.decl_buffer((slices * slice_elems,), "float32", "w")
+    out = tir.decl_buffer((slices * rows,), "float32", "out")
+    p, k = tir.Var("p"), tir.Var("k")
+    acc = tir.decl_buffer((1,), "float32", "acc", scope="local")
+    scale = tir.cast("float32", p % rows + 1)
+    body = tir.Allocate(acc, tir.seq(
+        tir.BufferStore(acc, tir.const(0.0, "float32"), [0]),
+        tir.For(k, 0, slice_elems, "serial", tir.BufferStore(
+            acc, acc[0] + w[(p // rows) * slice_elems + k] * scale, [0])),
+        tir.BufferStore(out, acc[0], [p])))
+    return tir.PrimFunc("sum_slices", [w, out], tir.For(p, 0, slices * rows, "parallel", body))
+
+
+def _prefetches(func: S.PrimFunc) -> list[E.Call]:
+    found: list[E.Call] = []
+    post_order_visit(func.body, lambda n: found.append(n)
+                     if isinstance(n, E.Call) and n.name == "prefetch" else None)
+    return found
+
+
+def test_prefetch_is_inserted_and_changes_nothing() -> None:
+    slices, slice_elems, rows = 5, 1000, 3
+    func = _sum_slices(slices, slice_elems, rows)
+    with_pf = prefetch_next_slice(func, "w", slices, slice_elems, rows)
+    assert not _prefetches(func) and len(_prefetches(with_pf)) == 1
+    w = np.random.default_rng(0).standard_normal(slices * slice_elems).astype(np.float32)
+    want = np.repeat(w.reshape(slices, slice_elems).sum(1, dtype=np.float64), rows) * \
+        np.tile(np.arange(1, rows + 1), slices)
+    for f in (func, with_pf):
+        lib = build_module([f], "m").load()
+        out = np.zeros(slices * rows, np.float32)
+        lib.get("sum_slices")([w, out])
+        np.testing.assert_allclose(out, want, rtol=1e-4)
+    assert "llvm.prefetch" in build_module([with_pf], "m").llvm_ir
+
+
+def test_prefetch_skips_functions_without_the_weight() -> None:
+    func = _sum_slices(2, 10, 2)
+    assert prefetch_next_slice(func, "nope", 2, 10, 2) is func or not _prefetches(
+        prefetch_next_slice(func, "nope", 2, 10, 2))
