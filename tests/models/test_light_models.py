@@ -8,34 +8,14 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from models.support import ATOL, RTOL, Compiled, compile_light
 
-import tessera
-from tessera.testing.light_models import LIGHT_MODELS, LightModel, load_light_model
-
-ort = pytest.importorskip("onnxruntime")
-
-RTOL = 1e-3
-ATOL = 1e-4
-
-
-class Compiled:
-    def __init__(self, light: LightModel, mod: tessera.Module, want: dict[str, np.ndarray]):
-        self.light = light
-        self.mod = mod
-        self.want = want
+from tessera.testing.light_models import LIGHT_MODELS, load_light_model
 
 
 @pytest.fixture(scope="module", params=LIGHT_MODELS)
 def compiled(request: pytest.FixtureRequest) -> Iterator[Compiled]:
-    light = load_light_model(request.param)
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 2
-    session = ort.InferenceSession(light.model.SerializeToString(), options,
-                                   providers=["CPUExecutionProvider"])
-    want = dict(zip(light.output_names, session.run(None, light.inputs)))
-    del session
-    mod = tessera.compile(light.model, target="ref", input_shapes=light.input_shapes)
-    yield Compiled(light, mod, want)
+    yield compile_light(request.param, "ref")
 
 
 def test_weights_make_a_meaningful_output(compiled: Compiled) -> None:

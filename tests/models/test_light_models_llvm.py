@@ -8,39 +8,18 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from models.support import ATOL, RTOL, Compiled, compile_light
 
-import tessera
 from tessera.plugin.manager import get_backends
-from tessera.testing.light_models import LIGHT_MODELS, LightModel, load_light_model
+from tessera.testing.light_models import LIGHT_MODELS
 
-ort = pytest.importorskip("onnxruntime")
 pytestmark = pytest.mark.skipif("llvm" not in get_backends(),
                                 reason="the tessera-llvm plugin is not installed")
-
-#: As tests/models/test_light_models.py (the reference backend): observed max abs errors are
-#: 1e-6 on the probabilities and 1e-5 on DenseNet's logits.
-RTOL = 1e-3
-ATOL = 1e-4
-
-
-class Compiled:
-    def __init__(self, light: LightModel, mod: tessera.Module, want: dict[str, np.ndarray]):
-        self.light = light
-        self.mod = mod
-        self.want = want
 
 
 @pytest.fixture(scope="module", params=LIGHT_MODELS)
 def compiled(request: pytest.FixtureRequest) -> Iterator[Compiled]:
-    light = load_light_model(request.param)
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 2
-    session = ort.InferenceSession(light.model.SerializeToString(), options,
-                                   providers=["CPUExecutionProvider"])
-    want = dict(zip(light.output_names, session.run(None, light.inputs)))
-    del session
-    mod = tessera.compile(light.model, target="llvm", input_shapes=light.input_shapes)
-    yield Compiled(light, mod, want)
+    yield compile_light(request.param, "llvm")
 
 
 def test_every_node_runs_on_llvm(compiled: Compiled) -> None:
