@@ -255,3 +255,18 @@ def test_target_options_survive_the_round_trip(tmp_path: Path,
         got = loaded.run(**inputs)
         assert got is not None and want is not None
         np.testing.assert_array_equal(got["y"], want["y"])
+
+
+def test_code_for_features_this_cpu_lacks_is_refused(exported: tuple, tmp_path: Path) -> None:
+    """An artifact whose object code needs CPU features the host lacks would die of an illegal
+    instruction: loading refuses it, naming the features."""
+    path, inputs, _ = exported
+    members = read_tar(path)
+    name = llvm_member(members, "kernels.json")
+    meta = json.loads(members[name])
+    assert meta["features"]  # recorded at compile time
+    meta["features"] += ",+no-such-feature"
+    bad = write_tar(tmp_path / "bad.tar", {**members, name: json.dumps(meta).encode()},
+                    fix_manifest=True)
+    with pytest.raises(ArtifactError, match="no-such-feature"):
+        tessera.load(bad)

@@ -203,6 +203,7 @@ class LLVMBackend(Backend):
         compiled = self._assemble(region, built.object_code, table, constants, tensors, mcpu,
                                   target.get("mattr"))
         compiled.info.update({
+            "_cpu_name": built.cpu_name, "_features": built.features,
             "lower_s": round(t1 - t0, 3), "codegen_s": round(t2 - t1, 3),
             "object_bytes": len(built.object_code),
             "schedules": {k.name: {"template": k.template, "config": k.config}
@@ -245,6 +246,8 @@ class LLVMBackend(Backend):
         obj = compiled.info["_object_code"]
         meta = {"format": ARTIFACT_FORMAT, "mcpu": compiled.info.get("_mcpu"),
                 "object_sha256": hashlib.sha256(obj).hexdigest(),
+                "cpu_name": compiled.info.get("_cpu_name", ""),
+                "features": compiled.info.get("_features", ""),
                 "mattr": compiled.info.get("_mattr"), "kernels": compiled.info["_table"],
                 "tensors": {k: [list(t.shape), str(t.dtype)]
                             for k, t in compiled.tensors.items()}}
@@ -272,6 +275,15 @@ class LLVMBackend(Backend):
                 raise ArtifactError(f"llvm region {region.name}: {OBJECT_FILE} does not match "
                                     f"the hash {TABLE_FILE} records")
             check_object(obj)
+            from .build import missing_host_features
+
+            missing = missing_host_features(meta.get("features") or "")
+            if missing:
+                raise ArtifactError(
+                    f"llvm region {region.name}: its code was built for CPU "
+                    f"{meta.get('cpu_name') or meta.get('mcpu')!r} and uses features this CPU "
+                    f"lacks ({', '.join(sorted(missing)[:8])}); compile the model again here, "
+                    "or with -mcpu naming an older CPU")
         except ArtifactError:
             raise
         except Exception as err:  # noqa: BLE001 - a damaged artifact
