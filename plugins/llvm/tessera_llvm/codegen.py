@@ -60,6 +60,9 @@ I8 = ir.IntType(8)
 I32 = ir.IntType(32)
 I64 = ir.IntType(64)
 PTR = ir.PointerType()
+#: Large scratch buffers outside parallel loops live in static module workspaces (see
+#: ``_stmt_Allocate``); False allocates them per call.
+STATIC_WORKSPACE = True
 VOID = ir.VoidType()
 
 _FLOAT_TYPES: dict[str, ir.Type] = {"float16": ir.HalfType(), "float32": ir.FloatType(),
@@ -289,6 +292,20 @@ class _FunctionCodegen:
                 arr.align = ALLOC_ALIGN
                 arr.type = PTR  # opaque, so llvmlite accepts stores of any element type
                 with self._bind_buffer(buf, arr):
+                    self.stmt(s.body)
+                return
+            if STATIC_WORKSPACE and not self.scope.in_parallel:
+                # A large scratch buffer outside parallel loops (a padded input, a transposed
+                # operand) lives in a static workspace of this module: allocating and freeing
+                # it per call costs page faults on every call once malloc returns it to the
+                # OS. Kernels of one module are not called concurrently.
+                arr_ty = ir.ArrayType(mem_ty, count)
+                ws = ir.GlobalVariable(self.gen.module, arr_ty,
+                                       name=f"tessera.ws.{len(self.gen.module.globals)}")
+                ws.linkage = "internal"
+                ws.initializer = ir.Constant(arr_ty, None)
+                ws.align = ALLOC_ALIGN
+                with self._bind_buffer(buf, ws):
                     self.stmt(s.body)
                 return
             nbytes: ir.Value = ir.Constant(I64, -(-count * elem // ALLOC_ALIGN) * ALLOC_ALIGN)
