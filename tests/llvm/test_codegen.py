@@ -399,10 +399,33 @@ def test_allocate_scratch_stack_and_heap(run_tir, rng, count):
         tir.For(j, 0, count, F.SERIAL, tir.BufferStore(B, tmp[count - 1 - j] + 1.0, [j]))))
     f = tir.PrimFunc("scratch", [A, B], body)
     ir_text = str(generate_module([f], "m"))
-    assert ("aligned_alloc" in ir_text) == (count * 4 > MAX_STACK_BYTES)
+    # large buffers outside parallel loops: a static workspace of the module, not the heap
+    assert ("tessera.ws." in ir_text) == (count * 4 > MAX_STACK_BYTES)
+    assert "aligned_alloc" not in ir_text
     a, b = rng.standard_normal(count).astype("float32"), np.zeros(count, "float32")
+    for _ in range(2):  # the workspace is reused by the next call
+        run_tir(f, [a, b])
+        np.testing.assert_allclose(b, a[::-1] * 3.0 + 1.0, rtol=1e-6)
+
+
+def test_large_scratch_inside_a_parallel_loop_uses_the_heap(run_tir, rng):
+    """Each task of a parallel loop needs its own buffer: too large for the stack, it comes
+    from the heap (a static workspace would be shared by the threads)."""
+    count, tasks = MAX_STACK_BYTES // 4 + 8, 3
+    A, B = _buffers(count * tasks, "float32", "float32")
+    tmp = tir.Buffer("tmp", [count], "float32", scope="global")
+    p, i, j = tir.Var("p"), tir.Var("i"), tir.Var("j")
+    body = tir.For(p, 0, tasks, F.PARALLEL, tir.Allocate(tmp, tir.seq(
+        tir.For(i, 0, count, F.SERIAL, tir.BufferStore(tmp, A[p * count + i] * 2.0, [i])),
+        tir.For(j, 0, count, F.SERIAL,
+                tir.BufferStore(B, tmp[count - 1 - j], [p * count + j])))))
+    f = tir.PrimFunc("par_scratch", [A, B], body)
+    ir_text = str(generate_module([f], "m"))
+    assert "aligned_alloc" in ir_text and "tessera.ws." not in ir_text
+    a = rng.standard_normal(count * tasks).astype("float32")
+    b = np.zeros(count * tasks, "float32")
     run_tir(f, [a, b])
-    np.testing.assert_allclose(b, a[::-1] * 3.0 + 1.0, rtol=1e-6)
+    np.testing.assert_allclose(b, (a.reshape(tasks, count)[:, ::-1] * 2.0).ravel(), rtol=1e-6)
 
 
 def test_allocate_variable_size_uses_heap(run_tir, rng):

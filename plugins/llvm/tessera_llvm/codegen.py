@@ -305,6 +305,7 @@ class _FunctionCodegen:
                 ws.linkage = "internal"
                 ws.initializer = ir.Constant(arr_ty, None)
                 ws.align = ALLOC_ALIGN
+                ws.type = PTR  # opaque, as for the allocas above
                 with self._bind_buffer(buf, ws):
                     self.stmt(s.body)
                 return
