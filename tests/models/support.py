@@ -34,3 +34,16 @@ def compile_light(name: str, target: str) -> Compiled:
     del session
     mod = tessera.compile(light.model, target=target, input_shapes=light.input_shapes)
     return Compiled(light, mod, want)
+
+
+def assert_outputs_match(got: dict[str, np.ndarray] | None, want: dict[str, np.ndarray],
+                         label: str, rtol: float = RTOL, atol: float = ATOL) -> None:
+    """``got`` has exactly ``want``'s outputs, in order, with their dtypes and shapes, and
+    values within the tolerances (the message gives the largest absolute error)."""
+    assert got is not None and list(got) == list(want), (label, list(got or ()))
+    for name, expected in want.items():
+        have = got[name]
+        assert have.dtype == expected.dtype and have.shape == expected.shape, (label, name)
+        err = np.abs(have.astype(np.float64) - expected).max()
+        np.testing.assert_allclose(have, expected, rtol=rtol, atol=atol,
+                                   err_msg=f"{label} output {name}: max abs err {err:.3g}")

@@ -9,6 +9,7 @@ import collections
 import numpy as np
 import onnx
 import pytest
+from models.support import assert_outputs_match
 from onnx import numpy_helper
 
 import tessera
@@ -48,13 +49,8 @@ def test_reference_backend_matches_onnxruntime(config: BertConfig) -> None:
     assert 0.5 < float(want.std()) < 2.0  # a LayerNorm output: unit order of magnitude
 
     mod = tessera.compile(model, target="ref")
-    got = mod.run(**inputs)
-    assert got is not None and list(got) == ["last_hidden_state"]
-    have = got["last_hidden_state"]
-    assert have.dtype == np.float32 and have.shape == want.shape
-    err = np.abs(have.astype(np.float64) - want).max()
-    np.testing.assert_allclose(have, want, rtol=RTOL, atol=ATOL,
-                               err_msg=f"{config}: max abs err {err:.3g}")
+    assert_outputs_match(mod.run(**inputs), {"last_hidden_state": want}, str(config),
+                         rtol=RTOL, atol=ATOL)
 
 
 def test_padding_mask_changes_the_output() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from models.support import assert_outputs_match
 
 import tessera
 from tessera.plugin.manager import get_backends
@@ -54,13 +55,8 @@ def test_llvm_matches_onnxruntime(config: BertConfig) -> None:
     kernels = [k.op for cr in mod.compiled.values() for k in cr.kernels]
     assert any("MatMul" in op and "+" in op for op in kernels)  # epilogues fused
 
-    got = mod.run(**inputs)
-    assert got is not None and list(got) == ["last_hidden_state"]
-    have = got["last_hidden_state"]
-    assert have.dtype == np.float32 and have.shape == want.shape
-    err = np.abs(have.astype(np.float64) - want).max()
-    np.testing.assert_allclose(have, want, rtol=RTOL, atol=ATOL,
-                               err_msg=f"{config}: max abs err {err:.3g}")
+    assert_outputs_match(mod.run(**inputs), {"last_hidden_state": want}, str(config),
+                         rtol=RTOL, atol=ATOL)
 
 
 def test_padding_mask_changes_the_output() -> None:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from models.support import ATOL, RTOL, Compiled, compile_light
+from models.support import ATOL, Compiled, assert_outputs_match, compile_light
 
 from tessera.testing.light_models import LIGHT_MODELS, load_light_model
 
@@ -29,15 +29,8 @@ def test_weights_make_a_meaningful_output(compiled: Compiled) -> None:
 
 def test_matches_onnxruntime(compiled: Compiled) -> None:
     got = compiled.mod.run(**compiled.light.inputs)
-    assert got is not None
-    assert list(got) == compiled.light.output_names
-    for name, want in compiled.want.items():
-        have = got[name]
-        assert have.dtype == want.dtype and have.shape == want.shape, name
-        err = np.abs(have.astype(np.float64) - want)
-        np.testing.assert_allclose(
-            have, want, rtol=RTOL, atol=ATOL,
-            err_msg=f"{compiled.light.name} output {name}: max abs err {err.max():.3g}")
+    assert got is not None and list(got) == compiled.light.output_names
+    assert_outputs_match(got, compiled.want, compiled.light.name)
 
 
 def test_memory_plan_reuses_buffers(compiled: Compiled) -> None:

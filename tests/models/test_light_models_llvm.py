@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import numpy as np
 import pytest
-from models.support import ATOL, RTOL, Compiled, compile_light
+from models.support import Compiled, assert_outputs_match, compile_light
 
 from tessera.plugin.manager import get_backends
 from tessera.testing.light_models import LIGHT_MODELS
@@ -37,12 +36,5 @@ def test_every_node_runs_on_llvm(compiled: Compiled) -> None:
 def test_matches_onnxruntime(compiled: Compiled) -> None:
     for _ in range(2):  # a second run on the same buffers gives the same answer
         got = compiled.mod.run(**compiled.light.inputs)
-        assert got is not None
-        assert list(got) == compiled.light.output_names
-        for name, want in compiled.want.items():
-            have = got[name]
-            assert have.dtype == want.dtype and have.shape == want.shape, name
-            err = np.abs(have.astype(np.float64) - want)
-            np.testing.assert_allclose(
-                have, want, rtol=RTOL, atol=ATOL,
-                err_msg=f"{compiled.light.name} output {name}: max abs err {err.max():.3g}")
+        assert got is not None and list(got) == compiled.light.output_names
+        assert_outputs_match(got, compiled.want, compiled.light.name)

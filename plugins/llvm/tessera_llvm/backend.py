@@ -177,9 +177,10 @@ class LLVMBackend(Backend):
         from .parallel import set_num_threads
 
         for node in region.nodes:
-            if not has_compute(node.op) or unsupported_reason(node) is not None:
+            reason = unsupported_reason(node) if has_compute(node.op) else "no topi compute"
+            if reason is not None:
                 raise CompileError(f"llvm: node {node.name} ({node.op}) has no CPU compute: "
-                                   f"{unsupported_reason(node) or 'no topi compute'}")
+                                   f"{reason}")
         threads = self._threads(target)
         if threads:
             set_num_threads(threads)
