@@ -204,6 +204,8 @@ def test_model_mixing_llvm_and_ref_matches_onnxruntime() -> None:
     report = module.partition_report()
     assert [r.backend for r in report.regions] == ["llvm", "ref", "llvm"]
     assert [op for _, op, _ in report.fallback] == ["TopK"]
+    # each llvm region runs as one native call, the ref kernel on its own
+    assert [run[0].backend for run in module.executor.runs] == ["llvm", "ref", "llvm"]
     x = rand(2, 3, 6, 6)
     got, want = module.run(x=x), run_onnxruntime(model, {"x": x})
     assert got is not None

@@ -20,6 +20,10 @@ from tessera.plugin.target import TargetKind
 
 #: A kernel's calling convention: input buffers, output buffers (preallocated); returns nothing.
 KernelFn = Callable[[list[Any], list[Any]], None]
+#: Binds a region's kernels to their buffers all at once: it receives each kernel's (inputs,
+#: outputs) buffer lists, in the order of ``CompiledRegion.kernels``, and returns a call that
+#: runs every kernel in that order (for instance one native call instead of one per kernel).
+SequenceBinder = Callable[[list[tuple[list[Any], list[Any]]]], Callable[[], None]]
 
 
 @dataclass
@@ -43,6 +47,9 @@ class CompiledRegion:
     ``tensors`` types every tensor the kernels read or write other than constants (the runtime
     plans their memory on the backend's device); ``constants`` maps constant names to buffers
     already on the device; ``info`` holds free-form facts for reports (counters, code sizes).
+
+    ``bind_sequence`` is optional: when set, ``Module.run`` binds the region's buffers once and
+    runs its kernels through the returned call, while profiles still call each kernel.
     """
 
     backend: str
@@ -51,6 +58,7 @@ class CompiledRegion:
     tensors: dict[str, TensorType]
     constants: dict[str, Any] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
+    bind_sequence: SequenceBinder | None = None
 
 
 @dataclass

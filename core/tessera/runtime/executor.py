@@ -21,8 +21,16 @@ def _copy_fn(src: Device, dst: Device) -> Callable[[list[Any], list[Any]], None]
     return run
 
 
+#: One entry of ``Executor.runs``: a step, its call and buffers, and a bound sequence (or None).
+_Run = tuple[Step, Any, list[Any], list[Any], "Callable[[], None] | None"]
+
+
 class Executor:
-    """Holds one arena per device and the bound calls: ``run()`` is a loop over them."""
+    """Holds one arena per device and the bound calls: ``run()`` is a loop over them.
+
+    ``calls`` has one entry per plan step (profiles use them); ``run()`` goes through
+    ``runs``, where the steps of a region whose backend binds whole sequences
+    (``CompiledRegion.bind_sequence``) are one call."""
 
     def __init__(self, plan: ExecutionPlan, memory: MemoryPlan, devices: dict[str, Device]):
         self.plan = plan
@@ -42,6 +50,36 @@ class Executor:
                                                              devices[step.dst])
             self.calls.append((step, fn, [self.buffers[n] for n in step.inputs],
                                [self.buffers[n] for n in step.outputs]))
+        self.runs = self._bind_runs()
+
+    def _bind_runs(self) -> list[_Run]:
+        """Per step, or per run of consecutive steps of one sequence-bound region: the step
+        (naming it in errors), its call and buffers, and the bound sequence (None for a single
+        step)."""
+        runs: list[_Run] = []
+        i = 0
+        while i < len(self.calls):
+            step = self.calls[i][0]
+            binder = self.plan.sequences.get(step.region) if step.region else None
+            j = i + 1
+            if binder is not None:
+                while j < len(self.calls) and self.calls[j][0].region == step.region:
+                    j += 1
+            if binder is None:
+                runs.append((*self.calls[i], None))
+                i += 1
+                continue
+            group = self.calls[i:j]
+            try:
+                bound = binder([(ins, outs) for _s, _fn, ins, outs in group])
+            except TesseraError:
+                raise
+            except Exception as e:  # noqa: BLE001 - name the region
+                raise RunError(f"region {step.region} (backend {step.backend}): binding its "
+                               f"{j - i} kernels failed: {type(e).__name__}: {e}") from e
+            runs.append((step, None, [], [], bound))
+            i = j
+        return runs
 
     def set_input(self, name: str, array: np.ndarray) -> None:
         info = self.plan.tensors[name]
@@ -59,8 +97,17 @@ class Executor:
                            f"{type(e).__name__}: {e}") from e
 
     def run(self) -> None:
-        for step, fn, ins, outs in self.calls:
-            self._call(step, fn, ins, outs)
+        for step, fn, ins, outs, bound in self.runs:
+            if bound is None:
+                self._call(step, fn, ins, outs)
+                continue
+            try:
+                bound()
+            except TesseraError:
+                raise
+            except Exception as e:  # noqa: BLE001 - name the region
+                raise RunError(f"region {step.region} (backend {step.backend}) failed: "
+                               f"{type(e).__name__}: {e}") from e
         self.synchronize()
 
     def synchronize(self) -> None:

@@ -9,7 +9,7 @@ from tessera.errors import CompileError
 from tessera.ir.graph import Function
 from tessera.ir.types import TensorType
 from tessera.partition.partitioner import COPY_OP, HOST, REGION_OP
-from tessera.plugin.backend import CompiledRegion, KernelFn
+from tessera.plugin.backend import CompiledRegion, KernelFn, SequenceBinder
 
 
 @dataclass
@@ -25,6 +25,8 @@ class Step:
     src: str = ""
     dst: str = ""
     flops: int = 0
+    #: the compiled region the kernel belongs to ("" for copies)
+    region: str = ""
 
     @property
     def is_copy(self) -> bool:
@@ -51,6 +53,8 @@ class ExecutionPlan:
     constants: dict[str, tuple[str, Any]] = field(default_factory=dict)
     #: host constants that are model outputs directly
     output_constants: dict[str, Any] = field(default_factory=dict)
+    #: region name -> the binder that runs all its kernels in one call (regions that have one)
+    sequences: dict[str, SequenceBinder] = field(default_factory=dict)
 
 
 def build_plan(graph: Function, compiled: dict[str, CompiledRegion]) -> ExecutionPlan:
@@ -58,6 +62,7 @@ def build_plan(graph: Function, compiled: dict[str, CompiledRegion]) -> Executio
     steps: list[Step] = []
     tensors: dict[str, TensorInfo] = {}
     constants: dict[str, tuple[str, Any]] = {}
+    sequences: dict[str, SequenceBinder] = {}
 
     def declare(name: str, type: TensorType, device: str) -> None:
         known = tensors.get(name)
@@ -91,7 +96,10 @@ def build_plan(graph: Function, compiled: dict[str, CompiledRegion]) -> Executio
                 if n not in tensors and n not in constants:
                     raise CompileError(f"kernel {k.name} of backend {cr.backend} uses tensor "
                                        f"{n!r} that its compiled region does not declare")
-            steps.append(Step(k.name, cr.backend, k.op, ins, outs, k.fn, flops=k.flops))
+            steps.append(Step(k.name, cr.backend, k.op, ins, outs, k.fn, flops=k.flops,
+                              region=node.body.name))
+        if cr.bind_sequence is not None and cr.kernels:
+            sequences[node.body.name] = cr.bind_sequence
     output_constants = {}
     outputs = []
     for v in graph.outputs:
@@ -99,4 +107,4 @@ def build_plan(graph: Function, compiled: dict[str, CompiledRegion]) -> Executio
             output_constants[v.name] = v.data
         outputs.append(v.name)
     return ExecutionPlan(steps, tensors, [v.name for v in graph.inputs], outputs, constants,
-                         output_constants)
+                         output_constants, sequences)

@@ -235,10 +235,13 @@ class LLVMBackend(Backend):
         signatures = {k["name"]: [param(n) for n in k["inputs"] + k["outputs"]] for k in table}
         lib = load_object(object_code, [k["name"] for k in table], mcpu=mcpu,
                           signatures=signatures)
+        from .sequence import make_binder
+
         kernels = [_make_kernel(lib, k) for k in table]
         return CompiledRegion(self.name, region, kernels, tensors, constants,
                               {"kernels": len(kernels), "_lib": lib, "_table": table,
-                               "_mcpu": mcpu, "_mattr": mattr, "_object_code": object_code})
+                               "_mcpu": mcpu, "_mattr": mattr, "_object_code": object_code},
+                              bind_sequence=make_binder([lib.get(k["name"]) for k in table]))
 
     # -- artifacts ------------------------------------------------------------------------
     def save(self, compiled: CompiledRegion) -> dict[str, bytes]:
