@@ -429,6 +429,17 @@ LAYOUT_GRAPHS = {
     "gap_flatten_gemm": ([_conv("x", "c", "w", "b"), N("GlobalAveragePool", ["c"], ["g"]),
                           N("Flatten", ["g"], ["f"]), N("Gemm", ["f", "fw"], ["y"], transB=1)],
                          {}, ["y"], {**W24, "fw": rand(10, 24)}),
+    # 72 and 1000 output channels: padded to whole 16-channel vectors on AVX-512
+    "padded_head": ([_conv("x", "c", "w72", "b72", pads=[0, 0, 0, 0]), N("Relu", ["c"], ["r"]),
+                     N("MaxPool", ["r"], ["m"], kernel_shape=[2, 2], strides=[2, 2]),
+                     N("GlobalAveragePool", ["m"], ["g"]), N("Flatten", ["g"], ["f"]),
+                     N("Softmax", ["f"], ["y"])], {}, ["y"],
+                    {"w72": rand(72, 16, 1, 1), "b72": rand(72)}),
+    "padded_meets_add_and_conv": ([_conv("x", "c", "w1000"), N("Add", ["c", "s"], ["a"]),
+                                   _conv("a", "y", "w2"), N("Sigmoid", ["c"], ["z"])],
+                                  {"s": [2, 1000, 9, 11]}, ["y", "z"],
+                                  {"w1000": rand(1000, 16, 3, 3) * 0.1,
+                                   "w2": rand(8, 1000, 1, 1) * 0.05}),
 }
 
 
@@ -445,6 +456,22 @@ def test_blocked_convolutions_meet_other_ops(name: str) -> None:
     assert got is not None
     for out in outputs:
         np.testing.assert_allclose(got[out], want[out], rtol=1e-4, atol=1e-5, err_msg=out)
+
+
+def test_output_channels_padded_to_whole_vectors() -> None:
+    """A conv with 1000 output channels gets full-width blocks with zero padding channels
+    (1024 with 16 lanes: an even block count), which never reach the outputs."""
+    from tessera_llvm.cpu import cpu_info
+
+    lanes = cpu_info().vector_lanes
+    nodes, extra, outputs, inits = LAYOUT_GRAPHS["padded_meets_add_and_conv"]
+    model = _graph_model(nodes, {"x": [2, 16, 9, 11], **extra}, outputs, inits)
+    mod = tessera.compile(model, target="llvm")
+    (cr,) = mod.compiled.values()
+    convs = {tuple(np.shape(v)) for v in cr.constants.values() if np.ndim(v) == 6}
+    blocks = 1000 // lanes if 1000 % lanes == 0 else 1024 // lanes
+    assert any(c[0] == blocks and c[5] == lanes for c in convs), convs
+    assert mod.run(x=rand(2, 16, 9, 11), s=rand(2, 1000, 9, 11))["z"].shape == (2, 1000, 9, 11)
 
 
 def test_fused_epilogues_of_blocked_convolutions() -> None:

@@ -374,6 +374,11 @@ def nchwc_layout_ops() -> list[Case]:
         xin = x if s is None else pack_nchwc(x, s)
         cases.append(Case("LayoutTransform", [xin], {"src_layout": src, "dst_layout": dst},
                           label=f"LayoutTransform {src}->{dst}"))
+    for block, channels in [(16, 24), (8, 13)]:
+        cases.append(Case("LayoutTransform", [pack_nchwc(rand(1, 32, 3, 5), block)],
+                          {"src_layout": f"NCHW{block}c", "dst_layout": "NCHW",
+                           "channels": channels},
+                          label=f"LayoutTransform NCHW{block}c->NCHW keeping {channels}"))
     # column-panel matrix products (what a MatMul with constant weights becomes)
     for a_shape, n, nb in [((5, 24), 64, 32), ((2, 3, 7, 24), 48, 16), ((1, 13), 16, 16),
                            ((128, 40), 96, 32)]:

@@ -81,6 +81,15 @@ def test_layout_transform_between_blocks(a: int, b: int) -> None:
     np.testing.assert_array_equal(y, pack_nchwc(x, b))
 
 
+@pytest.mark.parametrize("shape, c, channels", [((1, 48, 3, 5), 16, 40), ((2, 32, 2, 2), 16, 1),
+                                               ((1, 24, 4, 3), 8, 24), ((1, 64, 1, 1), 16, 33)])
+def test_layout_transform_keeps_the_first_channels(shape, c: int, channels: int) -> None:
+    x = rand(*shape)
+    y = run("LayoutTransform", pack_nchwc(x, c), src_layout=f"NCHW{c}c", dst_layout="NCHW",
+            channels=channels)
+    np.testing.assert_array_equal(y, x[:, :channels])
+
+
 def test_layout_transform_keeps_dtype() -> None:
     x = RNG.integers(-5, 5, (1, 8, 2, 2)).astype(np.int64)
     y = run("LayoutTransform", x, src_layout="NCHW", dst_layout="NCHW4c")
@@ -102,6 +111,20 @@ def test_layout_transform_errors(shape, src, dst, message) -> None:
     x = fn.add_input("x", TensorType(shape, DType.float32))
     with pytest.raises(OpError, match=message):
         fn.add_node("LayoutTransform", [x], {"src_layout": src, "dst_layout": dst})
+
+
+@pytest.mark.parametrize("shape, src, dst, channels, message", [
+    ((1, 2, 4, 4, 8), "NCHW8c", "NCHW", 17, "between 1 and the input's 16"),
+    ((1, 2, 4, 4, 8), "NCHW8c", "NCHW", -3, "between 1 and the input's 16"),
+    ((1, 16, 4, 4), "NCHW", "NCHW8c", 8, "only from a blocked layout to NCHW"),
+    ((1, 2, 4, 4, 8), "NCHW8c", "NCHW4c", 8, "only from a blocked layout to NCHW"),
+])
+def test_layout_transform_channels_errors(shape, src, dst, channels, message) -> None:
+    fn = Function("t")
+    x = fn.add_input("x", TensorType(shape, DType.float32))
+    with pytest.raises(OpError, match=message):
+        fn.add_node("LayoutTransform", [x], {"src_layout": src, "dst_layout": dst,
+                                             "channels": channels})
 
 
 # -- ConvNCHWc -----------------------------------------------------------------------------------

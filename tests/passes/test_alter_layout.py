@@ -17,6 +17,7 @@ from tessera.frontend.onnx import import_onnx
 from tessera.ir.graph import Function, Node, Value
 from tessera.ir.types import DType, TensorType
 from tessera.ir.verifier import verify
+from tessera.ops.layout import unpack_conv_weight
 from tessera.passes import PassManager
 from tessera.passes.alter_layout import alter_conv_layout, count_layout_transforms
 from tessera.passes.fuse_ops import fuse_ops
@@ -274,6 +275,69 @@ def test_bad_choice_is_an_error() -> None:
     fn.outputs = [conv(fn, x, 16, name="c")]
     with pytest.raises(PassError, match="node c"):
         alter_conv_layout(fn, lambda node: (5, 16))
+
+
+def choose_padded(node: Node) -> tuple[int, ...] | None:
+    """Like ``choose``, but output channels that 16 does not divide are padded to 16 (to 32 for
+    an 8-channel conv, to exercise an explicit padded total)."""
+    oc, icg = node.inputs[1].type.shape[:2]
+    ic_bn = block(icg) or (icg if icg <= 4 else None)
+    if ic_bn is None or int(node.attrs.get("group", 1) or 1) != 1:
+        return choose(node)
+    if oc == 8:
+        return ic_bn, 16, 32
+    return ic_bn, 16
+
+
+def test_padded_output_channels_flow_through_unary_ops_and_pools() -> None:
+    fn, x = new_graph(c=16, hw=9)
+    y = fn.op("Relu", conv(fn, x, 40, name="head"))  # 40 -> 48 channels, 8 of them zero
+    y = fn.op("Clip", y, fn.constant(np.float32(-1)), fn.constant(np.float32(0.7)))
+    y = fn.op("MaxPool", y, kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    fn.outputs = [fn.op("GlobalAveragePool", y)]
+    new = converted(fn, choose_padded)
+    head = new.node_by_name("head")
+    assert head.inputs[1].type.shape == (3, 1, 3, 3, 16, 16)
+    w = unpack_conv_weight(head.inputs[1].data)
+    original = fn.node_by_name("head")
+    np.testing.assert_array_equal(w[:40], original.inputs[1].data)
+    np.testing.assert_array_equal(w[40:], 0)  # the padding channels' weights and bias
+    np.testing.assert_array_equal(head.inputs[2].data.ravel()[:40], original.inputs[2].data)
+    np.testing.assert_array_equal(head.inputs[2].data.ravel()[40:], 0)
+    assert ops(new) == {"ConvNCHWc": 1, "Relu": 1, "Clip": 1, "PoolNCHWc": 2,
+                        "LayoutTransform": 2}
+    back = [n for n in new.nodes if n.op == "LayoutTransform"][-1]
+    assert back.attrs["channels"] == 40 and back.outputs[0].type.shape == (1, 40, 1, 1)
+
+
+def test_padded_values_reach_other_ops_through_nchw() -> None:
+    fn, x = new_graph(c=16, hw=6)
+    a = conv(fn, x, 8, name="narrow")  # padded to 32 channels
+    b = conv(fn, x, 8, k=1, name="plain")  # no padding: 8 divides 8
+    s = fn.op("Add", a, b)  # two inputs: the padded one is sliced back to NCHW first
+    c = conv(fn, a, 16, name="next")  # a conv reading the padded value
+    fn.outputs = [s, fn.op("Concat", a, c, axis=1), a]
+    new = converted(fn, lambda n: choose_padded(n) if n.name != "plain" else (16, 8))
+    narrow = new.node_by_name("narrow")
+    assert narrow.outputs[0].type.shape == (1, 2, 6, 6, 16)
+    # one NCHW copy of the padded value (channels 8) serves the Add, the next conv's input,
+    # the concat and the function output
+    sliced = [n for n in new.nodes if n.op == "LayoutTransform" and n.attrs.get("channels")]
+    assert len(sliced) == 1 and sliced[0].attrs["channels"] == 8
+    assert sliced[0].outputs[0].type.shape == (1, 8, 6, 6)
+
+
+def test_bad_padding_choices_are_errors() -> None:
+    fn, x = new_graph(c=16, hw=4)
+    fn.outputs = [conv(fn, x, 16, name="c")]
+    with pytest.raises(PassError, match="node c.*must be its 16 output channels"):
+        alter_conv_layout(fn, lambda node: (16, 16, 8))  # fewer than the conv has
+    with pytest.raises(PassError, match="node c"):
+        alter_conv_layout(fn, lambda node: (16, 16, 40))  # not whole blocks
+    fn, x = new_graph(c=16, hw=4)
+    fn.outputs = [conv(fn, x, 24, group=2, name="g")]
+    with pytest.raises(PassError, match="node g.*when group is 1, more"):
+        alter_conv_layout(fn, lambda node: (8, 16))
 
 
 def test_fusion_of_the_blocked_graph() -> None:

@@ -119,6 +119,17 @@ def test_layout_transform(src: str, dst: str) -> None:
     check_op("LayoutTransform", [xin], {"src_layout": src, "dst_layout": dst})
 
 
+@pytest.mark.parametrize("block, channels", [(8, 5), (16, 9), (4, 8)])
+def test_layout_transform_keeps_the_first_channels(block: int, channels: int) -> None:
+    x = rand(2, 8 if block <= 8 else 16, 3, 5)
+    xin = pack_nchwc(x, block)
+    t = te.placeholder(xin.shape, "float32", "x")
+    y = layout_transform(t, f"NCHW{block}c", "NCHW", channels)
+    assert_close(evaluate(y, {t: xin}), x[:, :channels])
+    check_op("LayoutTransform", [xin], {"src_layout": f"NCHW{block}c", "dst_layout": "NCHW",
+                                        "channels": channels})
+
+
 NCHWC_CASES = {
     # (x shape, w shape, group, cd, ic_bn, oc_bn, attrs)
     "plain": ((2, 8, 6, 5), (8, 8, 3, 3), 1, 4, 4, 4, {"pads": [1, 1, 1, 1]}),

@@ -9,6 +9,9 @@ backends that vectorize over the channel block.
 
 * ``LayoutTransform`` (``src_layout``, ``dst_layout`` in ``"NCHW"`` or ``"NCHW{c}c"``) converts
   between NCHW and a blocked layout, or between two block sizes. ``C % c == 0`` is required.
+  From a blocked layout to NCHW, ``channels`` (0: all ``C1 * c``) keeps only the first
+  ``channels`` channels: a blocked tensor with padding channels (a convolution whose output
+  channels were padded to whole blocks) comes back with its real channel count.
 * ``ConvNCHWc``: data ``(N, C // cd, H, W, cd)``, weight ``(OC // oc_bn, ICg // ic_bn, KH, KW,
   ic_bn, oc_bn)`` with ``ICg = C / group``, optional bias ``(OC // oc_bn, oc_bn)``; output
   ``(N, OC // oc_bn, OH, OW, oc_bn)``. Output channel ``o = oc_chunk * oc_bn + ob`` belongs to
@@ -114,7 +117,24 @@ def unpack_conv_weight(w: np.ndarray) -> np.ndarray:
 
 # -- LayoutTransform -----------------------------------------------------------------------------
 
-def _layout_transform_infer(x: TensorType, *, src_layout: str, dst_layout: str) -> TensorType:
+def check_kept_channels(shape: tuple[int, ...] | list[int], src: int | None, dst: int | None,
+                        channels: int, op: str = "LayoutTransform") -> int:
+    """The channel count a transform of a ``shape`` tensor from block ``src`` to ``dst`` keeps
+    (``channels``, or all when 0); raises unless it is a blocked-to-NCHW transform and
+    ``channels`` at most the input's."""
+    total = shape[1] * (src or 1) if len(shape) >= 2 else 0
+    if not channels:
+        return total
+    if src is None or dst is not None:
+        raise OpError(f"{op}: channels={channels} applies only from a blocked layout to NCHW")
+    if not 0 < channels <= total:
+        raise OpError(f"{op}: channels={channels} must be between 1 and the input's {total} "
+                      f"channels")
+    return channels
+
+
+def _layout_transform_infer(x: TensorType, *, src_layout: str, dst_layout: str,
+                            channels: int) -> TensorType:
     op = "LayoutTransform"
     src, dst = parse_layout(src_layout), parse_layout(dst_layout)
     nchw = x.shape if src is None else unblocked_shape(x.shape, op)
@@ -122,17 +142,23 @@ def _layout_transform_infer(x: TensorType, *, src_layout: str, dst_layout: str) 
         raise OpError(f"{op}: an NCHW input must be 4-D, got {x}")
     if src is not None and x.shape[4] != src:
         raise OpError(f"{op}: input {x} is not in layout {src_layout} (block {x.shape[4]})")
-    out = nchw if dst is None else blocked_shape(nchw, dst, op)
+    kept = check_kept_channels(x.shape, src, dst, channels, op)
+    out = (nchw[0], kept, *nchw[2:]) if dst is None else blocked_shape(nchw, dst, op)
     return x.with_shape(tuple(out))
 
 
-@register_op("LayoutTransform", attrs={"src_layout": Attr.str(), "dst_layout": Attr.str()},
+@register_op("LayoutTransform", attrs={"src_layout": Attr.str(), "dst_layout": Attr.str(),
+                                       "channels": Attr.int(0)},
              infer=_layout_transform_infer, pattern=OpPattern.INJECTIVE)
-def layout_transform(x: np.ndarray, *, src_layout: str, dst_layout: str) -> np.ndarray:
-    """Convert between NCHW and NCHW{c}c (or between two block sizes)."""
+def layout_transform(x: np.ndarray, *, src_layout: str, dst_layout: str,
+                     channels: int = 0) -> np.ndarray:
+    """Convert between NCHW and NCHW{c}c (or between two block sizes); ``channels`` keeps the
+    first channels of a blocked-to-NCHW transform."""
     src, dst = parse_layout(src_layout), parse_layout(dst_layout)
     nchw = x if src is None else unpack_nchwc(x)
     if dst is None:
+        if channels:
+            nchw = nchw[:, :channels]
         return np.ascontiguousarray(nchw)
     return pack_nchwc(nchw, dst)
 

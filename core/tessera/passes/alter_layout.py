@@ -8,7 +8,12 @@ A CPU backend vectorizes a convolution over a block of output channels; it wants
   backend's ``choose(conv_node)`` returns ``(ic_bn, oc_bn)`` becomes ``ConvNCHWc`` with the weight
   packed as ``(OC//oc_bn, ICg//ic_bn, KH, KW, ic_bn, oc_bn)`` and the bias as ``(OC//oc_bn,
   oc_bn)`` (new constants); its output is blocked by ``oc_bn``. ``choose`` returning ``None``
-  keeps the conv in NCHW. The data is brought to exactly ``ic_bn`` (``oc_bn`` for depthwise
+  keeps the conv in NCHW. An ungrouped conv may be padded: ``(ic_bn, oc_bn, oc_total)``, or an
+  ``oc_bn`` that does not divide OC (``oc_total`` then rounds OC up to it), gives it
+  ``oc_total`` output channels, the extra ones with zero weights and bias. Its padded blocked
+  value flows on only through ops for which the padding is harmless (pools, unary elementwise
+  ops); anything else reads it through a ``LayoutTransform`` to NCHW that drops the padding
+  (``channels``). The data is brought to exactly ``ic_bn`` (``oc_bn`` for depthwise
   convs), transformed once per value and block: ConvNCHWc reads any data block, but any other
   block turns each input index into a division in the kernel's inner loop;
 * ``MaxPool`` (whose indices nobody reads), ``AveragePool``, ``GlobalAveragePool`` and
@@ -45,8 +50,9 @@ from tessera.ops.layout import blocked_shape, layout_name, pack_conv_weight, pac
 from tessera.ops.registry import OpPattern, get_schema, has_op, normalize_axis
 from tessera.ops.spatial import spatial_params
 
-#: ``choose(conv_node) -> (ic_bn, oc_bn)`` or ``None`` to keep the conv in NCHW.
-ChooseFn = Callable[[Node], tuple[int, int] | None]
+#: ``choose(conv_node) -> (ic_bn, oc_bn)``, ``(ic_bn, oc_bn, padded output channels)`` or
+#: ``None`` to keep the conv in NCHW.
+ChooseFn = Callable[[Node], tuple[int, ...] | None]
 
 #: Broadcasting ops whose attributes make them layout-dependent.
 _NOT_AGNOSTIC = frozenset({"Expand", "QuantizeLinear", "DequantizeLinear"})
@@ -86,6 +92,9 @@ class _LayoutRewriter:
         self.variants: dict[tuple[int, int], Value] = {}
         #: constants re-laid out: (constant, kind, blocks) -> new constant
         self.const_cache: dict[tuple[Any, ...], Value] = {}
+        #: original value -> its blocked form whose last block is padded, the block size and
+        #: the real channel count (kept apart from ``blocked``: only padding-safe ops read it)
+        self.padded: dict[int, tuple[Value, int, int]] = {}
 
     # -- emitting nodes ---------------------------------------------------------------------
     def emit(self, op: str, inputs: list[Value | None], attrs: dict[str, Any], name: str,
@@ -104,12 +113,15 @@ class _LayoutRewriter:
         return output
 
     def transform(self, v: Value, src: int | None, dst: int | None, base: str,
-                  output: Value | None = None) -> Value:
+                  output: Value | None = None, channels: int = 0) -> Value:
         """A LayoutTransform of ``v`` from block ``src`` to ``dst`` (``None``: NCHW), its value
-        named after ``base`` (the original value's name) unless ``output`` is given."""
+        named after ``base`` (the original value's name) unless ``output`` is given;
+        ``channels`` drops a padded block's tail."""
         layout = layout_name(dst).lower()
-        return self.emit("LayoutTransform", [v],
-                         {"src_layout": layout_name(src), "dst_layout": layout_name(dst)},
+        attrs: dict[str, Any] = {"src_layout": layout_name(src), "dst_layout": layout_name(dst)}
+        if channels:
+            attrs["channels"] = channels
+        return self.emit("LayoutTransform", [v], attrs,
                          self.fn.fresh_node_name(f"{base}_to_{layout}"), f"{base}_{layout}",
                          output)
 
@@ -121,7 +133,13 @@ class _LayoutRewriter:
     # -- layouts of values --------------------------------------------------------------------
     def nchw(self, v: Value | None) -> Value | None:
         """``v`` in NCHW, recreating it with a transform if its producer was converted."""
-        if v is None or id(v) not in self.blocked or id(v) in self.nchw_ready:
+        if v is None or id(v) in self.nchw_ready:
+            return v
+        if id(v) in self.padded:
+            b, c, channels = self.padded[id(v)]
+            self.nchw_ready.add(id(v))
+            return self.transform(b, c, None, v.name, output=v, channels=channels)
+        if id(v) not in self.blocked:
             return v
         b, c = self.blocked[id(v)]
         self.nchw_ready.add(id(v))
@@ -150,7 +168,9 @@ class _LayoutRewriter:
             b, c0 = self.blocked[id(v)]
             out = self.transform(b, c0, c, v.name)
         else:
-            out = self.transform(v, None, c, v.name)
+            src = self.nchw(v)  # a padded value comes back to NCHW first
+            assert src is not None
+            out = self.transform(src, None, c, v.name)
         self.variants[key] = out
         return out
 
@@ -169,8 +189,8 @@ class _LayoutRewriter:
     # -- the walk ---------------------------------------------------------------------------
     def run(self) -> Function:
         for node in self.order:
-            if not (self.try_conv(node) or self.try_pool(node) or self.try_elementwise(node)
-                    or self.try_concat(node)):
+            if not (self.try_padded(node) or self.try_conv(node) or self.try_pool(node)
+                    or self.try_elementwise(node) or self.try_concat(node)):
                 node.inputs = [self.nchw(v) for v in node.inputs]
                 self.fn.nodes.append(node)
         self.fn.outputs = [self.nchw(v) for v in self.fn.outputs]  # type: ignore[misc]
@@ -187,12 +207,18 @@ class _LayoutRewriter:
         choice = self.choose(node)
         if choice is None:
             return False
-        ic_bn, oc_bn = (int(c) for c in choice)
+        ic_bn, oc_bn = int(choice[0]), int(choice[1])
         oc, icg = w.type.shape[:2]
-        if ic_bn <= 0 or oc_bn <= 0 or icg % ic_bn or oc % oc_bn:
-            raise PassError(f"alter_conv_layout: node {node.name} (Conv): choose gave blocks "
-                            f"(ic_bn {ic_bn}, oc_bn {oc_bn}) that do not divide its {icg} input "
-                            f"channels per group and {oc} output channels")
+        total = int(choice[2]) if len(choice) > 2 else oc + (-oc % oc_bn if oc_bn > 0 else 0)
+        group = int(node.attrs.get("group", 1) or 1)
+        if (ic_bn <= 0 or oc_bn <= 0 or icg % ic_bn or total % oc_bn or total < oc
+                or (total != oc and group != 1)):
+            raise PassError(f"alter_conv_layout: node {node.name} (Conv): choose gave "
+                            f"{tuple(choice)}: ic_bn {ic_bn} must divide its {icg} input "
+                            f"channels per group and oc_bn {oc_bn} the {total} output channels "
+                            f"asked for, which must be its {oc} output channels or, when group "
+                            f"is 1, more")
+        pad_oc = total - oc  # zero output channels
         a = node.attrs
         _, s, p, d = spatial_params(2, a.get("kernel_shape"), a.get("strides"),
                                          a.get("pads"), a.get("dilations"), "Conv")
@@ -203,20 +229,47 @@ class _LayoutRewriter:
         data = self.in_block(x, oc_bn if depthwise else ic_bn)
         wdata = w.data
         packed = self.constant(("weight", id(w), ic_bn, oc_bn),
-                               lambda: pack_conv_weight(wdata, ic_bn, oc_bn),
+                               lambda: pack_conv_weight(_pad_rows(wdata, pad_oc), ic_bn, oc_bn),
                                f"{w.name}_oihw{ic_bn}i{oc_bn}o")
         inputs: list[Value | None] = [data, packed]
         if b is not None:
             bdata = b.data
             assert bdata is not None
             inputs.append(self.constant(("bias", id(b), oc_bn),
-                                        lambda: bdata.reshape(oc // oc_bn, oc_bn),
+                                        lambda: _pad_rows(bdata, pad_oc).reshape(-1, oc_bn),
                                         f"{b.name}_{oc_bn}o"))
         y = node.outputs[0]
         out = self.emit("ConvNCHWc", inputs,
                         {"strides": s, "pads": p, "dilations": d, "group": a.get("group", 1)},
                         node.name, f"{y.name}_nchw{oc_bn}c")
-        self.set_blocked(y, out, oc_bn)
+        if pad_oc:
+            self.padded[id(y)] = (out, oc_bn, oc)
+        else:
+            self.set_blocked(y, out, oc_bn)
+        return True
+
+    def try_padded(self, node: Node) -> bool:
+        """A pool or a unary elementwise op of a padded blocked value, kept padded: pools work
+        per channel, and a unary op's values in the padding are dropped with it later."""
+        x = node.inputs[0] if node.inputs else None
+        if x is None or id(x) not in self.padded or len(node.outputs) != 1:
+            return False
+        b, c, channels = self.padded[id(x)]
+        y = node.outputs[0]
+        if node.op in _POOL_MODES:
+            attrs = self.pool_attrs(node)
+            if attrs is None:
+                return False
+            out = self.emit("PoolNCHWc", [b], attrs, node.name, f"{y.name}_nchw{c}c")
+        elif (has_op(node.op) and node.op not in _NOT_AGNOSTIC
+              and get_schema(node.op).pattern <= OpPattern.ELEMWISE
+              and y.type.shape == x.type.shape
+              and all(v is None or v.type.size == 1 for v in node.inputs[1:])):
+            out = self.emit(node.op, [b, *(self.nchw(v) for v in node.inputs[1:])],
+                            node.attrs, node.name, f"{y.name}_nchw{c}c")
+        else:
+            return False
+        self.padded[id(y)] = (out, c, channels)
         return True
 
     def try_pool(self, node: Node) -> bool:
@@ -224,24 +277,34 @@ class _LayoutRewriter:
         x = node.inputs[0] if node.inputs else None
         if mode is None or x is None or x.type.ndim != 4 or self.block_of(x) is None:
             return False
-        if any(id(o) in self.read for o in node.outputs[1:]):  # MaxPool's indices are read
+        attrs = self.pool_attrs(node)
+        if attrs is None:
             return False
-        kind, global_pool = mode
-        attrs: dict[str, Any] = {"mode": kind, "global_pool": global_pool}
-        if not global_pool:
-            a = node.attrs
-            if len(a["kernel_shape"]) != 2:
-                return False
-            attrs.update(kernel_shape=a["kernel_shape"], strides=a.get("strides"),
-                         pads=a.get("pads"), dilations=a.get("dilations"),
-                         ceil_mode=a.get("ceil_mode", 0),
-                         count_include_pad=a.get("count_include_pad", 0))
         c = self.block_of(x)
         assert c is not None
         y = node.outputs[0]
         out = self.emit("PoolNCHWc", [self.in_block(x, c)], attrs, node.name, f"{y.name}_nchw{c}c")
         self.set_blocked(y, out, c)
         return True
+
+    def pool_attrs(self, node: Node) -> dict[str, Any] | None:
+        """The ``PoolNCHWc`` attributes of a 2-D pool node, or None when it cannot be one."""
+        mode = _POOL_MODES.get(node.op)
+        if mode is None or node.inputs[0] is None or node.inputs[0].type.ndim != 4:
+            return None
+        if any(id(o) in self.read for o in node.outputs[1:]):  # MaxPool's indices are read
+            return None
+        kind, global_pool = mode
+        attrs: dict[str, Any] = {"mode": kind, "global_pool": global_pool}
+        if not global_pool:
+            a = node.attrs
+            if len(a["kernel_shape"]) != 2:
+                return None
+            attrs.update(kernel_shape=a["kernel_shape"], strides=a.get("strides"),
+                         pads=a.get("pads"), dilations=a.get("dilations"),
+                         ceil_mode=a.get("ceil_mode", 0),
+                         count_include_pad=a.get("count_include_pad", 0))
+        return attrs
 
     def try_elementwise(self, node: Node) -> bool:
         if (not has_op(node.op) or node.op in _NOT_AGNOSTIC or len(node.outputs) != 1
@@ -339,6 +402,13 @@ class _LayoutRewriter:
         out = self.emit("Concat", inputs, {"axis": 1}, node.name, f"{y.name}_nchw{c}c")
         self.set_blocked(y, out, c)
         return True
+
+
+def _pad_rows(a: np.ndarray, n: int) -> np.ndarray:
+    """``a`` with ``n`` rows of zeros appended on axis 0."""
+    if not n:
+        return a
+    return np.concatenate([a, np.zeros((n, *a.shape[1:]), a.dtype)])
 
 
 __all__ = ["ChooseFn", "alter_conv_layout", "count_layout_transforms"]

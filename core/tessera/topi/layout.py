@@ -3,7 +3,9 @@
 ``NCHW{c}c`` holds a 4-D (N, C, H, W) tensor as 5-D (N, C // c, H, W, c): channel ``ch`` lives
 at ``[n, ch // c, h, w, ch % c]``. :func:`layout_transform` converts between ``"NCHW"`` and
 any ``"NCHW{c}c"`` (also between two block sizes); the channel count must be a multiple of
-every block size. Tag ``"injective,layout_transform"``, attrs ``src_layout``, ``dst_layout``.
+every block size, except that a blocked-to-NCHW transform may keep only the first ``channels``
+(dropping a padded last block's tail). Tag ``"injective,layout_transform"``, attrs
+``src_layout``, ``dst_layout``.
 """
 
 from __future__ import annotations
@@ -11,23 +13,30 @@ from __future__ import annotations
 from typing import Any
 
 from tessera import te, tir
-from tessera.ops.layout import parse_layout
+from tessera.errors import OpError
+from tessera.ops.layout import check_kept_channels, parse_layout
 from tessera.topi.registry import register_compute
 from tessera.topi.utils import add, mul, shape_of
 
 
-def layout_transform(x: te.Tensor, src_layout: str, dst_layout: str) -> te.Tensor:
-    """``x`` (in ``src_layout``) rearranged into ``dst_layout``."""
+def layout_transform(x: te.Tensor, src_layout: str, dst_layout: str,
+                     channels: int = 0) -> te.Tensor:
+    """``x`` (in ``src_layout``) rearranged into ``dst_layout``; to NCHW, ``channels`` (when
+    not 0) keeps that many leading channels."""
     src, dst = parse_layout(src_layout), parse_layout(dst_layout)
     shape = shape_of(x)
     if (src is None) != (len(shape) == 4) or len(shape) not in (4, 5):
         raise ValueError(f"layout_transform: input {list(shape)} does not have layout "
                          f"{src_layout}")
     n, c_outer, h, w = shape[:4]
-    channels = c_outer * (src or 1)
-    if dst is not None and channels % dst:
-        raise ValueError(f"layout_transform: {channels} channels are not a multiple of {dst}")
-    out_shape = (n, channels, h, w) if dst is None else (n, channels // dst, h, w, dst)
+    total = c_outer * (src or 1)
+    if dst is not None and total % dst:
+        raise ValueError(f"layout_transform: {total} channels are not a multiple of {dst}")
+    try:
+        kept = check_kept_channels(shape, src, dst, channels)
+    except OpError as e:
+        raise ValueError(str(e)) from e
+    out_shape = (n, kept, h, w) if dst is None else (n, total // dst, h, w, dst)
 
     def body(*i: Any) -> tir.PrimExpr:
         if dst is None:
@@ -43,7 +52,8 @@ def layout_transform(x: te.Tensor, src_layout: str, dst_layout: str) -> te.Tenso
         raise AssertionError("unreachable")
 
     return te.compute(out_shape, body, name="layout_transform", tag="injective,layout_transform",
-                      attrs={"src_layout": src_layout, "dst_layout": dst_layout})
+                      attrs={"src_layout": src_layout, "dst_layout": dst_layout,
+                             "channels": kept if dst is None else 0})
 
 
 def _supports(node: Any) -> str | None:
@@ -56,12 +66,17 @@ def _supports(node: Any) -> str | None:
     channels = shape[1] * (src or 1) if len(shape) >= 2 else 0
     if dst is not None and channels % dst:
         return f"{channels} channels are not a multiple of the block {dst}"
+    try:
+        check_kept_channels(shape, src, dst, int(node.attrs.get("channels") or 0))
+    except OpError as e:
+        return str(e)
     return None
 
 
 @register_compute("LayoutTransform", supports=_supports)
 def _layout_transform(inputs: list, attrs: dict, out_types: list) -> list[te.Tensor]:
-    return [layout_transform(inputs[0], attrs["src_layout"], attrs["dst_layout"])]
+    return [layout_transform(inputs[0], attrs["src_layout"], attrs["dst_layout"],
+                             int(attrs.get("channels") or 0))]
 
 
 __all__ = ["layout_transform", "parse_layout"]

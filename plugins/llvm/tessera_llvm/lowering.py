@@ -53,7 +53,11 @@ class LoweredRegion:
 def block_choice(cpu: CPUInfo):  # noqa: ANN201 - a callable for alter_conv_layout
     """The (ic_bn, oc_bn) of each float convolution: the vector width when it divides the
     channels (per group), 8 or 4 otherwise, the whole input when it has few channels (the
-    first convolution)."""
+    first convolution). An ungrouped convolution with at least four vectors of output channels
+    that the vector width does not divide (a 1000-class head) gets full-width output blocks,
+    padded with zero channels: at most a quarter more work against half-width (or narrower)
+    vectors throughout. The padding goes on to an even number of blocks when that adds at
+    most 1/16 more work, so that the register tile can hold two blocks (``oc_tile``)."""
     lanes = cpu.vector_lanes
 
     def block(n: int) -> int | None:
@@ -66,7 +70,7 @@ def block_choice(cpu: CPUInfo):  # noqa: ANN201 - a callable for alter_conv_layo
                 return b
         return None
 
-    def choose(node: Node) -> tuple[int, int] | None:
+    def choose(node: Node) -> tuple[int, ...] | None:
         if node.inputs[0].type.dtype != "float32" or node.inputs[0].type.ndim != 4:
             return None
         group = int(node.attrs.get("group", 1) or 1)
@@ -77,12 +81,18 @@ def block_choice(cpu: CPUInfo):  # noqa: ANN201 - a callable for alter_conv_layo
             b = block(c_in)
             return (1, b) if b else None
         oc_bn = block(ocg)
+        padded = ocg
+        if group == 1 and ocg % lanes and ocg >= 4 * lanes:
+            oc_bn = lanes  # alter_conv_layout pads the output channels to ``padded``
+            padded = -(-ocg // lanes) * lanes
+            if (padded // lanes) % 2 and 16 * lanes <= padded:
+                padded += lanes
         if oc_bn is None:
             return None
         ic_bn = block(icg) or (icg if icg <= 8 else None)
         if ic_bn is None:
             return None
-        return ic_bn, oc_bn
+        return (ic_bn, oc_bn) if padded == ocg else (ic_bn, oc_bn, padded)
 
     return choose
 
