@@ -474,6 +474,28 @@ def test_output_channels_padded_to_whole_vectors() -> None:
     assert mod.run(x=rand(2, 16, 9, 11), s=rand(2, 1000, 9, 11))["z"].shape == (2, 1000, 9, 11)
 
 
+@pytest.mark.parametrize("hw", [(14, 14), (28, 28), (7, 7)])
+def test_grouped_pointwise_convs_with_narrow_groups(hw: tuple[int, int]) -> None:
+    """ShuffleNet's grouped 1x1 convs (34 channels per group) run as batched matrix products
+    vectorized over the pixels (196 padded to 208) unless padding would add too much (49)."""
+    from tessera_llvm.cpu import cpu_info
+
+    lanes = cpu_info().vector_lanes
+    nodes = [_conv("x", "c", "wg", "bg", group=4, pads=[0, 0, 0, 0]), N("Relu", ["c"], ["r"]),
+             _conv("r", "y", "wg2", group=4, pads=[0, 0, 0, 0])]
+    inits = {"wg": rand(136, 34, 1, 1) * 0.2, "bg": rand(136), "wg2": rand(136, 34, 1, 1) * 0.2}
+    model = _graph_model(nodes, {"x": [1, 136, *hw]}, ["y"], inits)
+    feeds = {"x": rand(1, 136, *hw)}
+    mod = tessera.compile(model, target="llvm")
+    pixels = hw[0] * hw[1]
+    cols = -(-pixels // lanes) * lanes
+    as_matmul = 8 * (cols - pixels) <= pixels and 34 % lanes != 0
+    ops = [op for _, op in kernels_of(mod)]
+    assert any(op.startswith("MatMul") for op in ops) == as_matmul, ops
+    np.testing.assert_allclose(mod.run(**feeds)["y"], run_onnxruntime(model, feeds)["y"],
+                               rtol=1e-4, atol=1e-5)
+
+
 def test_fused_epilogues_of_blocked_convolutions() -> None:
     """The elementwise tails of a convolution run inside its kernel."""
     expected = {"silu_epilogue": "ConvNCHWc+Sigmoid+Mul", "clip_epilogue": "ConvNCHWc+Clip",

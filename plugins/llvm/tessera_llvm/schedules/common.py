@@ -138,11 +138,19 @@ def schedule_reduce_stage(s: Any, op: te.ComputeOp, cfg: ScheduleConfig) -> None
     axes = list(op.axis)
     work = math.prod(extents(op)) * math.prod(a.dom.extent.value for a in op.reduce_axis)
     shape = extents(op)
-    if shape and shape[-1] in (8, 16, 32) and len(axes) > 1:
-        # a channel block (NCHWc pooling): reduce outside it, the block as one vector
+    if shape and shape[-1] in (2, 4, 8, 16, 32) and len(axes) > 1:
+        # a channel block (NCHWc pooling): reduce outside it, the block as one vector; a small
+        # window unrolled; the row of outputs serial inside the parallel (n, c, h) loop, so
+        # the loop indices need no division
         stage.reorder(*axes[:-1], *op.reduce_axis, axes[-1])
         stage.vectorize(axes[-1])
+        window = math.prod(a.dom.extent.value for a in op.reduce_axis)
+        if op.reduce_axis and window <= 16:
+            for r in op.reduce_axis:
+                stage.unroll(r)
         axes = axes[:-1]
+        if len(axes) > 1 and shape[-2] > 1:
+            axes = axes[:-1]
     if axes and work >= int(cfg.get("parallel_min_elems", 16384)) and math.prod(
             extents(op)) > 1:
         fused = stage.fuse(*axes) if len(axes) > 1 else axes[0]
