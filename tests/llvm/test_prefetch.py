@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from tessera import tir
 from tessera.tir import expr as E
@@ -12,17 +13,23 @@ from tessera_llvm.build import build_module
 from tessera_llvm.prefetch import prefetch_next_slice
 
 
-def _sum_slices(slices: int, slice_elems: int, rows: int) -> S.PrimFunc:
-    """out[p] = sum of weight slice (p // rows) times (p % rows + 1), a parallel loop over p."""
+def _sum_slices(slices: int, slice_elems: int, rows: int, outer: int = 0) -> S.PrimFunc:
+    """out[p] = sum of weight slice (p // rows) times (p % rows + 1), a parallel loop over p;
+    the sum is one loop, or ``outer`` iterations of an inner loop when ``outer`` is given."""
     w = tir.decl_buffer((slices * slice_elems,), "float32", "w")
     out = tir.decl_buffer((slices * rows,), "float32", "out")
-    p, k = tir.Var("p"), tir.Var("k")
+    p, k, j = tir.Var("p"), tir.Var("k"), tir.Var("j")
     acc = tir.decl_buffer((1,), "float32", "acc", scope="local")
     scale = tir.cast("float32", p % rows + 1)
+    if outer:
+        inner = slice_elems // outer
+        loop = tir.For(k, 0, outer, "serial", tir.For(j, 0, inner, "serial", tir.BufferStore(
+            acc, acc[0] + w[(p // rows) * slice_elems + k * inner + j] * scale, [0])))
+    else:
+        loop = tir.For(k, 0, slice_elems, "serial", tir.BufferStore(
+            acc, acc[0] + w[(p // rows) * slice_elems + k] * scale, [0]))
     body = tir.Allocate(acc, tir.seq(
-        tir.BufferStore(acc, tir.const(0.0, "float32"), [0]),
-        tir.For(k, 0, slice_elems, "serial", tir.BufferStore(
-            acc, acc[0] + w[(p // rows) * slice_elems + k] * scale, [0])),
+        tir.BufferStore(acc, tir.const(0.0, "float32"), [0]), loop,
         tir.BufferStore(out, acc[0], [p])))
     return tir.PrimFunc("sum_slices", [w, out], tir.For(p, 0, slices * rows, "parallel", body))
 
@@ -53,3 +60,36 @@ def test_prefetch_is_inserted_and_changes_nothing() -> None:
 def test_prefetch_skips_functions_without_the_weight() -> None:
     func = _sum_slices(2, 10, 2)
     assert prefetch_next_slice(func, "nope", 2, 10, 2) is func
+
+
+@pytest.mark.parametrize("outer", [0, 5])
+def test_prefetches_cover_the_next_slice_spread_over_the_loop(outer: int) -> None:
+    """Task p of slice s prefetches its share of slice s + 1, a few lines per iteration of its
+    reduction loop; together the tasks of a slice touch every line of the next one, and the
+    last slice prefetches nothing."""
+    from tessera.tir.functor import substitute
+    from tessera.tir.simplify import simplify
+
+    slices, slice_elems, rows = 4, 800, 3
+    func = prefetch_next_slice(_sum_slices(slices, slice_elems, rows, outer), "w", slices,
+                               slice_elems, rows)
+    guards: list[S.IfThenElse] = []
+    post_order_visit(func.body, lambda n: guards.append(n) if isinstance(n, S.IfThenElse) else None)
+    # one prefetch per iteration of the single loop; 17 lines per task over the 5 outer ones
+    assert len(guards) == (4 if outer else 1)
+    calls = [g.then_case.value for g in guards]
+    loops: list[S.For] = []
+    post_order_visit(func.body, lambda n: loops.append(n) if isinstance(n, S.For) else None)
+    k = next(loop for loop in loops if loop.loop_var.name == "k").loop_var
+    p = next(loop for loop in loops if loop.kind == S.ForKind.PARALLEL).loop_var
+    for s in range(slices):
+        lines = set()
+        for task in range(rows):
+            for it in range(outer or slice_elems):
+                env = {p: tir.const(s * rows + task, p.dtype), k: tir.const(it, k.dtype)}
+                for guard, call in zip(guards, calls):
+                    if simplify(substitute(guard.condition, env)).value:
+                        index = simplify(substitute(call.args[0].indices[0], env)).value
+                        lines.add(index // 16)
+        nxt = range((s + 1) * slice_elems // 16, -(-(s + 2) * slice_elems // 16))
+        assert lines == (set(nxt) if s + 1 < slices else set()), s
