@@ -190,7 +190,8 @@ def measure(work: Workload, args: argparse.Namespace) -> tuple[Result, Any]:
         run_ort()
     # runs per measurement: --number, or enough to last --min-ms (the slower runtime's time
     # decides, so both are timed over the same number of runs)
-    slowest = max(time_ms(run_tessera), time_ms(run_ort))
+    slowest = max(min(time_ms(run_tessera) for _ in range(3)),
+                  min(time_ms(run_ort) for _ in range(3)))
     number = max(args.number, math.ceil(args.min_ms / max(slowest, 1e-3)))
     result.runs_per_measurement = number
 
