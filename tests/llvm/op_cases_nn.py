@@ -339,6 +339,11 @@ def normalization() -> list[Case]:
     for size in (1, 2, 3, 5):
         cases.append(Case("LRN", [x], {"size": size, "alpha": 1e-2, "beta": 0.6, "bias": 1.5},
                           label=f"LRN size={size}"))
+    # the pow form (a base that may not be positive) and a wide LRN with its 55-column rows
+    cases.append(Case("LRN", [x], {"size": 3, "alpha": -1e-2, "beta": 0.75, "bias": 2.0},
+                      label="LRN negative alpha"))
+    cases.append(Case("LRN", [rand(1, 12, 7, 55) * 3], {"size": 5, "alpha": 1e-4, "beta": 0.75,
+                                                         "bias": 1.0}, label="LRN 55 columns"))
     for axes in ([0, 2, 3], [1], [-1, 0]):
         cases.append(Case("MeanVarianceNormalization", [x], {"axes": axes},
                           label=f"MeanVarianceNormalization {axes}"))

@@ -24,7 +24,7 @@ from tessera_llvm import backend as llvm_backend
 from tessera_llvm import lowering
 from tessera_llvm.build import build_module
 from tessera_llvm.schedules import schedule_group
-from tessera_llvm.schedules.common import CPUInfo, compute_ops, injective_space
+from tessera_llvm.schedules.common import CPUInfo, compute_ops, injective_space, reduce_space
 from tessera_llvm.schedules.config import ConfigSpace, Knob, ScheduleConfig
 from tessera_llvm.schedules.conv2d import conv_space, find_conv
 from tessera_llvm.schedules.dense import dense_space, find_dense
@@ -262,6 +262,39 @@ def test_every_injective_vector_width_is_correct() -> None:
             group.check({key: {"vector_width": value, "parallel_min_elems": par,
                                "parallel_tasks": 2}}, f"inj_{k}_{par}",
                         f"vector_width={value} parallel_min_elems={par}")
+
+
+def reduce_group(kind: str) -> Group:
+    """A group whose anchor is a reduction keeping its last output axis (or pooling)."""
+    fn = Function(kind)
+    if kind == "lrn":  # the channel-window sum of LRN, then the elementwise part
+        a = rand(1, 12, 5, 11) * 3
+        x = fn.add_input("a", TensorType.of(a))
+        fn.outputs = [fn.op("LRN", x, size=5, alpha=1e-2, beta=0.75, bias=1.0)]
+    elif kind == "sum_channels":
+        a = rand(2, 7, 3, 40)
+        x = fn.add_input("a", TensorType.of(a))
+        fn.outputs = [fn.op("ReduceSum", x, axes=[1], keepdims=1)]
+    else:  # an NCHWc average pool with padding
+        a = pack_nchwc(rand(1, 16, 9, 9), 8)
+        x = fn.add_input("a", TensorType.of(a))
+        fn.outputs = [fn.op("PoolNCHWc", x, mode="avg", kernel_shape=[3, 3], strides=[2, 2],
+                            pads=[1, 1, 1, 1])]
+    return Group(fn, {"a": a})
+
+
+@pytest.mark.parametrize("kind", ["lrn", "sum_channels", "pool"])
+def test_every_reduce_knob_candidate_is_correct(kind: str) -> None:
+    group = reduce_group(kind)
+    reductions = [op for op in compute_ops(list(group.te.outputs)) if op.reduce_axis]
+    space = reduce_space(reductions[0], CPU)
+    key = key_of(space)
+    if kind != "pool":  # a last output axis of 11 or 40 columns: vectors by default
+        assert space.knobs["row_vector"].default > 1
+    for k, value in enumerate(space.knobs["row_vector"].candidates):
+        for par in (64, 1 << 20):  # parallel or not
+            group.check({key: {"row_vector": value, "parallel_min_elems": par}},
+                        f"{kind}_{k}_{par}", f"{kind}: row_vector={value} parallel={par}")
 
 
 def test_lower_region_overrides_reach_the_compiled_model(monkeypatch: pytest.MonkeyPatch

@@ -82,6 +82,9 @@ def test_rms_lrn_mvn_lp() -> None:
     for size in (1, 2, 3, 5, 7):
         check_op("LRN", [x], {"size": size, "alpha": 1e-2, "beta": 0.6, "bias": 1.5})
     check_op("LRN", [rand(1, 3, 5)], {"size": 3})
+    # a base that is not always positive (bias 0, negative alpha) takes the pow form
+    check_op("LRN", [x], {"size": 3, "alpha": 1e-2, "beta": 0.5, "bias": 0.0})
+    check_op("LRN", [x], {"size": 3, "alpha": -1e-2, "beta": 0.75, "bias": 2.0})
     for axes in ([0, 2, 3], [1], [-1, 0]):
         check_op("MeanVarianceNormalization", [x], {"axes": axes}, rtol=1e-4, atol=1e-5)
     for p in (1, 2):

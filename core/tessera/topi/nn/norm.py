@@ -202,9 +202,12 @@ def lrn(x: te.Tensor, size: int, alpha: float = 1e-4, beta: float = 0.75,
                    attrs={"size": size})
 
     def body(*i: Any) -> Expr:
-        denom = tir.call("pow", const(bias, acc) + const(alpha / size, acc) * s[i],
-                         const(beta, acc))
-        return cast(cast(x[i], acc) / denom, x.dtype)
+        base = const(bias, acc) + const(alpha / size, acc) * s[i]
+        if bias > 0 and alpha >= 0:
+            # the base is positive: x * base^-beta as exp(-beta * log(base)), which vectorizes
+            # (a pow call is a libm call per element)
+            return cast(cast(x[i], acc) * tir.exp(tir.log(base) * const(-beta, acc)), x.dtype)
+        return cast(cast(x[i], acc) / tir.call("pow", base, const(beta, acc)), x.dtype)
 
     return _stage(x.shape, body, "lrn", tag.ELEMWISE)
 

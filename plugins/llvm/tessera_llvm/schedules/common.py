@@ -125,10 +125,18 @@ def schedule_injective_stage(s: Any, op: te.ComputeOp, cfg: ScheduleConfig) -> N
 
 
 def reduce_space(op: te.ComputeOp, cpu: CPUInfo) -> ConfigSpace:
-    space = ConfigSpace("reduce", (tuple(extents(op)),
+    shape = extents(op)
+    space = ConfigSpace("reduce", (tuple(shape),
                                    tuple(a.dom.extent.value for a in op.reduce_axis)))
     space.define("parallel_min_elems", [4096, 16384, 65536], 16384,
                  "smallest reduction (output x reduced elements) worth a parallel launch")
+    last = shape[-1] if shape else 1
+    lanes = cpu.lanes_for(op.output(0).dtype)
+    rows = len(shape) > 1 and bool(op.reduce_axis) and last >= 4
+    vec = _default_vector(last, lanes) if rows else 1
+    space.define("row_vector", sorted({1, vec}), vec,
+                 "reductions keeping a last output axis (channel windows, sums over channels): "
+                 "that axis innermost as vectors of this width (1: scalar)")
     return space
 
 
@@ -151,6 +159,19 @@ def schedule_reduce_stage(s: Any, op: te.ComputeOp, cfg: ScheduleConfig) -> None
         axes = axes[:-1]
         if len(axes) > 1 and shape[-2] > 1:
             axes = axes[:-1]
+    elif int(cfg.get("row_vector", 1)) > 1 and len(axes) > 1 and op.reduce_axis:
+        # a reduction that keeps a last output axis (LRN's window over channels, a sum over
+        # channels): reduce outside that axis, which runs as vectors
+        vec = int(cfg["row_vector"])
+        last = axes[-1]
+        if vec < shape[-1]:
+            last, inner = stage.split(last, factor=vec)
+            stage.reorder(*axes[:-1], last, *op.reduce_axis, inner)
+            stage.vectorize(inner)
+        else:
+            stage.reorder(*axes[:-1], *op.reduce_axis, last)
+            stage.vectorize(last)
+        axes = axes[:-1]
     if axes and work >= int(cfg.get("parallel_min_elems", 16384)) and math.prod(
             extents(op)) > 1:
         fused = stage.fuse(*axes) if len(axes) > 1 else axes[0]
