@@ -61,6 +61,7 @@ def compile(model: ModelSource | Function, target: str | None = "auto",
         forms = dump_code.split(",") if isinstance(dump_code, str) else list(dump_code)
         extra["dump_code"] = [f.strip() for f in forms if f.strip()]
         extra["dump_dir"] = str(dump_dir or ".")
+        _check_code_forms(extra["dump_code"], [b for b, _ in backends], target_text)
     options = CompileOptions(opt_level=opt_level, pass_config=dict(pass_config or {}),
                              tuning_records=tuning_records, extra=extra)
     used: dict[str, Backend] = {b.name: b for b, _ in backends}
@@ -69,6 +70,20 @@ def compile(model: ModelSource | Function, target: str | None = "auto",
     say("planning memory and building the execution plan")
     return Module(result.graph, compiled, used, target_text, result.report,
                   manager.timings, options)
+
+
+def _check_code_forms(forms: list[str], backends: list[Backend], target: str) -> None:
+    """Refuse ``dump_code`` forms that no backend of the target writes (before compiling)."""
+    known: list[str] = []
+    for b in backends:
+        known += [f for f in b.code_forms if f not in known]
+    if not known:
+        raise CompileError(f"--dump-code: no backend of target {target!r} generates code to "
+                           "dump (llvm writes ll, asm and tir)")
+    for form in forms:
+        if form not in known:
+            raise CompileError(f"--dump-code: unknown code form {form!r}; the backends of "
+                               f"target {target!r} write {', '.join(known)}")
 
 
 def _progress_printer(enabled: bool) -> Callable[[str], None]:

@@ -136,6 +136,21 @@ def test_unknown_form_is_a_one_line_error(forms: str, tmp_path: Path,
     assert not out.exists()
 
 
+@pytest.mark.parametrize("target", ["ref", "llvm"])
+def test_forms_no_backend_writes_are_refused_before_compiling(
+        target: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--target ref`` writes no code at all; ``svg`` is no form of any backend of the
+    target: both are errors, not silently ignored."""
+    model = save_model(tmp_path)
+    out = tmp_path / "out" / "m.tar"
+    forms = "ll" if target == "ref" else "svg"
+    code = main(["compile", str(model), "--target", target, "--dump-code", forms,
+                 "-o", str(out)])
+    wanted = ("no backend", repr(target)) if target == "ref" else (repr("svg"), "ll, asm, tir")
+    assert_error(capsys, code, "--dump-code", *wanted)
+    assert not out.exists()
+
+
 def test_python_api_dump_code(tmp_path: Path) -> None:
     model = save_model(tmp_path)
     mod = tessera.compile(str(model), target="llvm", dump_code=["asm", "ll"],

@@ -85,6 +85,11 @@ class Backend(ABC):
     #: Target options the backend understands (``-mcpu`` -> ``{"mcpu": "CPU name"}``): option
     #: name -> one-line description. Any other option in a target string is an error.
     options: dict[str, str] = {}
+    #: Forms of its generated code that ``dump_code`` (``--dump-code``) may ask for, such as
+    #: ``("ll", "asm", "tir")``; a backend that writes none leaves it empty. ``compile`` reads
+    #: the requested forms from ``options.extra["dump_code"]`` and the folder from
+    #: ``options.extra["dump_dir"]``.
+    code_forms: tuple[str, ...] = ()
 
     def available(self) -> str | None:
         """None when the backend can run here, else the reason it cannot (shown to users)."""

@@ -133,6 +133,7 @@ class LLVMBackend(Backend):
         "num-threads": "threads of the kernel thread pool (default: TESSERA_NUM_THREADS or "
                        "the CPU count)",
     }
+    code_forms = ("ll", "asm", "tir")
 
     def available(self) -> str | None:
         try:
