@@ -49,6 +49,7 @@ from tessera.ir.types import TensorType
 from tessera.ops.layout import blocked_shape, layout_name, pack_conv_weight, pack_nchwc
 from tessera.ops.registry import OpPattern, get_schema, has_op, normalize_axis
 from tessera.ops.spatial import spatial_params
+from tessera.passes.conv_match import constant_weight_conv
 
 #: ``choose(conv_node) -> (ic_bn, oc_bn)``, ``(ic_bn, oc_bn, padded output channels)`` or
 #: ``None`` to keep the conv in NCHW.
@@ -197,13 +198,10 @@ class _LayoutRewriter:
         return self.fn
 
     def try_conv(self, node: Node) -> bool:
-        if node.op != "Conv" or len(node.outputs) != 1:
+        operands = constant_weight_conv(node)
+        if operands is None:
             return False
-        x, w = node.inputs[0], node.inputs[1]
-        b = node.inputs[2] if len(node.inputs) > 2 else None
-        if (x is None or w is None or x.type.ndim != 4 or not x.type.dtype.is_float
-                or w.data is None or (b is not None and b.data is None)):
-            return False
+        x, w, b = operands
         choice = self.choose(node)
         if choice is None:
             return False

@@ -25,6 +25,7 @@ import numpy as np
 
 from tessera.ir.graph import Function, Node
 from tessera.ops.spatial import spatial_params
+from tessera.passes.conv_match import constant_weight_conv
 
 #: ``select(conv_node) -> columns``: rewrite this (eligible) convolution computing that many
 #: pixel columns (at least ``H*W``), or ``None`` to keep it.
@@ -34,13 +35,10 @@ SelectFn = Callable[[Node], "int | None"]
 def is_grouped_pointwise(node: Node) -> bool:
     """A float 2-D ``Conv`` with ``group > 1``, more than one input channel per group, a
     constant 1x1 weight (constant or no bias), unit strides and no padding."""
-    if node.op != "Conv" or len(node.outputs) != 1 or len(node.inputs) < 2:
+    operands = constant_weight_conv(node)
+    if operands is None:
         return False
-    x, w = node.inputs[0], node.inputs[1]
-    b = node.inputs[2] if len(node.inputs) > 2 else None
-    if (x is None or w is None or x.type.ndim != 4 or not x.type.dtype.is_float
-            or w.data is None or (b is not None and b.data is None)):
-        return False
+    w = operands.w
     group = int(node.attrs.get("group", 1) or 1)
     if group <= 1 or w.type.shape[1] <= 1 or tuple(w.type.shape[2:]) != (1, 1):
         return False
@@ -61,9 +59,9 @@ def grouped_pointwise_to_matmul(func: Function, select: SelectFn) -> Function:
         if cols is None or cols < math.prod(node.outputs[0].type.shape[2:]):
             fn.nodes.append(node)
             continue
-        x, w = node.inputs[0], node.inputs[1]
-        b = node.inputs[2] if len(node.inputs) > 2 else None
-        assert x is not None and w is not None and w.data is not None
+        operands = constant_weight_conv(node)
+        assert operands is not None and operands.w.data is not None
+        x, w, b = operands
         n, c, h, wd = x.type.shape
         group = int(node.attrs["group"])
         oc, icg = w.type.shape[:2]
