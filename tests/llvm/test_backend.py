@@ -474,8 +474,8 @@ def test_output_channels_padded_to_whole_vectors() -> None:
     assert mod.run(x=rand(2, 16, 9, 11), s=rand(2, 1000, 9, 11))["z"].shape == (2, 1000, 9, 11)
 
 
-@pytest.mark.parametrize("hw", [(14, 14), (28, 28), (7, 7)])
-def test_grouped_pointwise_convs_with_narrow_groups(hw: tuple[int, int]) -> None:
+@pytest.mark.parametrize("hw, batch", [((14, 14), 1), ((28, 28), 1), ((7, 7), 1), ((14, 14), 2)])
+def test_grouped_pointwise_convs_with_narrow_groups(hw: tuple[int, int], batch: int) -> None:
     """ShuffleNet's grouped 1x1 convs (34 channels per group) run as batched matrix products
     vectorized over the pixels (196 padded to 208) unless padding would add too much (49)."""
     from tessera_llvm.cpu import cpu_info
@@ -484,8 +484,8 @@ def test_grouped_pointwise_convs_with_narrow_groups(hw: tuple[int, int]) -> None
     nodes = [_conv("x", "c", "wg", "bg", group=4, pads=[0, 0, 0, 0]), N("Relu", ["c"], ["r"]),
              _conv("r", "y", "wg2", group=4, pads=[0, 0, 0, 0])]
     inits = {"wg": rand(136, 34, 1, 1) * 0.2, "bg": rand(136), "wg2": rand(136, 34, 1, 1) * 0.2}
-    model = _graph_model(nodes, {"x": [1, 136, *hw]}, ["y"], inits)
-    feeds = {"x": rand(1, 136, *hw)}
+    model = _graph_model(nodes, {"x": [batch, 136, *hw]}, ["y"], inits)
+    feeds = {"x": rand(batch, 136, *hw)}
     mod = tessera.compile(model, target="llvm")
     pixels = hw[0] * hw[1]
     cols = -(-pixels // lanes) * lanes
