@@ -23,7 +23,9 @@ KernelFn = Callable[[list[Any], list[Any]], None]
 #: Binds a region's kernels to their buffers all at once: it receives each kernel's (inputs,
 #: outputs) buffer lists, in the order of ``CompiledRegion.kernels``, and returns a call that
 #: runs every kernel in that order (for instance one native call instead of one per kernel).
-SequenceBinder = Callable[[list[tuple[list[Any], list[Any]]]], Callable[[], None]]
+#: An entry is None for a kernel whose work the runtime does itself (an elided concatenation,
+#: see ``Kernel.concat_offsets``): the call must skip it.
+SequenceBinder = Callable[[list["tuple[list[Any], list[Any]] | None"]], Callable[[], None]]
 
 
 @dataclass
@@ -38,6 +40,10 @@ class Kernel:
     op: str = ""
     #: Estimated work, for profiles (floating-point or integer operations); 0 when unknown.
     flops: int = 0
+    #: Set for a kernel that only copies its inputs, in order, into its one output, each input
+    #: a contiguous byte range starting at this offset (a concatenation whose leading axes are
+    #: all 1). The runtime may then place every input inside the output and skip the kernel.
+    concat_offsets: list[int] | None = None
 
 
 @dataclass

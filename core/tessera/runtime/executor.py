@@ -21,6 +21,10 @@ def _copy_fn(src: Device, dst: Device) -> Callable[[list[Any], list[Any]], None]
     return run
 
 
+def _nothing(ins: list[Any], outs: list[Any]) -> None:
+    """The call of an elided step: the memory plan already did its work."""
+
+
 #: One entry of ``Executor.runs``: a step, its call and buffers, and a bound sequence (or None).
 _Run = tuple[Step, Any, list[Any], list[Any], "Callable[[], None] | None"]
 
@@ -45,9 +49,12 @@ class Executor:
             self.buffers[name] = buf
         self.calls: list[tuple[Step, Callable[[list[Any], list[Any]], None], list[Any],
                                list[Any]]] = []
-        for step in plan.steps:
+        self.elided = set(memory.elided)
+        for i, step in enumerate(plan.steps):
             fn = step.fn if step.fn is not None else _copy_fn(devices[step.src],
                                                              devices[step.dst])
+            if i in self.elided:  # its inputs already sit inside its output
+                fn = _nothing
             self.calls.append((step, fn, [self.buffers[n] for n in step.inputs],
                                [self.buffers[n] for n in step.outputs]))
         self.runs = self._bind_runs()
@@ -57,6 +64,7 @@ class Executor:
         (naming it in errors), its call and buffers, and the bound sequence (None for a single
         step)."""
         runs: list[_Run] = []
+        elided = {id(self.calls[i][0]) for i in self.elided}
         i = 0
         while i < len(self.calls):
             step = self.calls[i][0]
@@ -71,7 +79,8 @@ class Executor:
                 continue
             group = self.calls[i:j]
             try:
-                bound = binder([(ins, outs) for _s, _fn, ins, outs in group])
+                bound = binder([None if id(s) in elided else (ins, outs)
+                                for s, _fn, ins, outs in group])
             except TesseraError:
                 raise
             except Exception as e:  # noqa: BLE001 - name the region

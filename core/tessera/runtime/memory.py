@@ -5,14 +5,25 @@ inputs and outputs live through the whole run (inputs persist between runs). Ten
 largest first at the lowest aligned offset that does not overlap a placed tensor whose lifetime
 intersects its own (greedy by size, as TFLite's and TVM's planners do), so a kernel's outputs
 never share memory with its inputs.
+
+Concatenations are elided where a backend allows it (``Kernel.concat_offsets``): each input is
+placed inside the output at its offset, so the producers write the concatenated tensor
+directly and the copy never runs (DenseNet's growing feature maps, Inception's and SqueezeNet's
+branch concatenations). An input qualifies when it is planned on the output's device, is not
+a model input or output, appears once in the concatenation and in no earlier elided one; the
+concatenation is elided only when all of its inputs qualify. Chains (a concatenation of a
+concatenation) nest. A group of tensors sharing storage is placed as one buffer whose lifetime
+spans all of theirs.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
+from tessera.ir.types import TensorType
 from tessera.plugin.device import ALIGNMENT
-from tessera.runtime.plan import ExecutionPlan
+from tessera.runtime.plan import ExecutionPlan, TensorInfo
 
 
 def _align(n: int) -> int:
@@ -32,6 +43,8 @@ class DevicePlan:
 @dataclass
 class MemoryPlan:
     devices: dict[str, DevicePlan]
+    #: indices of the plan steps (concatenations) whose work the placement does
+    elided: set[int] = field(default_factory=set)
 
     def offset(self, name: str) -> tuple[str, int]:
         for dev, plan in self.devices.items():
@@ -80,20 +93,92 @@ def lifetimes(plan: ExecutionPlan) -> dict[str, tuple[int, int]]:
     return {n: (first.get(n, 0), last.get(n, first.get(n, 0))) for n in plan.tensors}
 
 
+def concat_aliases(plan: ExecutionPlan) -> tuple[dict[str, tuple[str, int]], set[int]]:
+    """The tensors placed inside a concatenation's output (tensor -> (output, byte offset)) and
+    the indices of the concatenation steps that are elided (see the module doc)."""
+    fixed = set(plan.inputs) | set(plan.outputs)
+    parent: dict[str, tuple[str, int]] = {}
+    elided: set[int] = set()
+    for i, step in enumerate(plan.steps):
+        offsets = step.concat_offsets
+        if (offsets is None or len(step.outputs) != 1 or len(offsets) != len(step.inputs)
+                or len(set(step.inputs)) != len(step.inputs)):
+            continue
+        out = step.outputs[0]
+        info = plan.tensors.get(out)
+        if info is None or out in plan.inputs:
+            continue
+        if all(_fits(plan, n, off, info, fixed, parent)
+               for n, off in zip(step.inputs, offsets)):
+            for n, off in zip(step.inputs, offsets):
+                parent[n] = (out, off)
+            elided.add(i)
+    return parent, elided
+
+
+def contiguous_concat_offsets(inputs: list[TensorType], output: TensorType) -> list[int] | None:
+    """Byte offsets of ``inputs`` inside ``output`` when ``output`` is their concatenation along
+    an axis before which every extent is 1 (each input is then one contiguous byte range of
+    the output, in order), else None: what a backend puts in ``Kernel.concat_offsets``."""
+    if not inputs or any(t.ndim != output.ndim or t.dtype != output.dtype for t in inputs):
+        return None
+    axis = next((a for a in range(output.ndim)
+                 if any(t.shape[a] != output.shape[a] for t in inputs)), output.ndim)
+    if axis == output.ndim and len(inputs) > 1:
+        return None
+    for t in inputs:
+        if any(t.shape[a] != output.shape[a] for a in range(output.ndim) if a != axis):
+            return None
+    if axis < output.ndim and (math.prod(output.shape[:axis]) != 1
+                               or sum(t.shape[axis] for t in inputs) != output.shape[axis]):
+        return None
+    offsets, pos = [], 0
+    for t in inputs:
+        offsets.append(pos)
+        pos += t.nbytes
+    return offsets
+
+
+def _fits(plan: ExecutionPlan, name: str, offset: int, out: TensorInfo, fixed: set[str],
+          parent: dict[str, tuple[str, int]]) -> bool:
+    """Whether tensor ``name`` can live at ``offset`` inside the output ``out``."""
+    t = plan.tensors.get(name)
+    return (t is not None and name not in fixed and name not in parent
+            and t.device == out.device and offset % ALIGNMENT == 0
+            and 0 <= offset and offset + t.type.nbytes <= out.type.nbytes)
+
+
 def plan_memory(plan: ExecutionPlan) -> MemoryPlan:
     """Offsets for every planned tensor, per device."""
     life = lifetimes(plan)
+    parent, elided = concat_aliases(plan)
+
+    def root(name: str) -> tuple[str, int]:
+        offset = 0
+        while name in parent:
+            name, off = parent[name]
+            offset += off
+        return name, offset
+
+    # a group sharing storage lives as long as any of its members
+    span: dict[str, tuple[int, int]] = {}
+    for name in plan.tensors:
+        r, _ = root(name)
+        a, b = life[name]
+        lo, hi = span.get(r, (a, b))
+        span[r] = (min(lo, a), max(hi, b))
     devices: dict[str, DevicePlan] = {}
     by_device: dict[str, list[str]] = {}
     for name, info in plan.tensors.items():
         by_device.setdefault(info.device, []).append(name)
     for dev, names in by_device.items():
         dp = DevicePlan(dev)
-        order = sorted(names, key=lambda n: (-plan.tensors[n].type.nbytes, life[n][0], n))
+        roots = [n for n in names if n not in parent]
+        order = sorted(roots, key=lambda n: (-plan.tensors[n].type.nbytes, span[n][0], n))
         placed: list[tuple[int, int, int, int]] = []  # offset, size, first, last
         for n in order:
             size = _align(max(plan.tensors[n].type.nbytes, 1))
-            start, stop = life[n]
+            start, stop = span[n]
             conflicts = sorted((off, off + sz) for off, sz, a, b in placed
                                if not (b < start or stop < a))
             offset = 0
@@ -103,8 +188,11 @@ def plan_memory(plan: ExecutionPlan) -> MemoryPlan:
                 offset = max(offset, hi)
             placed.append((offset, size, start, stop))
             dp.offsets[n] = offset
-            dp.sizes[n] = size
             dp.total_bytes = max(dp.total_bytes, offset + size)
-            dp.no_reuse_bytes += size
+        for n in names:
+            r, off = root(n)
+            dp.offsets[n] = dp.offsets[r] + off
+            dp.sizes[n] = _align(max(plan.tensors[n].type.nbytes, 1))
+            dp.no_reuse_bytes += dp.sizes[n]
         devices[dev] = dp
-    return MemoryPlan(devices)
+    return MemoryPlan(devices, elided)

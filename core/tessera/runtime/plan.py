@@ -27,6 +27,8 @@ class Step:
     flops: int = 0
     #: the compiled region the kernel belongs to ("" for copies)
     region: str = ""
+    #: byte offsets of the inputs inside the output of a concatenation kernel (Kernel doc)
+    concat_offsets: list[int] | None = None
 
     @property
     def is_copy(self) -> bool:
@@ -97,7 +99,7 @@ def build_plan(graph: Function, compiled: dict[str, CompiledRegion]) -> Executio
                     raise CompileError(f"kernel {k.name} of backend {cr.backend} uses tensor "
                                        f"{n!r} that its compiled region does not declare")
             steps.append(Step(k.name, cr.backend, k.op, ins, outs, k.fn, flops=k.flops,
-                              region=node.body.name))
+                              region=node.body.name, concat_offsets=k.concat_offsets))
         if cr.bind_sequence is not None and cr.kernels:
             sequences[node.body.name] = cr.bind_sequence
     output_constants = {}

@@ -34,6 +34,7 @@ from tessera.ir.types import TensorType
 from tessera.partition.patterns import Pattern
 from tessera.plugin.backend import Backend, CompiledRegion, CompileOptions, Kernel
 from tessera.plugin.target import TargetKind
+from tessera.runtime.memory import contiguous_concat_offsets
 from tessera.topi.registry import has_compute, registered_ops, unsupported_reason
 
 from .cpu import cpu_info
@@ -239,6 +240,10 @@ class LLVMBackend(Backend):
         from .sequence import make_binder
 
         kernels = [_make_kernel(lib, k) for k in table]
+        for kernel in kernels:  # the runtime may place a concat's inputs inside its output
+            if kernel.op == "Concat" and all(n in tensors for n in kernel.inputs):
+                kernel.concat_offsets = contiguous_concat_offsets(
+                    [tensors[n] for n in kernel.inputs], tensors[kernel.outputs[0]])
         return CompiledRegion(self.name, region, kernels, tensors, constants,
                               {"kernels": len(kernels), "_lib": lib, "_table": table,
                                "_mcpu": mcpu, "_mattr": mattr, "_object_code": object_code},

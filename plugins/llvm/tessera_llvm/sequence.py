@@ -117,10 +117,14 @@ class KernelSequence:
 def make_binder(kernels: Sequence[KernelFunction]
                 ) -> Callable[[list[tuple[list[Any], list[Any]]]], Callable[[], None]]:
     """The ``CompiledRegion.bind_sequence`` of a region whose kernels are ``kernels``: given
-    each kernel's (inputs, outputs), in order, a call that runs them all."""
+    each kernel's (inputs, outputs), in order, a call that runs them all (skipping the kernels
+    given None: their work is done by the runtime)."""
     kernels = list(kernels)
 
-    def bind(calls: list[tuple[list[Any], list[Any]]]) -> Callable[[], None]:
-        return KernelSequence(kernels, [list(ins) + list(outs) for ins, outs in calls])
+    def bind(calls: list[tuple[list[Any], list[Any]] | None]) -> Callable[[], None]:
+        if len(calls) != len(kernels):
+            raise RunError(f"a region of {len(kernels)} kernels got {len(calls)} buffer lists")
+        kept = [(k, list(c[0]) + list(c[1])) for k, c in zip(kernels, calls) if c is not None]
+        return KernelSequence([k for k, _ in kept], [b for _, b in kept])
 
     return bind

@@ -18,6 +18,7 @@ from tessera.ops.registry import all_ops, get_schema
 from tessera.partition.patterns import Pattern
 from tessera.plugin.backend import Backend, CompiledRegion, CompileOptions, Kernel
 from tessera.plugin.target import TargetKind
+from tessera.runtime.memory import contiguous_concat_offsets
 
 
 def _node_kernel(node: Node) -> Kernel:
@@ -42,9 +43,14 @@ def _node_kernel(node: Node) -> Kernel:
                                f"inferred type says {list(out.shape)}")
             np.copyto(out, res, casting="unsafe")
 
+    offsets = None
+    if node.op == "Concat" and len(node.outputs) == 1 and all(v is not None for v in node.inputs):
+        # the runtime may place the inputs inside the output and skip the copy
+        offsets = contiguous_concat_offsets([v.type for v in node.inputs if v is not None],
+                                            node.outputs[0].type)
     return Kernel(name=node.name, fn=run,
                   inputs=[v.name for v in node.inputs if v is not None],
-                  outputs=[v.name for v in node.outputs], op=node.op)
+                  outputs=[v.name for v in node.outputs], op=node.op, concat_offsets=offsets)
 
 
 @lru_cache(maxsize=1)
