@@ -129,3 +129,14 @@ def test_concatenations_that_must_copy(target: str, case: str) -> None:
     got = mod.run(**data)
     np.testing.assert_allclose(got["y"], _numpy(data, twice=case == "twice"),
                                rtol=1e-5, atol=1e-6)
+
+
+def test_overlapping_offsets_from_a_backend_are_not_trusted() -> None:
+    """Offsets that would put two inputs on the same bytes leave the concatenation a copy."""
+    fn, data = _dense_block()
+    mod = tessera.compile(fn, target="ref")
+    step = next(s for s in mod.plan.steps if s.op == "Concat")
+    step.concat_offsets = [0, 0]
+    parent, elided = concat_aliases(mod.plan)
+    assert mod.plan.steps.index(step) not in elided
+    assert not any(p == step.outputs[0] for p, _ in parent.values())

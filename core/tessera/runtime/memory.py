@@ -108,8 +108,11 @@ def concat_aliases(plan: ExecutionPlan) -> tuple[dict[str, tuple[str, int]], set
         info = plan.tensors.get(out)
         if info is None or out in plan.inputs:
             continue
-        if all(_fits(plan, n, off, info, fixed, parent)
-               for n, off in zip(step.inputs, offsets)):
+        ends = [off + plan.tensors[n].type.nbytes if n in plan.tensors else -1
+                for n, off in zip(step.inputs, offsets)]
+        disjoint = all(e <= nxt for e, nxt in zip(ends, offsets[1:]))
+        if disjoint and all(_fits(plan, n, off, info, fixed, parent)
+                            for n, off in zip(step.inputs, offsets)):
             for n, off in zip(step.inputs, offsets):
                 parent[n] = (out, off)
             elided.add(i)
