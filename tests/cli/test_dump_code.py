@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from cli.support import assert_error
 from onnx import TensorProto, helper, numpy_helper
 
 import tessera
@@ -44,18 +45,6 @@ def save_model(tmp_path: Path, with_topk: bool = False) -> Path:
     path = tmp_path / "net.onnx"
     onnx.save(model, str(path))
     return path
-
-
-def assert_error(capsys: pytest.CaptureFixture[str], code: int, *fragments: str) -> str:
-    """Exit code 1, one ``error:`` line on stderr without a traceback, naming ``fragments``."""
-    err = capsys.readouterr().err
-    assert code == 1, err
-    lines = [line for line in err.splitlines() if line.startswith("error:")]
-    assert len(lines) == 1, err
-    assert "Traceback" not in err
-    for fragment in fragments:
-        assert fragment in lines[0], err
-    return lines[0]
 
 
 @pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"),

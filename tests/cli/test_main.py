@@ -16,6 +16,7 @@ from types import SimpleNamespace
 import numpy as np
 import onnx
 import pytest
+from cli.support import assert_error
 from onnx import TensorProto, helper, numpy_helper
 
 from tessera.cli.compile import compile_kwargs
@@ -66,18 +67,6 @@ def inputs_file(tmp_path: Path, rng: np.random.Generator, **extra: np.ndarray) -
     path = tmp_path / "inputs.npz"
     np.savez(path, **arrays)
     return path, arrays
-
-
-def assert_error(capsys: pytest.CaptureFixture[str], code: int, *fragments: str) -> str:
-    """Exit code 1, one ``error:`` line on stderr without a traceback, naming ``fragments``."""
-    err = capsys.readouterr().err
-    assert code == 1, err
-    lines = [line for line in err.splitlines() if line.startswith("error:")]
-    assert len(lines) == 1, err
-    assert "Traceback" not in err
-    for fragment in fragments:
-        assert fragment in lines[0], err
-    return lines[0]
 
 
 # -- the happy path ------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 from llvm.support import Case
+from topi.support import random_data
 
 F32 = np.float32
 RNG = np.random.default_rng(0)
@@ -20,15 +21,8 @@ def reseed() -> None:
 
 
 def rand(*shape: int, dtype: Any = "float32", lo: float = -1.0, hi: float = 1.0) -> np.ndarray:
-    """Uniform random data (integers in [lo, hi] clipped to the dtype; bool: coin flips)."""
-    dt = np.dtype(dtype)
-    if dt == np.bool_:
-        return RNG.random(shape) < 0.5
-    if dt.kind in "iu":
-        info = np.iinfo(dt)
-        return RNG.integers(max(int(lo), info.min), min(int(hi), info.max) + 1,
-                            size=shape).astype(dt)
-    return RNG.uniform(lo, hi, shape).astype(dt)
+    """Uniform random data from this module's generator (see ``topi.support.random_data``)."""
+    return random_data(RNG, shape, dtype, lo, hi)
 
 
 def nonzero(a: np.ndarray, floor: float = 0.1) -> np.ndarray:

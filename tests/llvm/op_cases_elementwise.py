@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 from llvm.op_cases import F32, family, nonzero, rand
 from llvm.support import Case
-from topi.test_broadcast import SHAPE_PAIRS
+from topi.test_broadcast import INT_DIV_TYPES, SHAPE_PAIRS, integer_division_operands
 from topi.test_elemwise import CAST_TYPES, FLOAT_OPS, SHAPES
 from topi.test_quantized import CONV_CASES as QCONV_CASES
 from topi.test_transform import RESHAPES, RESIZES, SLICES
@@ -66,7 +66,7 @@ def unary_integer_and_bool() -> list[Case]:
         for op in ("Abs", "Sign", "Relu", "Identity", "Erf"):
             cases.append(Case(op, [x], label=f"{op} {dtype}"))
         cases.append(Case("Shrink", [x], {"lambd": 1.5, "bias": 2.0}, label=f"Shrink {dtype}"))
-        if signed:
+        if dtype.startswith("int"):
             cases.append(Case("Neg", [x], label=f"Neg {dtype}"))
             info = np.iinfo(dtype)
             cases.append(Case("Abs", [np.array([info.min, -1, 0, info.max], dtype)],
@@ -135,17 +135,12 @@ def binary_arithmetic() -> list[Case]:
 @family
 def integer_division_and_modulo() -> list[Case]:
     cases = []
-    for dtype in ("int32", "int8", "uint8", "int64"):
-        signed = dtype.startswith("int")
-        a = rand(6, 7, dtype=dtype, lo=-50 if signed else 0, hi=50)
-        b = rand(7, dtype=dtype, lo=-6 if signed else 0, hi=6)
-        b[0] = 0  # division by zero gives 0
-        if signed:
-            b[1] = -1
+    for dtype in INT_DIV_TYPES:
+        a, b = integer_division_operands(dtype)
         cases += [Case("Div", [a, b], label=f"Div {dtype}"),
                   Case("Mod", [a, b], {"fmod": 0}, label=f"Mod {dtype}"),
                   Case("Mod", [a, b], {"fmod": 1}, label=f"fmod {dtype}")]
-        if signed:
+        if dtype.startswith("int"):
             info = np.iinfo(dtype)
             x = np.array([info.min, info.min, 7, -7], dtype)
             y = np.array([-1, 1, -2, 2], dtype)

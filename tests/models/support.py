@@ -3,6 +3,8 @@ outputs on the same weights and input."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import onnxruntime as ort
 
@@ -24,14 +26,18 @@ class Compiled:
         self.want = want
 
 
-def compile_light(name: str, target: str) -> Compiled:
-    light = load_light_model(name)
+def run_onnxruntime(model: Any, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """Every output of the ONNX ``model`` from onnxruntime (two threads), in order."""
     options = ort.SessionOptions()
     options.intra_op_num_threads = 2
-    session = ort.InferenceSession(light.model.SerializeToString(), options,
+    session = ort.InferenceSession(model.SerializeToString(), options,
                                    providers=["CPUExecutionProvider"])
-    want = dict(zip(light.output_names, session.run(None, light.inputs)))
-    del session
+    return session.run(None, inputs)
+
+
+def compile_light(name: str, target: str) -> Compiled:
+    light = load_light_model(name)
+    want = dict(zip(light.output_names, run_onnxruntime(light.model, light.inputs)))
     mod = tessera.compile(light.model, target=target, input_shapes=light.input_shapes)
     return Compiled(light, mod, want)
 

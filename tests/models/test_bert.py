@@ -10,6 +10,7 @@ import numpy as np
 import onnx
 import pytest
 from models.support import assert_outputs_match
+from models.support import run_onnxruntime as onnxruntime_outputs
 from onnx import numpy_helper
 
 import tessera
@@ -32,11 +33,7 @@ CONFIGS = [
 
 
 def run_onnxruntime(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> np.ndarray:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 2
-    session = ort.InferenceSession(model.SerializeToString(), options,
-                                   providers=["CPUExecutionProvider"])
-    return session.run(None, inputs)[0]
+    return onnxruntime_outputs(model, inputs)[0]
 
 
 @pytest.mark.parametrize("config", CONFIGS)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from models.support import assert_outputs_match
+from models.support import run_onnxruntime as onnxruntime_outputs
 
 import tessera
 from tessera.plugin.manager import get_backends
@@ -30,11 +31,7 @@ CONFIGS = [
 
 
 def run_onnxruntime(model, inputs: dict[str, np.ndarray]) -> np.ndarray:  # noqa: ANN001
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 2
-    session = ort.InferenceSession(model.SerializeToString(), options,
-                                   providers=["CPUExecutionProvider"])
-    return session.run(None, inputs)[0]
+    return onnxruntime_outputs(model, inputs)[0]
 
 
 @pytest.mark.parametrize("config", CONFIGS)

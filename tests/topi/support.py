@@ -28,16 +28,23 @@ TOLERANCE = {
 }
 
 
-def rand(*shape: int, dtype: Any = "float32", lo: float = -1.0, hi: float = 1.0) -> np.ndarray:
-    """Uniform random data (integers: in [lo, hi]; bool: coin flips)."""
+def random_data(rng: np.random.Generator, shape: tuple[int, ...], dtype: Any = "float32",
+                lo: float = -1.0, hi: float = 1.0) -> np.ndarray:
+    """Uniform random data from ``rng`` (integers in [lo, hi] clipped to the dtype; bool: coin
+    flips)."""
     dt = np.dtype(dtype)
     if dt == np.bool_:
-        return RNG.random(shape) < 0.5
+        return rng.random(shape) < 0.5
     if dt.kind in "iu":
         info = np.iinfo(dt)
-        return RNG.integers(max(int(lo), info.min), min(int(hi), info.max) + 1,
+        return rng.integers(max(int(lo), info.min), min(int(hi), info.max) + 1,
                             size=shape).astype(dt)
-    return RNG.uniform(lo, hi, shape).astype(dt)
+    return rng.uniform(lo, hi, shape).astype(dt)
+
+
+def rand(*shape: int, dtype: Any = "float32", lo: float = -1.0, hi: float = 1.0) -> np.ndarray:
+    """Uniform random data from this module's generator (see :func:`random_data`)."""
+    return random_data(RNG, shape, dtype, lo, hi)
 
 
 def one_node(op: str, inputs: Sequence[np.ndarray | None], attrs: dict | None = None,

@@ -31,18 +31,28 @@ def test_elemwise_and_broadcast_tags() -> None:
     assert bcast.outputs[0].op.tag == tag.BROADCAST
 
 
-@pytest.mark.parametrize("dtype", ["int32", "int8", "uint8", "int64"])
-def test_integer_division_and_modulo_semantics(dtype: str) -> None:
+INT_DIV_TYPES = ("int32", "int8", "uint8", "int64")
+
+
+def integer_division_operands(dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    """A dividend and a broadcast divisor with a zero (division by zero gives 0) and, when
+    signed, a -1 and negative values (Python's floor semantics)."""
     signed = dtype.startswith("int")
     a = rand(6, 7, dtype=dtype, lo=-50 if signed else 0, hi=50)
     b = rand(7, dtype=dtype, lo=-6 if signed else 0, hi=6)
-    b[0] = 0  # division by zero gives 0
-    if signed:
+    b[0] = 0
+    if dtype.startswith("int"):
         b[1] = -1
+    return a, b
+
+
+@pytest.mark.parametrize("dtype", INT_DIV_TYPES)
+def test_integer_division_and_modulo_semantics(dtype: str) -> None:
+    a, b = integer_division_operands(dtype)
     check_op("Div", [a, b])
     check_op("Mod", [a, b], {"fmod": 0})
     check_op("Mod", [a, b], {"fmod": 1})
-    if signed:
+    if dtype.startswith("int"):
         info = np.iinfo(dtype)
         x = np.array([info.min, info.min, 7, -7], dtype)
         y = np.array([-1, 1, -2, 2], dtype)

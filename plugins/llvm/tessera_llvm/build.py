@@ -54,6 +54,17 @@ def host_cpu() -> tuple[str, str]:
     return llvm.get_host_cpu_name(), features
 
 
+def cpu_and_features(mcpu: str | None, mattr: str | None) -> tuple[str, str]:
+    """The LLVM CPU name and feature string code is generated for: the host's (plus ``mattr``)
+    when ``mcpu`` is None or ``native``, else ``mcpu`` with ``mattr``."""
+    if mcpu is None or mcpu == "native":
+        cpu, features = host_cpu()
+        if mattr:
+            features = f"{features},{mattr}" if features else mattr
+        return cpu, features
+    return mcpu, mattr or ""
+
+
 def target_machine(mcpu: str | None = None, mattr: str | None = None) -> llvm.TargetMachine:
     """A target machine for this process's triple: the host CPU and its features when
     ``mcpu`` is None (else ``mcpu`` with only the ``mattr`` features), opt level 3, PIC,
@@ -63,12 +74,7 @@ def target_machine(mcpu: str | None = None, mattr: str | None = None) -> llvm.Ta
     with LLVM_LOCK:
         triple = llvm.get_process_triple()
         target = llvm.Target.from_triple(triple)
-        if mcpu is None or mcpu == "native":
-            cpu, features = host_cpu()
-            if mattr:
-                features = f"{features},{mattr}" if features else mattr
-        else:
-            cpu, features = mcpu, mattr or ""
+        cpu, features = cpu_and_features(mcpu, mattr)
         tm = target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="pic",
                                           codemodel="default")
     return tm
@@ -194,12 +200,7 @@ def build_module(funcs: list[PrimFunc], name: str, mcpu: str | None = None,
     PrimFunc added, the IR module finalised, then parsed, verified, optimised (O3) and emitted.
     Raises CompileError naming the PrimFunc and node the code generator cannot handle."""
     tm = target_machine(mcpu, mattr)
-    if mcpu is None or mcpu == "native":
-        cpu_name, features = host_cpu()
-        if mattr:
-            features = f"{features},{mattr}" if features else mattr
-    else:
-        cpu_name, features = mcpu, mattr or ""
+    cpu_name, features = cpu_and_features(mcpu, mattr)
     gen = CodeGenerator(name, tm.triple, str(tm.target_data))
     for f in funcs:
         gen.add_function(f)
