@@ -8,7 +8,7 @@ import pytest
 from tessera import tir
 from tessera.errors import CompileError
 from tessera_llvm.build import build_module
-from tessera_llvm.codegen import MAX_STACK_BYTES, generate_module
+from tessera_llvm.codegen import MAX_STACK_BYTES, CodeGenerator, generate_module
 
 F = tir.ForKind
 
@@ -398,14 +398,48 @@ def test_allocate_scratch_stack_and_heap(run_tir, rng, count):
         tir.For(i, 0, count, F.SERIAL, tir.BufferStore(tmp, A[i] * 3.0, [i])),
         tir.For(j, 0, count, F.SERIAL, tir.BufferStore(B, tmp[count - 1 - j] + 1.0, [j]))))
     f = tir.PrimFunc("scratch", [A, B], body)
-    ir_text = str(generate_module([f], "m"))
-    # large buffers outside parallel loops: a static workspace of the module, not the heap
-    assert ("tessera.ws." in ir_text) == (count * 4 > MAX_STACK_BYTES)
-    assert "aligned_alloc" not in ir_text
+    gen = CodeGenerator("m")
+    gen.add_function(f)
+    ir_text = str(gen.finalize())
+    # large buffers outside parallel loops: the kernel's workspace (memory the runtime passes
+    # to each call), not the heap and not a static global that concurrent calls would share
+    large = count * 4 > MAX_STACK_BYTES
+    assert gen.workspace_bytes["scratch"] == (-(-count * 4 // 64) * 64 if large else 0)
+    assert "aligned_alloc" not in ir_text and "global" not in ir_text
     a, b = rng.standard_normal(count).astype("float32"), np.zeros(count, "float32")
-    for _ in range(2):  # the workspace is reused by the next call
+    lib = build_module([f], "scratch").load()
+    kernel = lib.get("scratch")
+    assert kernel.workspace_bytes == gen.workspace_bytes["scratch"]
+    if large:  # the workspace is the last parameter; garbage in it must not matter
+        ws = np.full(kernel.workspace_bytes, 0xFF, dtype=np.uint8)
+        kernel([a, b, ws])
+        np.testing.assert_allclose(b, a[::-1] * 3.0 + 1.0, rtol=1e-6)
+    for _ in range(2):  # without one, the call allocates a temporary workspace
+        b[:] = 0
         run_tir(f, [a, b])
         np.testing.assert_allclose(b, a[::-1] * 3.0 + 1.0, rtol=1e-6)
+
+
+def test_nested_workspace_allocations_stack_and_siblings_share(rng):
+    """Nested large allocations get disjoint workspace bytes; sibling ones reuse them."""
+    n = MAX_STACK_BYTES // 4 + 16
+    A, B = _buffers(n, "float32", "float32")
+    t1, t2, t3 = (tir.Buffer(f"t{i}", [n], "float32", scope="global") for i in range(3))
+    i, j, k, m = (tir.Var(v) for v in "ijkm")
+    nested = tir.Allocate(t1, tir.seq(
+        tir.For(i, 0, n, F.SERIAL, tir.BufferStore(t1, A[i] + 1.0, [i])),
+        tir.Allocate(t2, tir.seq(
+            tir.For(j, 0, n, F.SERIAL, tir.BufferStore(t2, t1[j] * 2.0, [j])),
+            tir.For(k, 0, n, F.SERIAL, tir.BufferStore(B, t2[k] + t1[k], [k]))))))
+    sibling = tir.Allocate(t3, tir.For(m, 0, n, F.SERIAL,
+                                       tir.BufferStore(t3, B[m] * 0.5, [m])))
+    f = tir.PrimFunc("nest", [A, B], tir.seq(nested, sibling))
+    lib = build_module([f], "nest").load()
+    per = -(-n * 4 // 64) * 64
+    assert lib.get("nest").workspace_bytes == 2 * per
+    a, b = rng.standard_normal(n).astype("float32"), np.zeros(n, "float32")
+    lib.get("nest")([a, b])
+    np.testing.assert_allclose(b, (a + 1.0) * 3.0, rtol=1e-6)
 
 
 def test_large_scratch_inside_a_parallel_loop_uses_the_heap(run_tir, rng):
@@ -420,8 +454,9 @@ def test_large_scratch_inside_a_parallel_loop_uses_the_heap(run_tir, rng):
         tir.For(j, 0, count, F.SERIAL,
                 tir.BufferStore(B, tmp[count - 1 - j], [p * count + j])))))
     f = tir.PrimFunc("par_scratch", [A, B], body)
-    ir_text = str(generate_module([f], "m"))
-    assert "aligned_alloc" in ir_text and "tessera.ws." not in ir_text
+    gen = CodeGenerator("m")
+    gen.add_function(f)
+    assert "aligned_alloc" in str(gen.finalize()) and gen.workspace_bytes["par_scratch"] == 0
     a = rng.standard_normal(count * tasks).astype("float32")
     b = np.zeros(count * tasks, "float32")
     run_tir(f, [a, b])
@@ -467,7 +502,8 @@ def test_abi_wrapper_and_noalias_body():
                                                 tir.BufferStore(B, A[i], [i])))
     text = str(generate_module([f], "m"))
     assert 'define void @"wrapped"(ptr %"args")' in text
-    assert 'define internal void @"wrapped_body"(ptr noalias %"A", ptr noalias %"B")' in text
+    assert ('define internal void @"wrapped_body"(ptr noalias %"A", ptr noalias %"B", '
+            'ptr noalias %"workspace")') in text
 
 
 def test_several_functions_in_one_module(rng):

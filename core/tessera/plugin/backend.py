@@ -44,6 +44,13 @@ class Kernel:
     #: a contiguous byte range starting at this offset (a concatenation whose leading axes are
     #: all 1). The runtime may then place every input inside the output and skip the kernel.
     concat_offsets: list[int] | None = None
+    #: Scratch bytes the kernel needs while it runs (a padded input, a packed operand). The
+    #: runtime plans a buffer of this many bytes (``uint8``, on the backend's device, aligned
+    #: to the device's alignment) and passes it as one extra entry after the outputs. Each
+    #: execution state has its own, so concurrent runs never share one; its contents are
+    #: undefined when the kernel starts. Kernels must not keep scratch memory of their own
+    #: (static buffers) that concurrent calls would share.
+    workspace_bytes: int = 0
 
 
 @dataclass
@@ -56,6 +63,15 @@ class CompiledRegion:
 
     ``bind_sequence`` is optional: when set, ``Module.run`` binds the region's buffers once and
     runs its kernels through the returned call, while profiles still call each kernel.
+
+    Concurrency. ``Module.run`` may be called from many threads at once; each concurrent call
+    has its own execution state, so the runtime binds a region's kernels (and sequences) once
+    per state and calls them with that state's buffers. One state is never used by two
+    threads at once. Kernels of a ``thread_safe`` region (the default) may therefore run
+    concurrently on different buffers: they must keep no mutable state of their own (scratch
+    memory comes from ``Kernel.workspace_bytes``; counters and caches need a lock). A region
+    whose kernels cannot run concurrently (a simulator with one instance) sets
+    ``thread_safe=False``, and the runtime then runs its kernels one call at a time.
     """
 
     backend: str
@@ -65,6 +81,7 @@ class CompiledRegion:
     constants: dict[str, Any] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
     bind_sequence: SequenceBinder | None = None
+    thread_safe: bool = True
 
 
 @dataclass

@@ -1,7 +1,15 @@
-"""Binds a plan to device memory and runs it."""
+"""Binds a plan to device memory and runs it: one execution state.
+
+An :class:`Executor` owns the arenas of one run (one per device) and the kernel calls and
+sequences bound to them; the compiled regions' constants are shared. It is used by one thread
+at a time: ``Module`` gives each concurrent call its own (:mod:`tessera.runtime.states`).
+Kernels of regions that are not thread safe (``CompiledRegion.thread_safe``) run under their
+region's lock, which every state of a module shares.
+"""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -23,6 +31,23 @@ def _copy_fn(src: Device, dst: Device) -> Callable[[list[Any], list[Any]], None]
 
 def _nothing(ins: list[Any], outs: list[Any]) -> None:
     """The call of an elided step: the memory plan already did its work."""
+
+
+def _locked_kernel(fn: Callable[[list[Any], list[Any]], None],
+                   lock: threading.Lock) -> Callable[[list[Any], list[Any]], None]:
+    def run(ins: list[Any], outs: list[Any]) -> None:
+        with lock:
+            fn(ins, outs)
+
+    return run
+
+
+def _locked_sequence(bound: Callable[[], None], lock: threading.Lock) -> Callable[[], None]:
+    def run() -> None:
+        with lock:
+            bound()
+
+    return run
 
 
 #: One entry of ``Executor.runs``: a step, its call and buffers, and a bound sequence (or None).
@@ -55,6 +80,8 @@ class Executor:
                                                              devices[step.dst])
             if i in self.elided:  # its inputs already sit inside its output
                 fn = _nothing
+            elif step.region in plan.locks:
+                fn = _locked_kernel(fn, plan.locks[step.region])
             self.calls.append((step, fn, [self.buffers[n] for n in step.inputs],
                                [self.buffers[n] for n in step.outputs]))
         self.runs = self._bind_runs()
@@ -86,6 +113,8 @@ class Executor:
             except Exception as e:  # noqa: BLE001 - name the region
                 raise RunError(f"region {step.region} (backend {step.backend}): binding its "
                                f"{j - i} kernels failed: {type(e).__name__}: {e}") from e
+            if step.region in self.plan.locks:
+                bound = _locked_sequence(bound, self.plan.locks[step.region])
             runs.append((step, None, [], [], bound))
             i = j
         return runs

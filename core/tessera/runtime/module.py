@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +20,30 @@ from tessera.runtime.executor import Executor
 from tessera.runtime.memory import MemoryPlan, MemoryReport, plan_memory
 from tessera.runtime.plan import ExecutionPlan, build_plan
 from tessera.runtime.profiler import BenchmarkResult, KernelProfile, Profile
+from tessera.runtime.states import StatePool
+
+
+@dataclass
+class _StepState:
+    """A thread's step-by-step form: its execution state and the inputs it has set."""
+
+    executor: Executor
+    inputs_set: set[str] = field(default_factory=set)
 
 
 class Module:
     """A compiled model: one execution plan, one memory plan per device.
 
-    ``run(**inputs) -> dict`` checks input names, shapes and dtypes; ``set_input`` / ``run()`` /
-    ``get_output`` is the step-by-step form.
+    ``run(**inputs) -> dict`` checks input names, shapes and dtypes, and is safe to call from
+    any number of threads at once: each call takes an execution state (arenas and bound
+    kernels) from a pool that grows on demand, so concurrent calls run in parallel, each in
+    memory of its own; constants are shared.
+
+    ``set_input`` / ``run()`` / ``get_output`` is the step-by-step form. Its state is per
+    thread: inputs set in one thread are run and read in that thread only, and threads using
+    the step form at once do not disturb each other (each thread that uses it holds one
+    execution state while it lives). ``benchmark`` and ``profile`` use the calling thread's
+    step-by-step state.
     """
 
     def __init__(self, graph: Function, compiled: dict[str, CompiledRegion],
@@ -45,8 +64,26 @@ class Module:
         self.memory: MemoryPlan = plan_memory(self.plan)
         devices = {b.device: b.device_api() for b in backends.values()}
         devices.setdefault("cpu", CPU)
-        self.executor = Executor(self.plan, self.memory, devices)
-        self._inputs_set: set[str] = set()
+        self._devices = devices
+        #: Idle execution states for ``run(**inputs)`` (see :mod:`tessera.runtime.states`).
+        self.states: StatePool[Executor] = StatePool(self._new_state)
+        self._local = threading.local()
+        # one state now, so that binding errors surface at compile (or load) time
+        self.states.release(self.states.acquire())
+
+    def _new_state(self) -> Executor:
+        return Executor(self.plan, self.memory, self._devices)
+
+    def _thread_state(self) -> _StepState:
+        state = getattr(self._local, "state", None)
+        if state is None:
+            state = self._local.state = _StepState(self.states.acquire())
+        return state
+
+    @property
+    def executor(self) -> Executor:
+        """The calling thread's step-by-step execution state."""
+        return self._thread_state().executor
 
     # -- inputs and outputs ---------------------------------------------------------------------
     def _check_input(self, name: str, value: Any) -> np.ndarray:
@@ -62,46 +99,63 @@ class Module:
                            f"{list(array.shape)}")
         return array
 
-    def set_input(self, name: str, value: Any) -> None:
-        """Copy one input into the module's input buffer."""
-        array = self._check_input(name, value)
-        self.executor.set_input(name, array)
-        self._inputs_set.add(name)
+    def _check_inputs(self, inputs: dict[str, Any]) -> dict[str, np.ndarray]:
+        """Every input checked (names, dtypes, shapes) before any is copied anywhere."""
+        missing = [n for n in self.input_types if n not in inputs]
+        if missing:
+            raise RunError(f"missing input(s) {', '.join(missing)}; the model needs "
+                           f"{', '.join(f'{n}: {t}' for n, t in self.input_types.items())}")
+        return {name: self._check_input(name, value) for name, value in inputs.items()}
 
-    def get_output(self, index: int | str) -> np.ndarray:
-        """An output by position or name (a copy: later runs reuse the buffers)."""
+    def _output_tensor(self, index: int | str) -> str:
         if isinstance(index, str):
             if index not in self.output_names:
                 raise RunError(f"unknown output {index!r}; outputs: {', '.join(self.output_names)}")
             index = self.output_names.index(index)
         if not 0 <= index < len(self.plan.outputs):
             raise RunError(f"output index {index} out of range ({len(self.plan.outputs)} outputs)")
-        return self.executor.get(self.plan.outputs[index])
+        return self.plan.outputs[index]
+
+    def set_input(self, name: str, value: Any) -> None:
+        """Copy one input into the calling thread's input buffer (step-by-step form)."""
+        array = self._check_input(name, value)
+        state = self._thread_state()
+        state.executor.set_input(name, array)
+        state.inputs_set.add(name)
+
+    def get_output(self, index: int | str) -> np.ndarray:
+        """An output, by position or name, of the calling thread's last step-by-step ``run()``
+        (a copy: later runs reuse the buffers)."""
+        return self._thread_state().executor.get(self._output_tensor(index))
 
     def run(self, **inputs: Any) -> dict[str, np.ndarray] | None:
-        """With keyword inputs: set them, run, and return every output by name. Without: run
-        on the inputs given by ``set_input`` and return None (read with ``get_output``)."""
+        """With keyword inputs: run on them and return every output by name (safe from many
+        threads at once). Without: run on the inputs this thread gave ``set_input`` and return
+        None (read the outputs with ``get_output``)."""
         if inputs:
-            missing = [n for n in self.input_types if n not in inputs]
-            if missing:
-                raise RunError(f"missing input(s) {', '.join(missing)}; the model needs "
-                               f"{', '.join(f'{n}: {t}' for n, t in self.input_types.items())}")
-            for name, value in inputs.items():
-                self.set_input(name, value)
-        else:
-            missing = [n for n in self.input_types if n not in self._inputs_set]
-            if missing:
-                raise RunError(f"input(s) {', '.join(missing)} not set; call set_input first")
-        self.executor.run()
-        if inputs:
-            return {name: self.get_output(i) for i, name in enumerate(self.output_names)}
+            arrays = self._check_inputs(inputs)
+            with self.states.state() as executor:
+                for name, array in arrays.items():
+                    executor.set_input(name, array)
+                executor.run()
+                return {name: executor.get(tensor)
+                        for name, tensor in zip(self.output_names, self.plan.outputs)}
+        state = self._thread_state()
+        missing = [n for n in self.input_types if n not in state.inputs_set]
+        if missing:
+            raise RunError(f"input(s) {', '.join(missing)} not set in this thread; call "
+                           "set_input first (the step-by-step form is per thread), or pass "
+                           "the inputs to run(**inputs)")
+        state.executor.run()
         return None
 
     # -- measuring ------------------------------------------------------------------------------
-    def _fill_missing_inputs(self) -> None:
+    def _fill_missing_inputs(self) -> Executor:
+        """The calling thread's state, with random data in the inputs it never set."""
         rng = np.random.default_rng(0)
+        state = self._thread_state()
         for name, t in self.input_types.items():
-            if name not in self._inputs_set:
+            if name not in state.inputs_set:
                 if t.dtype.is_float:
                     data = rng.standard_normal(t.shape).astype(t.dtype.numpy)
                 elif t.dtype.value == "bool":
@@ -109,6 +163,7 @@ class Module:
                 else:
                     data = rng.integers(0, 2, t.shape).astype(t.dtype.numpy)
                 self.set_input(name, data)
+        return state.executor
 
     def benchmark(self, repeat: int = 10, number: int = 10, warmup: int = 1,
                   **inputs: Any) -> BenchmarkResult:
@@ -118,14 +173,14 @@ class Module:
         """
         for name, value in inputs.items():
             self.set_input(name, value)
-        self._fill_missing_inputs()
+        executor = self._fill_missing_inputs()
         for _ in range(max(warmup, 0)):
-            self.executor.run()
+            executor.run()
         results = []
         for _ in range(max(repeat, 1)):
             start = time.perf_counter()
             for _ in range(max(number, 1)):
-                self.executor.run()
+                executor.run()
             results.append((time.perf_counter() - start) * 1000.0 / max(number, 1))
         return BenchmarkResult(results)
 
@@ -133,12 +188,12 @@ class Module:
         """Time every kernel and copy (devices synchronized after each) over ``runs`` runs."""
         for name, value in inputs.items():
             self.set_input(name, value)
-        self._fill_missing_inputs()
-        self.executor.run()  # warm up
+        executor = self._fill_missing_inputs()
+        executor.run()  # warm up
         totals = [0.0] * len(self.plan.steps)
         start = time.perf_counter()
         for _ in range(max(runs, 1)):
-            for i, t in enumerate(self.executor.run_timed()):
+            for i, t in enumerate(executor.run_timed()):
                 totals[i] += t
         total_ms = (time.perf_counter() - start) * 1000.0 / max(runs, 1)
         kernels = [KernelProfile(s.name, s.backend, s.op, 1000.0 * t / max(runs, 1), s.flops)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,6 +58,14 @@ class ExecutionPlan:
     output_constants: dict[str, Any] = field(default_factory=dict)
     #: region name -> the binder that runs all its kernels in one call (regions that have one)
     sequences: dict[str, SequenceBinder] = field(default_factory=dict)
+    #: region name -> the lock its kernels run under, for regions that are not thread safe
+    #: (``CompiledRegion.thread_safe``); shared by every execution state of the module
+    locks: dict[str, threading.Lock] = field(default_factory=dict)
+
+
+def workspace_name(kernel: str) -> str:
+    """The planned tensor holding kernel ``kernel``'s workspace (``Kernel.workspace_bytes``)."""
+    return f"{kernel}#workspace"
 
 
 def build_plan(graph: Function, compiled: dict[str, CompiledRegion]) -> ExecutionPlan:
@@ -65,6 +74,7 @@ def build_plan(graph: Function, compiled: dict[str, CompiledRegion]) -> Executio
     tensors: dict[str, TensorInfo] = {}
     constants: dict[str, tuple[str, Any]] = {}
     sequences: dict[str, SequenceBinder] = {}
+    locks: dict[str, threading.Lock] = {}
 
     def declare(name: str, type: TensorType, device: str) -> None:
         known = tensors.get(name)
@@ -94,6 +104,13 @@ def build_plan(graph: Function, compiled: dict[str, CompiledRegion]) -> Executio
         for k in cr.kernels:
             ins = [f"{node.body.name}/{n}" if n in cr.constants else n for n in k.inputs]
             outs = list(k.outputs)
+            if k.workspace_bytes < 0:
+                raise CompileError(f"kernel {k.name} of backend {cr.backend} asks for "
+                                   f"{k.workspace_bytes} workspace bytes")
+            if k.workspace_bytes:  # planned like a tensor that lives during this step only
+                ws = workspace_name(k.name)
+                declare(ws, TensorType((k.workspace_bytes,), "uint8"), device)
+                outs.append(ws)
             for n in ins + outs:
                 if n not in tensors and n not in constants:
                     raise CompileError(f"kernel {k.name} of backend {cr.backend} uses tensor "
@@ -102,6 +119,8 @@ def build_plan(graph: Function, compiled: dict[str, CompiledRegion]) -> Executio
                               region=node.body.name, concat_offsets=k.concat_offsets))
         if cr.bind_sequence is not None and cr.kernels:
             sequences[node.body.name] = cr.bind_sequence
+        if not cr.thread_safe:
+            locks[node.body.name] = threading.Lock()
     output_constants = {}
     outputs = []
     for v in graph.outputs:
@@ -109,4 +128,4 @@ def build_plan(graph: Function, compiled: dict[str, CompiledRegion]) -> Executio
             output_constants[v.name] = v.data
         outputs.append(v.name)
     return ExecutionPlan(steps, tensors, [v.name for v in graph.inputs], outputs, constants,
-                         output_constants, sequences)
+                         output_constants, sequences, locks)

@@ -41,7 +41,8 @@ from .cpu import cpu_info
 from .loader import check_object, pack_pointers
 from .lowering import LoweredKernel, lower_region
 
-ARTIFACT_FORMAT = 1
+#: 2: large scratch buffers moved from static globals to per-call workspaces (thread safety)
+ARTIFACT_FORMAT = 2
 OBJECT_FILE = "kernels.o"
 TABLE_FILE = "kernels.json"
 CONSTANTS_FILE = "constants.npz"
@@ -101,7 +102,8 @@ def _make_kernel(lib: Any, k: dict[str, Any]) -> Kernel:
         raw(hit[3])
 
     return Kernel(name=name, fn=run, inputs=list(k["inputs"]), outputs=list(k["outputs"]),
-                  op=k["op"], flops=int(k.get("flops", 0)))
+                  op=k["op"], flops=int(k.get("flops", 0)),
+                  workspace_bytes=int(k.get("workspace", 0)))
 
 
 def _dump(options: CompileOptions, name: str, kinds: set[str], built: Any,
@@ -194,7 +196,7 @@ class LLVMBackend(Backend):
         built = build_module([k.func for k in lowered.kernels], region.name, mcpu=mcpu,
                              mattr=target.get("mattr"))
         t2 = time.perf_counter()
-        table = [self._entry(k) for k in lowered.kernels]
+        table = [self._entry(k, built.workspaces.get(k.name, 0)) for k in lowered.kernels]
         constants = {name: _aligned_copy(v.data) for name, v in lowered.constants.items()}
         types = {v.name: v.type for v in lowered.func.inputs}
         types.update({v.name: v.type for n in lowered.func.nodes for v in n.outputs})
@@ -220,9 +222,9 @@ class LLVMBackend(Backend):
         return compiled
 
     @staticmethod
-    def _entry(k: LoweredKernel) -> dict[str, Any]:
+    def _entry(k: LoweredKernel, workspace: int) -> dict[str, Any]:
         return {"name": k.name, "inputs": k.inputs, "outputs": k.outputs, "op": k.op,
-                "flops": k.flops, "template": k.template}
+                "flops": k.flops, "template": k.template, "workspace": workspace}
 
     def _assemble(self, region: Function, object_code: bytes, table: list[dict[str, Any]],
                   constants: dict[str, np.ndarray], tensors: dict[str, TensorType],
@@ -234,9 +236,12 @@ class LLVMBackend(Backend):
                 return str(constants[n].dtype), int(constants[n].size)
             return str(tensors[n].dtype), tensors[n].size
 
-        signatures = {k["name"]: [param(n) for n in k["inputs"] + k["outputs"]] for k in table}
+        workspaces = {k["name"]: int(k.get("workspace", 0)) for k in table}
+        signatures = {k["name"]: [param(n) for n in k["inputs"] + k["outputs"]]
+                      + ([("uint8", workspaces[k["name"]])] if workspaces[k["name"]] else [])
+                      for k in table}
         lib = load_object(object_code, [k["name"] for k in table], mcpu=mcpu,
-                          signatures=signatures)
+                          signatures=signatures, workspaces=workspaces)
         from .sequence import make_binder
 
         kernels = [_make_kernel(lib, k) for k in table]

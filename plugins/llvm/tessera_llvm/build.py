@@ -148,7 +148,9 @@ def compile_ir(module: ir.Module | str, tm: llvm.TargetMachine,
 class BuiltModule:
     """Compiled PrimFuncs: ``object_code`` (ELF bytes for this CPU), the optimised
     ``llvm_ir`` and the IR as generated (``source_ir``), the exported ``function_names``, and
-    per function the ``signatures`` of its parameters (dtype, element count or None)."""
+    per function the ``signatures`` of its parameters (dtype, element count or None) and the
+    ``workspaces`` it needs (bytes; a function with a workspace takes it as one more uint8
+    parameter after its buffers, which its signature lists)."""
 
     name: str
     function_names: list[str]
@@ -161,6 +163,7 @@ class BuiltModule:
     cpu_name: str = ""
     features: str = ""
     signatures: dict[str, list[tuple[str, int | None]]] = field(default_factory=dict)
+    workspaces: dict[str, int] = field(default_factory=dict)
     _asm: str | None = field(default=None, repr=False)
 
     @property
@@ -178,10 +181,10 @@ class BuiltModule:
         from tessera_llvm.loader import load_object
 
         return load_object(self.object_code, self.function_names, self.mcpu,
-                           signatures=self.signatures)
+                           signatures=self.signatures, workspaces=self.workspaces)
 
 
-def _signature(func: PrimFunc) -> list[tuple[str, int | None]]:
+def _signature(func: PrimFunc, workspace: int) -> list[tuple[str, int | None]]:
     sig: list[tuple[str, int | None]] = []
     for p in func.params:
         try:
@@ -189,6 +192,8 @@ def _signature(func: PrimFunc) -> list[tuple[str, int | None]]:
         except ValueError:
             size = None
         sig.append((p.dtype, size))
+    if workspace:
+        sig.append(("uint8", workspace))
     return sig
 
 
@@ -213,4 +218,6 @@ def build_module(funcs: list[PrimFunc], name: str, mcpu: str | None = None,
     return BuiltModule(name=name, function_names=list(gen.function_names), object_code=obj,
                        llvm_ir=optimized, source_ir=source, mcpu=mcpu, mattr=mattr,
                        cpu_name=cpu_name, features=features,
-                       signatures={f.name: _signature(f) for f in funcs})
+                       signatures={f.name: _signature(f, gen.workspace_bytes[f.name])
+                                   for f in funcs},
+                       workspaces=dict(gen.workspace_bytes))

@@ -6,9 +6,10 @@ flattens them), vectors written as ``Ramp``/``Broadcast``, loops of any kind, ``
 lowered away.
 
 Calling convention. Each PrimFunc ``f`` becomes an exported ``void f(i8** args)``: ``args[i]``
-is the data pointer of ``params[i]``. ``f`` loads the pointers and calls the internal
-``f_body(ptr noalias ...)``, so LLVM knows that distinct buffers do not overlap. Index
-arithmetic is 64-bit.
+is the data pointer of ``params[i]``; a function that needs a workspace (see Memory) takes
+it in ``args[len(params)]``. ``f`` loads the pointers and calls the internal
+``f_body(ptr noalias ..., ptr noalias workspace)``, so LLVM knows that distinct buffers do not
+overlap. Index arithmetic is 64-bit.
 
 Types. ``bool`` is ``i1`` in registers and ``i8`` in memory; ``float16`` is ``half``
 (conversions to and from integers and float64 go through float32).
@@ -23,7 +24,11 @@ A parallel loop inside another one runs serially.
 
 Memory. ``Allocate`` of at most :data:`MAX_STACK_BYTES` with a constant size is an ``alloca``
 in the entry block of the function it runs in (the outlined function inside a parallel loop, so
-every thread has its own); larger or variable-size allocations use ``aligned_alloc``/``free``.
+every thread has its own). Larger constant-size ones outside parallel loops live in the
+function's workspace, memory the caller passes with every call (the runtime gives each
+execution state its own: ``Kernel.workspace_bytes``), so concurrent calls never share scratch
+memory; :attr:`CodeGenerator.workspace_bytes` says how much each function needs. The rest
+(inside parallel loops, or of variable size) use ``aligned_alloc``/``free``.
 
 Lifecycle: ``gen = CodeGenerator(name, triple, data_layout)``, ``gen.add_function(f)`` for each
 PrimFunc, ``module = gen.finalize()``.
@@ -70,9 +75,9 @@ MAX_UNROLL = 64
 #: The pool entry point that parallel loops call.
 PARALLEL_FOR = "tessera_parallel_for"
 
-#: Large scratch buffers outside parallel loops live in static module workspaces (see
-#: ``_stmt_Allocate``); False allocates them per call.
-STATIC_WORKSPACE = True
+#: Large scratch buffers outside parallel loops live in the kernel's workspace, memory the
+#: runtime passes to each call (see ``_stmt_Allocate``); False allocates them per call.
+USE_WORKSPACE = True
 
 
 @dataclass
@@ -103,6 +108,9 @@ class CodeGenerator:
         #: No ``nnan``/``ninf``: NaN and infinity keep their IEEE behaviour.
         self.fastmath = fastmath
         self.function_names: list[str] = []
+        #: Bytes of workspace each function needs (``Kernel.workspace_bytes``); a function
+        #: that needs some takes a pointer to it as one extra parameter after its buffers.
+        self.workspace_bytes: dict[str, int] = {}
         self._finalized = False
 
     def add_function(self, func: S.PrimFunc) -> None:
@@ -112,8 +120,10 @@ class CodeGenerator:
         if func.name in self.function_names or func.name in self.module.globals:
             raise CompileError(f"llvm codegen: a function named {func.name!r} is already in "
                                f"module {self.module.name!r}")
-        _FunctionCodegen(self, func).build()
+        fn = _FunctionCodegen(self, func)
+        fn.build()
         self.function_names.append(func.name)
+        self.workspace_bytes[func.name] = fn.workspace_bytes
 
     def finalize(self) -> ir.Module:
         """The finished module (no more functions can be added)."""
@@ -139,6 +149,10 @@ class _FunctionCodegen(ExprCodegen):
         self.func = func
         self.scope: _Scope
         self._outlined = 0
+        #: The body function's workspace pointer and the workspace bytes in use / needed.
+        self._workspace: ir.Value | None = None
+        self._workspace_top = 0
+        self.workspace_bytes = 0
 
     # -- errors --------------------------------------------------------------------------------
     def error(self, what: str, node: Any = None) -> CompileError:
@@ -172,10 +186,16 @@ class _FunctionCodegen(ExprCodegen):
             if not isinstance(p, Buffer):
                 raise self.error(f"parameter {p!r} is not a buffer")
         n = len(func.params)
-        body_fn = self._internal_function(f"{func.name}_body", ir.FunctionType(VOID, [PTR] * n))
+        # the body takes the buffers and a workspace pointer (unused, and optimised away, when
+        # the function needs no workspace)
+        body_fn = self._internal_function(f"{func.name}_body",
+                                          ir.FunctionType(VOID, [PTR] * (n + 1)))
         for arg, p in zip(body_fn.args, func.params):
             arg.name = p.name
             arg.add_attribute("noalias")
+        self._workspace = body_fn.args[n]
+        self._workspace.name = "workspace"
+        self._workspace.add_attribute("noalias")
         self.scope = self._new_scope(body_fn, in_parallel=False)
         for arg, p in zip(body_fn.args, func.params):
             self.scope.buffers[p.data] = arg
@@ -190,6 +210,11 @@ class _FunctionCodegen(ExprCodegen):
         for i, p in enumerate(func.params):
             slot = b.gep(entry.args[0], [ir.Constant(I64, i)], inbounds=True, source_etype=PTR)
             ptrs.append(b.load(slot, name=p.name, typ=PTR, align=8))
+        if self.workspace_bytes:
+            slot = b.gep(entry.args[0], [ir.Constant(I64, n)], inbounds=True, source_etype=PTR)
+            ptrs.append(b.load(slot, name="workspace", typ=PTR, align=8))
+        else:
+            ptrs.append(ir.Constant(PTR, None))
         b.call(body_fn, ptrs)
         b.ret_void()
 
@@ -254,20 +279,21 @@ class _FunctionCodegen(ExprCodegen):
                 with self._bind_buffer(buf, arr):
                     self.stmt(s.body)
                 return
-            if STATIC_WORKSPACE and not self.scope.in_parallel:
+            if USE_WORKSPACE and not self.scope.in_parallel:
                 # A large scratch buffer outside parallel loops (a padded input, a transposed
-                # operand) lives in a static workspace of this module: allocating and freeing
-                # it per call costs page faults on every call once malloc returns it to the
-                # OS. Kernels of one module are not called concurrently.
-                arr_ty = ir.ArrayType(mem_ty, count)
-                ws = ir.GlobalVariable(self.gen.module, arr_ty,
-                                       name=f"tessera.ws.{len(self.gen.module.globals)}")
-                ws.linkage = "internal"
-                ws.initializer = ir.Constant(arr_ty, None)
-                ws.align = ALLOC_ALIGN
-                ws.type = PTR  # opaque, as for the allocas above
+                # operand) lives in the kernel's workspace: allocating and freeing it per call
+                # costs page faults on every call once malloc returns it to the OS, and a
+                # static buffer would be shared by concurrent calls. Nested allocations stack
+                # up; siblings reuse the same bytes.
+                offset = self._workspace_top
+                size = -(-count * elem // ALLOC_ALIGN) * ALLOC_ALIGN
+                self._workspace_top = offset + size
+                self.workspace_bytes = max(self.workspace_bytes, self._workspace_top)
+                ws = b.gep(self._workspace, [ir.Constant(I64, offset)], inbounds=True,
+                           source_etype=I8, name=buf.name)
                 with self._bind_buffer(buf, ws):
                     self.stmt(s.body)
+                self._workspace_top = offset
                 return
             nbytes: ir.Value = ir.Constant(I64, -(-count * elem // ALLOC_ALIGN) * ALLOC_ALIGN)
         else:

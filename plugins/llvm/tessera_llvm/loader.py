@@ -134,11 +134,13 @@ class KernelFunction:
     ctypes function taking a packed ``void *[]`` (see :func:`pack_pointers`)."""
 
     def __init__(self, library: Library, name: str, address: int,
-                 signature: Signature | None = None) -> None:
+                 signature: Signature | None = None, workspace_bytes: int = 0) -> None:
         self.library = library  # keeps the machine code alive
         self.name = name
         self.address = address
         self.signature = signature
+        #: Scratch bytes the kernel needs: its last parameter (see ``Kernel.workspace_bytes``).
+        self.workspace_bytes = workspace_bytes
         self.raw = KERNEL_TYPE(address)
         n = len(signature) if signature is not None else None
         self._array_type = ctypes.c_void_p * n if n is not None else None
@@ -146,7 +148,11 @@ class KernelFunction:
 
     def __call__(self, args: Sequence[Any]) -> None:
         """Call with numpy arrays (C-contiguous, the parameters' dtypes and sizes) or
-        addresses, in parameter order (inputs, then outputs)."""
+        addresses, in parameter order (inputs, then outputs, then the workspace: when it is
+        left out, a temporary one is allocated for this call)."""
+        if (self.workspace_bytes and self.signature is not None
+                and len(args) == len(self.signature) - 1):
+            args = [*args, np.empty(self.workspace_bytes, dtype=np.uint8)]
         if self.signature is not None:
             self.check(args)
         self.raw(pack_pointers(args))
@@ -186,11 +192,13 @@ class Library:
     :meth:`get` returns the exported functions named in ``names``."""
 
     def __init__(self, object_code: bytes, names: Sequence[str], mcpu: str | None = None,
-                 signatures: dict[str, Signature] | None = None) -> None:
+                 signatures: dict[str, Signature] | None = None,
+                 workspaces: dict[str, int] | None = None) -> None:
         parallel.ensure_runtime()  # kernels link to tessera_parallel_for
         self.object_code = object_code
         self.names = list(names)
         self.signatures = dict(signatures or {})
+        self.workspaces = dict(workspaces or {})
         missing = _missing_symbols(object_code)
         if missing:
             raise CompileError(f"llvm: the object code of {', '.join(self.names)} needs "
@@ -219,7 +227,8 @@ class Library:
             if name not in self._addresses:
                 raise KeyError(f"no function {name!r} in this library; it has "
                                f"{', '.join(self.names) or 'none'}")
-            fn = KernelFunction(self, name, self._addresses[name], self.signatures.get(name))
+            fn = KernelFunction(self, name, self._addresses[name], self.signatures.get(name),
+                                self.workspaces.get(name, 0))
             self._functions[name] = fn
         return fn
 
@@ -237,8 +246,9 @@ class Library:
 
 
 def load_object(object_code: bytes, names: Sequence[str], mcpu: str | None = None,
-                signatures: dict[str, Signature] | None = None) -> Library:
+                signatures: dict[str, Signature] | None = None,
+                workspaces: dict[str, int] | None = None) -> Library:
     """Link ``object_code`` (from :func:`tessera_llvm.build.build_module`) into this process;
     ``names`` are the functions to look up, ``signatures`` optional (dtype, size) per parameter
-    for argument checks."""
-    return Library(object_code, names, mcpu, signatures)
+    for argument checks, ``workspaces`` the workspace bytes of the functions that take one."""
+    return Library(object_code, names, mcpu, signatures, workspaces)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -143,19 +144,21 @@ class RegionCounters:
     ``CompiledRegion.info["counters"]`` holds, updated in place)."""
 
     def __init__(self, layers: int) -> None:
+        self._lock = threading.Lock()  # runs from several threads record at once
         self.per_layer: list[dict[str, int] | None] = [None] * layers
         self.totals: dict[str, int] = {}
         #: fsim's counters per layer, for tsim runs (computed on a layer's first run)
         self.static: list[Counters | None] = [None] * layers
 
     def record(self, index: int, values: dict[str, int]) -> None:
-        self.per_layer[index] = values
-        totals: dict[str, int] = {}
-        for layer in self.per_layer:
-            for key, value in (layer or {}).items():
-                totals[key] = totals.get(key, 0) + value
-        self.totals.clear()
-        self.totals.update(totals)
+        with self._lock:
+            self.per_layer[index] = values
+            totals: dict[str, int] = {}
+            for layer in self.per_layer:
+                for key, value in (layer or {}).items():
+                    totals[key] = totals.get(key, 0) + value
+            self.totals.clear()
+            self.totals.update(totals)
 
 
 @dataclass

@@ -10,6 +10,7 @@ DRAM and the cycle count from launch to FINISH, checked the way fsim checks a st
 from __future__ import annotations
 
 import ctypes
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,12 +41,16 @@ class TsimStatus:
 
 
 class TsimModel:
-    """One loaded Verilated core (one pyverilator instance) for one configuration."""
+    """One loaded Verilated core (one pyverilator instance) for one configuration.
+
+    There is one core and one harness DRAM pointer per process, so :meth:`run` holds a lock:
+    concurrent runs (a module called from several threads) take turns on the core."""
 
     def __init__(self, library: Path, config: VTAConfig) -> None:
         import pyverilator
 
         self.config = config
+        self._lock = threading.Lock()
         self.sim = pyverilator.PyVerilator(str(library))
         lib = self.sim.lib
         lib.vta_harness_set_dram.argtypes = [ctypes.c_void_p, ctypes.c_uint64]
@@ -110,18 +115,19 @@ class TsimModel:
         if max_cycles is None:
             max_cycles = 4 * sum(insn_cycles(insn, self.config) for insn in insns) + 100_000
 
-        self._fresh_core()
-        lib = self.sim.lib
-        lib.vta_harness_set_dram(memory.ctypes.data, memory.size)
-        try:
-            outcome = lib.vta_harness_run(
-                self.sim.model, insn_addr, len(insns), max_cycles, STALL_LIMIT
-            )
-            first_bad = ctypes.c_uint64(0)
-            bad = lib.vta_harness_bad_accesses(ctypes.byref(first_bad))
-        finally:
-            lib.vta_harness_set_dram(None, 0)
-        status = self._status()
+        with self._lock:
+            self._fresh_core()
+            lib = self.sim.lib
+            lib.vta_harness_set_dram(memory.ctypes.data, memory.size)
+            try:
+                outcome = lib.vta_harness_run(
+                    self.sim.model, insn_addr, len(insns), max_cycles, STALL_LIMIT
+                )
+                first_bad = ctypes.c_uint64(0)
+                bad = lib.vta_harness_bad_accesses(ctypes.byref(first_bad))
+            finally:
+                lib.vta_harness_set_dram(None, 0)
+            status = self._status()
         self._check(insns, outcome, status, max_cycles)
         if bad:
             raise TsimError(
@@ -161,13 +167,15 @@ class TsimModel:
 
 
 _MODELS: dict[VTAConfig, TsimModel] = {}
+_MODELS_LOCK = threading.Lock()
 
 
 def load_model(config: VTAConfig, verbose: bool = False) -> TsimModel:
     """The core for ``config``, built (or taken from the cache) and loaded once per process."""
-    if config not in _MODELS:
-        _MODELS[config] = TsimModel(build_model(config, verbose=verbose), config)
-    return _MODELS[config]
+    with _MODELS_LOCK:
+        if config not in _MODELS:
+            _MODELS[config] = TsimModel(build_model(config, verbose=verbose), config)
+        return _MODELS[config]
 
 
 def run_tsim(
