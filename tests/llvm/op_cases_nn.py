@@ -359,6 +359,13 @@ def normalization() -> list[Case]:
 # -- sizes above the parallel thresholds ----------------------------------------------------------
 
 @family
+def with_special_values(x: np.ndarray) -> np.ndarray:
+    """``x`` with NaN, +inf and -inf spread through it (every 97th, 89th, 83rd element)."""
+    flat = x.reshape(-1)
+    flat[::97], flat[1::89], flat[2::83] = np.nan, np.inf, -np.inf
+    return x
+
+
 def large_parallel() -> list[Case]:
     """Sizes where the schedules use parallel loops, vector bodies and odd tails at once."""
     big = (5, 67, 131)  # 43,885 elements, last dimension prime
@@ -377,7 +384,11 @@ def large_parallel() -> list[Case]:
             Case("Mul", [a, rand(1, dtype=dtype, lo=lo, hi=hi)], label=f"Mul {dtype}"),
         ]
     cases += [
-        Case("Cast", [rand(*big, lo=-300, hi=300)], {"to": "int8"}, label="Cast float->int8"),
+        # Out of range (and NaN/±inf): saturating, as the reference defines (tessera.ir.cast).
+        Case("Cast", [with_special_values(rand(*big, lo=-300, hi=300))], {"to": "int8"},
+             label="Cast float->int8"),
+        Case("Cast", [with_special_values(rand(*big, lo=-1e10, hi=1e10))], {"to": "uint32"},
+             label="Cast float->uint32"),
         Case("Cast", [rand(*big, lo=-300, hi=300)], {"to": "float16"}, label="Cast ->float16"),
         Case("Greater", [rand(*big), rand(131)], label="Greater"),
         Case("Where", [rand(*big, dtype=bool), rand(*big), rand(131)], label="Where"),

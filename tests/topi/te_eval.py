@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from tessera import te
+from tessera.ir.cast import saturating_astype
 from tessera.ops.elementwise import erf as _erf
 from tessera.tir import expr as E
 
@@ -145,7 +146,7 @@ class Evaluator:
             c = self.expr(e.condition, env)
             return np.where(c, self.expr(e.true_value, env), self.expr(e.false_value, env))
         if isinstance(e, E.Cast):
-            return np.asarray(self.expr(e.value, env)).astype(e.dtype)
+            return saturating_astype(self.expr(e.value, env), e.dtype)
         if isinstance(e, E.Call):
             fn = _CALLS.get(e.name)
             if fn is None:

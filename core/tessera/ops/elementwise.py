@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import OpError
+from tessera.ir.cast import saturating_astype
 from tessera.ir.types import DType, TensorType
 from tessera.ops.registry import Attr, OpPattern, register_op, same_as_first
 
@@ -356,9 +357,11 @@ def _cast_infer(x: TensorType, *, to: DType) -> TensorType:
 
 @register_op("Cast", attrs={"to": Attr.dtype()}, infer=_cast_infer, pattern=E)
 def cast(x: np.ndarray, *, to: DType) -> np.ndarray:
-    """Convert to element type ``to`` as numpy's ``astype`` does (floats to integers truncate;
-    out-of-range and NaN values give what x86 conversion gives, as in onnxruntime)."""
-    return x.astype(to.numpy)
+    """Convert to element type ``to`` as numpy's ``astype`` does, except that floats convert to
+    integers by saturating: truncated toward zero, values beyond the target's range (``±inf``
+    included) clamp to its minimum/maximum and NaN gives 0 (ONNX leaves these undefined; see
+    :mod:`tessera.ir.cast`). To bool is ``x != 0``; integers to narrower integers wrap."""
+    return saturating_astype(x, to.numpy)
 
 
 # -- predicates and logic -----------------------------------------------------------------------

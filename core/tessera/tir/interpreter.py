@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from tessera.ir.cast import saturating_astype
 from tessera.tir import expr as E
 from tessera.tir import stmt as S
 from tessera.tir.buffer import Buffer
@@ -182,7 +183,8 @@ class _Interpreter:
         return _as(np.where(c, t, f), e.dtype)
 
     def e_Cast(self, e: E.Cast) -> np.ndarray:
-        return _as(self.eval(e.value), e.dtype)
+        # float -> int saturates (tessera.ir.cast), like the llvm backend's fptosi.sat
+        return saturating_astype(self.eval(e.value), _np_dtype(e.dtype))
 
     def e_Call(self, e: E.Call) -> np.ndarray:
         args = [self.eval(a) for a in e.args]
