@@ -172,7 +172,7 @@ def test_regions_that_are_not_thread_safe_run_one_call_at_a_time():
         mod = _rebuilt(wrap, thread_safe=thread_safe)
         most[0] = 0
         with ThreadPoolExecutor(THREADS) as pool:
-            outs = list(pool.map(lambda a: [mod.run(x=a)["y"] for _ in range(5)], x))
+            outs = list(pool.map(lambda a, m=mod: [m.run(x=a)["y"] for _ in range(5)], x))
         for a, ys in zip(x, outs):
             for y in ys:
                 np.testing.assert_allclose(y, -np.exp(np.maximum(a, 0)), rtol=1e-6)

@@ -9,6 +9,16 @@ the specs below; a package makes it loadable by declaring an entry point in the 
 
 Plugins are loaded by an explicit call (:func:`tessera.plugin.manager.get_plugin_manager`), never
 as an import side effect. The built-in reference backend is registered through the same hook.
+
+What a backend guarantees about threads: ``Module.run`` is called from many threads at once, and
+each concurrent call has its own execution state (its own arenas, its own bindings of every
+kernel and ``bind_sequence``), so a compiled region's kernels may run concurrently on different
+buffers. They must keep no mutable state of their own: scratch memory is asked for with
+``Kernel.workspace_bytes`` (the runtime gives each state its own), and shared counters or caches
+need a lock. A region that cannot run concurrently (one simulator instance) sets
+``CompiledRegion.thread_safe = False`` and the runtime runs its kernels one call at a time.
+``Backend.compile`` and ``load`` are called from one thread at a time per model, but several
+models may compile at once.
 """
 
 from __future__ import annotations
