@@ -3,7 +3,10 @@
 # setup_env EXTRAS: creates $VENV (default .venv) with $PYTHON -m venv if absent, then installs
 # Tessera in editable mode with EXTRAS (e.g. "[test]") together with every plugin under
 # plugins/*/ that has a pyproject.toml (with the same extras where the plugin defines them).
-# The install is skipped while the pyproject.toml files and the package list are unchanged.
+# Every package is installed at the exact version constraints.txt names (pip -c), so runs are
+# reproducible; the install is skipped while the pyproject.toml files, constraints.txt and the
+# package list are unchanged. With LATEST=1 (scripts/test-latest.sh) constraints.txt is not used
+# and every dependency is upgraded to its newest release instead.
 # With WITH_SYSTEM_DEPS=1 it also installs the Debian packages plugins need for their tests
 # (verilator for tessera-vta's tsim) when they are missing and apt-get can be used.
 
@@ -49,7 +52,7 @@ setup_env() {
     fi
     # The core and the plugins in one pip call, so plugins that depend on "tessera" resolve it.
     local packages=(-e ".${extras}")
-    local manifests=(pyproject.toml)
+    local manifests=(pyproject.toml constraints.txt)
     local plugin
     for plugin in plugins/*/; do
         if [[ -f "${plugin}pyproject.toml" ]]; then
@@ -63,10 +66,14 @@ setup_env() {
     done
     local stamp="$VENV/.tessera-install-${name}"
     local wanted
-    wanted="$(cat "${manifests[@]}" | sha256sum | cut -d' ' -f1) ${packages[*]}"
+    wanted="$(cat "${manifests[@]}" | sha256sum | cut -d' ' -f1) latest=${LATEST:-0} ${packages[*]}"
     if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$wanted" ]]; then
         echo "$name: installing ${packages[*]}" >&2
-        "$VENV/bin/python" -m pip install --quiet "${packages[@]}"
+        local pins=(-c constraints.txt)
+        if [[ "${LATEST:-0}" == 1 ]]; then
+            pins=(--upgrade --upgrade-strategy eager)
+        fi
+        "$VENV/bin/python" -m pip install --quiet "${pins[@]}" "${packages[@]}"
         echo "$wanted" > "$stamp"
     fi
 }
