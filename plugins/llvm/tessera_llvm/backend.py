@@ -280,7 +280,8 @@ class LLVMBackend(Backend):
             if meta.get("format") != ARTIFACT_FORMAT:
                 raise ArtifactError(f"llvm region {region.name}: artifact format "
                                     f"{meta.get('format')}, this plugin reads "
-                                    f"{ARTIFACT_FORMAT}")
+                                    f"{ARTIFACT_FORMAT}; compile the model again with this "
+                                    "version of tessera-llvm")
             with np.load(io.BytesIO(files[CONSTANTS_FILE]), allow_pickle=False) as npz:
                 constants = {k: _aligned_copy(npz[k]) for k in npz.files}
             tensors = {k: TensorType(tuple(s), d) for k, (s, d) in meta["tensors"].items()}
