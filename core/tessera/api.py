@@ -13,6 +13,7 @@ import numpy as np
 from tessera.errors import CompileError, TesseraError
 from tessera.frontend.onnx.importer import ModelSource, import_onnx
 from tessera.ir.graph import Function
+from tessera.ir.types import human_bytes
 from tessera.partition.partitioner import REGION_OP, partition
 from tessera.passes import PassManager
 from tessera.plugin.backend import Backend, CompiledRegion, CompileOptions
@@ -68,8 +69,22 @@ def compile(model: ModelSource | Function, target: str | None = "auto",
     used[fallback.name] = fallback
     compiled = compile_regions(result.graph, used, options, say)
     say("planning memory and building the execution plan")
-    return Module(result.graph, compiled, used, target_text, result.report,
-                  manager.timings, options)
+    try:
+        return Module(result.graph, compiled, used, target_text, result.report,
+                      manager.timings, options)
+    except MemoryError as e:
+        raise CompileError(f"cannot allocate the model's memory ({e}); its largest tensors: "
+                           f"{_largest_values(result.graph)}") from None
+
+
+def _largest_values(graph: Function, count: int = 3) -> str:
+    """The ``count`` largest values the nodes of a partitioned graph make, for messages."""
+    found = []
+    for node in graph.nodes:
+        for inner in node.body.nodes if node.body is not None else [node]:
+            found += [(v.type.nbytes, f"{v.name!r} {v.type} ({inner.op} {inner.name!r}, "
+                       f"{human_bytes(v.type.nbytes)})") for v in inner.outputs]
+    return "; ".join(text for _, text in sorted(found, key=lambda f: -f[0])[:count])
 
 
 def _check_code_forms(forms: list[str], backends: list[Backend], target: str) -> None:

@@ -145,3 +145,46 @@ def test_dangling_reference_is_reported():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     with pytest.raises(ModelImportError, match="ghost"):
         import_onnx(model)
+
+
+# -- found by the fuzzer (tessera.testing.fuzz) -------------------------------------------------
+
+def test_huge_input_is_refused_before_any_allocation(monkeypatch):
+    monkeypatch.setenv("TESSERA_MAX_TENSOR_BYTES", str(1 << 30))
+    with pytest.raises(ModelImportError, match=r"graph input 'x': float32\[1099511627776, 3\] "
+                                               r"takes 12.0 TiB, more than the 1.0 GiB"):
+        tessera.compile(_relu_model(shape=(2**40, 3)), target="ref")
+
+
+def test_huge_folded_constant_is_refused_before_numpy_allocates(monkeypatch):
+    monkeypatch.setenv("TESSERA_MAX_TENSOR_BYTES", str(1 << 30))
+    shape = numpy_helper.from_array(np.array([2**20, 2**20], np.int64), "shape")
+    nodes = [helper.make_node("ConstantOfShape", ["shape"], ["c"], name="fill"),
+             helper.make_node("Add", ["x", "c"], ["y"], name="add")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", 1, [1])],
+                              [helper.make_tensor_value_info("y", 1, [2**20, 2**20])], [shape])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(ModelImportError, match="node .fill. .*the result "
+                                               r"float32\[1048576, 1048576\] takes"):
+        import_onnx(model)
+
+
+@pytest.mark.parametrize("which", ["input", "output"])
+def test_a_graph_input_or_output_without_shape_is_named(which):
+    model = _relu_model()
+    getattr(model.graph, which)[0].type.tensor_type.ClearField("shape")
+    name = "x" if which == "input" else "y"
+    with pytest.raises(ModelImportError, match=f"graph {which} '{name}' declares no shape"):
+        import_onnx(model)
+
+
+def test_gather_with_a_constant_index_out_of_range_names_the_node():
+    idx = numpy_helper.from_array(np.array([0, 3], np.int64), "idx")
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["x", "idx"], ["y"], name="pick", axis=1)], "g",
+        [helper.make_tensor_value_info("x", 1, [2, 3])],
+        [helper.make_tensor_value_info("y", 1, [2, 2])], [idx])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(ModelImportError, match=r"node 'pick' \(Gather.*constant index 3 is out "
+                                               r"of range for axis 1 of size 3"):
+        import_onnx(model)

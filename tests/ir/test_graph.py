@@ -174,3 +174,15 @@ def test_value_repr():
     v = Value("w", TensorType((2,), F32), data=np.zeros(2, np.float32))
     assert v.is_constant
     assert repr(v) == "<Value const %w: float32[2]>"
+
+
+def test_a_node_whose_output_is_too_big_is_refused(monkeypatch):
+    from tessera.errors import OpError
+
+    monkeypatch.setenv("TESSERA_MAX_TENSOR_BYTES", str(1 << 20))
+    g = Function("g")
+    x = g.add_input("x", TensorType((1024, 1), DType.float32))
+    with pytest.raises(OpError, match=r"node big \(MatMul\): output 0: float32\[1024, 1024\] "
+                                      r"takes 4.0 MiB, more than the 1.0 MiB"):
+        g.add_node("MatMul", [x, g.add_input("w", TensorType((1, 1024), DType.float32))],
+                   name="big")

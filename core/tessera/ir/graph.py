@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from tessera.errors import IRError
-from tessera.ir.types import TensorType
+from tessera.errors import IRError, OpError
+from tessera.ir.types import TensorType, oversize
 
 
 class Value:
@@ -139,6 +139,9 @@ class Function:
         if count > len(types):
             raise IRError(f"node {node_name} ({op}): {count} outputs asked, the op has "
                           f"{len(types)}")
+        for i, t in enumerate(types[:count]):
+            if (why := oversize(t)) is not None:
+                raise OpError(f"node {node_name} ({op}): output {i}: {why}")
         outputs = []
         for i in range(count):
             hint = output_names[i] if output_names and i < len(output_names) else (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -96,3 +97,34 @@ class TensorType:
 
     def __str__(self) -> str:
         return f"{self.dtype}[{', '.join(str(d) for d in self.shape)}]"
+
+
+def max_tensor_bytes() -> int:
+    """The largest tensor Tessera agrees to plan: ``TESSERA_MAX_TENSOR_BYTES``, else the
+    machine's physical memory (a bigger tensor could never be allocated here)."""
+    env = os.environ.get("TESSERA_MAX_TENSOR_BYTES")
+    if env:
+        return int(env)
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (OSError, ValueError):
+        return 1 << 40
+
+
+def human_bytes(n: int) -> str:
+    """``n`` bytes for a message: ``40.0 GiB``."""
+    value = float(n)
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if value < 1024 or unit == "PiB":
+            return f"{n} bytes" if unit == "bytes" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} bytes"
+
+
+def oversize(type: TensorType) -> str | None:
+    """Why a tensor of ``type`` is too big to plan (its size and the limit), or None."""
+    limit = max_tensor_bytes()
+    if type.nbytes <= limit:
+        return None
+    return (f"{type} takes {human_bytes(type.nbytes)}, more than the {human_bytes(limit)} a "
+            f"tensor may take here (this machine's memory; TESSERA_MAX_TENSOR_BYTES sets it)")

@@ -7,9 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from tessera.errors import ModelImportError, NeedsConstantError
+from tessera.errors import ModelImportError, NeedsConstantError, OpError
 from tessera.ir.graph import Function, Value
-from tessera.ir.types import TensorType
+from tessera.ir.types import TensorType, oversize
 from tessera.ops.registry import get_schema
 
 
@@ -61,6 +61,14 @@ class ConvertContext:
                 v is not None for v in inputs):
             schema = get_schema(op)
             full = schema.check(self.node_name or op, inputs, attrs)
+            try:
+                types = schema.infer_types(self.node_name or op,
+                                           [v.type if v is not None else None for v in inputs],
+                                           full)
+            except OpError:  # a data-dependent shape (NonZero, Unique): known once folded
+                types = []
+            for t in types:  # check before numpy allocates the folded result
+                self.check_size(t, f"{op} would fold to a constant")
             results = schema.evaluate([v.data if v is not None else None for v in inputs], full)
             n = len(results) if num_outputs is None else num_outputs
             values = [self.graph.constant(results[i], self._hint(i)) for i in range(n)]
@@ -70,6 +78,11 @@ class ConvertContext:
                                    num_outputs=num_outputs, output_names=self.output_names)
         self.created.extend(node.outputs)
         return node.outputs
+
+    def check_size(self, type: TensorType, what: str) -> None:
+        """Refuse a tensor too big to plan (before numpy tries to allocate it)."""
+        if (why := oversize(type)) is not None:
+            raise self.error(f"{what} {why}")
 
     def op(self, op: str, *inputs: Value | None, **attrs: Any) -> Value:
         """Add a one-output IR op and return its value: ``ctx.op("Relu", x)``."""

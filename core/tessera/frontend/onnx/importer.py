@@ -15,7 +15,7 @@ from tessera.errors import ModelImportError, NeedsConstantError, OpError, Tesser
 from tessera.frontend.onnx.context import ConvertContext
 from tessera.frontend.onnx.registry import find_converter
 from tessera.ir.graph import Function, Value
-from tessera.ir.types import DType, TensorType
+from tessera.ir.types import DType, TensorType, oversize
 
 #: The oldest default-domain opset the importer accepts.
 MIN_OPSET = 7
@@ -108,7 +108,28 @@ def _sorted_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
     return [nodes[i] for i in order]
 
 
+def _check_signature(g: onnx.GraphProto) -> None:
+    """Name the graph input or output whose declared type the ONNX checker would refuse
+    (its own message names none)."""
+    for what, infos in (("input", g.input), ("output", g.output)):
+        for vi in infos:
+            kind = vi.type.WhichOneof("value")
+            if kind is None:
+                raise ModelImportError(f"graph {what} {vi.name!r} declares no type")
+            if kind == "tensor_type" and not vi.type.tensor_type.HasField("shape"):
+                raise ModelImportError(f"graph {what} {vi.name!r} declares no shape (ONNX "
+                                       "requires one on the main graph's inputs and outputs; "
+                                       "give its rank at least)")
+
+
 def _input_type(vi: onnx.ValueInfoProto, override: Sequence[int] | None) -> TensorType:
+    t = _declared_type(vi, override)
+    if (why := oversize(t)) is not None:
+        raise ModelImportError(f"graph input {vi.name!r}: {why}")
+    return t
+
+
+def _declared_type(vi: onnx.ValueInfoProto, override: Sequence[int] | None) -> TensorType:
     if not vi.type.HasField("tensor_type"):
         raise ModelImportError(f"graph input {vi.name!r} is not a tensor "
                                f"({vi.type.WhichOneof('value')})")
@@ -146,6 +167,7 @@ def import_onnx(model: ModelSource, input_shapes: Mapping[str, Sequence[int]] | 
     """
     proto = load_model(model)
     if check:
+        _check_signature(proto.graph)
         try:
             onnx.checker.check_model(proto)
         except Exception as e:  # noqa: BLE001

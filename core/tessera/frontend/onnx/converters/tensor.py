@@ -19,6 +19,7 @@ from tessera.frontend.onnx.context import ConvertContext
 from tessera.frontend.onnx.importer import onnx_dtype
 from tessera.frontend.onnx.registry import converter, simple
 from tessera.ir.graph import Value
+from tessera.ir.types import DType, TensorType
 from tessera.ops.registry import normalize_axis
 
 Inputs = list[Value | None]
@@ -139,6 +140,7 @@ def convert_constant_of_shape(ctx: ConvertContext, inputs: Inputs, attrs: Attrs)
         raise ctx.error(f"value must hold one element, got shape {list(value.shape)}")
     if any(d < 0 for d in shape):
         raise ctx.error(f"shape {shape} has a negative dimension")
+    ctx.check_size(TensorType(tuple(shape), DType.from_numpy(value.dtype)), "the result")
     return ctx.const(np.full(shape, value.reshape(-1)[0], dtype=value.dtype), name=_out_name(ctx))
 
 
@@ -154,6 +156,13 @@ def convert_range(ctx: ConvertContext, inputs: Inputs, attrs: Attrs) -> Value:
     compute: Any = np.float64 if dtype.kind == "f" else np.int64
     if dtype == np.float16 and ctx.opset >= 27 and attrs.get("stash_type", 1) == 1:
         compute = np.float32
+    span = (limit.astype(compute).item() - start.astype(compute).item()) \
+        / delta.astype(compute).item()
+    if not math.isfinite(span):
+        raise ctx.error(f"start {start.item()}, limit {limit.item()} and delta {delta.item()} "
+                        "give no finite length")
+    count = math.ceil(span)
+    ctx.check_size(TensorType((max(count, 0),), DType.from_numpy(dtype)), "the result")
     result = np.arange(start.astype(compute).item(), limit.astype(compute).item(),
                        delta.astype(compute).item(), dtype=compute).astype(dtype)
     return ctx.const(result, name=_out_name(ctx))
@@ -279,7 +288,20 @@ def convert_slice_10(ctx: ConvertContext, inputs: Inputs, attrs: Attrs) -> Value
 
 # -- indexing ------------------------------------------------------------------------------------
 
-simple("Gather", since=1)
+@converter("Gather", since=1)
+def convert_gather(ctx: ConvertContext, inputs: Inputs, attrs: Attrs) -> Any:
+    x, index = inputs[0], inputs[1] if len(inputs) > 1 else None
+    if x is not None and index is not None and index.data is not None and x.type.ndim:
+        axis = normalize_axis(int(attrs.get("axis", 0)), x.type.ndim, ctx.node_name)
+        dim = x.type.shape[axis]
+        idx = np.asarray(index.data)
+        if idx.dtype.kind in "iu" and idx.size and (idx.min() < -dim or idx.max() >= dim):
+            bad = idx[(idx < -dim) | (idx >= dim)].reshape(-1)[0]
+            raise ctx.error(f"constant index {int(bad)} is out of range for axis {axis} of "
+                            f"size {dim} (indices must be in [{-dim}, {dim}))")
+    return ctx.node("Gather", inputs, attrs)
+
+
 simple("GatherElements", since=11)
 simple("GatherND", since=11)
 simple("ScatterElements", since=11)
