@@ -97,3 +97,15 @@ def test_batch_norm_opset7_per_activation() -> None:
     x = rand(2, 3, 4, 5)
     params = [rand(3, 4, 5), rand(3, 4, 5), rand(3, 4, 5), rand(3, 4, 5, lo=0.5, hi=2.0)]
     check("BatchNormalization", [x, *params], {"spatial": 0}, opset=7, consts=(1, 2, 3, 4))
+
+
+def test_batch_norm_parameters_of_the_wrong_shape_name_the_node() -> None:
+    from tessera.errors import ModelImportError
+    from tessera.frontend.onnx import import_onnx
+
+    x, c = rand(1, 3, 4, 4), np.ones(3, F32)
+    model = one_node_model("BatchNormalization", [x, c, c, np.ones((3, 2), F32), c], opset=15,
+                           consts={1, 2, 3, 4}, typed=False)
+    with pytest.raises(ModelImportError, match=r"BatchNormalization.*mean float32\[3, 2\] "
+                                               r"must have shape \[3\]"):
+        import_onnx(model, check=False)

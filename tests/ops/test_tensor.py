@@ -155,6 +155,18 @@ def test_gather(r, axis, index_dtype):
     check("Gather", [x, np.array(-1, index_dtype)], {"axis": axis}, opset=13)
 
 
+def test_gather_runtime_index_out_of_range_names_the_node(r):
+    import tessera
+    from tessera.errors import RunError
+
+    model = one_node_model("Gather", [rand(r, 2, 3), np.array([0, 1], np.int64)], {"axis": 1},
+                           opset=13)
+    mod = tessera.compile(model, target="ref")
+    with pytest.raises(RunError, match=r"node .*\(Gather\).*index 3 is out of range for a "
+                                       r"dimension of size 3"):
+        mod.run(x0=rand(r, 2, 3), x1=np.array([0, 3], np.int64))
+
+
 @pytest.mark.parametrize("axis", [0, 1, -1])
 def test_gather_elements(r, axis):
     x = rand(r, 4, 5, 3)

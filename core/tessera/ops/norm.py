@@ -36,8 +36,9 @@ def _batch_norm_infer(x: TensorType, scale: TensorType, b: TensorType, mean: Ten
     need_rank(x, 2, op)
     c = x.shape[1]
     for name, t in (("scale", scale), ("B", b), ("mean", mean), ("var", var)):
-        if not t.shape or t.shape[0] != c:
-            raise OpError(f"{op}: {name} {t} must have {c} channels")
+        if t.shape not in ((c,), x.shape[1:]):
+            raise OpError(f"{op}: {name} {t} must have shape [{c}] (one value per channel) "
+                          f"or {list(x.shape[1:])} (per activation)")
     if training_mode:
         return x, mean, var
     return x

@@ -45,7 +45,10 @@ def _norm_index(idx: np.ndarray, dim: int | np.ndarray) -> np.ndarray:
     idx = np.asarray(idx).astype(np.int64)
     idx = np.where(idx < 0, idx + dim, idx)
     if idx.size and (np.any(idx < 0) or np.any(idx >= dim)):
-        raise IndexError(f"index out of range for dimension of size {dim}")
+        bad = np.asarray(idx)[(idx < 0) | (idx >= dim)].reshape(-1)[0]
+        raise OpError(f"index {int(bad)} is out of range for a dimension of size "
+                      f"{np.max(dim) if np.ndim(dim) else dim} (negative indices count from "
+                      f"the end)")
     return idx
 
 
