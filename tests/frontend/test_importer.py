@@ -188,3 +188,10 @@ def test_gather_with_a_constant_index_out_of_range_names_the_node():
     with pytest.raises(ModelImportError, match=r"node 'pick' \(Gather.*constant index 3 is out "
                                                r"of range for axis 1 of size 3"):
         import_onnx(model)
+
+
+def test_a_graph_input_without_element_type_is_named():
+    model = _relu_model()
+    model.graph.input[0].type.tensor_type.ClearField("elem_type")
+    with pytest.raises(ModelImportError, match="graph input 'x' declares no element type"):
+        import_onnx(model)

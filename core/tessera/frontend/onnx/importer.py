@@ -116,6 +116,8 @@ def _check_signature(g: onnx.GraphProto) -> None:
             kind = vi.type.WhichOneof("value")
             if kind is None:
                 raise ModelImportError(f"graph {what} {vi.name!r} declares no type")
+            if kind == "tensor_type" and not vi.type.tensor_type.HasField("elem_type"):
+                raise ModelImportError(f"graph {what} {vi.name!r} declares no element type")
             if kind == "tensor_type" and not vi.type.tensor_type.HasField("shape"):
                 raise ModelImportError(f"graph {what} {vi.name!r} declares no shape (ONNX "
                                        "requires one on the main graph's inputs and outputs; "
@@ -170,6 +172,9 @@ def import_onnx(model: ModelSource, input_shapes: Mapping[str, Sequence[int]] | 
         _check_signature(proto.graph)
         try:
             onnx.checker.check_model(proto)
+        except UnicodeDecodeError as e:
+            raise ModelImportError(f"cannot parse the ONNX model: a name or string in it is not "
+                                   f"UTF-8 ({e})") from None
         except Exception as e:  # noqa: BLE001
             # The checker refuses ops that newer opsets deprecated (GroupNormalization-18);
             # they are still valid models, and the converters handle them.
