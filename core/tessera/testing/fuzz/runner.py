@@ -38,7 +38,7 @@ OUTCOMES = GOOD + ("unnamed_error", "wrapped_exception", "other_exception", "mem
 MAX_INPUT_ELEMENTS = 1 << 22
 #: Model-level errors that have no node to name, per mutation kind: the bytes could not be
 #: parsed as a model at all, or the model's opset is out of range.
-MODEL_LEVEL = {"bytes": ("cannot parse the ONNX model", "empty graph", "opset"),
+MODEL_LEVEL = {"bytes": ("cannot parse the ONNX model", "empty graph", "opset", "ir_version"),
                "opset": ("opset",)}
 
 
