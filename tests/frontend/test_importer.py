@@ -195,3 +195,14 @@ def test_a_graph_input_without_element_type_is_named():
     model.graph.input[0].type.tensor_type.ClearField("elem_type")
     with pytest.raises(ModelImportError, match="graph input 'x' declares no element type"):
         import_onnx(model)
+
+
+def test_a_nameless_initializer_or_input_is_refused():
+    model = _relu_model()
+    model.graph.initializer.append(numpy_helper.from_array(np.zeros(2, np.float32), ""))
+    with pytest.raises(ModelImportError, match=r"initializer #0 \(dims \[2\]\) has no name"):
+        import_onnx(model)
+    model = _relu_model()
+    model.graph.input[0].name = ""
+    with pytest.raises(ModelImportError, match="graph input #0 has no name"):
+        import_onnx(model)

@@ -111,8 +111,13 @@ def _sorted_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
 def _check_signature(g: onnx.GraphProto) -> None:
     """Name the graph input or output whose declared type the ONNX checker would refuse
     (its own message names none)."""
+    for i, t in enumerate(g.initializer):
+        if not t.name:
+            raise ModelImportError(f"initializer #{i} (dims {list(t.dims)}) has no name")
     for what, infos in (("input", g.input), ("output", g.output)):
-        for vi in infos:
+        for i, vi in enumerate(infos):
+            if not vi.name:
+                raise ModelImportError(f"graph {what} #{i} has no name")
             kind = vi.type.WhichOneof("value")
             if kind is None:
                 raise ModelImportError(f"graph {what} {vi.name!r} declares no type")
