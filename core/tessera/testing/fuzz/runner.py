@@ -38,7 +38,8 @@ OUTCOMES = GOOD + ("unnamed_error", "wrapped_exception", "other_exception", "mem
 MAX_INPUT_ELEMENTS = 1 << 22
 #: Model-level errors that have no node to name, per mutation kind: the bytes could not be
 #: parsed as a model at all, or the model's opset is out of range.
-MODEL_LEVEL = {"bytes": ("cannot parse the ONNX model", "empty graph", "opset", "ir_version"),
+MODEL_LEVEL = {"bytes": ("cannot parse the ONNX model", "empty graph", "opset", "ir_version",
+                         "has no name"),
                "opset": ("opset",)}
 
 
@@ -85,6 +86,8 @@ def generate_case(seed: int, index: int, seeds: dict[str, onnx.ModelProto]
 def names_something(message: str, names: set[str]) -> bool:
     """Whether ``message`` names one of ``names`` (single letters only when quoted)."""
     for name in names:
+        if repr(name)[1:-1] in message and repr(name)[1:-1] != name:  # control characters
+            return True
         if len(name) < 2:
             if f"'{name}'" in message or f'"{name}"' in message:
                 return True
