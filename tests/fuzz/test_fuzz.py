@@ -107,3 +107,9 @@ def test_worker_survives_crashes_hangs_and_huge_allocations(handler, outcome) ->
 
 def test_good_outcomes() -> None:
     assert GOOD == ("ok", "tessera_error")
+
+
+@pytest.mark.parametrize("seed,case", [(21, 1422)])  # QLinearMatMul zero point of wrong length
+def test_fixed_findings_stay_fixed(seed: int, case: int) -> None:
+    report = run_fuzz(1, seed=seed, targets=_targets(), first=case)
+    assert not report.failures(), report.failures()

@@ -327,6 +327,15 @@ def _qlinear_matmul_infer(a: TensorType, a_scale: TensorType, a_zp: TensorType, 
     for name, t in (("a_scale", a_scale), ("b_scale", b_scale), ("y_scale", y_scale)):
         if not t.dtype.is_float:
             raise OpError(f"{op}: {name} must be a float tensor, got {t}")
+    rows, cols = a.shape[-2] if a.ndim > 1 else 1, b.shape[-1] if b.ndim > 1 else 1
+    for name, t, n, what in (("a_scale", a_scale, rows, "row of a"),
+                             ("a_zero_point", a_zp, rows, "row of a"),
+                             ("b_scale", b_scale, cols, "column of b"),
+                             ("b_zero_point", b_zp, cols, "column of b"),
+                             ("y_scale", y_scale, 1, ""), ("y_zero_point", y_zp, 1, "")):
+        if t.size != 1 and (t.ndim != 1 or t.size != n):
+            raise OpError(f"{op}: {name} {t} must be a scalar"
+                          + (f" or hold one value per {what} ({n})" if what else ""))
     return TensorType(matmul_shape(a.shape, b.shape, op), y_zp.dtype)
 
 
