@@ -237,3 +237,12 @@ def test_each_state_has_its_own_kernel_workspaces():
     mod.states.release(b)
     x = np.random.default_rng(3).standard_normal((4, 8)).astype(np.float32)
     np.testing.assert_allclose(mod.run(x=x)["y"], -np.exp(np.maximum(x, 0)), rtol=1e-6)
+
+
+def test_a_memory_plan_larger_than_the_machine_is_refused_before_allocating(monkeypatch):
+    """Each tensor under the limit, the whole plan over it: a CompileError naming the largest
+    tensors, not a lazily committed arena that kills the process on its first run."""
+    monkeypatch.setenv("TESSERA_MAX_TENSOR_BYTES", str(4 * 8 * 4 + 200))
+    with pytest.raises(tessera.errors.CompileError,
+                       match=r"device cpu needs 384 bytes.*largest tensors: 'x' float32\[4, 8\]"):
+        tessera.compile(_small_model(), target="ref")

@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from tessera.errors import RunError
+from tessera.errors import CompileError, RunError
 from tessera.ir.graph import Function
-from tessera.ir.types import TensorType
+from tessera.ir.types import TensorType, human_bytes, max_tensor_bytes
 from tessera.partition.report import PartitionReport
 from tessera.plugin.backend import Backend, CompiledRegion
 from tessera.plugin.device import CPU
@@ -62,6 +62,7 @@ class Module:
         self.input_types: dict[str, TensorType] = {v.name: v.type for v in graph.inputs}
         self.plan: ExecutionPlan = build_plan(graph, compiled)
         self.memory: MemoryPlan = plan_memory(self.plan)
+        self._check_memory()
         devices = {b.device: b.device_api() for b in backends.values()}
         devices.setdefault("cpu", CPU)
         self._devices = devices
@@ -70,6 +71,22 @@ class Module:
         self._local = threading.local()
         # one state now, so that binding errors surface at compile (or load) time
         self.states.release(self.states.acquire())
+
+    def _check_memory(self) -> None:
+        """Refuse a memory plan that cannot fit before allocating it (a lazily committed
+        arena larger than the machine would kill the process on its first run)."""
+        limit = max_tensor_bytes()
+        for dev, dp in self.memory.devices.items():
+            if dp.total_bytes <= limit:
+                continue
+            largest = sorted((t for t in self.plan.tensors.values() if t.device == dev),
+                             key=lambda t: -t.type.nbytes)[:3]
+            raise CompileError(
+                f"the memory plan of device {dev} needs {human_bytes(dp.total_bytes)}, more "
+                f"than the {human_bytes(limit)} this machine allows (TESSERA_MAX_TENSOR_BYTES "
+                f"sets it); its largest tensors: "
+                + "; ".join(f"{t.name!r} {t.type} ({human_bytes(t.type.nbytes)})"
+                            for t in largest))
 
     def _new_state(self) -> Executor:
         return Executor(self.plan, self.memory, self._devices)
