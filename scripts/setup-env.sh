@@ -69,11 +69,14 @@ setup_env() {
     wanted="$(cat "${manifests[@]}" | sha256sum | cut -d' ' -f1) latest=${LATEST:-0} ${packages[*]}"
     if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$wanted" ]]; then
         echo "$name: installing ${packages[*]}" >&2
-        local pins=(-c constraints.txt)
         if [[ "${LATEST:-0}" == 1 ]]; then
-            pins=(--upgrade --upgrade-strategy eager)
+            "$VENV/bin/python" -m pip install --quiet --upgrade --upgrade-strategy eager \
+                "${packages[@]}"
+        else
+            # PIP_CONSTRAINT reaches the isolated build environments too (setuptools)
+            PIP_CONSTRAINT="$PWD/constraints.txt" "$VENV/bin/python" -m pip install --quiet \
+                -c constraints.txt "${packages[@]}"
         fi
-        "$VENV/bin/python" -m pip install --quiet "${pins[@]}" "${packages[@]}"
         echo "$wanted" > "$stamp"
     fi
 }
