@@ -358,7 +358,6 @@ def normalization() -> list[Case]:
 
 # -- sizes above the parallel thresholds ----------------------------------------------------------
 
-@family
 def with_special_values(x: np.ndarray) -> np.ndarray:
     """``x`` with NaN, +inf and -inf spread through it (every 97th, 89th, 83rd element)."""
     flat = x.reshape(-1)
@@ -366,6 +365,7 @@ def with_special_values(x: np.ndarray) -> np.ndarray:
     return x
 
 
+@family
 def large_parallel() -> list[Case]:
     """Sizes where the schedules use parallel loops, vector bodies and odd tails at once."""
     big = (5, 67, 131)  # 43,885 elements, last dimension prime
