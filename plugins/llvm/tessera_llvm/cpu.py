@@ -1,9 +1,18 @@
-"""The CPU a build is for: the host's, or the one ``-mcpu`` names."""
+"""The CPU a build is for: the host's, or the one ``-mcpu`` names.
+
+Schedules read a :class:`~tessera_llvm.schedules.common.CPUInfo`: vector width, the number of
+vector registers (register tiles must fit: 16 with AVX2, 32 with AVX-512 and NEON), FMA
+instructions per cycle and the data cache sizes. For the host they come from LLVM's view of the
+CPU's features and from the operating system (Linux's ``/sys/devices/system/cpu``); for a named
+CPU from :data:`KNOWN_CPUS` (by prefix), else from the ISA level the name implies.
+"""
 
 from __future__ import annotations
 
 import os
 import platform
+from dataclasses import replace
+from pathlib import Path
 
 from .schedules.common import CPUInfo
 
@@ -13,6 +22,37 @@ _AVX512 = ("skylake-avx512", "cascadelake", "cooperlake", "cannonlake", "icelake
            "x86-64-v4", "rocketlake", "alderlake-avx512")
 #: -mcpu names with 128-bit vectors only.
 _SSE = ("x86-64", "x86-64-v2", "core2", "nehalem", "westmere", "generic")
+#: AArch64 CPU name prefixes (NEON: 128-bit vectors, 32 registers).
+_ARM = ("cortex", "apple", "neoverse", "ampere", "a64fx", "thunderx", "carmel", "falkor",
+        "kryo", "exynos", "tsv110", "oryon")
+
+_K, _M = 1 << 10, 1 << 20
+#: Facts for CPUs by LLVM name prefix (longest prefix wins): fma_units, l1d, l2, l3 per core.
+#: Zen 4 splits a 512-bit FMA over its two 256-bit pipes, so it issues one 16-lane FMA a cycle;
+#: Zen 1 likewise one 8-lane FMA over its two 128-bit pipes.
+KNOWN_CPUS: dict[str, dict[str, int]] = {
+    "znver1": dict(fma_units=1, l1d_bytes=32 * _K, l2_bytes=512 * _K, l3_bytes=2 * _M),
+    "znver2": dict(fma_units=2, l1d_bytes=32 * _K, l2_bytes=512 * _K, l3_bytes=4 * _M),
+    "znver3": dict(fma_units=2, l1d_bytes=32 * _K, l2_bytes=512 * _K, l3_bytes=4 * _M),
+    "znver4": dict(fma_units=1, l1d_bytes=32 * _K, l2_bytes=1 * _M, l3_bytes=4 * _M),
+    "znver5": dict(fma_units=2, l1d_bytes=48 * _K, l2_bytes=1 * _M, l3_bytes=4 * _M),
+    "haswell": dict(fma_units=2, l1d_bytes=32 * _K, l2_bytes=256 * _K, l3_bytes=2 * _M),
+    "broadwell": dict(fma_units=2, l1d_bytes=32 * _K, l2_bytes=256 * _K, l3_bytes=2 * _M),
+    "skylake": dict(fma_units=2, l1d_bytes=32 * _K, l2_bytes=256 * _K, l3_bytes=2 * _M),
+    "skylake-avx512": dict(fma_units=2, l1d_bytes=32 * _K, l2_bytes=1 * _M, l3_bytes=1 * _M),
+    "cascadelake": dict(fma_units=2, l1d_bytes=32 * _K, l2_bytes=1 * _M, l3_bytes=1 * _M),
+    "icelake": dict(fma_units=1, l1d_bytes=48 * _K, l2_bytes=1 * _M, l3_bytes=1 * _M),
+    "icelake-server": dict(fma_units=2, l1d_bytes=48 * _K, l2_bytes=1 * _M, l3_bytes=1 * _M),
+    "sapphirerapids": dict(fma_units=2, l1d_bytes=48 * _K, l2_bytes=2 * _M, l3_bytes=2 * _M),
+    "alderlake": dict(fma_units=2, l1d_bytes=48 * _K, l2_bytes=1 * _M, l3_bytes=2 * _M),
+    "neoverse-n1": dict(fma_units=2, l1d_bytes=64 * _K, l2_bytes=1 * _M, l3_bytes=1 * _M),
+    "neoverse-v1": dict(fma_units=4, l1d_bytes=64 * _K, l2_bytes=1 * _M, l3_bytes=1 * _M),
+    "neoverse-n2": dict(fma_units=2, l1d_bytes=64 * _K, l2_bytes=1 * _M, l3_bytes=1 * _M),
+    "neoverse-v2": dict(fma_units=4, l1d_bytes=64 * _K, l2_bytes=2 * _M, l3_bytes=2 * _M),
+    "apple-m1": dict(fma_units=4, l1d_bytes=128 * _K, l2_bytes=3 * _M, l3_bytes=2 * _M),
+    "apple": dict(fma_units=4, l1d_bytes=128 * _K, l2_bytes=4 * _M, l3_bytes=2 * _M),
+    "cortex-a76": dict(fma_units=2, l1d_bytes=64 * _K, l2_bytes=512 * _K, l3_bytes=1 * _M),
+}
 
 
 def host_cpu_name() -> str:
@@ -21,33 +61,95 @@ def host_cpu_name() -> str:
     return llvm.get_host_cpu_name()
 
 
-def _host_lanes() -> int:
+def _host_isa() -> tuple[int, int, str]:
+    """(float32 lanes, vector registers, arch) of the host."""
     import llvmlite.binding as llvm
 
     machine = platform.machine().lower()
     if machine in ("aarch64", "arm64"):
-        return 4
+        return 4, 32, "aarch64"
     try:
         features = llvm.get_host_cpu_features()
         if features.get("avx512f"):
-            return 16
+            return 16, 32, "x86_64"
         if features.get("avx2") or features.get("avx"):
-            return 8
+            return 8, 16, "x86_64"
     except RuntimeError:
         pass
-    return 4
+    return 4, 16, "x86_64"
+
+
+def _named_isa(mcpu: str) -> tuple[int, int, str]:
+    """(float32 lanes, vector registers, arch) of a CPU named by ``-mcpu``."""
+    if mcpu.startswith(_ARM):
+        return 4, 32, "aarch64"
+    if mcpu.startswith(_AVX512):
+        return 16, 32, "x86_64"
+    if mcpu in _SSE:
+        return 4, 16, "x86_64"
+    return 8, 16, "x86_64"
+
+
+def _table_entry(name: str) -> dict[str, int]:
+    best = max((p for p in KNOWN_CPUS if name.startswith(p)), key=len, default=None)
+    return dict(KNOWN_CPUS[best]) if best else {}
+
+
+def _sysfs_caches(root: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> dict[str, int]:
+    """Data cache sizes of CPU 0 from Linux's sysfs, divided by the CPUs sharing each (what
+    one core can count on); empty where there is no such folder."""
+    found: dict[str, int] = {}
+    try:
+        for index in sorted(root.glob("index*")):
+            kind = (index / "type").read_text().strip()
+            if kind not in ("Data", "Unified"):
+                continue
+            level = int((index / "level").read_text())
+            size = _parse_size((index / "size").read_text().strip())
+            shared = _count_cpus((index / "shared_cpu_list").read_text().strip()) \
+                if (index / "shared_cpu_list").exists() else 1
+            key = {1: "l1d_bytes", 2: "l2_bytes", 3: "l3_bytes"}.get(level)
+            if key and size:
+                found[key] = size // max(shared, 1) if level == 3 else size
+    except (OSError, ValueError):
+        return {}
+    return found
+
+
+def _parse_size(text: str) -> int:
+    units = {"K": _K, "M": _M, "G": 1 << 30}
+    if text and text[-1].upper() in units:
+        return int(text[:-1]) * units[text[-1].upper()]
+    return int(text) if text.isdigit() else 0
+
+
+def _count_cpus(cpu_list: str) -> int:
+    """How many CPUs a list like ``0-3,8`` names."""
+    count = 0
+    for part in cpu_list.split(","):
+        if "-" in part:
+            lo, hi = part.split("-")
+            count += int(hi) - int(lo) + 1
+        elif part:
+            count += 1
+    return count
 
 
 def cpu_info(mcpu: str | None = None, num_threads: int | None = None) -> CPUInfo:
-    """Vector width (float32 lanes) and thread count for schedules."""
-    if mcpu is None or mcpu in ("native", "host"):
-        lanes = _host_lanes()
-    elif mcpu.startswith(_AVX512):
-        lanes = 16
-    elif mcpu in _SSE or mcpu.startswith(("cortex", "apple", "neoverse", "generic")):
-        lanes = 4
-    else:
-        lanes = 8
+    """The CPU facts schedules read, for the host (``mcpu`` None, ``native`` or ``host``) or
+    for the CPU ``mcpu`` names."""
     threads = num_threads or int(os.environ.get("TESSERA_NUM_THREADS", "0") or 0) \
         or os.cpu_count() or 1
-    return CPUInfo(vector_lanes=lanes, num_threads=threads)
+    host = mcpu is None or mcpu in ("native", "host")
+    if host:
+        lanes, registers, arch = _host_isa()
+        name = host_cpu_name()
+    else:
+        lanes, registers, arch = _named_isa(mcpu)
+        name = mcpu
+    info = CPUInfo(vector_lanes=lanes, num_threads=threads, vector_registers=registers,
+                   arch=arch, name=name)
+    facts = _table_entry(name)
+    if host:
+        facts.update(_sysfs_caches())
+    return replace(info, **facts)

@@ -15,10 +15,34 @@ from .config import ConfigSpace, ScheduleConfig, largest_divisor
 
 @dataclass(frozen=True)
 class CPUInfo:
-    """What schedules need to know about the CPU: vector width in float32 lanes and threads."""
+    """What schedules need to know about the CPU (see :func:`tessera_llvm.cpu.cpu_info`):
+    vector width in float32 lanes, threads, the number of vector registers (16 with AVX2, 32
+    with AVX-512 and NEON), FMA instructions issued per cycle, and the data cache sizes per
+    core (L3: the part one core can count on)."""
 
     vector_lanes: int = 16
     num_threads: int = 2
+    vector_registers: int = 32
+    fma_units: int = 2
+    l1d_bytes: int = 32 << 10
+    l2_bytes: int = 1 << 20
+    l3_bytes: int = 4 << 20
+    #: ``x86_64`` or ``aarch64``
+    arch: str = "x86_64"
+    #: The LLVM CPU name the facts are for (the host's when no ``-mcpu`` is given).
+    name: str = ""
+
+    def max_accumulators(self, operand_registers: int, cap: int | None = None) -> int:
+        """How many accumulator vectors a register tile may hold when ``operand_registers``
+        more are live in its inner loop (weight vectors and the input broadcast), leaving one
+        register for temporaries, and at most ``cap``."""
+        room = self.vector_registers - operand_registers - 1
+        return max(1, room if cap is None else min(cap, room))
+
+    @property
+    def peak_flops_per_cycle(self) -> int:
+        """float32 operations per cycle per core: FMA units x lanes x 2."""
+        return self.fma_units * self.vector_lanes * 2
 
     def lanes_for(self, dtype: str) -> int:
         bits = {"float64": 64, "int64": 64, "uint64": 64, "float16": 16, "int16": 16,

@@ -22,6 +22,8 @@ from .config import ConfigSpace, ScheduleConfig, largest_divisor
 
 TAG = "conv2d_NCHWc"
 TAGS = (TAG, "depthwise_conv2d_NCHWc")
+#: Most accumulator vectors of a convolution's register tile, whatever the register file.
+CONV_MAX_ACCUMULATORS = 16
 
 
 def conv_space(conv: te.ComputeOp, cpu: CPUInfo) -> ConfigSpace:
@@ -30,12 +32,15 @@ def conv_space(conv: te.ComputeOp, cpu: CPUInfo) -> ConfigSpace:
     space = ConfigSpace(TAG, ((n, occ, oh, ow, ob), red, conv.attrs.get("strides")))
     lanes = cpu.lanes_for(conv.output(0).dtype)
     # The register tile: oc_tile output-channel blocks x reg_n columns, each oc_bn / lanes
-    # vectors, at most 16 accumulators (measured on Zen 5: 2 x 7 beats 1 x 14, and 28
-    # accumulators spill); the oc_tile weight vectors share every input broadcast.
+    # vectors; the oc_tile weight vectors share every input broadcast. The accumulators, the
+    # weight vectors and the broadcast must fit the register file (16 vectors with AVX2: 2 x 6
+    # accumulators) and stay at most 16 (measured on Zen 5 with 32: 2 x 7 beats 1 x 14, and
+    # 28 accumulators spill).
     vectors_per_col = max(1, -(-ob // lanes))
     depthwise = conv.tag != TAG
     oc_tile = 2 if not depthwise and occ % 2 == 0 and vectors_per_col == 1 else 1
-    limit = max(1, 16 // (oc_tile * vectors_per_col))
+    weights = oc_tile * vectors_per_col
+    limit = max(1, cpu.max_accumulators(weights + 1, cap=CONV_MAX_ACCUMULATORS) // weights)
     reg_n = largest_divisor(ow, limit)
     if reg_n < 4 and ow > limit:
         # awkward widths (13, 27): as few tiles as the limit allows, as even as possible, the

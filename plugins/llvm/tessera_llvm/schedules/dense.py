@@ -38,8 +38,13 @@ def dense_space(mm: te.ComputeOp, cpu: CPUInfo) -> ConfigSpace:
     nr_vecs = next((k for k in ((2,) if vec == lanes else (5, 4, 3, 2))
                     if vec > 1 and n % (k * vec) == 0), 1)
     nr = vec * nr_vecs
-    mr = largest_divisor(m, max(1, 24 // nr_vecs if vec > 1 else 8))
-    mr = min(mr, 12)
+    # mr x nr_vecs accumulators, the nr_vecs vectors of b and one broadcast of a must fit the
+    # register file: 12 x 2 with 32 vector registers, 6 x 2 with AVX2's 16
+    if vec > 1:
+        rows = min(24, cpu.max_accumulators(nr_vecs + 1)) // nr_vecs
+    else:
+        rows = 8
+    mr = min(largest_divisor(m, max(1, rows)), 12)
     space.define("nr", sorted({d for d in (1, 4, 8, 16, 32, 48, 64) if n % d == 0} | {nr}), nr,
                  "output columns per register tile (a multiple of the vector width)")
     space.define("mr", sorted({d for d in range(1, min(m, 16) + 1) if m % d == 0} | {mr}), mr,
