@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from tessera.runtime.roofline import roofline_table
 
 
 @dataclass
@@ -47,6 +50,11 @@ class KernelProfile:
     op: str
     ms: float
     flops: int = 0
+
+    @property
+    def gflops(self) -> float:
+        """Achieved GFLOP/s (0 when the work or the time is unknown)."""
+        return self.flops / (self.ms * 1e6) if self.ms > 0 else 0.0
 
 
 @dataclass
@@ -92,6 +100,15 @@ class Profile:
                 lines.append(f"  {key:<28} {value:,.0f}")
         lines.append(f"total {self.total_ms:.3f} ms")
         return "\n".join(lines)
+
+    def roofline(self, peak_gflops: float, top: int | None = 25,
+                 kind: Callable[[KernelProfile], str | None] | None = None,
+                 peak_label: str = "") -> str:
+        """The conv and matmul kernels' GFLOP/s as a fraction of ``peak_gflops`` (the caller's,
+        e.g. ``tessera_llvm.peak.measure_fma_peak(threads).gflops``), per kernel and per kind
+        (``kind(kernel)``, default the op); see :mod:`tessera.runtime.roofline`."""
+        return roofline_table(self.kernels, peak_gflops, top=top, kind=kind,
+                              peak_label=peak_label)
 
     def __str__(self) -> str:
         return self.table()
