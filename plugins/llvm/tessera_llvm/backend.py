@@ -9,7 +9,9 @@ the process-wide native thread pool (:mod:`.parallel`).
 
 Target options: ``-mcpu=NAME`` (LLVM CPU name; the host CPU by default), ``-mattr=+f,-g``
 (extra features), ``-num-threads=N`` (threads of the kernel pool; default
-``TESSERA_NUM_THREADS`` or the CPU count).
+``TESSERA_NUM_THREADS`` or the CPU count), ``-mtriple=TRIPLE`` (cross-compilation, e.g.
+``aarch64-linux-gnu``: code for another architecture is kept for export but not linked here;
+its module's kernels raise RunError naming the triple).
 
 Artifacts keep the object code (``kernels.o``), the kernel table (``kernels.json``) and the
 constants the lowering created (packed weights, ``constants.npz``), so ``tessera.load`` links
@@ -40,6 +42,7 @@ from tessera.topi.registry import has_compute, registered_ops, unsupported_reaso
 from .cpu import cpu_info
 from .loader import check_object, pack_pointers
 from .lowering import LoweredKernel, lower_region
+from .triple import check_triple, host_triple, is_foreign, triple_arch
 
 #: 2: large scratch buffers moved from static globals to per-call workspaces (thread safety)
 ARTIFACT_FORMAT = 2
@@ -48,10 +51,9 @@ TABLE_FILE = "kernels.json"
 CONSTANTS_FILE = "constants.npz"
 
 
-def target_triple() -> str:
-    import llvmlite.binding as llvm
-
-    return llvm.get_process_triple()
+def target_triple(target: TargetKind | None = None) -> str:
+    """The triple code is generated for: ``-mtriple`` or this process's."""
+    return (target.get("mtriple") if target is not None else None) or host_triple()
 
 
 def _supported(node: Node) -> bool:
@@ -71,6 +73,22 @@ def _aligned_copy(array: np.ndarray) -> np.ndarray:
     out = raw[offset:offset + array.nbytes].view(array.dtype).reshape(array.shape)
     out[...] = array
     return out
+
+
+def _foreign_kernel(k: dict[str, Any], triple: str) -> Kernel:
+    """A Kernel for code of another architecture: calling it raises RunError."""
+    def run(ins: list[Any], outs: list[Any]) -> None:
+        raise _not_runnable(triple, f"kernel {k['name']} ({k['op']})")
+
+    return Kernel(name=k["name"], fn=run, inputs=list(k["inputs"]), outputs=list(k["outputs"]),
+                  op=k["op"], flops=int(k.get("flops", 0)),
+                  workspace_bytes=int(k.get("workspace", 0)))
+
+
+def _not_runnable(triple: str, what: str) -> RunError:
+    return RunError(f"llvm {what}: compiled for {triple} ({triple_arch(triple)}), this host is "
+                    f"{host_triple()}; export the module (Module.export) and run it on an "
+                    f"{triple_arch(triple)} machine, or compile again without -mtriple")
 
 
 def _make_kernel(lib: Any, k: dict[str, Any]) -> Kernel:
@@ -135,6 +153,8 @@ class LLVMBackend(Backend):
         "mattr": "extra CPU features, e.g. +avx2,-avx512f",
         "num-threads": "threads of the kernel thread pool (default: TESSERA_NUM_THREADS or "
                        "the CPU count)",
+        "mtriple": "target triple to cross-compile for, e.g. aarch64-linux-gnu (default: this "
+                   "host's); the code is exported, not run here",
     }
     code_forms = ("ll", "asm", "tir")
 
@@ -148,17 +168,33 @@ class LLVMBackend(Backend):
     def available_for(self, target: TargetKind) -> str | None:
         reason = self.available()
         if reason is None:
-            mcpu = target.get("mcpu")
-            if mcpu and mcpu not in ("native", "host"):
-                from .build import known_cpu
-
-                if not known_cpu(mcpu):
-                    raise TargetError(f"llvm -mcpu={mcpu}: LLVM does not know this CPU for "
-                                      f"{target_triple()}; use a name from `llc -mcpu=help` "
-                                      "(e.g. x86-64-v3, znver4, skylake-avx512) or leave "
-                                      "-mcpu out for the host CPU")
+            triple = target.get("mtriple")
+            if triple is not None:
+                check_triple(triple)
+            self._check_mcpu(target.get("mcpu"), triple)
             self._threads(target)
         return reason
+
+    @staticmethod
+    def _check_mcpu(mcpu: str | None, triple: str | None) -> None:
+        """TargetError unless LLVM knows the CPU ``mcpu`` for ``triple`` (or the host)."""
+        from .build import known_cpu
+
+        foreign = is_foreign(triple)
+        arm = triple_arch(triple or host_triple()) == "aarch64"
+        hint = "e.g. neoverse-n1, cortex-a76, apple-m1" if arm else \
+            "e.g. x86-64-v3, znver4, skylake-avx512"
+        if mcpu in ("native", "host") and foreign:
+            raise TargetError(f"llvm -mcpu={mcpu} -mtriple={triple}: the host CPU cannot run "
+                              f"{triple} code; name a CPU of that architecture ({hint}) or "
+                              "leave -mcpu out for a generic one")
+        if not mcpu or mcpu in ("native", "host") or known_cpu(mcpu, triple):
+            return
+        other = "" if triple else ", -mtriple= for another architecture (aarch64-linux-gnu)"
+        default = "a generic CPU" if foreign else "the host CPU"
+        raise TargetError(f"llvm -mcpu={mcpu}: LLVM does not know this CPU for "
+                          f"{triple or host_triple()}; use a name from `llc -mcpu=help` "
+                          f"({hint}){other}, or leave -mcpu out for {default}")
 
     def claims(self, target: TargetKind) -> list[Pattern]:
         return list(_patterns())
@@ -186,15 +222,18 @@ class LLVMBackend(Backend):
                 raise CompileError(f"llvm: node {node.name} ({node.op}) has no CPU compute: "
                                    f"{reason}")
         threads = self._threads(target)
-        if threads:
+        triple = target.get("mtriple") or None
+        if triple is not None:
+            check_triple(triple)
+        if threads and not is_foreign(triple):
             set_num_threads(threads)
         mcpu = target.get("mcpu")
-        cpu = cpu_info(mcpu, threads)
+        cpu = cpu_info(mcpu, threads, triple)
         t0 = time.perf_counter()
         lowered = lower_region(region, cpu, options.opt_level, prefix=f"{region.name}_")
         t1 = time.perf_counter()
         built = build_module([k.func for k in lowered.kernels], region.name, mcpu=mcpu,
-                             mattr=target.get("mattr"))
+                             mattr=target.get("mattr"), triple=triple)
         t2 = time.perf_counter()
         table = [self._entry(k, built.workspaces.get(k.name, 0)) for k in lowered.kernels]
         constants = {name: _aligned_copy(v.data) for name, v in lowered.constants.items()}
@@ -206,7 +245,7 @@ class LLVMBackend(Backend):
                 if name not in constants:
                     tensors[name] = types[name]
         compiled = self._assemble(region, built.object_code, table, constants, tensors, mcpu,
-                                  target.get("mattr"))
+                                  target.get("mattr"), triple)
         compiled.info.update({
             "_cpu_name": built.cpu_name, "_features": built.features,
             "lower_s": round(t1 - t0, 3), "codegen_s": round(t2 - t1, 3),
@@ -228,8 +267,17 @@ class LLVMBackend(Backend):
 
     def _assemble(self, region: Function, object_code: bytes, table: list[dict[str, Any]],
                   constants: dict[str, np.ndarray], tensors: dict[str, TensorType],
-                  mcpu: str | None, mattr: str | None) -> CompiledRegion:
+                  mcpu: str | None, mattr: str | None,
+                  triple: str | None = None) -> CompiledRegion:
+        """The CompiledRegion of linked object code; for another architecture's code (a
+        foreign ``triple``) one whose kernels raise RunError, which can still be saved."""
         from .loader import load_object
+
+        info: dict[str, Any] = {"kernels": len(table), "_table": table, "_mcpu": mcpu,
+                                "_mattr": mattr, "_triple": triple, "_object_code": object_code}
+        if triple is not None and is_foreign(triple):
+            return CompiledRegion(self.name, region, [_foreign_kernel(k, triple) for k in table],
+                                  tensors, constants, info)
 
         def param(n: str) -> tuple[str, int]:
             if n in constants:
@@ -250,8 +298,7 @@ class LLVMBackend(Backend):
                 kernel.concat_offsets = contiguous_concat_offsets(
                     [tensors[n] for n in kernel.inputs], tensors[kernel.outputs[0]])
         return CompiledRegion(self.name, region, kernels, tensors, constants,
-                              {"kernels": len(kernels), "_lib": lib, "_table": table,
-                               "_mcpu": mcpu, "_mattr": mattr, "_object_code": object_code},
+                              {**info, "_lib": lib},
                               bind_sequence=make_binder([lib.get(k["name"]) for k in table]))
 
     # -- artifacts ------------------------------------------------------------------------
@@ -260,6 +307,7 @@ class LLVMBackend(Backend):
         np.savez(buf, **{k: np.asarray(v) for k, v in compiled.constants.items()})
         obj = compiled.info["_object_code"]
         meta = {"format": ARTIFACT_FORMAT, "mcpu": compiled.info.get("_mcpu"),
+                "triple": compiled.info.get("_triple"),
                 "object_sha256": hashlib.sha256(obj).hexdigest(),
                 "cpu_name": compiled.info.get("_cpu_name", ""),
                 "features": compiled.info.get("_features", ""),
@@ -290,6 +338,12 @@ class LLVMBackend(Backend):
             if hashlib.sha256(obj).hexdigest() != meta.get("object_sha256"):
                 raise ArtifactError(f"llvm region {region.name}: {OBJECT_FILE} does not match "
                                     f"the hash {TABLE_FILE} records")
+            triple = meta.get("triple")
+            if triple is not None and is_foreign(triple):
+                raise ArtifactError(f"llvm region {region.name}: its code was compiled for "
+                                    f"{triple} (-mtriple), this host is {host_triple()}; load "
+                                    "the artifact on a machine of that architecture, or "
+                                    "compile the model again without -mtriple")
             check_object(obj)
             from .build import missing_host_features
 
@@ -306,4 +360,4 @@ class LLVMBackend(Backend):
             raise ArtifactError(f"llvm region {region.name}: cannot read the saved kernels "
                                 f"({OBJECT_FILE}, {TABLE_FILE}): {err}") from err
         return self._assemble(region, files[OBJECT_FILE], table, constants, tensors,
-                              meta.get("mcpu"), meta.get("mattr"))
+                              meta.get("mcpu"), meta.get("mattr"), meta.get("triple"))

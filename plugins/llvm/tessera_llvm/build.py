@@ -1,10 +1,10 @@
 """Compile LLVM IR to object code with ``llvmlite.binding``.
 
 :func:`target_machine` makes the machine for the host CPU (name and features, or ``mcpu``/
-``mattr``), :func:`optimize` runs LLVM's O3 pipeline (new pass manager, loop and SLP
-vectorization on), and :func:`build_module` takes PrimFuncs all the way to a
-:class:`BuiltModule` holding the object code, which :mod:`tessera_llvm.loader` links into the
-process without recompiling.
+``mattr``; another architecture's with ``triple``, see :mod:`tessera_llvm.triple`),
+:func:`optimize` runs LLVM's O3 pipeline (new pass manager, loop and SLP vectorization on),
+and :func:`build_module` takes PrimFuncs all the way to a :class:`BuiltModule` holding the
+object code, which :mod:`tessera_llvm.loader` links into the process without recompiling.
 
 ``llvmlite.binding`` is not thread-safe; everything here runs under :data:`LLVM_LOCK`.
 """
@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING
 import llvmlite.binding as llvm
 from llvmlite import ir
 
-from tessera.errors import CompileError
+from tessera.errors import CompileError, RunError
 from tessera.tir.stmt import PrimFunc
 from tessera_llvm.codegen import CodeGenerator
+from tessera_llvm.triple import host_triple, init_all_targets, is_foreign
 
 if TYPE_CHECKING:
     from tessera_llvm.loader import Library
@@ -54,9 +55,13 @@ def host_cpu() -> tuple[str, str]:
     return llvm.get_host_cpu_name(), features
 
 
-def cpu_and_features(mcpu: str | None, mattr: str | None) -> tuple[str, str]:
+def cpu_and_features(mcpu: str | None, mattr: str | None,
+                     triple: str | None = None) -> tuple[str, str]:
     """The LLVM CPU name and feature string code is generated for: the host's (plus ``mattr``)
-    when ``mcpu`` is None or ``native``, else ``mcpu`` with ``mattr``."""
+    when ``mcpu`` is None or ``native``, else ``mcpu`` with ``mattr``. For a ``triple`` of
+    another architecture than the host's, no ``mcpu`` means LLVM's ``generic`` CPU."""
+    if is_foreign(triple):
+        return mcpu or "generic", mattr or ""
     if mcpu is None or mcpu == "native":
         cpu, features = host_cpu()
         if mattr:
@@ -65,26 +70,35 @@ def cpu_and_features(mcpu: str | None, mattr: str | None) -> tuple[str, str]:
     return mcpu, mattr or ""
 
 
-def target_machine(mcpu: str | None = None, mattr: str | None = None) -> llvm.TargetMachine:
-    """A target machine for this process's triple: the host CPU and its features when
-    ``mcpu`` is None (else ``mcpu`` with only the ``mattr`` features), opt level 3, PIC,
-    default (small) code model. (LLVM warns on stderr about a CPU name it does not know and
-    then emits generic code.)"""
+def _target(triple: str | None) -> llvm.Target:
+    """The LLVM target of ``triple`` (None: this process's), every target registered first
+    when it is another architecture's."""
+    if triple is None:
+        return llvm.Target.from_triple(host_triple())
+    init_all_targets()
+    return llvm.Target.from_triple(triple)
+
+
+def target_machine(mcpu: str | None = None, mattr: str | None = None,
+                   triple: str | None = None) -> llvm.TargetMachine:
+    """A target machine for ``triple`` (None: this process's triple): the host CPU and its
+    features when ``mcpu`` is None (else ``mcpu`` with only the ``mattr`` features; for a
+    foreign triple LLVM's ``generic`` CPU), opt level 3, PIC, default (small) code model.
+    (LLVM warns on stderr about a CPU name it does not know and then emits generic code.)"""
     init_llvm()
     with LLVM_LOCK:
-        triple = llvm.get_process_triple()
-        target = llvm.Target.from_triple(triple)
-        cpu, features = cpu_and_features(mcpu, mattr)
+        target = _target(triple)
+        cpu, features = cpu_and_features(mcpu, mattr, triple)
         tm = target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="pic",
                                           codemodel="default")
     return tm
 
 
 @functools.lru_cache(maxsize=64)
-def known_cpu(mcpu: str) -> bool:
-    """Whether LLVM knows the CPU name ``mcpu`` for this process's target. LLVM reports an
-    unknown name only as a warning on the C stderr (and may abort later), so the warning is
-    captured at the file-descriptor level while a target machine is created."""
+def known_cpu(mcpu: str, triple: str | None = None) -> bool:
+    """Whether LLVM knows the CPU name ``mcpu`` for ``triple`` (None: this process's). LLVM
+    reports an unknown name only as a warning on the C stderr (and may abort later), so the
+    warning is captured at the file-descriptor level while a target machine is created."""
     import os
     import tempfile
 
@@ -94,8 +108,7 @@ def known_cpu(mcpu: str) -> bool:
         saved = os.dup(2)
         try:
             os.dup2(capture.fileno(), 2)
-            target = llvm.Target.from_triple(llvm.get_process_triple())
-            target.create_target_machine(cpu=mcpu, features="", opt=0)
+            _target(triple).create_target_machine(cpu=mcpu, features="", opt=0)
         finally:
             os.dup2(saved, 2)
             os.close(saved)
@@ -146,7 +159,8 @@ def compile_ir(module: ir.Module | str, tm: llvm.TargetMachine,
 
 @dataclass
 class BuiltModule:
-    """Compiled PrimFuncs: ``object_code`` (ELF bytes for this CPU), the optimised
+    """Compiled PrimFuncs: ``object_code`` (ELF bytes for this CPU, or for ``triple``'s
+    architecture when one is given), the optimised
     ``llvm_ir`` and the IR as generated (``source_ir``), the exported ``function_names``, and
     per function the ``signatures`` of its parameters (dtype, element count or None) and the
     ``workspaces`` it needs (bytes; a function with a workspace takes it as one more uint8
@@ -159,6 +173,8 @@ class BuiltModule:
     source_ir: str
     mcpu: str | None = None
     mattr: str | None = None
+    #: The ``-mtriple`` the code was generated for (None: this process's triple).
+    triple: str | None = None
     #: The CPU name and feature string the code was generated for (host values resolved).
     cpu_name: str = ""
     features: str = ""
@@ -170,15 +186,20 @@ class BuiltModule:
     def asm(self) -> str:
         """The assembly of the optimised module (generated on first use)."""
         if self._asm is None:
-            tm = target_machine(self.mcpu, self.mattr)
+            tm = target_machine(self.mcpu, self.mattr, self.triple)
             with LLVM_LOCK:
                 mod = llvm.parse_assembly(self.llvm_ir)
                 self._asm = tm.emit_assembly(mod)
         return self._asm
 
     def load(self) -> Library:
-        """Link the object code into this process (see :func:`tessera_llvm.loader.load_object`)."""
+        """Link the object code into this process (see :func:`tessera_llvm.loader.load_object`);
+        RunError for code of another architecture."""
         from tessera_llvm.loader import load_object
+
+        if is_foreign(self.triple):
+            raise RunError(f"llvm module {self.name}: compiled for {self.triple}, this host is "
+                           f"{host_triple()}; its object code cannot be linked here")
 
         return load_object(self.object_code, self.function_names, self.mcpu,
                            signatures=self.signatures, workspaces=self.workspaces)
@@ -198,14 +219,15 @@ def _signature(func: PrimFunc, workspace: int) -> list[tuple[str, int | None]]:
 
 
 def build_module(funcs: list[PrimFunc], name: str, mcpu: str | None = None,
-                 mattr: str | None = None) -> BuiltModule:
-    """Generate, optimise and compile ``funcs`` into one object file.
+                 mattr: str | None = None, triple: str | None = None) -> BuiltModule:
+    """Generate, optimise and compile ``funcs`` into one object file (for ``triple``, the
+    host's by default; the data layout is the target machine's).
 
     The lifecycle is explicit: a :class:`~tessera_llvm.codegen.CodeGenerator` is created, each
     PrimFunc added, the IR module finalised, then parsed, verified, optimised (O3) and emitted.
     Raises CompileError naming the PrimFunc and node the code generator cannot handle."""
-    tm = target_machine(mcpu, mattr)
-    cpu_name, features = cpu_and_features(mcpu, mattr)
+    tm = target_machine(mcpu, mattr, triple)
+    cpu_name, features = cpu_and_features(mcpu, mattr, triple)
     gen = CodeGenerator(name, tm.triple, str(tm.target_data))
     for f in funcs:
         gen.add_function(f)
@@ -217,7 +239,7 @@ def build_module(funcs: list[PrimFunc], name: str, mcpu: str | None = None,
         optimized = str(mod)
     return BuiltModule(name=name, function_names=list(gen.function_names), object_code=obj,
                        llvm_ir=optimized, source_ir=source, mcpu=mcpu, mattr=mattr,
-                       cpu_name=cpu_name, features=features,
+                       triple=triple, cpu_name=cpu_name, features=features,
                        signatures={f.name: _signature(f, gen.workspace_bytes[f.name])
                                    for f in funcs},
                        workspaces=dict(gen.workspace_bytes))

@@ -4,7 +4,9 @@ Schedules read a :class:`~tessera_llvm.schedules.common.CPUInfo`: vector width, 
 vector registers (register tiles must fit: 16 with AVX2, 32 with AVX-512 and NEON), FMA
 instructions per cycle and the data cache sizes. For the host they come from LLVM's view of the
 CPU's features and from the operating system (Linux's ``/sys/devices/system/cpu``); for a named
-CPU from :data:`KNOWN_CPUS` (by prefix), else from the ISA level the name implies.
+CPU from :data:`KNOWN_CPUS` (by prefix), else from the ISA level the name implies; for a
+``-mtriple`` of another architecture without ``-mcpu``, from that architecture's baseline (LLVM's
+``generic`` CPU: SSE2 on x86_64, NEON on AArch64).
 """
 
 from __future__ import annotations
@@ -135,12 +137,25 @@ def _count_cpus(cpu_list: str) -> int:
     return count
 
 
-def cpu_info(mcpu: str | None = None, num_threads: int | None = None) -> CPUInfo:
+def _generic_isa(arch: str) -> tuple[int, int, str]:
+    """(float32 lanes, vector registers, arch) of LLVM's ``generic`` CPU of ``arch``."""
+    return (4, 32, "aarch64") if arch == "aarch64" else (4, 16, "x86_64")
+
+
+def cpu_info(mcpu: str | None = None, num_threads: int | None = None,
+             triple: str | None = None) -> CPUInfo:
     """The CPU facts schedules read, for the host (``mcpu`` None, ``native`` or ``host``) or
-    for the CPU ``mcpu`` names."""
+    for the CPU ``mcpu`` names; with a ``triple`` of another architecture than the host's
+    and no ``mcpu``, for that architecture's generic CPU."""
+    from .triple import is_foreign, triple_arch
+
     threads = num_threads or int(os.environ.get("TESSERA_NUM_THREADS", "0") or 0) \
         or os.cpu_count() or 1
     host = mcpu is None or mcpu in ("native", "host")
+    if host and is_foreign(triple):
+        lanes, registers, arch = _generic_isa(triple_arch(str(triple)))
+        return CPUInfo(vector_lanes=lanes, num_threads=threads, vector_registers=registers,
+                       arch=arch, name="generic")
     if host:
         lanes, registers, arch = _host_isa()
         name = host_cpu_name()
