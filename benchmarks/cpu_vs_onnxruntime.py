@@ -17,6 +17,11 @@ ResNet-50 compile < 20 s.
     python benchmarks/cpu_vs_onnxruntime.py                       # llvm, 2 threads, all six
     python benchmarks/cpu_vs_onnxruntime.py --models resnet50,bert --profile resnet50
     python benchmarks/cpu_vs_onnxruntime.py --target ref --models squeezenet,bert --repeat 3
+
+``--profile`` also measures the host's float32 FMA peak (``--threads`` threads and one) with a
+kernel from the llvm code generator, built for the target's ``-mcpu`` (``--target "llvm
+-mcpu=znver3"`` measures this host running znver3 code), and prints each conv and matmul
+kernel's GFLOP/s as a fraction of it, summed per kind (3x3 and 1x1 convolutions, matmuls).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from _common import cpu_name, geomean, limit_threads, max_abs_diff, ort_session, time_ms
+from _roofline import print_roofline
 
 #: Benchmark key -> label in the table; light models are loaded as ``light_<key>``.
 MODELS: dict[str, str] = {
@@ -116,7 +122,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0, help="seed of the random weights and inputs")
     ap.add_argument("--profile", default="", metavar="MODEL",
                     help="after the table, print Tessera's per-kernel profile of these models "
-                         "(comma-separated)")
+                         "(comma-separated) and their conv/matmul GFLOP/s against the host's "
+                         "measured FMA peak")
     ap.add_argument("--profile-top", type=int, default=25,
                     help="kernels listed in a profile (default 25)")
     ap.add_argument("--json", default=None, metavar="PATH", help="also save the results as JSON")
@@ -311,7 +318,9 @@ def main(argv: list[str] | None = None) -> int:
         mod, work = profiled[key]
         print(f"\nTessera per-kernel profile of {work.label} ({args.target}, mean of "
               f"{max(args.number, 1)} run(s)):")
-        print(mod.profile(runs=max(args.number, 1), **work.inputs).table(top=args.profile_top))
+        profile = mod.profile(runs=max(args.number, 1), **work.inputs)
+        print(profile.table(top=args.profile_top))
+        print_roofline(profile, mod, args.target, args.threads, args.profile_top)
 
     if args.json:
         report = {
