@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
+from tessera.backends.reference.backend import ReferenceBackend
+from tessera.cli.run import roofline_reports
+from tessera.plugin.target import TargetKind
 from tessera.runtime.profiler import KernelProfile, Profile
 from tessera.runtime.roofline import by_kind, compute_op, roofline_rows
 
@@ -66,3 +71,21 @@ def test_roofline_top_and_bad_peak():
     assert "(3 more)" in text
     with pytest.raises(ValueError):
         _profile().roofline(0.0)
+
+
+class _Peaked:
+    """A backend stand-in that offers a peak rate."""
+
+    def peak_gflops(self, target: TargetKind) -> tuple[float, str] | None:
+        return 200.0, f"peak of {target.name} -mcpu={target.get('mcpu')}"
+
+
+def test_run_profile_reports_backends_that_offer_a_peak():
+    module = SimpleNamespace(target="llvm -mcpu=haswell, ref",
+                             backends={"llvm": _Peaked(), "ref": ReferenceBackend()})
+    reports = roofline_reports(module, _profile())
+    assert len(reports) == 1  # ref offers no peak (the Backend default)
+    head, peak = reports[0].splitlines()[:2]
+    assert head == "peak of llvm -mcpu=haswell" and peak == "peak 200.0 GFLOP/s (llvm)"
+    assert "k0_conv3" in reports[0] and "k4_gemm" not in reports[0]
+    assert roofline_reports(SimpleNamespace(target="", backends={}), _profile()) == []

@@ -2,7 +2,8 @@
 
 Inputs come from an ``.npz`` file (``--inputs``); inputs it lacks are generated with
 ``--fill-mode``. ``--print-time`` benchmarks, ``--profile`` prints per-kernel and per-backend
-times, ``--print-top N`` prints the N largest entries of the first output.
+times (and, for a backend that offers its device's peak rate, each conv and matmul kernel's
+GFLOP/s as a fraction of it), ``--print-top N`` prints the N largest entries of the first output.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ import numpy as np
 
 from tessera.cli.compile import add_compile_options, load_or_compile, progress
 from tessera.cli.shapes import ArgumentError
+from tessera.errors import TesseraError
+from tessera.plugin.target import Target
+from tessera.runtime.profiler import Profile
 
 #: Rows of a batched first output that --print-top shows.
 MAX_TOP_ROWS = 8
@@ -39,7 +43,8 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--number", type=int, default=1, metavar="N",
                         help="runs averaged within one measurement (default 1)")
     parser.add_argument("--profile", action="store_true",
-                        help="print per-kernel and per-backend times")
+                        help="print per-kernel and per-backend times, and conv/matmul GFLOP/s "
+                             "against the peak of backends that offer one")
     parser.add_argument("--print-top", type=int, default=None, metavar="N",
                         help="print the N largest values (and indices) of the first output")
     parser.add_argument("--seed", type=int, default=0, help="seed for --fill-mode random")
@@ -119,6 +124,25 @@ def format_output(name: str, output: np.ndarray) -> str:
     return text
 
 
+def roofline_reports(module: Any, profile: Profile) -> list[str]:
+    """For each backend of ``module`` whose kernels did measured work and which offers a peak
+    rate (:meth:`~tessera.plugin.backend.Backend.peak_gflops`), its conv and matmul kernels
+    against that peak."""
+    try:
+        target = Target.parse(module.target)
+    except TesseraError:
+        return []
+    reports = []
+    for name in sorted({k.backend for k in profile.kernels if k.flops > 0}):
+        backend, kind = module.backends.get(name), target.kind(name)
+        peak = backend.peak_gflops(kind) if backend is not None and kind is not None else None
+        if peak is not None:
+            gflops, description = peak
+            reports.append(f"{description}\n"
+                           f"{profile.roofline(gflops, peak_label=name, backend=name)}")
+    return reports
+
+
 def run_run(args: argparse.Namespace) -> int:
     for flag, value in (("--repeat", args.repeat), ("--number", args.number),
                         ("--print-top", args.print_top)):
@@ -137,8 +161,12 @@ def run_run(args: argparse.Namespace) -> int:
         for name in module.output_names:
             print(format_output(name, np.asarray(outputs[name])))
     if args.profile:
+        profile = module.profile(**inputs)
         print()
-        print(module.profile(**inputs))
+        print(profile)
+        for report in roofline_reports(module, profile):
+            print()
+            print(report)
     if args.print_time:
         for name, value in inputs.items():
             module.set_input(name, value)

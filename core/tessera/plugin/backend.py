@@ -148,6 +148,13 @@ class Backend(ABC):
         """The device API for this backend's buffers."""
         return CPU
 
+    def peak_gflops(self, target: TargetKind) -> tuple[float, str] | None:
+        """The float32 rate (GFLOP/s) the device reaches at best with code compiled under
+        ``target`` and the threads its kernels use, with a one-line description of how it was
+        found, for the roofline of ``tessera run --profile``; None when unknown (the default).
+        It may take a moment (a measurement) and should be cached."""
+        return None
+
     def version(self) -> str:
         """The version of the distribution that provides this backend."""
         from tessera.plugin.manager import distribution_version

@@ -103,12 +103,13 @@ class Profile:
 
     def roofline(self, peak_gflops: float, top: int | None = 25,
                  kind: Callable[[KernelProfile], str | None] | None = None,
-                 peak_label: str = "") -> str:
+                 peak_label: str = "", backend: str | None = None) -> str:
         """The conv and matmul kernels' GFLOP/s as a fraction of ``peak_gflops`` (the caller's,
         e.g. ``tessera_llvm.peak.measure_fma_peak(threads).gflops``), per kernel and per kind
-        (``kind(kernel)``, default the op); see :mod:`tessera.runtime.roofline`."""
+        (``kind(kernel)``, default the op), for one ``backend``'s kernels or all; see
+        :mod:`tessera.runtime.roofline`."""
         return roofline_table(self.kernels, peak_gflops, top=top, kind=kind,
-                              peak_label=peak_label)
+                              peak_label=peak_label, backend=backend)
 
     def __str__(self) -> str:
         return self.table()

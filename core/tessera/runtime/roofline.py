@@ -55,13 +55,15 @@ class RooflineRow:
 
 def roofline_rows(kernels: Iterable[KernelProfile],
                   kind: Callable[[KernelProfile], str | None] | None = None,
-                  ops: Iterable[str] = COMPUTE_OPS) -> list[RooflineRow]:
-    """The kernels that contain one of ``ops`` and have ``flops > 0``, each with its kind:
-    ``kind(kernel)`` when given (None falls back to the op), else the op found."""
+                  ops: Iterable[str] = COMPUTE_OPS,
+                  backend: str | None = None) -> list[RooflineRow]:
+    """The kernels that contain one of ``ops`` and have ``flops > 0`` (of ``backend`` only,
+    when given), each with its kind: ``kind(kernel)`` when given (None falls back to the op),
+    else the op found."""
     rows = []
     for k in kernels:
         op = compute_op(k.op, ops)
-        if op is None or k.flops <= 0:
+        if op is None or k.flops <= 0 or (backend is not None and k.backend != backend):
             continue
         label = (kind(k) if kind is not None else None) or op
         rows.append(RooflineRow(k.name, k.op, label, k.ms, k.flops))
@@ -81,13 +83,15 @@ def by_kind(rows: Iterable[RooflineRow]) -> list[RooflineRow]:
 
 def roofline_table(kernels: list[KernelProfile], peak_gflops: float, *, top: int | None = 25,
                    kind: Callable[[KernelProfile], str | None] | None = None,
-                   ops: Iterable[str] = COMPUTE_OPS, peak_label: str = "") -> str:
-    """A report: the ``top`` conv/matmul kernels by time with their GFLOP/s and % of
-    ``peak_gflops``, then per kind the count, time, share of all kernels' time, GFLOP/s and
-    time-weighted % of peak, and the same for all of them together."""
+                   ops: Iterable[str] = COMPUTE_OPS, peak_label: str = "",
+                   backend: str | None = None) -> str:
+    """A report: the ``top`` conv/matmul kernels (of ``backend`` only, when given) by time
+    with their GFLOP/s and % of ``peak_gflops``, then per kind the count, time, share of all
+    kernels' time, GFLOP/s and time-weighted % of peak, and the same for all of them
+    together."""
     if peak_gflops <= 0:
         raise ValueError(f"peak_gflops must be positive, got {peak_gflops}")
-    rows = roofline_rows(kernels, kind, ops)
+    rows = roofline_rows(kernels, kind, ops, backend)
     total_ms = sum(k.ms for k in kernels) or 1.0
     head = f"peak {peak_gflops:.1f} GFLOP/s" + (f" ({peak_label})" if peak_label else "")
     lines = [head, f"{'kernel':<40} {'kind':<18} {'ms':>8} {'GFLOP':>7} {'GFLOP/s':>8} "
