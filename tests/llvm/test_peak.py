@@ -11,6 +11,7 @@ import pytest
 from tessera_llvm.build import build_module
 from tessera_llvm.cpu import cpu_info
 from tessera_llvm.peak import (
+    PeakResult,
     accumulators_for,
     build_peak_kernels,
     fma_kernel,
@@ -88,3 +89,13 @@ def test_code_for_a_wider_cpu_is_refused():
         pytest.skip("the host runs code for the widest CPU named here")
     with pytest.raises(ValueError, match="cannot measure"):
         measure_fma_peak(1, wider)
+
+
+def test_describe_notes_threads_that_did_not_scale():
+    ok = PeakResult(gflops=78.0, per_thread_gflops=40.0, threads=2, lanes=8, accumulators=12,
+                    cpu="znver1", flops_per_cycle=16)
+    assert ok.scaling == pytest.approx(0.975) and ok.implied_ghz == pytest.approx(2.5)
+    assert "note" not in ok.describe()
+    busy = PeakResult(gflops=40.0, per_thread_gflops=40.0, threads=2, lanes=8, accumulators=12,
+                      cpu="znver1", flops_per_cycle=16)
+    assert "2 threads reached 50%" in busy.describe()

@@ -32,10 +32,12 @@ from tessera_llvm.cpu import cpu_info
 
 #: Most accumulators the kernel keeps (more only lengthens the loop body).
 MAX_ACCUMULATORS = 24
-#: Seconds one timed call of the kernel should last, and timed calls per measurement (the
-#: best one counts: a shared machine only ever makes a call slower).
+#: Seconds one timed call of the kernel should last, timed calls per measurement (the best
+#: one counts: a shared machine only ever makes a call slower) and the pause between calls
+#: (other work on a shared machine comes and goes; the best call is one it left alone).
 CALL_SECONDS = 0.02
-REPEATS = 5
+REPEATS = 8
+PAUSE_SECONDS = 0.01
 
 F = tir.ForKind
 
@@ -61,12 +63,22 @@ class PeakResult:
         a plausible CPU clock (1-6 GHz) when the FMA-unit count of the CPU model is right."""
         return self.per_thread_gflops / max(self.flops_per_cycle, 1)
 
+    @property
+    def scaling(self) -> float:
+        """The ``threads``-thread rate over ``threads`` times the one-thread rate: about 1 on
+        idle cores, less when other work shared them (or threads share a core's FMA units)."""
+        return self.gflops / max(self.threads * self.per_thread_gflops, 1e-9)
+
     def describe(self) -> str:
-        """One line for reports."""
-        return (f"FMA peak (float32, {self.cpu}, {self.lanes} lanes x {self.accumulators} "
+        """One line for reports (two when the threads did not scale)."""
+        text = (f"FMA peak (float32, {self.cpu}, {self.lanes} lanes x {self.accumulators} "
                 f"accumulators): {self.gflops:.1f} GFLOP/s with {self.threads} thread(s), "
                 f"{self.per_thread_gflops:.1f} per thread; theoretical "
                 f"{self.flops_per_cycle} flop/cycle/core, i.e. {self.implied_ghz:.2f} GHz")
+        if self.threads > 1 and self.scaling < 0.9:
+            text += (f"\n  note: {self.threads} threads reached {100 * self.scaling:.0f}% of "
+                     f"{self.threads} x one thread: other work shared the cores (or SMT)")
+        return text
 
 
 def accumulators_for(vector_registers: int) -> int:
@@ -173,6 +185,7 @@ def _best_gflops(fn: object, x: np.ndarray, out: np.ndarray, flops_per_iter: int
     n[0] = max(1, int(n[0] * CALL_SECONDS / max(elapsed, 1e-9)))
     best = float("inf")
     for _ in range(REPEATS):
+        time.sleep(PAUSE_SECONDS)
         start = time.perf_counter()
         fn([x, n, out])
         best = min(best, time.perf_counter() - start)
