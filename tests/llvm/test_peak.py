@@ -99,3 +99,14 @@ def test_describe_notes_threads_that_did_not_scale():
     busy = PeakResult(gflops=40.0, per_thread_gflops=40.0, threads=2, lanes=8, accumulators=12,
                       cpu="znver1", flops_per_cycle=16)
     assert "2 threads reached 50%" in busy.describe()
+
+
+def test_the_llvm_backend_offers_its_measured_peak_to_the_roofline():
+    from tessera.plugin.target import TargetKind
+    from tessera_llvm.backend import LLVMBackend
+
+    peak = LLVMBackend().peak_gflops(TargetKind("llvm", {"num-threads": "1"}))
+    assert peak is not None and peak[0] > 0 and "GFLOP/s" in peak[1]
+    foreign = TargetKind("llvm", {"mtriple": "aarch64-linux-gnu" if platform.machine() in
+                                  ("x86_64", "AMD64") else "x86_64-linux-gnu"})
+    assert LLVMBackend().peak_gflops(foreign) is None

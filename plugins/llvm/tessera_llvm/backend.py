@@ -196,6 +196,20 @@ class LLVMBackend(Backend):
                           f"{triple or host_triple()}; use a name from `llc -mcpu=help` "
                           f"({hint}){other}, or leave -mcpu out for {default}")
 
+    def peak_gflops(self, target: TargetKind) -> tuple[float, str] | None:
+        """The host's float32 FMA peak for code built under ``target`` (its -mcpu and
+        -num-threads), measured once per process with a kernel from this code generator
+        (:mod:`.peak`); None for a foreign -mtriple or code this CPU cannot run."""
+        if is_foreign(target.get("mtriple")):
+            return None
+        from .peak import measure_fma_peak
+
+        try:
+            peak = measure_fma_peak(self._threads(target), target.get("mcpu"))
+        except ValueError:
+            return None
+        return peak.gflops, peak.describe()
+
     def claims(self, target: TargetKind) -> list[Pattern]:
         return list(_patterns())
 
