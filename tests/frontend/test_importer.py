@@ -206,3 +206,28 @@ def test_a_nameless_initializer_or_input_is_refused():
     model.graph.input[0].name = ""
     with pytest.raises(ModelImportError, match="graph input #0 has no name"):
         import_onnx(model)
+
+
+def test_tensors_without_data_type_and_float_axes_are_named():
+    """Fuzzer findings: the checker's own messages named no tensor, and float axes failed
+    inside int() conversion."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
+    axes = numpy_helper.from_array(np.array([1.0]), "axes")
+    node = helper.make_node("ReduceSum", ["x", "axes"], ["y"], name="rsum", keepdims=0)
+    model = helper.make_model(helper.make_graph([node], "g", [x], [y], [axes]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(ModelImportError, match="'rsum'.*axes must be an integer tensor"):
+        import_onnx(model)
+    axes.ClearField("data_type")
+    model = helper.make_model(helper.make_graph([node], "g", [x], [y], [axes]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(ModelImportError, match="initializer 'axes' has no data_type"):
+        import_onnx(model)
+    const = helper.make_node("Constant", [], ["axes"], name="c",
+                             value=numpy_helper.from_array(np.array([1], np.int64)))
+    const.attribute[0].t.ClearField("data_type")
+    model = helper.make_model(helper.make_graph([const, node], "g", [x], [y]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(ModelImportError, match="node 'c' .*attribute 'value' has no data_type"):
+        import_onnx(model)

@@ -71,6 +71,10 @@ def test_conv_errors() -> None:
     w = g.constant(rand(2, 3, 5, 5))
     with pytest.raises(OpError, match="empty output"):
         g.op("Conv", x, w)
+    # negative pads (found by the fuzzer: ref's numpy pad failed at run time)
+    with pytest.raises(ModelImportError, match=r"node 'Conv_y0'.*pads \[-1, 1, 1, 1\] must not be"):
+        import_onnx(one_node_model("Conv", [rand(1, 3, 5, 5), rand(4, 3, 3, 3)],
+                                   {"pads": [-1, 1, 1, 1]}, opset=13, consts=(1,)))
 
 
 # -- ConvTranspose ------------------------------------------------------------------------------

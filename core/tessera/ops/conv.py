@@ -129,7 +129,8 @@ def _window_params(x: TensorType, w: TensorType, kernel_shape: list[int] | None,
     need_rank(x, 3, op)
     if w.ndim != x.ndim:
         raise OpError(f"{op}: weight {w} must have the input's rank {x.ndim}")
-    kernel, s, p, d = spatial_params(x.ndim - 2, kernel_shape, strides, pads, dilations, op)
+    kernel, s, p, d = spatial_params(x.ndim - 2, kernel_shape, strides, pads, dilations, op,
+                                     negative_pads=op == "ConvTranspose")
     if kernel and list(kernel) != list(w.shape[2:]):
         raise OpError(f"{op}: kernel_shape {kernel} does not match weight {w}")
     return s, p, d
@@ -214,7 +215,8 @@ def conv_transpose(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, *,
                    output_padding: list[int] | None) -> np.ndarray:
     """N-d grouped transposed convolution: one matmul to columns, then col2im and a crop."""
     n = x.ndim - 2
-    _, s, p, d = spatial_params(n, kernel_shape, strides, pads, dilations, "ConvTranspose")
+    _, s, p, d = spatial_params(n, kernel_shape, strides, pads, dilations, "ConvTranspose",
+                                negative_pads=True)
     op_ = list(output_padding) if output_padding else [0] * n
     ct = compute_dtype(x.dtype)
     N, C = x.shape[:2]

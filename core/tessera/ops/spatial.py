@@ -20,8 +20,10 @@ from tessera.ir.types import TensorType
 
 def spatial_params(n: int, kernel_shape: Sequence[int] | None, strides: Sequence[int] | None,
                    pads: Sequence[int] | None, dilations: Sequence[int] | None,
-                   op: str = "op") -> tuple[list[int], list[int], list[int], list[int]]:
-    """Fill ONNX defaults for ``n`` spatial dims and check lengths.
+                   op: str = "op", negative_pads: bool = False
+                   ) -> tuple[list[int], list[int], list[int], list[int]]:
+    """Fill ONNX defaults for ``n`` spatial dims and check lengths (and that pads are not
+    negative, unless ``negative_pads``: ConvTranspose crops with them).
 
     Returns ``(kernel, strides, pads, dilations)`` with ``pads`` as ``[b1.., e1..]``.
     """
@@ -37,6 +39,8 @@ def spatial_params(n: int, kernel_shape: Sequence[int] | None, strides: Sequence
                       f"dims")
     if any(v <= 0 for v in s) or any(v <= 0 for v in d):
         raise OpError(f"{op}: strides {s} and dilations {d} must be positive")
+    if not negative_pads and any(v < 0 for v in p):
+        raise OpError(f"{op}: pads {p} must not be negative")
     return kernel, s, p, d
 
 

@@ -112,7 +112,12 @@ class ConvertContext:
 
     def const_ints(self, value: Value | None, what: str = "input") -> list[int] | None:
         data = self.const_value(value, what)
-        return None if data is None else [int(v) for v in np.asarray(data).reshape(-1)]
+        if data is None:
+            return None
+        array = np.asarray(data)
+        if array.dtype.kind not in "iu":
+            raise self.error(f"{what} must be an integer tensor, got {array.dtype}")
+        return [int(v) for v in array.reshape(-1)]
 
     @staticmethod
     def type_of(value: Value) -> TensorType:

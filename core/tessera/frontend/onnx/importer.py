@@ -114,6 +114,13 @@ def _check_signature(g: onnx.GraphProto) -> None:
     for i, t in enumerate(g.initializer):
         if not t.name:
             raise ModelImportError(f"initializer #{i} (dims {list(t.dims)}) has no name")
+        if not t.HasField("data_type"):
+            raise ModelImportError(f"initializer {t.name!r} has no data_type")
+    for node in g.node:
+        for a in node.attribute:
+            if a.type == onnx.AttributeProto.TENSOR and not a.t.HasField("data_type"):
+                raise ModelImportError(f"node {node.name!r} ({node.op_type}): the tensor of "
+                                       f"attribute {a.name!r} has no data_type")
     for what, infos in (("input", g.input), ("output", g.output)):
         for i, vi in enumerate(infos):
             if not vi.name:
