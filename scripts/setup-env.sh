@@ -70,8 +70,10 @@ setup_env() {
     if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$wanted" ]]; then
         echo "$name: installing ${packages[*]}" >&2
         if [[ "${LATEST:-0}" == 1 ]]; then
+            # setuptools too, so that the version compared with constraints.txt is the newest
+            # (pip's build environments take the newest anyway)
             "$VENV/bin/python" -m pip install --quiet --upgrade --upgrade-strategy eager \
-                "${packages[@]}"
+                setuptools "${packages[@]}"
         else
             # PIP_CONSTRAINT reaches the isolated build environments too (setuptools)
             PIP_CONSTRAINT="$PWD/constraints.txt" "$VENV/bin/python" -m pip install --quiet \
