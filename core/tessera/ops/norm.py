@@ -250,12 +250,16 @@ def _mvn_infer(x: TensorType, *, axes: list[int]) -> TensorType:
 @register_op("MeanVarianceNormalization", attrs={"axes": Attr.ints([0, 2, 3])},
              infer=_mvn_infer, pattern=OPAQUE)
 def mean_variance_normalization(x: np.ndarray, *, axes: list[int]) -> np.ndarray:
-    """``(x - E[x]) / (sqrt(E[x^2] - E[x]^2) + 1e-9)`` over ``axes``."""
+    """``(x - E[x]) / (sqrt(Var[x]) + 1e-9)`` over ``axes``: ONNX defines the variance as
+    ``E[x^2] - E[x]^2``; it is computed as ``E[(x - E[x])^2]``, equal in exact arithmetic and
+    free of the float32 cancellation that makes the first form lose digits (values close
+    together: onnxruntime computes it accurately too)."""
     xc = as_compute_dtype(x)
     ax = tuple(sorted({normalize_axis(a, x.ndim) for a in axes}))
     mean = xc.mean(axis=ax, keepdims=True)
-    var = np.mean(xc * xc, axis=ax, keepdims=True) - mean * mean
-    y = (xc - mean) / (np.sqrt(np.maximum(var, 0)) + xc.dtype.type(1e-9))
+    centered = xc - mean
+    var = np.mean(centered * centered, axis=ax, keepdims=True)
+    y = centered / (np.sqrt(var) + xc.dtype.type(1e-9))
     return y.astype(x.dtype, copy=False)
 
 

@@ -213,18 +213,16 @@ def lrn(x: te.Tensor, size: int, alpha: float = 1e-4, beta: float = 0.75,
 
 
 def mean_variance_norm(x: te.Tensor, axes: Sequence[int]) -> te.Tensor:
-    """``(x - E[x]) / (sqrt(max(E[x^2] - E[x]^2, 0)) + 1e-9)`` over ``axes``."""
+    """``(x - E[x]) / (sqrt(Var[x]) + 1e-9)`` over ``axes``: ONNX's ``E[x^2] - E[x]^2``,
+    computed as ``E[(x - E[x])^2]`` (two passes, :func:`moments`), which does not cancel
+    catastrophically when the values are close together."""
     acc = compute_dtype(x.dtype)
     ax = sorted({normalize_axis(a, x.ndim) for a in axes})
-    count = float(prod([shape_of(x)[a] for a in ax]))
-    s1 = reduce_compute(x, ax, True, "sum", acc_dtype=acc, name="sum")
-    s2 = reduce_compute(x, ax, True, "sum", lambda v, idx: v * v, acc, name="sum_sq")
+    mean, var = moments(x, ax, acc)
 
     def body(*i: Any) -> Expr:
         k = tuple(kept_index(i, ax))
-        mean = s1[k] / count
-        var = s2[k] / count - mean * mean
-        y = (cast(x[i], acc) - mean) / (tir.sqrt(tir.max_(var, 0.0)) + 1e-9)
+        y = (cast(x[i], acc) - mean[k]) / (tir.sqrt(var[k]) + 1e-9)
         return cast(y, x.dtype)
 
     return _stage(x.shape, body, "mean_variance_norm", OUTPUT)
