@@ -116,6 +116,19 @@ def innermost_fma_loops(lines: list[Line]) -> list[tuple[int, int]]:
             if not any((s2, e2) != (s, e) and s <= s2 and e2 <= e for s2, e2 in with_fma)]
 
 
+def fma_loop_body(asm: str, function: str) -> list[str]:
+    """The instructions (no labels or directives) of ``function``'s innermost FMA loop with
+    the most FMAs; empty when it has none."""
+    lines = functions(asm).get(function, [])
+    best = max(innermost_fma_loops(lines), default=None,
+               key=lambda span: sum(is_fma(ln) for ln in lines[span[0]:span[1] + 1]))
+    if best is None:
+        return []
+    return [ln.text.strip() for ln in lines[best[0]:best[1] + 1]
+            if ln.text.strip() and not _LABEL.match(ln.text) and not ln.text.strip()
+            .startswith(".")]
+
+
 def _has_frame_pointer(lines: list[Line]) -> tuple[bool, bool]:
     """(x86 frame pointer set up, AArch64 frame pointer set up)."""
     return (any(_X86_FRAME.match(ln.text) for ln in lines),

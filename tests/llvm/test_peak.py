@@ -7,6 +7,7 @@ import re
 
 import numpy as np
 import pytest
+from llvm.asm_scan import Line, fma_loop_body, is_fma
 
 from tessera_llvm.build import build_module
 from tessera_llvm.cpu import cpu_info
@@ -15,8 +16,6 @@ from tessera_llvm.peak import (
     accumulators_for,
     build_peak_kernels,
     fma_kernel,
-    is_fma,
-    loop_body_asm,
     measure_fma_peak,
 )
 
@@ -35,8 +34,8 @@ def test_accumulators_fit_the_register_file():
 def test_inner_loop_is_fmas_without_memory_traffic(function):
     built, lanes, k = build_peak_kernels(2)
     assert k == accumulators_for(cpu_info().vector_registers)
-    loop = loop_body_asm(built.asm, function)
-    fmas = [i for i in loop if is_fma(i)]
+    loop = fma_loop_body(built.asm, function)
+    fmas = [i for i in loop if is_fma(Line(i, ""))]
     assert len(fmas) >= k, "\n".join(loop)  # the loop may be unrolled
     assert not [i for i in loop if _MEMORY.search(i)], "spills or loads:\n" + "\n".join(loop)
     if X86 and lanes == 8:
@@ -48,8 +47,8 @@ def test_inner_loop_is_fmas_without_memory_traffic(function):
 def test_kernel_for_a_named_cpu(mcpu, register):
     built, lanes, _ = build_peak_kernels(1, mcpu)
     assert lanes == 8
-    loop = loop_body_asm(built.asm)
-    assert any(is_fma(i) and register in i for i in loop), "\n".join(loop)
+    loop = fma_loop_body(built.asm, "fma_peak_1")
+    assert any(is_fma(Line(i, "")) and register in i for i in loop), "\n".join(loop)
 
 
 def test_kernel_computes_the_recurrence():
@@ -68,10 +67,10 @@ def test_kernel_computes_the_recurrence():
 
 
 def test_is_fma():
-    assert is_fma("vfmadd231ps\t%ymm1, %ymm2, %ymm3")
-    assert is_fma("fmla\tv0.4s, v1.4s, v2.4s")
-    assert not is_fma("vmulps\t%ymm1, %ymm2, %ymm3")
-    assert not is_fma("")
+    assert is_fma(Line("\tvfmadd231ps\t%ymm1, %ymm2, %ymm3", ""))
+    assert is_fma(Line("\tfmla\tv0.4s, v1.4s, v2.4s", ""))
+    assert not is_fma(Line("\tvmulps\t%ymm1, %ymm2, %ymm3", ""))
+    assert not is_fma(Line("", ""))
 
 
 def test_measurement_is_positive_and_cached():

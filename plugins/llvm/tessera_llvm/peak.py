@@ -19,7 +19,6 @@ thread) on the native thread pool. Results are cached per process.
 from __future__ import annotations
 
 import functools
-import re
 import time
 from dataclasses import dataclass
 
@@ -129,35 +128,6 @@ def build_peak_kernels(threads: int, mcpu: str | None = None) -> tuple[BuiltModu
     funcs = [fma_kernel("fma_peak_1", lanes, k, 1),
              fma_kernel("fma_peak_n", lanes, k, max(threads, 1))]
     return build_module(funcs, "fma_peak", mcpu=mcpu), lanes, k
-
-
-def loop_body_asm(asm: str, function: str = "fma_peak_1") -> list[str]:
-    """The instructions of the loop of ``function`` in ``asm`` with the most FMA instructions
-    (from a label to the branch back to it), without labels and directives; empty when the
-    function has no loop."""
-    start = asm.find(f"{function}:")
-    text = asm[start:asm.find(".Lfunc_end", start)] if start >= 0 else asm
-    instructions: list[str] = []
-    labels: dict[str, int] = {}
-    loops: list[list[str]] = []
-    for line in text.splitlines():
-        stripped = line.strip()
-        if re.match(r"^[.\w$]+:", stripped):
-            labels[stripped.split(":")[0]] = len(instructions)
-        elif stripped and not stripped.startswith((".", "#", "//", ";")):
-            instructions.append(stripped)
-            target = stripped.split()[-1] if len(stripped.split()) > 1 else ""
-            if target in labels:  # a branch back: a loop
-                loops.append(instructions[labels[target]:])
-    # the innermost of nested loops with as many FMAs is the shortest
-    return max(loops, key=lambda body: (sum(is_fma(i) for i in body), -len(body)), default=[])
-
-
-def is_fma(instruction: str) -> bool:
-    """Whether an assembly instruction is a fused multiply-add (x86 ``vfmadd``/``vfnmadd``,
-    AArch64 ``fmla``/``fmadd``)."""
-    mnemonic = instruction.split()[0] if instruction.split() else ""
-    return re.match(r"(vf(n)?madd|fmla|fmadd)", mnemonic) is not None
 
 
 def _check_runs_here(mcpu: str | None) -> None:
