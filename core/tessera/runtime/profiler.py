@@ -51,11 +51,6 @@ class KernelProfile:
     ms: float
     flops: int = 0
 
-    @property
-    def gflops(self) -> float:
-        """Achieved GFLOP/s (0 when the work or the time is unknown)."""
-        return self.flops / (self.ms * 1e6) if self.ms > 0 else 0.0
-
 
 @dataclass
 class Profile:

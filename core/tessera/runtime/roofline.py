@@ -72,13 +72,11 @@ def roofline_rows(kernels: Iterable[KernelProfile],
 
 def by_kind(rows: Iterable[RooflineRow]) -> list[RooflineRow]:
     """One row per kind (time and work summed), most time first."""
-    totals: dict[str, RooflineRow] = {}
+    totals: dict[str, tuple[float, int, int]] = {}
     for r in rows:
-        t = totals.get(r.kind)
-        totals[r.kind] = r if t is None else RooflineRow(
-            r.kind, r.kind, r.kind, t.ms + r.ms, t.flops + r.flops, t.count + r.count)
-    return sorted((RooflineRow(k, k, k, r.ms, r.flops, r.count) for k, r in totals.items()),
-                  key=lambda r: -r.ms)
+        ms, flops, count = totals.get(r.kind, (0.0, 0, 0))
+        totals[r.kind] = (ms + r.ms, flops + r.flops, count + r.count)
+    return sorted((RooflineRow(k, k, k, *t) for k, t in totals.items()), key=lambda r: -r.ms)
 
 
 def roofline_table(kernels: list[KernelProfile], peak_gflops: float, *, top: int | None = 25,
