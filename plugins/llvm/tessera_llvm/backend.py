@@ -80,7 +80,12 @@ def _foreign_kernel(k: dict[str, Any], triple: str) -> Kernel:
     def run(ins: list[Any], outs: list[Any]) -> None:
         raise _not_runnable(triple, f"kernel {k['name']} ({k['op']})")
 
-    return Kernel(name=k["name"], fn=run, inputs=list(k["inputs"]), outputs=list(k["outputs"]),
+    return _table_kernel(k, run)
+
+
+def _table_kernel(k: dict[str, Any], fn: Any) -> Kernel:
+    """The Kernel of kernel-table entry ``k`` calling ``fn``."""
+    return Kernel(name=k["name"], fn=fn, inputs=list(k["inputs"]), outputs=list(k["outputs"]),
                   op=k["op"], flops=int(k.get("flops", 0)),
                   workspace_bytes=int(k.get("workspace", 0)))
 
@@ -119,9 +124,7 @@ def _make_kernel(lib: Any, k: dict[str, Any]) -> Kernel:
             hit = cache[(id(ins), id(outs))] = (ins, outs, ids, packed)
         raw(hit[3])
 
-    return Kernel(name=name, fn=run, inputs=list(k["inputs"]), outputs=list(k["outputs"]),
-                  op=k["op"], flops=int(k.get("flops", 0)),
-                  workspace_bytes=int(k.get("workspace", 0)))
+    return _table_kernel(k, run)
 
 
 def _dump(options: CompileOptions, name: str, kinds: set[str], built: Any,
