@@ -221,3 +221,34 @@ def test_eval_interval() -> None:
     got = eval_interval(i * 3, relax)
     assert got.lo is got.hi
     assert eval_interval(j * k, relax) is None
+
+
+# ---- flattened pairs of axes ----------------------------------------------------------------
+
+
+def test_div_mod_pair_of_a_flattened_index_merges() -> None:
+    f, j = E.Var("f"), E.Var("j")
+    assert as_str((f // 7) * 7 + f % 7) == "f"
+    assert as_str(((f * 6 + j) // 7) * 21 + ((f * 6 + j) % 7) * 3 + 1) == "(((f * 18) + (j * 3)) + 1)"
+    # not a pair: different divisors, different operands, a coefficient that does not match
+    assert "//" in as_str((f // 7) * 8 + f % 7)
+    assert "//" in as_str((f // 7) * 7 + j % 7)
+    assert "//" in as_str((f // 6) * 7 + f % 7)
+    for k in (0, 5, 6, 7, 48):  # the merge keeps the value
+        e = ((f * 6 + 5) // 7) * 7 + (f * 6 + 5) % 7
+        assert value_at(e, f, k) == k * 6 + 5
+
+
+def test_region_of_a_flat_stage_read_through_fused_rows_is_one_tile() -> None:
+    """A 7x7 output written with its rows fused and split by 5 reads 5 consecutive elements
+    of a flat (49) producer per tile: the last tile is shifted back to stay inside."""
+    A = te.placeholder((49,), name="A")
+    F = te.compute((49,), lambda p: A[p] * 2.0, name="F")
+    C = te.compute((7, 7), lambda y, x: F[y * 7 + x] + 1.0, name="C")
+    s = te.create_schedule(C)
+    fo, fi = s[C].split(s[C].fuse(*C.op.axis), factor=5)
+    s[F].compute_at(s[C], fo)
+    (lo, ext), = region(s, F)
+    assert ext == 5
+    assert [value_at(lo, fo.var, k) for k in (0, 1, 9)] == [0, 5, 44]
+    run_check(s, [A, C], lambda a: (a * 2.0 + 1.0).reshape(7, 7))

@@ -28,7 +28,7 @@ from typing import Any
 from tessera.te.schedule import INLINE, ROOT, SCOPE, Fuse, Schedule, Split, Stage
 from tessera.te.tensor import ComputeOp, IterVar, Range
 from tessera.tir import expr as E
-from tessera.tir.arith import const_int_bound, to_poly
+from tessera.tir.arith import Poly, const_int_bound, struct_key, to_poly
 from tessera.tir.functor import IRMutator, Substitute, post_order_visit, rebuild
 
 __all__ = [
@@ -69,7 +69,32 @@ def simplify_index(e: Any) -> Any:
         return e
     if not _is_index(e):
         return rebuild(e, simplify_index)
-    return to_poly(e, atom=_simplify_atom).to_expr()
+    return _merge_div_mod(to_poly(e, atom=_simplify_atom)).to_expr()
+
+
+def _merge_div_mod(p: Poly) -> Poly:
+    """``k*c*(x // c) + k*(x % c) -> k*x`` for a constant ``c > 0`` (the index of a flattened
+    pair of axes, ``(f // w) * w + f % w``, is ``f`` again)."""
+    mods = {}
+    for key, (coef, atoms) in p.terms.items():
+        if len(atoms) == 1 and isinstance(atoms[0], E.FloorMod) and \
+                isinstance(atoms[0].b, E.IntImm) and atoms[0].b.value > 0:
+            mods[key] = (coef, atoms[0])
+    if not mods:
+        return p
+    for key, (coef, atoms) in list(p.terms.items()):
+        if len(atoms) != 1 or not isinstance(atoms[0], E.FloorDiv):
+            continue
+        div = atoms[0]
+        for mkey, (mcoef, mod) in mods.items():
+            if mkey not in p.terms or mcoef == 0 or div.b.dtype != mod.b.dtype or \
+                    not isinstance(div.b, E.IntImm) or div.b.value != mod.b.value or \
+                    coef != mcoef * mod.b.value or struct_key(div.a) != struct_key(mod.a):
+                continue
+            p = p.add(Poly.atom(div).scale(coef), -1).add(Poly.atom(mod).scale(mcoef), -1)
+            p = p.add(to_poly(div.a).scale(mcoef))
+            break
+    return p
 
 
 def _simplify_atom(x: E.PrimExpr) -> E.PrimExpr:
