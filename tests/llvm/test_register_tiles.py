@@ -44,8 +44,14 @@ REGIONS = {
     # a ResNet-style 3x3 convolution (NCHW in the graph; the lowering blocks it to NCHWc)
     "conv": Case("Conv", [rand(1, 64, 28, 28), rand(64, 64, 3, 3), rand(64)],
                  {"pads": [1, 1, 1, 1]}, consts=[1, 2]),
+    # SqueezeNet's 13 columns, which no row tile divides on any of the targets, get flat
+    # tiles (pixels across rows; they hold one address register more per pixel)
+    "conv_flat": Case("Conv", [rand(1, 64, 13, 13), rand(64, 64, 3, 3), rand(64)],
+                      {"pads": [1, 1, 1, 1]}, consts=[1, 2]),
     # a dense layer: activations times constant (prepacked) weights
     "matmul": Case("MatMul", [rand(64, 256), rand(256, 256)], consts=[1]),
+    # a batch-1 fully-connected layer: one row, several column vectors per tile
+    "gemv": Case("MatMul", [rand(1, 512), rand(512, 1000)], consts=[1]),
     # attention-style batch matmul of two activations
     "batch_matmul": Case("MatMul", [rand(4, 64, 128), rand(4, 128, 64)]),
 }
@@ -92,6 +98,8 @@ def test_micro_kernel_inner_loop_does_not_spill(target: tuple[str, str | None, s
     config, fmas, spills = scan(*compile_region(region, cpu, mcpu, triple))
     what = (f"{region} for {triple} -mcpu={mcpu} ({cpu.vector_lanes} lanes, "
             f"{cpu.vector_registers} registers), schedule {config}")
+    if region == "conv_flat":
+        assert config.get("flat_tiles"), what
     assert fmas > 0, f"{what}: no loop with FMAs found in the micro-kernel"
     assert not spills, f"{what}: {len(spills)} vector spills in the FMA loop:\n" + \
         "\n".join(spills[:20])

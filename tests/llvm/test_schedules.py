@@ -26,7 +26,7 @@ from tessera_llvm.build import build_module
 from tessera_llvm.schedules import schedule_group
 from tessera_llvm.schedules.common import CPUInfo, compute_ops, injective_space, reduce_space
 from tessera_llvm.schedules.config import ConfigSpace, Knob, ScheduleConfig
-from tessera_llvm.schedules.conv2d import conv_space, find_conv
+from tessera_llvm.schedules.conv2d import conv_space, find_conv, tile_plan
 from tessera_llvm.schedules.dense import dense_space, find_dense
 
 CPU = CPUInfo(vector_lanes=16, num_threads=2)
@@ -83,20 +83,25 @@ class Group:
 
 
 def conv_nchwc_group(c: int = 16, o: int = 32, size: tuple[int, int] = (9, 14),
-                     block: int = 8, depthwise: bool = False, stride: int = 1) -> Group:
-    """ConvNCHWc (3x3, pad 1) + bias + Relu on blocked data: the conv2d_NCHWc template with a
-    fused epilogue."""
+                     block: int = 8, depthwise: bool = False, stride: int = 1,
+                     kernel: int = 3, flat: bool = False) -> Group:
+    """ConvNCHWc (3x3 with pad 1, or 1x1 without) + bias + Relu on blocked data: the
+    conv2d_NCHWc template with a fused epilogue; ``flat``: its compute over flattened pixels
+    (``flat_spatial``)."""
     h, w = size
     fn = Function("conv")
     x = pack_nchwc(rand(1, c, h, w), block)
     data = fn.add_input("x", TensorType.of(x))
+    pad = kernel // 2
     if depthwise:
-        weight = pack_conv_weight(rand(c, 1, 3, 3), 1, block)
-        attrs = {"pads": [1, 1, 1, 1], "group": c, "strides": [stride, stride]}
+        weight = pack_conv_weight(rand(c, 1, kernel, kernel), 1, block)
+        attrs = {"pads": [pad] * 4, "group": c, "strides": [stride, stride]}
         o = c
     else:
-        weight = pack_conv_weight(rand(o, c, 3, 3), block, block)
-        attrs = {"pads": [1, 1, 1, 1], "strides": [stride, stride]}
+        weight = pack_conv_weight(rand(o, c, kernel, kernel), block, block)
+        attrs = {"pads": [pad] * 4, "strides": [stride, stride]}
+    if flat:
+        attrs["flat_spatial"] = 1
     conv = fn.op("ConvNCHWc", data, fn.constant(weight, "w"),
                  fn.constant(rand(o // block, block), "b"), **attrs)
     fn.outputs = [fn.op("Relu", conv)]
@@ -181,6 +186,46 @@ def test_dense_space_defaults_are_candidates(m: int, k: int, n: int, batch: int 
     assert schedule_group(list(group.te.outputs), CPU).template == "dense"
 
 
+AVX2 = CPUInfo(vector_lanes=8, num_threads=2, vector_registers=16)
+
+
+@pytest.mark.parametrize("occ,oh,ow,flat,reg_n", [
+    (64, 7, 7, True, 5),  # ResNet's last stage: 4 + 4 columns computed 8 for 7
+    (32, 14, 14, True, 5),  # 5 + 5 + 5 for 14
+    (16, 13, 13, True, 5),  # SqueezeNet
+    (16, 28, 28, False, 4),  # rows the tile divides stay row tiles
+    (8, 56, 56, False, 4),
+    (16, 1, 13, False, 5),  # one row: nothing to flatten
+])
+def test_tile_plan_flattens_rows_no_tile_divides(occ: int, oh: int, ow: int, flat: bool,
+                                                 reg_n: int) -> None:
+    plan = tile_plan(occ, oh, ow, 8, "float32", AVX2, depthwise=False)
+    assert (plan.flat, plan.reg_n, plan.oc_tile) == (flat, reg_n, 2)
+    # accumulators, weight vectors and the broadcast fit AVX2's 16 registers with room
+    assert plan.reg_n * plan.oc_tile + plan.oc_tile + 1 < 16
+    assert not tile_plan(occ, oh, ow, 8, "float32", AVX2, depthwise=True).flat
+
+
+def test_flat_compute_offers_both_tilings_and_a_row_compute_only_rows() -> None:
+    flat = conv_space(conv_nchwc_group(size=(7, 7), flat=True).anchor(), AVX2)
+    assert flat.knobs["flat_tiles"].candidates == [False, True]
+    assert flat.default_config()["flat_tiles"] is True
+    rows = conv_space(conv_nchwc_group(size=(7, 7)).anchor(), AVX2)
+    assert rows.knobs["flat_tiles"].candidates == [False]
+    assert rows.default_config()["reg_n"] == 4
+
+
+def test_a_batch1_dense_gets_independent_accumulator_chains() -> None:
+    """One row: several column vectors per tile (each its own FMA chain), a whole number of
+    weight panels when the weight is packed."""
+    space = dense_space(dense_group(1, 64, 80).anchor(), CPU)
+    assert space.default_config()["mr"] == 1 and space.default_config()["nr"] == 80
+    space = dense_space(dense_group(1, 64, 1000).anchor(), AVX2)
+    assert space.default_config()["nr"] == 40
+    group = dense_group(1, 64, 80)
+    group.check(None, "gemv_default", "batch-1 dense, default schedule")
+
+
 @pytest.mark.parametrize("shape", [(6, 48), (3, 37), (2, 5, 7), (1000,)])
 def test_injective_space_defaults_are_candidates(shape: tuple[int, ...]) -> None:
     group = injective_group(shape)
@@ -201,6 +246,14 @@ CONV_GROUPS = {
     "3x3": partial(conv_nchwc_group),
     "prime_width": partial(conv_nchwc_group, size=(5, 13)),
     "depthwise": partial(conv_nchwc_group, c=24, block=8, depthwise=True, size=(6, 10)),
+    # flattened pixels: tiles that span rows, a last tile shifted back
+    "flat": partial(conv_nchwc_group, size=(7, 7), flat=True),
+    "flat_stride2": partial(conv_nchwc_group, size=(9, 13), stride=2, flat=True),
+    "flat_1x1": partial(conv_nchwc_group, size=(5, 13), kernel=1, flat=True),
+    # a strided 1x1 conv reads a gathered copy of its pixels (odd sizes: the last row and
+    # column are read only when the stride lands on them)
+    "strided_1x1": partial(conv_nchwc_group, size=(7, 9), kernel=1, stride=2),
+    "strided_1x1_s3": partial(conv_nchwc_group, size=(8, 10), kernel=1, stride=3, flat=True),
 }
 
 
@@ -210,7 +263,7 @@ def test_every_conv_knob_candidate_is_correct(case: str) -> None:
     space = conv_space(group.anchor(), CPU)
     key = key_of(space)
     tried = 0
-    for knob in ("reg_n", "oc_tile", "unroll_kw", "pad_parallel"):
+    for knob in ("reg_n", "flat_tiles", "oc_tile", "unroll_kw", "pad_parallel"):
         if knob not in space.knobs:
             continue
         for value in space.knobs[knob].candidates:

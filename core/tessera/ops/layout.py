@@ -170,12 +170,17 @@ _CONV_ATTRS = {
     "pads": Attr.ints(None),
     "dilations": Attr.ints(None),
     "group": Attr.int(1),
+    # a code-generation hint, not semantics: 1 asks for the compute over flattened output
+    # pixels (see tessera.topi.nn.conv2d_NCHWc), which a CPU backend sets for outputs whose
+    # rows its register tiles do not divide
+    "flat_spatial": Attr.int(0),
 }
 
 
 def _conv_nchwc_infer(x: TensorType, w: TensorType, b: TensorType | None = None, *,
                       strides: list[int] | None, pads: list[int] | None,
-                      dilations: list[int] | None, group: int) -> TensorType:
+                      dilations: list[int] | None, group: int,
+                      flat_spatial: int = 0) -> TensorType:
     op = "ConvNCHWc"
     check_float(x, op)
     if x.ndim != 5:
@@ -204,8 +209,9 @@ def _conv_nchwc_infer(x: TensorType, w: TensorType, b: TensorType | None = None,
              pattern=OpPattern.OUT_ELEMWISE_FUSABLE)
 def conv_nchwc(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, *,
                strides: list[int] | None, pads: list[int] | None, dilations: list[int] | None,
-               group: int) -> np.ndarray:
-    """2-D grouped convolution on blocked data with a packed weight (see the module doc)."""
+               group: int, flat_spatial: int = 0) -> np.ndarray:
+    """2-D grouped convolution on blocked data with a packed weight (see the module doc);
+    ``flat_spatial`` changes only how generated code is organised."""
     oc_bn = w.shape[5]
     y = get_schema("Conv").reference(
         unpack_nchwc(x), unpack_conv_weight(w), None if b is None else b.reshape(-1),

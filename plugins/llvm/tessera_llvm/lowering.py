@@ -27,6 +27,7 @@ from tessera.topi.from_graph import build_te
 from .prefetch import prefetch_next_slice
 from .schedules import schedule_group
 from .schedules.common import CPUInfo
+from .schedules.conv2d import tile_plan
 
 
 @dataclass
@@ -179,6 +180,20 @@ def pack_matmul_weights(func: Function, cpu: CPUInfo) -> None:
         node.attrs = {}
 
 
+def choose_conv_tiling(func: Function, cpu: CPUInfo) -> None:
+    """Mark the blocked convolutions whose default register tiles span output rows
+    (:func:`~tessera_llvm.schedules.conv2d.tile_plan`): their compute is then written over
+    flattened pixels (the ConvNCHWc attribute ``flat_spatial``)."""
+    for node in func.nodes:
+        if node.op != "ConvNCHWc" or node.outputs[0].type.ndim != 5:
+            continue
+        _, occ, oh, ow, ob = (int(d) for d in node.outputs[0].type.shape)
+        w = node.inputs[1].type.shape
+        depthwise = int(node.attrs.get("group", 1) or 1) > 1 and int(w[1]) * int(w[4]) == 1
+        plan = tile_plan(occ, oh, ow, ob, node.outputs[0].type.dtype.value, cpu, depthwise)
+        node.attrs["flat_spatial"] = int(plan.flat)
+
+
 def lower_region(region: Function, cpu: CPUInfo, opt_level: int = 3,
                  overrides: dict[str, dict[str, Any]] | None = None,
                  prefix: str = "") -> LoweredRegion:
@@ -192,6 +207,7 @@ def lower_region(region: Function, cpu: CPUInfo, opt_level: int = 3,
     pretranspose_weights(func)
     if opt_level >= 2:
         pack_matmul_weights(func, cpu)
+        choose_conv_tiling(func, cpu)
     groups = fuse_ops(func, opt_level=opt_level)
     kernels: list[LoweredKernel] = []
     constants: dict[str, Value] = {}

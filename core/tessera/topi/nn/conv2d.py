@@ -162,7 +162,8 @@ def _cast_stage(x: te.Tensor, dtype: str, name: str) -> te.Tensor:
 
 def conv2d_NCHWc(data: te.Tensor, kernel: te.Tensor, strides: int | Sequence[int] = 1,  # noqa: N802
                  pads: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1,
-                 groups: int = 1, out_dtype: str | None = None) -> te.Tensor:
+                 groups: int = 1, out_dtype: str | None = None,
+                 flat_spatial: bool = False) -> te.Tensor:
     """2-D convolution in blocked layouts.
 
     ``data`` (N, C // cd, H, W, cd); ``kernel`` (OC // oc_bn, ICg // ic_bn, KH, KW, ic_bn,
@@ -196,6 +197,18 @@ def conv2d_NCHWc(data: te.Tensor, kernel: te.Tensor, strides: int | Sequence[int
     padded = data
     if any(p):
         padded = pad(data, [0, 0, p[0], p[1], 0], [0, 0, p[2], p[3], 0], 0, name="data_pad")
+    elif kh == kw == 1 and s != [1, 1] and groups == 1:
+        # a strided 1x1 convolution reads one pixel in s[0] * s[1]: those pixels are gathered
+        # once (a quarter of the input for stride 2) so the reduction streams dense rows
+        s0, s1 = s
+
+        def sub(n: Any, c: Any, y: Any, x: Any, b: Any) -> Expr:
+            return data[n, c, mul(y, s0), mul(x, s1), b]
+
+        padded = te.compute((batch, c_chunks, (dshape[2] - 1) // s0 + 1,
+                             (dshape[3] - 1) // s1 + 1, cd), sub, name="data_strided",
+                            tag="injective,pad")
+        s = [1, 1]
     depthwise = icg == 1 and groups > 1
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
@@ -232,14 +245,30 @@ def conv2d_NCHWc(data: te.Tensor, kernel: te.Tensor, strides: int | Sequence[int
         return te.sum(cast(src, acc) * cast(w, acc), axis=axes)
 
     kind = tag.DEPTHWISE_CONV2D_NCHWC if depthwise else tag.CONV2D_NCHWC
+    flat = flat_spatial and not depthwise
     attrs = {"strides": tuple(s), "dilation": tuple(d), "pads": tuple(p),
              "kernel_size": (kh, kw), "groups": groups, "out_dtype": acc, "data": data,
              "data_pad": padded if padded is not data else None, "kernel": kernel,
              "ic_bn": ic_bn, "oc_bn": oc_bn, "data_block": cd, "layout": f"NCHW{cd}c",
-             "reduce_roles": ("kh", "kw") if depthwise else ("icc", "kh", "kw", "ib")}
-    return te.compute((batch, oc_chunks, oh, ow, oc_bn),
-                      named_axes(body, ["n", "oc_chunk", "oh", "ow", "oc_block"]),
-                      name="conv2d_NCHWc", tag=kind, attrs=attrs)
+             "reduce_roles": ("kh", "kw") if depthwise else ("icc", "kh", "kw", "ib"),
+             "out_hw": (oh, ow), "flat_spatial": flat}
+    if not flat:
+        return te.compute((batch, oc_chunks, oh, ow, oc_bn),
+                          named_axes(body, ["n", "oc_chunk", "oh", "ow", "oc_block"]),
+                          name="conv2d_NCHWc", tag=kind, attrs=attrs)
+
+    def flat_body(n: Any, occ: Any, pix: Any, ob: Any) -> Expr:
+        return body(n, occ, pix // ow, pix % ow, ob)
+
+    flat_conv = te.compute((batch, oc_chunks, oh * ow, oc_bn),
+                           named_axes(flat_body, ["n", "oc_chunk", "pixel", "oc_block"]),
+                           name="conv2d_NCHWc", tag=kind, attrs=attrs)
+
+    def view(n: Any, occ: Any, y: Any, x: Any, ob: Any) -> Expr:
+        return flat_conv[n, occ, add(mul(y, ow), x), ob]
+
+    return te.compute((batch, oc_chunks, oh, ow, oc_bn), view, name="conv2d_NCHWc_rows",
+                      tag=tag.INJECTIVE)
 
 
 # -- graph ops ----------------------------------------------------------------------------------
@@ -279,7 +308,8 @@ def _conv_nchwc(inputs: list, attrs: dict, out_types: list) -> list[te.Tensor]:
     b = inputs[2] if len(inputs) > 2 else None
     acc = compute_dtype(x.dtype)
     y = conv2d_NCHWc(x, w, attrs.get("strides") or 1, attrs.get("pads") or 0,
-                     attrs.get("dilations") or 1, attrs.get("group", 1), acc)
+                     attrs.get("dilations") or 1, attrs.get("group", 1), acc,
+                     bool(attrs.get("flat_spatial", False)))
     out = out_types[0].dtype.value
     if b is not None:
         def body(n: Any, c: Any, h: Any, ww: Any, cb: Any) -> Expr:
