@@ -45,6 +45,18 @@ def dense_space(mm: te.ComputeOp, cpu: CPUInfo) -> ConfigSpace:
     else:
         rows = 8
     mr = min(largest_divisor(m, max(1, rows)), 12)
+    if vec > 1 and mr * nr_vecs < 4:
+        # few rows (a batch-1 fully-connected layer): one accumulator chain per column vector
+        # waits on the FMA latency at every step of k; more column vectors per tile give
+        # independent chains (1000 columns: 5 vectors of 8); with packed weights the tile
+        # stays a whole number of panels (vector loads that provably stay in one panel)
+        cols = n // vec
+        panel = int(mm.attrs.get("panel") or 1)
+        fits = [d for d in range(1, 9)
+                if cols % d == 0 and (d * vec) % panel == 0
+                and mr * d <= cpu.max_accumulators(d + 1)]
+        nr_vecs = max(fits, default=nr_vecs)
+        nr = vec * nr_vecs
     space.define("nr", sorted({d for d in (1, 4, 8, 16, 32, 48, 64) if n % d == 0} | {nr}), nr,
                  "output columns per register tile (a multiple of the vector width)")
     space.define("mr", sorted({d for d in range(1, min(m, 16) + 1) if m % d == 0} | {mr}), mr,
