@@ -229,7 +229,8 @@ def test_eval_interval() -> None:
 def test_div_mod_pair_of_a_flattened_index_merges() -> None:
     f, j = E.Var("f"), E.Var("j")
     assert as_str((f // 7) * 7 + f % 7) == "f"
-    assert as_str(((f * 6 + j) // 7) * 21 + ((f * 6 + j) % 7) * 3 + 1) == "(((f * 18) + (j * 3)) + 1)"
+    flat = ((f * 6 + j) // 7) * 21 + ((f * 6 + j) % 7) * 3 + 1
+    assert as_str(flat) == "(((f * 18) + (j * 3)) + 1)"
     # not a pair: different divisors, different operands, a coefficient that does not match
     assert "//" in as_str((f // 7) * 8 + f % 7)
     assert "//" in as_str((f // 7) * 7 + j % 7)

@@ -82,7 +82,7 @@ def _merge_div_mod(p: Poly) -> Poly:
             mods[key] = (coef, atoms[0])
     if not mods:
         return p
-    for key, (coef, atoms) in list(p.terms.items()):
+    for coef, atoms in list(p.terms.values()):
         if len(atoms) != 1 or not isinstance(atoms[0], E.FloorDiv):
             continue
         div = atoms[0]
