@@ -118,7 +118,7 @@ def test_conv_bn_relu_pool_chain() -> None:
     assert conv1.op == "ConvNCHWc" and conv1.inputs[1].type.shape == (2, 1, 3, 3, 3, 16)
     assert conv1.inputs[2].type.shape == (2, 16)
     assert conv1.attrs == {"strides": [1, 1], "pads": [1, 1, 1, 1], "dilations": [1, 1],
-                           "group": 1}
+                           "group": 1, "flat_spatial": 0}
     mul = next(n for n in new.nodes if n.op == "Mul")
     assert mul.inputs[1].type.shape == (1, 2, 1, 1, 16) and mul.inputs[1].is_constant
 
