@@ -63,8 +63,8 @@ def tile_plan(occ: int, oh: int, ow: int, ob: int, dtype: str, cpu: CPUInfo,
     accumulators spill). A row that no tile width divides (7, 13, 14 columns) leaves a last
     tile that recomputes columns (7 = 4 + 4 computes 8): such outputs get flat tiles, which
     keep one register more for the pixel addresses and at most 12 accumulators (2 x 5 with
-    AVX2: 2 x 6 spilled; 2 x 8 spilled on AArch64), and
-    measured on a Zen 1 AVX2 host, ResNet-50's 7x7 3x3 conv went from 62 to 69 GFLOP/s)."""
+    AVX2, where 2 x 6 spilled; 2 x 8 spilled on AArch64). Measured on a Zen 1 AVX2 host,
+    ResNet-50's 7x7 3x3 conv went from 62 to 69 GFLOP/s."""
     lanes = cpu.lanes_for(dtype)
     vectors_per_col = max(1, -(-ob // lanes))
     oc_tile = 2 if not depthwise and occ % 2 == 0 and vectors_per_col == 1 else 1
