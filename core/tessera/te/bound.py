@@ -87,7 +87,7 @@ def _merge_div_mod(p: Poly) -> Poly:
             continue
         div = atoms[0]
         for mkey, (mcoef, mod) in mods.items():
-            if mkey not in p.terms or mcoef == 0 or div.b.dtype != mod.b.dtype or \
+            if mkey not in p.terms or div.b.dtype != mod.b.dtype or \
                     not isinstance(div.b, E.IntImm) or div.b.value != mod.b.value or \
                     coef != mcoef * mod.b.value or struct_key(div.a) != struct_key(mod.a):
                 continue

@@ -185,7 +185,7 @@ def choose_conv_tiling(func: Function, cpu: CPUInfo) -> None:
     (:func:`~tessera_llvm.schedules.conv2d.tile_plan`): their compute is then written over
     flattened pixels (the ConvNCHWc attribute ``flat_spatial``)."""
     for node in func.nodes:
-        if node.op != "ConvNCHWc" or node.outputs[0].type.ndim != 5:
+        if node.op != "ConvNCHWc":
             continue
         _, occ, oh, ow, ob = (int(d) for d in node.outputs[0].type.shape)
         w = node.inputs[1].type.shape

@@ -45,11 +45,13 @@ def out_extents(conv: te.ComputeOp) -> tuple[int, int, int, int, int]:
 class TilePlan:
     """The default register tile of a blocked convolution: ``oc_tile`` output-channel blocks
     times ``reg_n`` output columns of one row, or ``reg_n`` consecutive pixels of the
-    flattened output rows when ``flat`` (a tile may then span two rows)."""
+    flattened output rows when ``flat`` (a tile may then span two rows); ``row_n`` is the
+    row tile's width either way (what a compute over rows gets)."""
 
     oc_tile: int
     reg_n: int
     flat: bool
+    row_n: int
 
 
 def tile_plan(occ: int, oh: int, ow: int, ob: int, dtype: str, cpu: CPUInfo,
@@ -77,9 +79,9 @@ def tile_plan(occ: int, oh: int, ow: int, ob: int, dtype: str, cpu: CPUInfo,
         tiles = -(-ow // limit)
         reg_n = -(-ow // tiles)
     if depthwise or oh == 1 or ow % reg_n == 0:
-        return TilePlan(oc_tile, reg_n, False)
+        return TilePlan(oc_tile, reg_n, False, reg_n)
     flat_n = max(1, cpu.max_accumulators(weights + 2, cap=FLAT_MAX_ACCUMULATORS) // weights)
-    return TilePlan(oc_tile, min(flat_n, oh * ow), True)
+    return TilePlan(oc_tile, min(flat_n, oh * ow), True, reg_n)
 
 
 def conv_space(conv: te.ComputeOp, cpu: CPUInfo) -> ConfigSpace:
@@ -92,9 +94,7 @@ def conv_space(conv: te.ComputeOp, cpu: CPUInfo) -> ConfigSpace:
     depthwise = conv.tag != TAG
     plan = tile_plan(occ, oh, ow, ob, conv.output(0).dtype, cpu, depthwise)
     flat = bool(conv.attrs.get("flat_spatial"))
-    oc_tile, reg_n = plan.oc_tile, plan.reg_n
-    if plan.flat and not flat:  # a row compute (flat_spatial off): the row tile
-        reg_n = tile_plan(occ, 1, ow, ob, conv.output(0).dtype, cpu, depthwise).reg_n
+    oc_tile, reg_n = plan.oc_tile, (plan.reg_n if flat else plan.row_n)
     cands = sorted({d for d in range(1, min(ow, 32) + 1) if ow % d == 0} | {reg_n})
     space.define("reg_n", cands, reg_n, "output columns per register tile (pixels with "
                  "flat_tiles)")
@@ -168,35 +168,29 @@ def schedule_conv(s: Any, conv: te.ComputeOp, out: te.ComputeOp, cfg: ScheduleCo
     ws = s[writer]
     n, occ, oh, ow, ob = writer.axis
     oc_tile = int(cfg.get("oc_tile", 1))
-    if cfg.get("flat_tiles"):
-        # consecutive pixels of the flattened output rows: every tile but the last is full
-        fo, fi = ws.split(ws.fuse(oh, ow), factor=reg_n)
-        if oc_tile > 1:
-            occo, occi = ws.split(occ, factor=oc_tile)
-            ws.reorder(n, occo, fo, occi, fi, ob)
-            par = ws.fuse(n, occo, fo)
-        else:
-            ws.reorder(n, occ, fo, fi, ob)
-            par = ws.fuse(n, occ, fo)
-        attach = par
+    flat = bool(cfg.get("flat_tiles"))
+    if flat:
+        # consecutive pixels of the flattened output rows (every tile but the last is full);
+        # the tiles are parallel tasks too
+        tile_o, tile_i = ws.split(ws.fuse(oh, ow), factor=reg_n)
+        rows = []
     else:
-        owo, owi = ws.split(ow, factor=reg_n)
-        if oc_tile > 1:
-            occo, occi = ws.split(occ, factor=oc_tile)
-            ws.reorder(n, occo, oh, owo, occi, owi, ob)
-            par = ws.fuse(n, occo, oh)
-        else:
-            ws.reorder(n, occ, oh, owo, owi, ob)
-            par = ws.fuse(n, occ, oh)
-        attach = owo
+        tile_o, tile_i = ws.split(ow, factor=reg_n)
+        rows = [oh]
+    if oc_tile > 1:
+        occo, occi = ws.split(occ, factor=oc_tile)
+        ws.reorder(n, occo, *rows, tile_o, occi, tile_i, ob)
+        outer = [n, occo, *rows]
+    else:
+        ws.reorder(n, occ, *rows, tile_o, tile_i, ob)
+        outer = [n, occ, *rows]
+    par = ws.fuse(*outer, tile_o) if flat else ws.fuse(*outer)
     ws.parallel(par)
     ws.vectorize(ob)
-    s[acc].compute_at(ws, attach)
+    s[acc].compute_at(ws, par if flat else tile_o)
     cs = s[acc]
-    if acc.attrs.get("flat_spatial") or len(acc.axis) == 4:
-        _, cocc, cow, cob = acc.axis
-    else:
-        _, cocc, _, cow, cob = acc.axis
+    # the accumulator's axes: (n, occ, pixel, ob) for a flat compute, else (n, occ, oh, ow, ob)
+    cocc, cow, cob = acc.axis[1], acc.axis[-2], acc.axis[-1]
     roles = _reduce_axes(acc)
     kh, kw = roles["kh"], roles["kw"]
     if "icc" not in roles:  # depthwise
