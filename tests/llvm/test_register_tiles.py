@@ -100,6 +100,9 @@ def test_micro_kernel_inner_loop_does_not_spill(target: tuple[str, str | None, s
             f"{cpu.vector_registers} registers), schedule {config}")
     if region == "conv_flat":
         assert config.get("flat_tiles"), what
+    if region.startswith("conv") and cpu.vector_registers == 16:
+        # AVX2: 4 output blocks x 3 pixels (12 accumulators, 3 broadcasts, 1 weight vector)
+        assert (config["oc_tile"], config["reg_n"], config["flat_tiles"]) == (4, 3, True), what
     assert fmas > 0, f"{what}: no loop with FMAs found in the micro-kernel"
     assert not spills, f"{what}: {len(spills)} vector spills in the FMA loop:\n" + \
         "\n".join(spills[:20])

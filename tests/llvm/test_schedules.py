@@ -206,6 +206,30 @@ def test_tile_plan_flattens_rows_no_tile_divides(occ: int, oh: int, ow: int, fla
     assert not tile_plan(occ, oh, ow, 8, "float32", AVX2, depthwise=True).flat
 
 
+KIB = 1024
+
+
+@pytest.mark.parametrize("occ,oh,ow,weight_kib,plan", [
+    (16, 28, 28, 16, (4, 3, True)),  # 1x1, 512 input channels: 4 output blocks x 3 pixels
+    (64, 7, 7, 144, (2, 5, True)),  # 3x3, 512 channels: 4 blocks' weights (576 KiB) > L2
+    (32, 14, 14, 72, (4, 3, True)),  # 3x3, 256 channels: 288 KiB
+    (6, 28, 28, 16, (2, 4, False)),  # 6 blocks: no 4 x 3
+    (16, 1, 13, 16, (2, 5, False)),  # one row
+    (16, 28, 28, 0, (2, 4, False)),  # weights unknown
+])
+def test_avx2_prefers_four_blocks_by_three_pixels(occ: int, oh: int, ow: int, weight_kib: int,
+                                                  plan: tuple[int, int, bool]) -> None:
+    avx2 = CPUInfo(vector_lanes=8, num_threads=2, vector_registers=16, l2_bytes=512 * KIB)
+    got = tile_plan(occ, oh, ow, 8, "float32", avx2, False, weight_kib * KIB)
+    assert (got.oc_tile, got.reg_n, got.flat) == plan
+    # a compute over rows keeps a row tile that fits (2 x 4: 8 accumulators)
+    assert got.row_oc_tile * got.row_n + got.row_oc_tile + 1 < 16
+    # 32 registers (AVX-512, NEON) keep the tiles measured there; so do other dtypes
+    avx512 = CPUInfo(vector_lanes=16, num_threads=2, vector_registers=32, l2_bytes=512 * KIB)
+    assert tile_plan(occ, oh, ow, 16, "float32", avx512, False, weight_kib * KIB).oc_tile != 4
+    assert tile_plan(occ, oh, ow, 8, "float64", avx2, False, weight_kib * KIB).oc_tile != 4
+
+
 def test_flat_compute_offers_both_tilings_and_a_row_compute_only_rows() -> None:
     flat = conv_space(conv_nchwc_group(size=(7, 7), flat=True).anchor(), AVX2)
     assert flat.knobs["flat_tiles"].candidates == [False, True]
@@ -254,6 +278,9 @@ CONV_GROUPS = {
     # column are read only when the stride lands on them)
     "strided_1x1": partial(conv_nchwc_group, size=(7, 9), kernel=1, stride=2),
     "strided_1x1_s3": partial(conv_nchwc_group, size=(8, 10), kernel=1, stride=3, flat=True),
+    # four input-channel blocks: cache blocks of 1, 2 and 4 of them
+    "ic_blocks": partial(conv_nchwc_group, c=32, o=32, size=(6, 12)),
+    "ic_blocks_1x1": partial(conv_nchwc_group, c=32, o=16, size=(5, 10), kernel=1),
 }
 
 
@@ -263,7 +290,7 @@ def test_every_conv_knob_candidate_is_correct(case: str) -> None:
     space = conv_space(group.anchor(), CPU)
     key = key_of(space)
     tried = 0
-    for knob in ("reg_n", "flat_tiles", "oc_tile", "unroll_kw", "pad_parallel"):
+    for knob in ("reg_n", "flat_tiles", "oc_tile", "ic_block", "unroll_kw", "pad_parallel"):
         if knob not in space.knobs:
             continue
         for value in space.knobs[knob].candidates:
@@ -275,8 +302,15 @@ def test_every_conv_knob_candidate_is_correct(case: str) -> None:
     # several knobs at once, none of them defaults
     reg = [c for c in space.knobs["reg_n"].candidates if c != space.knobs["reg_n"].default]
     combo = {"reg_n": reg[-1], "unroll_kw": True, "pad_parallel": False}
+    if "ic_block" in space.knobs:
+        combo["ic_block"] = space.knobs["ic_block"].candidates[0]
     cfg = group.check({key: combo}, "conv_combo", f"{case}: {combo}")
     assert cfg is not None and all(cfg[k] == v for k, v in combo.items())
+    if space.knobs["flat_tiles"].candidates == [False, True] and \
+            4 in space.knobs["oc_tile"].candidates:
+        narrow = {"oc_tile": 4, "reg_n": 3, "flat_tiles": True}  # AVX2's default tile
+        cfg = group.check({key: narrow}, "conv_narrow", f"{case}: {narrow}")
+        assert cfg is not None and all(cfg[k] == v for k, v in narrow.items())
 
 
 def test_overrides_for_another_workload_are_ignored() -> None:

@@ -190,7 +190,8 @@ def choose_conv_tiling(func: Function, cpu: CPUInfo) -> None:
         _, occ, oh, ow, ob = (int(d) for d in node.outputs[0].type.shape)
         w = node.inputs[1].type.shape
         depthwise = int(node.attrs.get("group", 1) or 1) > 1 and int(w[1]) * int(w[4]) == 1
-        plan = tile_plan(occ, oh, ow, ob, node.outputs[0].type.dtype.value, cpu, depthwise)
+        plan = tile_plan(occ, oh, ow, ob, node.outputs[0].type.dtype.value, cpu, depthwise,
+                         math.prod(int(d) for d in w[1:]) * node.inputs[1].type.dtype.itemsize)
         node.attrs["flat_spatial"] = int(plan.flat)
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tessera import te
+from tessera.tir.expr import bits
 
 from .common import CPUInfo, extents
 from .config import ConfigSpace, ScheduleConfig, largest_divisor
@@ -45,19 +46,20 @@ def out_extents(conv: te.ComputeOp) -> tuple[int, int, int, int, int]:
 class TilePlan:
     """The default register tile of a blocked convolution: ``oc_tile`` output-channel blocks
     times ``reg_n`` output columns of one row, or ``reg_n`` consecutive pixels of the
-    flattened output rows when ``flat`` (a tile may then span two rows); ``row_n`` is the
-    row tile's width either way (what a compute over rows gets)."""
+    flattened output rows when ``flat`` (a tile may then span two rows); ``row_oc_tile x
+    row_n`` is the row tile either way (what a compute over rows gets)."""
 
     oc_tile: int
     reg_n: int
     flat: bool
     row_n: int
+    row_oc_tile: int
 
 
 def tile_plan(occ: int, oh: int, ow: int, ob: int, dtype: str, cpu: CPUInfo,
-              depthwise: bool) -> TilePlan:
+              depthwise: bool, block_weight_bytes: int = 0) -> TilePlan:
     """The register tile for an output of ``occ`` blocks of ``ob`` channels and ``oh x ow``
-    pixels.
+    pixels; ``block_weight_bytes`` is the size of one output block's weights (0: unknown).
 
     ``oc_tile`` weight vectors share every input broadcast. The accumulators, the weight
     vectors and the broadcast must fit the register file (16 vectors with AVX2: 2 x 6
@@ -66,7 +68,11 @@ def tile_plan(occ: int, oh: int, ow: int, ob: int, dtype: str, cpu: CPUInfo,
     tile that recomputes columns (7 = 4 + 4 computes 8): such outputs get flat tiles, which
     keep one register more for the pixel addresses and at most 12 accumulators (2 x 5 with
     AVX2, where 2 x 6 spilled; 2 x 8 spilled on AArch64). Measured on a Zen 1 AVX2 host,
-    ResNet-50's 7x7 3x3 conv went from 62 to 69 GFLOP/s."""
+    ResNet-50's 7x7 3x3 conv went from 62 to 69 GFLOP/s.
+
+    With 16 vector registers a tile of 4 output blocks by 3 pixels is preferred
+    (:func:`_narrow_tile`): it loads 7 vectors per 12 FMAs where 2 x 5 loads 7 per 10 and
+    2 x 4 6 per 8."""
     lanes = cpu.lanes_for(dtype)
     vectors_per_col = max(1, -(-ob // lanes))
     oc_tile = 2 if not depthwise and occ % 2 == 0 and vectors_per_col == 1 else 1
@@ -78,10 +84,43 @@ def tile_plan(occ: int, oh: int, ow: int, ob: int, dtype: str, cpu: CPUInfo,
         # last one shifted back to end at the row's end
         tiles = -(-ow // limit)
         reg_n = -(-ow // tiles)
-    if depthwise or oh == 1 or ow % reg_n == 0:
-        return TilePlan(oc_tile, reg_n, False, reg_n)
+    if depthwise or oh == 1:
+        return TilePlan(oc_tile, reg_n, False, reg_n, oc_tile)
+    if _narrow_tile(occ, oh * ow, vectors_per_col, dtype, cpu, block_weight_bytes):
+        return TilePlan(NARROW_OC_TILE, NARROW_PIXELS, True, reg_n, oc_tile)
+    if ow % reg_n == 0:
+        return TilePlan(oc_tile, reg_n, False, reg_n, oc_tile)
     flat_n = max(1, cpu.max_accumulators(weights + 2, cap=FLAT_MAX_ACCUMULATORS) // weights)
-    return TilePlan(oc_tile, min(flat_n, oh * ow), True, reg_n)
+    return TilePlan(oc_tile, min(flat_n, oh * ow), True, reg_n, oc_tile)
+
+
+#: The flat tile of 16-register files: output blocks x consecutive pixels.
+NARROW_OC_TILE, NARROW_PIXELS = 4, 3
+
+
+def _narrow_tile(occ: int, pixels: int, vectors_per_col: int, dtype: str, cpu: CPUInfo,
+                 block_weight_bytes: int) -> bool:
+    """Whether a float32 convolution gets the 4 x 3 flat tile: on a 16-register file (AVX2)
+    it fits as 12 accumulators, the 3 pixels' broadcasts and one weight vector at a time
+    (no spills: ``tests/llvm/test_register_tiles.py``), and loads fewer operands per FMA than
+    the 2 x 4 and 2 x 5 tiles (0.58 against 0.75 and 0.7), which on Zen 1 also issue twice
+    as many broadcasts per FMA. A task then streams 4 output blocks' weights, which must fit
+    in L2 (ResNet-50's 3x3 convs with 512 channels do not: 590 KiB).
+
+    Measured on Zen 1 (one conv + relu against onnxruntime, 2 threads): the 1x1 convs with
+    512 or more input channels gain 5 to 25%, the 3x3 ones 0 to 4%. 32-register files keep
+    the tiles measured on Zen 5."""
+    return (cpu.vector_registers <= 16 and dtype == "float32" and vectors_per_col == 1
+            and occ % NARROW_OC_TILE == 0 and pixels >= NARROW_PIXELS
+            and 0 < NARROW_OC_TILE * block_weight_bytes <= cpu.l2_bytes)
+
+
+def _block_weight_bytes(conv: te.ComputeOp) -> int:
+    kernel = conv.attrs.get("kernel")
+    if kernel is None:
+        return 0
+    shape = [d.value for d in kernel.shape]
+    return math.prod(shape[1:]) * max(1, bits(kernel.dtype) // 8)
 
 
 def conv_space(conv: te.ComputeOp, cpu: CPUInfo) -> ConfigSpace:
@@ -92,10 +131,12 @@ def conv_space(conv: te.ComputeOp, cpu: CPUInfo) -> ConfigSpace:
     red = tuple(a.dom.extent.value for a in conv.reduce_axis)
     space = ConfigSpace(TAG, ((n, occ, oh, ow, ob), red, conv.attrs.get("strides")))
     depthwise = conv.tag != TAG
-    plan = tile_plan(occ, oh, ow, ob, conv.output(0).dtype, cpu, depthwise)
+    plan = tile_plan(occ, oh, ow, ob, conv.output(0).dtype, cpu, depthwise,
+                     _block_weight_bytes(conv))
     flat = bool(conv.attrs.get("flat_spatial"))
-    oc_tile, reg_n = plan.oc_tile, (plan.reg_n if flat else plan.row_n)
-    cands = sorted({d for d in range(1, min(ow, 32) + 1) if ow % d == 0} | {reg_n})
+    oc_tile, reg_n = (plan.oc_tile, plan.reg_n) if flat else (plan.row_oc_tile, plan.row_n)
+    cands = sorted({d for d in range(1, min(ow, 32) + 1) if ow % d == 0} | {reg_n}
+                   | ({NARROW_PIXELS} if flat else set()))
     space.define("reg_n", cands, reg_n, "output columns per register tile (pixels with "
                  "flat_tiles)")
     space.define("flat_tiles", [False, True] if flat else [False], flat and plan.flat,
@@ -103,6 +144,15 @@ def conv_space(conv: te.ComputeOp, cpu: CPUInfo) -> ConfigSpace:
                  "two rows) instead of pieces of one row")
     space.define("oc_tile", [d for d in (1, 2, 4) if occ % d == 0], oc_tile,
                  "output-channel blocks per register tile (they share each input broadcast)")
+    roles = _reduce_axes(conv)
+    if "icc" in roles:
+        icc = roles["icc"].dom.extent.value
+        # measured on Zen 1 with blocks whose weights fill half of L1: no gain (a task's
+        # weights stay in L2 and the prefetchers stream them), so the default is none
+        space.define("ic_block", sorted({d for d in range(1, icc + 1) if icc % d == 0}),
+                     icc, "input-channel blocks per cache block: a row's tiles accumulate one "
+                     "block at a time, so its weights stay in L1 (all: no blocking; row tiles "
+                     "only)")
     space.define("unroll_kw", [False, True], False, "unroll the kernel-column loop")
     kernel = conv.attrs.get("kernel")
     weight_bytes = 4 * (1 if kernel is None else
@@ -187,19 +237,31 @@ def schedule_conv(s: Any, conv: te.ComputeOp, out: te.ComputeOp, cfg: ScheduleCo
     par = ws.fuse(*outer, tile_o) if flat else ws.fuse(*outer)
     ws.parallel(par)
     ws.vectorize(ob)
-    s[acc].compute_at(ws, par if flat else tile_o)
     cs = s[acc]
     # the accumulator's axes: (n, occ, pixel, ob) for a flat compute, else (n, occ, oh, ow, ob)
     cocc, cow, cob = acc.axis[1], acc.axis[-2], acc.axis[-1]
     roles = _reduce_axes(acc)
     kh, kw = roles["kh"], roles["kw"]
-    if "icc" not in roles:  # depthwise
+    icc = roles.get("icc")
+    blocked = (icc is not None and not flat
+               and int(cfg.get("ic_block", icc.dom.extent.value)) < icc.dom.extent.value)
+    outer_red = []
+    if blocked:
+        # the whole row's accumulators (in memory) take one input-channel block at a time;
+        # each register tile loads, accumulates the block and stores them
+        cs.compute_at(ws, par)
+        icco, icc = cs.split(icc, factor=int(cfg["ic_block"]))
+        tile_co, cow = cs.split(cow, factor=reg_n)
+        outer_red = [icco, tile_co]
+    else:
+        cs.compute_at(ws, par if flat else tile_o)
+    if icc is None:  # depthwise
         cs.reorder(kh, kw, cow, cob)
     elif cfg.get("unroll_kw", False):
-        cs.reorder(roles["icc"], kh, roles["ib"], kw, cocc, cow, cob)
+        cs.reorder(*outer_red, icc, kh, roles["ib"], kw, cocc, cow, cob)
         cs.unroll(kw)
     else:
-        cs.reorder(roles["icc"], kh, kw, roles["ib"], cocc, cow, cob)
+        cs.reorder(*outer_red, icc, kh, kw, roles["ib"], cocc, cow, cob)
     if oc_tile > 1:
         cs.unroll(cocc)
     cs.unroll(cow)
