@@ -108,8 +108,9 @@ def _narrow_tile(occ: int, pixels: int, vectors_per_col: int, dtype: str, cpu: C
     in L2 (ResNet-50's 3x3 convs with 512 channels do not: 590 KiB).
 
     Measured on Zen 1 (one conv + relu against onnxruntime, 2 threads): the 1x1 convs with
-    512 or more input channels gain 5 to 25%, the 3x3 ones 0 to 4%. 32-register files keep
-    the tiles measured on Zen 5."""
+    512 or more input channels gain 8 to 17%, the 3x3 ones 0 to 4%; ResNet-50's 3x3 convs
+    with 512 channels lost 3 to 4% (hence the L2 bound). 32-register files keep the tiles
+    measured on Zen 5."""
     return (cpu.vector_registers <= 16 and dtype == "float32" and vectors_per_col == 1
             and occ % NARROW_OC_TILE == 0 and pixels >= NARROW_PIXELS
             and 0 < NARROW_OC_TILE * block_weight_bytes <= cpu.l2_bytes)
