@@ -20,7 +20,7 @@ from tessera import te
 from tessera.tir.expr import bits
 
 from .common import CPUInfo, extents
-from .config import ConfigSpace, ScheduleConfig, largest_divisor
+from .config import ConfigSpace, ScheduleConfig, divisors, largest_divisor
 
 TAG = "conv2d_NCHWc"
 TAGS = (TAG, "depthwise_conv2d_NCHWc")
@@ -136,7 +136,7 @@ def conv_space(conv: te.ComputeOp, cpu: CPUInfo) -> ConfigSpace:
                      _block_weight_bytes(conv))
     flat = bool(conv.attrs.get("flat_spatial"))
     oc_tile, reg_n = (plan.oc_tile, plan.reg_n) if flat else (plan.row_oc_tile, plan.row_n)
-    cands = sorted({d for d in range(1, min(ow, 32) + 1) if ow % d == 0} | {reg_n}
+    cands = sorted({d for d in divisors(ow) if d <= 32} | {reg_n}
                    | ({NARROW_PIXELS} if flat else set()))
     space.define("reg_n", cands, reg_n, "output columns per register tile (pixels with "
                  "flat_tiles)")
@@ -150,15 +150,11 @@ def conv_space(conv: te.ComputeOp, cpu: CPUInfo) -> ConfigSpace:
         icc = roles["icc"].dom.extent.value
         # measured on Zen 1 with blocks whose weights fill half of L1: no gain (a task's
         # weights stay in L2 and the prefetchers stream them), so the default is none
-        space.define("ic_block", sorted({d for d in range(1, icc + 1) if icc % d == 0}),
-                     icc, "input-channel blocks per cache block: a row's tiles accumulate one "
-                     "block at a time, so its weights stay in L1 (all: no blocking; row tiles "
-                     "only)")
+        space.define("ic_block", divisors(icc), icc, "input-channel blocks per cache block: "
+                     "a row's tiles accumulate one block at a time, so its weights stay in L1 "
+                     "(all: no blocking; row tiles only)")
     space.define("unroll_kw", [False, True], False, "unroll the kernel-column loop")
-    kernel = conv.attrs.get("kernel")
-    weight_bytes = 4 * (1 if kernel is None else
-                        math.prod(d.value for d in kernel.shape))
-    space.define("prefetch_weights", [False, True], weight_bytes > (2 << 20),
+    space.define("prefetch_weights", [False, True], occ * _block_weight_bytes(conv) > (2 << 20),
                  "prefetch the next output-channel slice's weights (weights that stream from "
                  "memory: more than 2 MiB)")
     space.define("pad_parallel", [True, False], True, "materialise padding with a parallel loop")
