@@ -161,6 +161,13 @@ def gemm_and_einsum() -> list[Case]:
         b = rand(n, k) if attrs.get("transB") else rand(k, n)
         cases.append(Case("Gemm", [a, b, rand(n)], attrs, consts=(1, 2),
                           label=f"large {attrs} m={m} k={k} n={n}"))
+    # constant weights with 16k columns: packed into panels, C an Add fused after the product
+    for attrs, m, k, n, c in [({"transB": 1}, 3, 40, 48, (3, 48)), ({}, 4, 24, 32, (4, 1)),
+                              ({"transB": 1}, 1, 64, 32, ()), ({}, 5, 16, 64, None),
+                              ({"beta": 1.0, "transB": 1}, 2, 19, 16, (1, 16))]:
+        b = rand(n, k) if attrs.get("transB") else rand(k, n)
+        cases.append(Case("Gemm", [rand(m, k), b] + ([rand(*c)] if c is not None else []),
+                          attrs, consts=(1, 2), label=f"Gemm packed {attrs} {m}x{k}x{n} C {c}"))
     for equation, shapes in EINSUMS:
         cases.append(Case("Einsum", [rand(*s) for s in shapes], {"equation": equation},
                           label=f"Einsum {equation}"))

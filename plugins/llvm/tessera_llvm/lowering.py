@@ -17,6 +17,7 @@ import numpy as np
 from tessera import te
 from tessera.errors import CompileError, TesseraError
 from tessera.ir.graph import Function, Node, Value
+from tessera.ops.layout import pack_matmul_weight
 from tessera.passes.alter_layout import alter_conv_layout
 from tessera.passes.fuse_ops import fuse_ops
 from tessera.passes.grouped_pointwise import grouped_pointwise_to_matmul
@@ -159,25 +160,40 @@ def pack_matmul_weights(func: Function, cpu: CPUInfo) -> None:
     """MatMul with a constant float ``B (K, N)`` becomes MatMulPacked with ``B`` stored as
     column panels of the GEMM micro-kernel's width (the dense schedule's default ``nr``): each
     tile then streams its panel contiguously instead of striding across rows of ``B`` (a
-    new page every row for wide matrices)."""
-    from tessera.ops.layout import pack_matmul_weight
-
+    new page every row for wide matrices). So does a Gemm whose ``B`` is such a constant
+    (after :func:`pretranspose_weights`) with ``alpha = beta = 1`` and no ``transA``: its
+    ``C`` becomes an Add that fuses into the product. Measured on Zen 1 (ResNet-50's 2048 x
+    1000 fully-connected layer, batch 1, weights cold): 0.85 ms strided, 0.66 ms packed."""
     lanes = cpu.vector_lanes
+    nodes: list[Node] = []
     for node in func.nodes:
-        if node.op != "MatMul" or len(node.inputs) != 2:
+        nodes.append(node)
+        gemm = node.op == "Gemm"
+        if not gemm and (node.op != "MatMul" or len(node.inputs) != 2):
             continue
-        a, b = node.inputs
+        a, b = node.inputs[:2]
         if (a is None or b is None or not b.is_constant or b.type.ndim != 2 or a.type.ndim < 2
                 or a.type.dtype != "float32" or b.type.dtype != "float32"):
+            continue
+        if gemm and (node.attrs.get("transA") or node.attrs.get("transB")
+                     or node.attrs.get("alpha", 1.0) != 1.0
+                     or (len(node.inputs) > 2 and node.inputs[2] is not None
+                         and node.attrs.get("beta", 1.0) != 1.0)):
             continue
         n = b.type.shape[1]
         if n % lanes:
             continue
         nb = 2 * lanes if n % (2 * lanes) == 0 else lanes
-        node.inputs[1] = func.constant(pack_matmul_weight(np.asarray(b.data), nb),
-                                       f"{b.name}_panels{nb}")
-        node.op = "MatMulPacked"
-        node.attrs = {}
+        packed = func.constant(pack_matmul_weight(np.asarray(b.data), nb), f"{b.name}_panels{nb}")
+        c = node.inputs[2] if gemm and len(node.inputs) > 2 else None
+        node.op, node.attrs, node.inputs = "MatMulPacked", {}, [a, packed]
+        if c is not None:
+            y = node.outputs[0]
+            product = Value(func.fresh_name(f"{node.name}_product"), y.type)
+            node.outputs = [product]
+            nodes.append(Node("Add", func.fresh_node_name(f"{node.name}_bias"), [product, c],
+                              [y], {}))
+    func.nodes[:] = nodes
 
 
 def choose_conv_tiling(func: Function, cpu: CPUInfo) -> None:
