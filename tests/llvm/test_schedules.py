@@ -211,7 +211,7 @@ KIB = 1024
 
 @pytest.mark.parametrize("occ,oh,ow,weight_kib,plan", [
     (16, 28, 28, 16, (4, 3, True)),  # 1x1, 512 input channels: 4 output blocks x 3 pixels
-    (64, 7, 7, 144, (2, 5, True)),  # 3x3, 512 channels: 4 blocks' weights (576 KiB) > L2
+    (64, 7, 7, 144, (4, 3, True)),  # 3x3, 512 channels: 576 KiB > L2, cache-blocked
     (32, 14, 14, 72, (4, 3, True)),  # 3x3, 256 channels: 288 KiB
     (6, 28, 28, 16, (2, 4, False)),  # 6 blocks: no 4 x 3
     (16, 1, 13, 16, (2, 5, False)),  # one row
@@ -222,12 +222,34 @@ def test_avx2_prefers_four_blocks_by_three_pixels(occ: int, oh: int, ow: int, we
     avx2 = CPUInfo(vector_lanes=8, num_threads=2, vector_registers=16, l2_bytes=512 * KIB)
     got = tile_plan(occ, oh, ow, 8, "float32", avx2, False, weight_kib * KIB)
     assert (got.oc_tile, got.reg_n, got.flat) == plan
+    assert got.cache_blocked == (got.oc_tile * weight_kib * KIB > avx2.l2_bytes)
     # a compute over rows keeps a row tile that fits (2 x 4: 8 accumulators)
     assert got.row_oc_tile * got.row_n + got.row_oc_tile + 1 < 16
     # 32 registers (AVX-512, NEON) keep the tiles measured there; so do other dtypes
     avx512 = CPUInfo(vector_lanes=16, num_threads=2, vector_registers=32, l2_bytes=512 * KIB)
     assert tile_plan(occ, oh, ow, 16, "float32", avx512, False, weight_kib * KIB).oc_tile != 4
     assert tile_plan(occ, oh, ow, 8, "float64", avx2, False, weight_kib * KIB).oc_tile != 4
+
+
+def test_weights_beyond_l2_get_cache_blocks_and_no_prefetch() -> None:
+    """4 output blocks of 32 input channels x 3x3 are 36 KiB: beyond a 32 KiB L2, the tiles of
+    a task share input-channel blocks of at most a quarter of L2 (one block: 9 KiB), a task
+    takes a whole image unless that leaves fewer than 4 tasks per thread, and the next slice
+    is not prefetched (it would evict the one in use)."""
+    group = conv_nchwc_group(c=32, o=32, size=(7, 7), flat=True)
+    small_l2 = CPUInfo(vector_lanes=8, num_threads=2, vector_registers=16, l2_bytes=32 * KIB)
+    space = conv_space(group.anchor(), small_l2)
+    cfg = space.default_config().values
+    assert (cfg["oc_tile"], cfg["reg_n"], cfg["flat_tiles"]) == (4, 3, True)
+    # 17 tiles of 3 pixels, one slice of 4 output blocks: 8 tasks of 3 tiles
+    assert cfg["tile_group"] == 3 and cfg["ic_block"] == 1
+    assert cfg["prefetch_weights"] is False
+    assert space.knobs["tile_group"].candidates == [1, 2, 3, 4, 8, 17]
+    checked = group.check({key_of(space): cfg}, "conv_cache_blocked", "cache-blocked defaults")
+    assert checked is not None and checked.values == cfg
+    roomy = CPUInfo(vector_lanes=8, num_threads=2, vector_registers=16, l2_bytes=512 * KIB)
+    cfg = conv_space(group.anchor(), roomy).default_config().values
+    assert (cfg["oc_tile"], cfg["tile_group"], cfg["ic_block"]) == (4, 1, 4)
 
 
 def test_flat_compute_offers_both_tilings_and_a_row_compute_only_rows() -> None:
@@ -281,6 +303,9 @@ CONV_GROUPS = {
     # four input-channel blocks: cache blocks of 1, 2 and 4 of them
     "ic_blocks": partial(conv_nchwc_group, c=32, o=32, size=(6, 12)),
     "ic_blocks_1x1": partial(conv_nchwc_group, c=32, o=16, size=(5, 10), kernel=1),
+    # flat tiles in groups per task: 49 pixels are 17 tiles of 3; groups of 2, 4 and 8 tiles
+    # (the last one shifted back), or all 17 (guards past the last pixel)
+    "flat_groups": partial(conv_nchwc_group, c=32, o=32, size=(7, 7), flat=True),
 }
 
 
@@ -290,7 +315,8 @@ def test_every_conv_knob_candidate_is_correct(case: str) -> None:
     space = conv_space(group.anchor(), CPU)
     key = key_of(space)
     tried = 0
-    for knob in ("reg_n", "flat_tiles", "oc_tile", "ic_block", "unroll_kw", "pad_parallel"):
+    for knob in ("reg_n", "flat_tiles", "oc_tile", "tile_group", "ic_block", "unroll_kw",
+                 "pad_parallel"):
         if knob not in space.knobs:
             continue
         for value in space.knobs[knob].candidates:
@@ -311,6 +337,12 @@ def test_every_conv_knob_candidate_is_correct(case: str) -> None:
         narrow = {"oc_tile": 4, "reg_n": 3, "flat_tiles": True}  # AVX2's default tile
         cfg = group.check({key: narrow}, "conv_narrow", f"{case}: {narrow}")
         assert cfg is not None and all(cfg[k] == v for k, v in narrow.items())
+        # AVX2's cache-blocked tile: groups of tiles, one input-channel block at a time
+        for tiles in space.knobs["tile_group"].candidates[1:]:
+            blocked = {**narrow, "tile_group": tiles,
+                       "ic_block": space.knobs["ic_block"].candidates[0]}
+            cfg = group.check({key: blocked}, f"conv_blocked_{tiles}", f"{case}: {blocked}")
+            assert cfg is not None and all(cfg[k] == v for k, v in blocked.items())
 
 
 def test_overrides_for_another_workload_are_ignored() -> None:

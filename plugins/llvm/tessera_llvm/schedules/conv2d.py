@@ -8,6 +8,12 @@ innermost one broadcast input value times one vector of ``oc_bn`` weights per ou
 (``ow`` unrolled, ``oc`` vectorized). The epilogue (bias, residual, activation) is applied when
 the tile is written out. Padded input is materialised once per call (parallel) so the inner loop
 has no bounds checks.
+
+Rows that no tile width divides, and AVX2's 4 x 3 tiles, take consecutive pixels of the
+flattened output (``flat_tiles``). A task may take a group of such tiles (``tile_group``) and
+the input channels one cache block at a time (``ic_block``), the accumulators in memory between
+blocks: that keeps a block of weights in cache for the whole group when a task's weights exceed
+L2.
 """
 
 from __future__ import annotations
@@ -47,13 +53,17 @@ class TilePlan:
     """The default register tile of a blocked convolution: ``oc_tile`` output-channel blocks
     times ``reg_n`` output columns of one row, or ``reg_n`` consecutive pixels of the
     flattened output rows when ``flat`` (a tile may then span two rows); ``row_oc_tile x
-    row_n`` is the row tile either way (what a compute over rows gets)."""
+    row_n`` is the row tile either way (what a compute over rows gets). ``cache_blocked``:
+    the tile's output blocks have more weights than L2 holds, so the tiles of a task take
+    their input channels one cache block at a time (:func:`conv_space`'s ``ic_block`` and
+    ``tile_group`` defaults)."""
 
     oc_tile: int
     reg_n: int
     flat: bool
     row_n: int
     row_oc_tile: int
+    cache_blocked: bool = False
 
 
 def tile_plan(occ: int, oh: int, ow: int, ob: int, dtype: str, cpu: CPUInfo,
@@ -72,7 +82,7 @@ def tile_plan(occ: int, oh: int, ow: int, ob: int, dtype: str, cpu: CPUInfo,
 
     With 16 vector registers a tile of 4 output blocks by 3 pixels is preferred
     (:func:`_narrow_tile`): it loads 7 vectors per 12 FMAs where 2 x 5 loads 7 per 10 and
-    2 x 4 6 per 8."""
+    2 x 4 6 per 8; when the 4 blocks' weights exceed L2 it comes with cache blocking."""
     lanes = cpu.lanes_for(dtype)
     vectors_per_col = max(1, -(-ob // lanes))
     oc_tile = 2 if not depthwise and occ % 2 == 0 and vectors_per_col == 1 else 1
@@ -87,7 +97,8 @@ def tile_plan(occ: int, oh: int, ow: int, ob: int, dtype: str, cpu: CPUInfo,
     if depthwise or oh == 1:
         return TilePlan(oc_tile, reg_n, False, reg_n, oc_tile)
     if _narrow_tile(occ, oh * ow, vectors_per_col, dtype, cpu, block_weight_bytes):
-        return TilePlan(NARROW_OC_TILE, NARROW_PIXELS, True, reg_n, oc_tile)
+        return TilePlan(NARROW_OC_TILE, NARROW_PIXELS, True, reg_n, oc_tile,
+                        NARROW_OC_TILE * block_weight_bytes > cpu.l2_bytes)
     if ow % reg_n == 0:
         return TilePlan(oc_tile, reg_n, False, reg_n, oc_tile)
     flat_n = max(1, cpu.max_accumulators(weights + 2, cap=FLAT_MAX_ACCUMULATORS) // weights)
@@ -104,16 +115,18 @@ def _narrow_tile(occ: int, pixels: int, vectors_per_col: int, dtype: str, cpu: C
     it fits as 12 accumulators, the 3 pixels' broadcasts and one weight vector at a time
     (no spills: ``tests/llvm/test_register_tiles.py``), and loads fewer operands per FMA than
     the 2 x 4 and 2 x 5 tiles (0.58 against 0.75 and 0.7), which on Zen 1 also issue twice
-    as many broadcasts per FMA. A task then streams 4 output blocks' weights, which must fit
-    in L2 (ResNet-50's 3x3 convs with 512 channels do not: 590 KiB).
+    as many broadcasts per FMA. A task then streams 4 output blocks' weights; where they do
+    not fit in L2 (ResNet-50's 3x3 convs with 512 channels: 576 KiB), the plan is
+    ``cache_blocked``.
 
     Measured on Zen 1 (one conv + relu against onnxruntime, 2 threads): the 1x1 convs with
     512 or more input channels gain 8 to 17%, the 3x3 ones 0 to 4%; ResNet-50's 3x3 convs
-    with 512 channels lost 3 to 4% (hence the L2 bound). 32-register files keep the tiles
-    measured on Zen 5."""
+    with 512 channels lost 3 to 4% without cache blocking and gain 3 to 6% with it, its 1x1
+    conv from 2048 channels gains 13% with it. 32-register files keep the tiles measured on
+    Zen 5."""
     return (cpu.vector_registers <= 16 and dtype == "float32" and vectors_per_col == 1
             and occ % NARROW_OC_TILE == 0 and pixels >= NARROW_PIXELS
-            and 0 < NARROW_OC_TILE * block_weight_bytes <= cpu.l2_bytes)
+            and block_weight_bytes > 0)
 
 
 def _block_weight_bytes(conv: te.ComputeOp) -> int:
@@ -136,6 +149,7 @@ def conv_space(conv: te.ComputeOp, cpu: CPUInfo) -> ConfigSpace:
                      _block_weight_bytes(conv))
     flat = bool(conv.attrs.get("flat_spatial"))
     oc_tile, reg_n = (plan.oc_tile, plan.reg_n) if flat else (plan.row_oc_tile, plan.row_n)
+    blocked = flat and plan.flat and plan.cache_blocked
     cands = sorted({d for d in divisors(ow) if d <= 32} | {reg_n}
                    | ({NARROW_PIXELS} if flat else set()))
     space.define("reg_n", cands, reg_n, "output columns per register tile (pixels with "
@@ -145,18 +159,37 @@ def conv_space(conv: te.ComputeOp, cpu: CPUInfo) -> ConfigSpace:
                  "two rows) instead of pieces of one row")
     space.define("oc_tile", [d for d in (1, 2, 4) if occ % d == 0], oc_tile,
                  "output-channel blocks per register tile (they share each input broadcast)")
+    if flat:
+        tiles = -(-oh * ow // reg_n)
+        group = 1
+        if blocked:
+            # a whole image per task, unless that leaves fewer than 4 tasks per thread
+            parts = -(-4 * cpu.num_threads // (n * max(1, occ // oc_tile)))
+            group = -(-tiles // parts)
+        space.define("tile_group", sorted({g for g in (1, 2, 4, 8) if g <= tiles}
+                                          | {group, tiles}),
+                     group, "flat register tiles per parallel task; they share each "
+                     "input-channel block's weights (ic_block)")
     roles = _reduce_axes(conv)
     if "icc" in roles:
         icc = roles["icc"].dom.extent.value
-        # measured on Zen 1 with blocks whose weights fill half of L1: no gain (a task's
-        # weights stay in L2 and the prefetchers stream them), so the default is none
-        space.define("ic_block", divisors(icc), icc, "input-channel blocks per cache block: "
-                     "a row's tiles accumulate one block at a time, so its weights stay in L1 "
-                     "(all: no blocking; row tiles only)")
+        # Measured on Zen 1: no gain from blocks whose weights fill half of L1 where a task's
+        # weights fit in L2 (the prefetchers stream them), so the default is no blocking
+        # there; where they do not fit, blocks of at most a quarter of L2
+        ic_block = icc
+        if blocked:
+            per_icc = oc_tile * _block_weight_bytes(conv) // icc
+            ic_block = largest_divisor(icc, max(1, cpu.l2_bytes // 4 // max(1, per_icc)))
+        space.define("ic_block", divisors(icc), ic_block, "input-channel blocks per cache "
+                     "block: a task's tiles accumulate one block at a time, in memory between "
+                     "blocks (all: no blocking)")
     space.define("unroll_kw", [False, True], False, "unroll the kernel-column loop")
-    space.define("prefetch_weights", [False, True], occ * _block_weight_bytes(conv) > (2 << 20),
+    # a cache-blocked task's slice of weights fills L2 already: prefetching the next one
+    # evicts it (measured on Zen 1: ResNet-50's 7x7 3x3 conv 74 -> 59 GFLOP/s)
+    space.define("prefetch_weights", [False, True],
+                 occ * _block_weight_bytes(conv) > (2 << 20) and not blocked,
                  "prefetch the next output-channel slice's weights (weights that stream from "
-                 "memory: more than 2 MiB)")
+                 "memory: more than 2 MiB, unless cache-blocked)")
     space.define("pad_parallel", [True, False], True, "materialise padding with a parallel loop")
     return space
 
@@ -187,7 +220,11 @@ def prefetch_plan(conv: te.ComputeOp, cfg: ScheduleConfig) -> tuple[str, int, in
     oc_tile = int(cfg.get("oc_tile", 1))
     _, occ, oh, ow, _ = out_extents(conv)
     per_block = math.prod(shape[1:])
-    tasks = -(-oh * ow // int(cfg["reg_n"])) if cfg.get("flat_tiles") else oh
+    if cfg.get("flat_tiles"):
+        tiles = -(-oh * ow // int(cfg["reg_n"]))
+        tasks = -(-tiles // int(cfg.get("tile_group", 1)))
+    else:
+        tasks = oh
     return kernel.name, occ // oc_tile, oc_tile * per_block, tasks
 
 
@@ -216,11 +253,15 @@ def schedule_conv(s: Any, conv: te.ComputeOp, out: te.ComputeOp, cfg: ScheduleCo
     n, occ, oh, ow, ob = writer.axis
     oc_tile = int(cfg.get("oc_tile", 1))
     flat = bool(cfg.get("flat_tiles"))
+    group = int(cfg.get("tile_group", 1)) if flat else 1
     if flat:
         # consecutive pixels of the flattened output rows (every tile but the last is full);
-        # the tiles are parallel tasks too
+        # groups of ``tile_group`` tiles are the parallel tasks
         tile_o, tile_i = ws.split(ws.fuse(oh, ow), factor=reg_n)
         rows = []
+        if group > 1:
+            grp, tile_o = ws.split(tile_o, factor=group)
+            rows = [grp]
     else:
         tile_o, tile_i = ws.split(ow, factor=reg_n)
         rows = [oh]
@@ -231,7 +272,7 @@ def schedule_conv(s: Any, conv: te.ComputeOp, out: te.ComputeOp, cfg: ScheduleCo
     else:
         ws.reorder(n, occ, *rows, tile_o, tile_i, ob)
         outer = [n, occ, *rows]
-    par = ws.fuse(*outer, tile_o) if flat else ws.fuse(*outer)
+    par = ws.fuse(*outer, tile_o) if flat and group == 1 else ws.fuse(*outer)
     ws.parallel(par)
     ws.vectorize(ob)
     cs = s[acc]
@@ -240,16 +281,18 @@ def schedule_conv(s: Any, conv: te.ComputeOp, out: te.ComputeOp, cfg: ScheduleCo
     roles = _reduce_axes(acc)
     kh, kw = roles["kh"], roles["kw"]
     icc = roles.get("icc")
-    blocked = (icc is not None and not flat
+    blocked = (icc is not None
                and int(cfg.get("ic_block", icc.dom.extent.value)) < icc.dom.extent.value)
     outer_red = []
-    if blocked:
-        # the whole row's accumulators (in memory) take one input-channel block at a time;
-        # each register tile loads, accumulates the block and stores them
+    if blocked or group > 1:
+        # the accumulators of the task's row or tiles (in memory) take one input-channel
+        # block at a time; each register tile loads, accumulates the block and stores them
         cs.compute_at(ws, par)
-        icco, icc = cs.split(icc, factor=int(cfg["ic_block"]))
         tile_co, cow = cs.split(cow, factor=reg_n)
-        outer_red = [icco, tile_co]
+        outer_red = [tile_co]
+        if blocked:
+            icco, icc = cs.split(icc, factor=int(cfg["ic_block"]))
+            outer_red = [icco, tile_co]
     else:
         cs.compute_at(ws, par if flat else tile_o)
     if icc is None:  # depthwise
