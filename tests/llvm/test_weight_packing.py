@@ -9,6 +9,7 @@ import pytest
 
 from tessera.ir.graph import Function
 from tessera.ir.types import TensorType
+from tessera.ir.verifier import verify
 from tessera_llvm.lowering import pack_matmul_weights, pretranspose_weights
 from tessera_llvm.schedules.common import CPUInfo
 
@@ -45,6 +46,8 @@ def test_a_gemm_with_constant_weights_becomes_a_packed_product_and_an_add(attrs:
     product = fn.nodes[0]
     assert product.inputs[1].type.shape == (2, 24, 16)  # 32 columns as 2 panels of 16
     assert fn.nodes[-1].outputs[0] is fn.outputs[0]  # the graph's output is unchanged
+    assert all(out.producer is node for node in fn.nodes for out in node.outputs)
+    verify(fn)
     assert fn.outputs[0].type.shape == (3, 32)
 
 

@@ -189,7 +189,7 @@ def pack_matmul_weights(func: Function, cpu: CPUInfo) -> None:
         node.op, node.attrs, node.inputs = "MatMulPacked", {}, [a, packed]
         if c is not None:
             y = node.outputs[0]
-            product = Value(func.fresh_name(f"{node.name}_product"), y.type)
+            product = Value(func.fresh_name(f"{node.name}_product"), y.type, producer=node)
             node.outputs = [product]
             nodes.append(Node("Add", func.fresh_node_name(f"{node.name}_bias"), [product, c],
                               [y], {}))
