@@ -175,17 +175,16 @@ def pack_matmul_weights(func: Function, cpu: CPUInfo) -> None:
         if (a is None or b is None or not b.is_constant or b.type.ndim != 2 or a.type.ndim < 2
                 or a.type.dtype != "float32" or b.type.dtype != "float32"):
             continue
+        c = node.inputs[2] if gemm and len(node.inputs) > 2 else None
         if gemm and (node.attrs.get("transA") or node.attrs.get("transB")
                      or node.attrs.get("alpha", 1.0) != 1.0
-                     or (len(node.inputs) > 2 and node.inputs[2] is not None
-                         and node.attrs.get("beta", 1.0) != 1.0)):
+                     or (c is not None and node.attrs.get("beta", 1.0) != 1.0)):
             continue
         n = b.type.shape[1]
         if n % lanes:
             continue
         nb = 2 * lanes if n % (2 * lanes) == 0 else lanes
         packed = func.constant(pack_matmul_weight(np.asarray(b.data), nb), f"{b.name}_panels{nb}")
-        c = node.inputs[2] if gemm and len(node.inputs) > 2 else None
         node.op, node.attrs, node.inputs = "MatMulPacked", {}, [a, packed]
         if c is not None:
             y = node.outputs[0]

@@ -121,9 +121,8 @@ def _narrow_tile(occ: int, pixels: int, vectors_per_col: int, dtype: str, cpu: C
 
     Measured on Zen 1 (one conv + relu against onnxruntime, 2 threads): the 1x1 convs with
     512 or more input channels gain 8 to 17%, the 3x3 ones 0 to 4%; ResNet-50's 3x3 convs
-    with 512 channels lost 3 to 4% without cache blocking and gain 3 to 6% with it, its 1x1
-    conv from 2048 channels gains 13% with it. 32-register files keep the tiles measured on
-    Zen 5."""
+    with 512 channels lost 3 to 4% without cache blocking and gain 3 to 6% with it.
+    32-register files keep the tiles measured on Zen 5."""
     return (cpu.vector_registers <= 16 and dtype == "float32" and vectors_per_col == 1
             and occ % NARROW_OC_TILE == 0 and pixels >= NARROW_PIXELS
             and block_weight_bytes > 0)
@@ -145,8 +144,8 @@ def conv_space(conv: te.ComputeOp, cpu: CPUInfo) -> ConfigSpace:
     red = tuple(a.dom.extent.value for a in conv.reduce_axis)
     space = ConfigSpace(TAG, ((n, occ, oh, ow, ob), red, conv.attrs.get("strides")))
     depthwise = conv.tag != TAG
-    plan = tile_plan(occ, oh, ow, ob, conv.output(0).dtype, cpu, depthwise,
-                     _block_weight_bytes(conv))
+    block_bytes = _block_weight_bytes(conv)
+    plan = tile_plan(occ, oh, ow, ob, conv.output(0).dtype, cpu, depthwise, block_bytes)
     flat = bool(conv.attrs.get("flat_spatial"))
     oc_tile, reg_n = (plan.oc_tile, plan.reg_n) if flat else (plan.row_oc_tile, plan.row_n)
     blocked = flat and plan.flat and plan.cache_blocked
@@ -178,7 +177,7 @@ def conv_space(conv: te.ComputeOp, cpu: CPUInfo) -> ConfigSpace:
         # there; where they do not fit, blocks of at most a quarter of L2
         ic_block = icc
         if blocked:
-            per_icc = oc_tile * _block_weight_bytes(conv) // icc
+            per_icc = oc_tile * block_bytes // icc
             ic_block = largest_divisor(icc, max(1, cpu.l2_bytes // 4 // max(1, per_icc)))
         space.define("ic_block", divisors(icc), ic_block, "input-channel blocks per cache "
                      "block: a task's tiles accumulate one block at a time, in memory between "
@@ -187,7 +186,7 @@ def conv_space(conv: te.ComputeOp, cpu: CPUInfo) -> ConfigSpace:
     # a cache-blocked task's slice of weights fills L2 already: prefetching the next one
     # evicts it (measured on Zen 1: ResNet-50's 7x7 3x3 conv 74 -> 59 GFLOP/s)
     space.define("prefetch_weights", [False, True],
-                 occ * _block_weight_bytes(conv) > (2 << 20) and not blocked,
+                 occ * block_bytes > (2 << 20) and not blocked,
                  "prefetch the next output-channel slice's weights (weights that stream from "
                  "memory: more than 2 MiB, unless cache-blocked)")
     space.define("pad_parallel", [True, False], True, "materialise padding with a parallel loop")
@@ -292,7 +291,7 @@ def schedule_conv(s: Any, conv: te.ComputeOp, out: te.ComputeOp, cfg: ScheduleCo
         outer_red = [tile_co]
         if blocked:
             icco, icc = cs.split(icc, factor=int(cfg["ic_block"]))
-            outer_red = [icco, tile_co]
+            outer_red.insert(0, icco)
     else:
         cs.compute_at(ws, par if flat else tile_o)
     if icc is None:  # depthwise
