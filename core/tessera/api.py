@@ -10,14 +10,15 @@ from typing import Any
 
 import numpy as np
 
-from tessera.errors import CompileError, TesseraError
+from tessera.errors import CompileError, PluginCompileError
 from tessera.frontend.onnx.importer import ModelSource, import_onnx
 from tessera.ir.graph import Function
 from tessera.ir.types import human_bytes
 from tessera.partition.partitioner import REGION_OP, partition
 from tessera.passes import PassManager
+from tessera.plugin import contract
 from tessera.plugin.backend import Backend, CompiledRegion, CompileOptions
-from tessera.plugin.manager import get_backend, resolve_target
+from tessera.plugin.manager import default_cpu_target, get_backend, resolve_target
 from tessera.plugin.target import Target, TargetKind
 from tessera.runtime.module import Module
 
@@ -55,8 +56,8 @@ def compile(model: ModelSource | Function, target: str | None = "auto",
                           disabled=set(disabled_passes or ()), dump_dir=dump_ir)
     fn = manager.run(fn)
     say(f"partitioning {len(fn.nodes)} nodes for {target_text}")
-    fallback = get_backend(FALLBACK_BACKEND)
-    result = partition(fn, backends, (fallback, TargetKind(FALLBACK_BACKEND)), target_text)
+    fallbacks = fallback_backends()
+    result = partition(fn, backends, fallbacks, target_text)
     extra: dict[str, Any] = {}
     if dump_code:
         forms = dump_code.split(",") if isinstance(dump_code, str) else list(dump_code)
@@ -66,8 +67,9 @@ def compile(model: ModelSource | Function, target: str | None = "auto",
     options = CompileOptions(opt_level=opt_level, pass_config=dict(pass_config or {}),
                              tuning_records=tuning_records, extra=extra)
     used: dict[str, Backend] = {b.name: b for b, _ in backends}
-    used[fallback.name] = fallback
-    compiled = compile_regions(result.graph, used, options, say)
+    for b, _ in fallbacks:
+        used.setdefault(b.name, b)
+    compiled = compile_regions(result.graph, used, options, say, result.kinds)
     say("planning memory and building the execution plan")
     try:
         return Module(result.graph, compiled, used, target_text, result.report,
@@ -113,32 +115,38 @@ def _progress_printer(enabled: bool) -> Callable[[str], None]:
     return say
 
 
+def fallback_backends() -> list[tuple[Backend, TargetKind]]:
+    """Where nodes no backend of the target claims go, in order: the best installed CPU
+    backend (``"auto"``), then the reference backend, which runs every op."""
+    best = default_cpu_target()
+    names = [best] if best == FALLBACK_BACKEND else [best, FALLBACK_BACKEND]
+    return [(get_backend(n), TargetKind(n)) for n in names]
+
+
 def compile_regions(graph: Function, backends: dict[str, Backend], options: CompileOptions,
-                    say: Callable[[str], None] | None = None) -> dict[str, CompiledRegion]:
-    """Compile every region of a partitioned graph with its backend."""
+                    say: Callable[[str], None] | None = None,
+                    kinds: Mapping[str, TargetKind] | None = None) -> dict[str, CompiledRegion]:
+    """Compile every region of a partitioned graph with its backend (``kinds``: each region's
+    target kind, as the partitioner chose it; read from the region otherwise)."""
     regions = [n for n in graph.nodes if n.op == REGION_OP and n.body is not None]
     compiled: dict[str, CompiledRegion] = {}
     for i, node in enumerate(regions):
         body = node.body
         assert body is not None
         backend = backends[body.attrs["backend"]]
-        kind = kind_of_region(body)
+        kind = (kinds or {}).get(body.name) or kind_of_region(body)
         if say is not None:
             say(f"[{i + 1}/{len(regions)}] compiling {body.name} ({len(body.nodes)} nodes) "
                 f"with {backend.name}")
-        try:
-            compiled[body.name] = backend.compile(body, kind, options)
-        except TesseraError:
-            raise
-        except Exception as e:  # noqa: BLE001 - a backend bug: name the region
-            raise CompileError(f"backend {backend.name!r} failed to compile {body.name} "
-                               f"(ops {', '.join(sorted({n.op for n in body.nodes}))}): "
-                               f"{type(e).__name__}: {e}") from e
+        result = contract.call(backend, "compile()", backend.compile, body, kind, options,
+                               region=body.name, cls=PluginCompileError)
+        compiled[body.name] = contract.check_compiled(backend, body, result)
     return compiled
 
 
 def kind_of_region(body: Function) -> TargetKind:
-    """The target kind (name and options) a region was partitioned for."""
+    """The target kind (name and options) a region was partitioned for, read back from the
+    region (an artifact's graph); ``compile`` hands backends the partitioner's object."""
     text = body.attrs.get("target")
     if not text:
         return TargetKind(body.attrs["backend"])

@@ -48,7 +48,21 @@ class PassError(TesseraError):
 
 
 class PluginError(TesseraError):
-    """A backend plugin is missing, unavailable, or broke its contract."""
+    """A backend plugin is missing, unavailable, or broke its contract.
+
+    Errors raised at the boundary between Tessera and a plugin (``tessera.plugin.contract``)
+    say which ``plugin`` (distribution and version), ``backend``, ``region`` and ``contract``
+    (the rule broken, e.g. ``"compile() returns a CompiledRegion"``) were involved; each is
+    None where it does not apply.
+    """
+
+    def __init__(self, message: str, *, plugin: str | None = None, backend: str | None = None,
+                 region: str | None = None, contract: str | None = None):
+        super().__init__(message)
+        self.plugin = plugin
+        self.backend = backend
+        self.region = region
+        self.contract = contract
 
 
 class TargetError(PluginError):
@@ -69,3 +83,16 @@ class RunError(TesseraError):
 
 class ArtifactError(TesseraError):
     """An exported artifact is malformed, tampered with, or needs a plugin that is missing."""
+
+
+class PluginCompileError(PluginError, CompileError):
+    """A backend broke its contract while compiling a region (an exception it did not mean to
+    raise, or a ``CompiledRegion`` the runtime cannot use)."""
+
+
+class PluginRunError(PluginError, RunError):
+    """A backend's kernel broke its contract while running (raised, or returned a value)."""
+
+
+class PluginArtifactError(PluginError, ArtifactError):
+    """A backend failed to save or load its part of an artifact, or refused a saved region."""

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tessera.errors import PluginError, TargetError
+from tessera.errors import TargetError
 from tessera.plugin import get_registry, hookspecs, reload_plugins
 from tessera.plugin.manager import Registry, default_cpu_target, resolve_target
 
@@ -58,18 +58,32 @@ def test_hook_that_raises_is_listed_not_fatal(site):
     assert any(p.error and "boom" in p.error for p in registry.plugins)
 
 
-def test_duplicate_backend_names_are_an_error(site):
+def test_name_clash_disables_the_later_plugin_not_tessera(site, capsys):
+    """Friction 6: a plugin naming a backend another provides is disabled with a warning;
+    ``tessera plugins`` and every other target keep working."""
+    from tessera.cli.main import main
+
     src = ("from tessera.plugin import hookimpl\n"
            "from tessera.backends.reference import ReferenceBackend\n"
            "@hookimpl\ndef tessera_backends():\n    return [ReferenceBackend()]\n")
     _fake_dist(site, "tplug-dup", "tplug_dup", src, "dup")
-    with pytest.raises(PluginError, match="'ref' is provided twice"):
-        Registry().load()
+    with pytest.warns(RuntimeWarning, match="'ref' is already provided by tessera.*disabled"):
+        registry = Registry()
+        registry.load()
+    info = [p for p in registry.plugins if p.distribution == "tplug-dup"][0]
+    assert info.backends == [] and "already provided" in info.error
+    assert registry.owner("ref") == "tessera"
+    with pytest.warns(RuntimeWarning, match="already provided"):
+        reload_plugins()
+    assert [b.name for b, _ in resolve_target("ref")] == ["ref"]
+    assert main(["plugins"]) == 0
+    out = capsys.readouterr().out
+    assert "broken plugins" in out and "tplug-dup" in out
 
 
 def test_unavailable_backend_is_refused_with_reason(site):
     src = ("from tessera.plugin import hookimpl, Backend\n"
-           "class Gpu(Backend):\n    name = 'tgpu'\n    device = 'tgpu'\n"
+           "class Gpu(Backend):\n    name = 'tgpu'\n    device = 'cpu'\n"
            "    def available(self):\n        return 'no GPU found'\n"
            "    def claims(self, target):\n        return []\n"
            "    def compile(self, region, target, options):\n        raise NotImplementedError\n"

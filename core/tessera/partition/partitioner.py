@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING
 
 from tessera.errors import PartitionError
 from tessera.ir.graph import Function, Node, Value
-from tessera.partition.patterns import Pattern
+from tessera.partition.patterns import PatternCheckError, record_matches
 from tessera.partition.report import CopyInfo, PartitionReport, RegionInfo
+from tessera.plugin import contract
 
 if TYPE_CHECKING:
     from tessera.plugin.backend import Backend
@@ -38,6 +39,7 @@ class _Group:
     pattern: str
     index: int = 0
     region: _Region | None = None
+    root: Node | None = None
 
 
 @dataclass
@@ -50,8 +52,12 @@ class _Region:
 
 
 def claim_groups(fn: Function, backends: list[tuple[Backend, TargetKind]],
-                 fallback: tuple[Backend, TargetKind]) -> tuple[list[_Group], list[Node]]:
-    """Assign every node to a group; return the groups and the nodes that fell back."""
+                 fallback: tuple[Backend, TargetKind] | list[tuple[Backend, TargetKind]]
+                 ) -> tuple[list[_Group], list[Node]]:
+    """Assign every node to a group; return the groups and the nodes that fell back.
+
+    ``fallback`` is one backend or a list tried in order for the nodes no backend of the
+    target claims (the best installed CPU backend, then ``ref``)."""
     users = fn.users()
     out_ids = {id(v) for v in fn.outputs}
     by_op: dict[str, list[Node]] = defaultdict(list)
@@ -60,36 +66,46 @@ def claim_groups(fn: Function, backends: list[tuple[Backend, TargetKind]],
     owner: dict[int, _Group] = {}
     groups: list[_Group] = []
 
-    for backend, kind in backends:
-        patterns: list[Pattern] = sorted(backend.claims(kind), key=lambda p: -p.size)
+    def claim(backend: Backend, kind: TargetKind) -> None:
+        claimed = contract.call(backend, "claims()", backend.claims, kind)
+        patterns = sorted(contract.check_claims(backend, claimed), key=lambda p: -p.size)
         for pattern in patterns:
             roots = [pattern.op] if isinstance(pattern.op, str) else list(pattern.op)
             for root_op in roots:
                 for node in by_op.get(root_op, ()):
                     if id(node) in owner:
                         continue
-                    matched = pattern.match(node, users, out_ids)
+                    try:
+                        matched = pattern.match(node, users, out_ids)
+                    except PatternCheckError as e:
+                        contract.check_failed(backend, e.pattern, e.node, e.error)
+                        continue
                     if matched is None or any(id(n) in owner for n in matched):
                         continue
                     group = _Group(matched, backend, kind, pattern.name)
                     groups.append(group)
                     for n in matched:
                         owner[id(n)] = group
+
+    for backend, kind in backends:
+        claim(backend, kind)
     fell_back = [n for n in fn.nodes if id(n) not in owner]
-    fb_backend, fb_kind = fallback
-    supported = {p.op for p in fb_backend.claims(fb_kind) if isinstance(p.op, str)}
+    fallbacks = fallback if isinstance(fallback, list) else [fallback]
+    if fell_back:
+        for backend, kind in fallbacks:
+            claim(backend, kind)
     for node in fell_back:
-        if node.op not in supported:
+        if id(node) not in owner:
+            names = ", ".join(repr(b.name) for b, _ in fallbacks)
             raise PartitionError(f"node {node.name} ({node.op}) is claimed by no backend of the "
-                                 f"target and the fallback backend {fb_backend.name!r} cannot "
-                                 f"run it either")
-        group = _Group([node], fb_backend, fb_kind, node.op)
-        groups.append(group)
-        owner[id(node)] = group
+                                 f"target and the fallback backend(s) {names} cannot run it "
+                                 f"either")
     # order groups by their root's (last node's) position; a group is contiguous in dependency
     position = {id(n): i for i, n in enumerate(fn.nodes)}
     for g in groups:
+        root = g.nodes[0]  # as matched: root first
         g.nodes.sort(key=lambda n: position[id(n)])
+        g.root = root
         g.index = position[id(g.nodes[-1])]
     groups.sort(key=lambda g: g.index)
     return groups, fell_back
@@ -182,16 +198,20 @@ def merge_regions(groups: list[_Group]) -> list[_Region]:
 class PartitionResult:
     graph: Function
     report: PartitionReport
+    #: region name -> the target kind (backend name and options) it was partitioned for
+    kinds: dict[str, TargetKind] = field(default_factory=dict)
 
 
 def partition(fn: Function, backends: list[tuple[Backend, TargetKind]],
-              fallback: tuple[Backend, TargetKind], target_text: str = "") -> PartitionResult:
+              fallback: tuple[Backend, TargetKind] | list[tuple[Backend, TargetKind]],
+              target_text: str = "") -> PartitionResult:
     """Partition ``fn`` for ``backends`` (priority order); see the module docstring."""
     groups, fell_back = claim_groups(fn, backends, fallback)
     regions = merge_regions(groups)
-    fb_name = fallback[0].name
     report = PartitionReport(target_text or ", ".join(str(k) for _, k in backends))
-    report.fallback = [(n.name, n.op, fb_name) for n in fell_back]
+    group_of = {id(n): g for g in groups for n in g.nodes}
+    report.fallback = [(n.name, n.op, group_of[id(n)].backend.name) for n in fell_back]
+    kinds: dict[str, TargetKind] = {}
 
     region_of: dict[int, int] = {}
     for ri, r in enumerate(regions):
@@ -263,6 +283,8 @@ def partition(fn: Function, backends: list[tuple[Backend, TargetKind]],
                 if external:
                     escaping.append(o)
         body.outputs = [mapping[id(o)] for o in escaping]
+        record_matches(body, [(g.pattern, [n.name for n in _root_first(g)]) for g in r.groups])
+        kinds[body.name] = r.kind
         region_outs = [Value(o.name, o.type) for o in escaping]
         rnode = Node(REGION_OP, top.fresh_node_name(body.name), outer_inputs, region_outs,
                      {"backend": r.backend.name, "device": device}, body)
@@ -274,7 +296,12 @@ def partition(fn: Function, backends: list[tuple[Backend, TargetKind]],
                                          [v.name for v in outer_inputs],
                                          [v.name for v in region_outs]))
     top.outputs = [on_device(v, HOST) if not v.is_constant else v for v in fn.outputs]
-    return PartitionResult(top, report)
+    return PartitionResult(top, report, kinds)
+
+
+def _root_first(group: _Group) -> list[Node]:
+    root = group.root if group.root is not None else group.nodes[-1]
+    return [root] + [n for n in group.nodes if n is not root]
 
 
 def _region_order(region_nodes: list[list[Node]], region_of: dict[int, int]) -> list[int]:

@@ -12,9 +12,64 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from tessera.ir.graph import Node, Value
+from tessera.ir.graph import Function, Node, Value
 
 Check = Callable[[Node], bool]
+
+
+class PatternCheckError(Exception):
+    """A pattern's ``check`` raised on a node (a bug in the backend that declared it). The
+    partitioner reports it (:func:`tessera.plugin.contract.check_failed`) and treats the pattern
+    as not matching there."""
+
+    def __init__(self, pattern: Pattern, node: Node, error: BaseException):
+        super().__init__(f"check of pattern {pattern.name!r} raised {type(error).__name__}: "
+                         f"{error} on node {node.name}")
+        self.pattern = pattern
+        self.node = node
+        self.error = error
+
+
+@dataclass(frozen=True)
+class PatternMatch:
+    """One pattern match inside a region, as ``compile`` sees it: the claimed pattern's name
+    and the matched nodes, root first (the node whose outputs leave the match)."""
+
+    pattern: str
+    nodes: tuple[Node, ...]
+
+    @property
+    def root(self) -> Node:
+        return self.nodes[0]
+
+
+#: Key of ``Function.attrs`` under which the partitioner records a region's matches.
+MATCHES_ATTR = "matches"
+
+
+def record_matches(region: Function, matches: list[tuple[str, list[str]]]) -> None:
+    """Store (pattern name, node names root first) pairs on a region body."""
+    region.attrs[MATCHES_ATTR] = [[pattern, *names] for pattern, names in matches]
+
+
+def region_matches(region: Function) -> list[PatternMatch]:
+    """The pattern matches the partitioner made for ``region``, in the region's node order.
+
+    A backend's ``compile`` uses them to find the composites it claimed (``Pattern(...,
+    name="ConvRelu")``) without detecting them again; every node of the region is in exactly
+    one match (a single-op pattern for the rest). Regions made before matches were recorded
+    (old artifacts) give one single-op match per node, named after its op."""
+    by_name = {n.name: n for n in region.nodes}
+    recorded = region.attrs.get(MATCHES_ATTR)
+    if not recorded:
+        return [PatternMatch(n.op, (n,)) for n in region.nodes]
+    out = []
+    for entry in recorded:
+        pattern, *names = entry
+        out.append(PatternMatch(str(pattern), tuple(by_name[n] for n in names if n in by_name)))
+    position = {id(n): i for i, n in enumerate(region.nodes)}
+    return sorted((m for m in out if m.nodes),
+                  key=lambda m: position[id(m.root)])
 
 
 @dataclass(frozen=True)
@@ -65,8 +120,8 @@ class Pattern:
             return True
         try:
             return bool(self.check(node))
-        except Exception:  # noqa: BLE001 - a check that fails to evaluate does not match
-            return False
+        except Exception as e:  # noqa: BLE001 - the partitioner reports it for the backend
+            raise PatternCheckError(self, node, e) from e
 
     def match(self, node: Node, users: dict[Value, list[tuple[Node, int]]],
               outputs: set[int] | frozenset[int] = frozenset()) -> list[Node] | None:

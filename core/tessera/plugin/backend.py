@@ -58,8 +58,14 @@ class CompiledRegion:
     """What ``Backend.compile`` returns.
 
     ``tensors`` types every tensor the kernels read or write other than constants (the runtime
-    plans their memory on the backend's device); ``constants`` maps constant names to buffers
-    already on the device; ``info`` holds free-form facts for reports (counters, code sizes).
+    plans their memory on the backend's device): every region input and output with the
+    region's types, and the intermediates the kernels pass between them. ``constants`` maps
+    constant names to buffers already on the device. A kernel must write every region output.
+    ``info`` holds facts for reports (counters, code sizes); the runtime shows it and never
+    relies on it. ``handle`` is the backend's own object (a loaded library, object code, a
+    kernel table) for its ``save`` and kernels: the runtime keeps it and never reads it.
+    ``tessera.plugin.contract.check_compiled`` checks all of this after every ``compile`` and
+    ``load``.
 
     ``bind_sequence`` is optional: when set, ``Module.run`` binds the region's buffers once and
     runs its kernels through the returned call, while profiles still call each kernel.
@@ -82,6 +88,18 @@ class CompiledRegion:
     info: dict[str, Any] = field(default_factory=dict)
     bind_sequence: SequenceBinder | None = None
     thread_safe: bool = True
+    handle: Any = None
+
+
+@dataclass(frozen=True)
+class SavedBackend:
+    """What an artifact recorded about the backend that saved a region: its distribution and
+    version, and the ``artifact_version`` of its files (None in artifacts older than that)."""
+
+    name: str
+    distribution: str
+    version: str
+    artifact_version: str | None
 
 
 @dataclass
@@ -113,6 +131,10 @@ class Backend(ABC):
     #: the requested forms from ``options.extra["dump_code"]`` and the folder from
     #: ``options.extra["dump_dir"]``.
     code_forms: tuple[str, ...] = ()
+    #: The version of the files ``save`` writes. An artifact saved with another one is refused
+    #: on load by default (:meth:`accepts_artifact`); change it when ``load`` can no longer
+    #: read what an earlier release saved.
+    artifact_version: str = "1"
 
     def available(self) -> str | None:
         """None when the backend can run here, else the reason it cannot (shown to users)."""
@@ -136,13 +158,26 @@ class Backend(ABC):
 
     def save(self, compiled: CompiledRegion) -> dict[str, bytes]:
         """Files (relative name -> content) that let ``load`` rebuild ``compiled`` without
-        recompiling. The region graph and its constants are saved by the runtime."""
+        recompiling. The region graph and its constants are saved by the runtime (so is
+        ``artifact_version``, checked on load by :meth:`accepts_artifact`)."""
         return {}
 
     def load(self, region: Function, files: dict[str, bytes], target: TargetKind,
              options: CompileOptions) -> CompiledRegion:
         """Rebuild a compiled region from ``save``'s files. By default: compile again."""
         return self.compile(region, target, options)
+
+    def accepts_artifact(self, saved: SavedBackend) -> str | None:
+        """None when :meth:`load` can read regions saved as ``saved`` describes, else the
+        reason it cannot (the artifact then fails to load with it). By default: the same
+        ``artifact_version``, whatever the distribution's version."""
+        if saved.artifact_version is not None and saved.artifact_version != \
+                self.artifact_version:
+            return (f"its regions were saved in artifact version {saved.artifact_version} "
+                    f"(by {saved.distribution} {saved.version}); this {self.name} backend "
+                    f"({self.version()}) reads version {self.artifact_version}; compile the "
+                    f"model again")
+        return None
 
     def device_api(self) -> Device:
         """The device API for this backend's buffers."""

@@ -45,5 +45,6 @@ def tessera_backends() -> list[Backend]:
     Called once, when the plugin manager is first built (``tessera.plugin.get_backends``). The
     implementation must be cheap and must not fail when its hardware or toolchain is missing:
     the backend's ``available()`` reports that instead. Backend names must be unique across
-    plugins; a clash is reported as a :class:`~tessera.errors.PluginError`. Changes nothing.
+    plugins: a plugin naming a backend that an earlier one provides is disabled with a warning
+    (listed as broken by ``tessera plugins``). Changes nothing.
     """

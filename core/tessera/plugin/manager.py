@@ -1,8 +1,11 @@
 """Loading plugins and finding backends.
 
 Built-in plugins (the reference backend) are registered by module name, then every entry point
-of the group ``tessera.backends``. A plugin that fails to import or whose hook raises is recorded
-as broken with the reason and a warning; it never breaks the program.
+of the group ``tessera.backends``. A plugin that fails to import, whose hook raises, returns
+something other than named backends, or names a backend another plugin already provides is
+recorded as broken with the reason and a warning (none of its backends is registered); it never
+breaks the program. A backend whose device name and device API disagree is registered with a
+warning (:func:`tessera.plugin.contract.check_device`).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from functools import lru_cache
 import pluggy
 
 from tessera.errors import PluginError, TargetError
-from tessera.plugin import hookspecs
+from tessera.plugin import contract, hookspecs
 from tessera.plugin.backend import Backend
 from tessera.plugin.target import Target, TargetKind
 
@@ -79,19 +82,67 @@ class Registry:
             self.pm.unregister(plugin)
             self._broken(name, dist, version, f"tessera_backends() raised {type(e).__name__}: {e}")
             return
-        names = []
+        problem = self._check_backends(backends, dist)
+        if problem:
+            self.pm.unregister(plugin)
+            self._broken(name, dist, version, problem)
+            return
         for backend in backends:
-            if not isinstance(backend, Backend) or not backend.name:
-                self._broken(name, dist, version,
-                             f"tessera_backends() returned {backend!r}, not a named Backend")
-                continue
-            if backend.name in self.backends:
-                raise PluginError(f"backend name {backend.name!r} is provided twice: by "
-                                  f"{self._owner[backend.name]} and by {dist}")
             self.backends[backend.name] = backend
             self._owner[backend.name] = dist
-            names.append(backend.name)
-        self.plugins.append(PluginInfo(name, dist, version, names))
+            reason = contract.check_device(backend)
+            if reason:
+                warnings.warn(f"tessera plugin {name!r} ({dist} {version}), backend "
+                              f"{backend.name!r}: {reason}", RuntimeWarning, stacklevel=3)
+        self.plugins.append(PluginInfo(name, dist, version, [b.name for b in backends]))
+
+    def _check_backends(self, backends: list[Backend], dist: str) -> str | None:
+        """Why a plugin's backends cannot be registered (then none of them is), or None."""
+        seen: set[str] = set()
+        for backend in backends:
+            if not isinstance(backend, Backend) or not isinstance(backend.name, str) or \
+                    not backend.name:
+                return f"tessera_backends() returned {backend!r}, not a named Backend"
+            if backend.name in self.backends:
+                return (f"backend name {backend.name!r} is already provided by "
+                        f"{self._owner[backend.name]}; this plugin ({dist}) is disabled")
+            if backend.name in seen:
+                return f"tessera_backends() returned two backends named {backend.name!r}"
+            seen.add(backend.name)
+        return None
+
+    def add(self, plugin: object, name: str, distribution: str = "in-process",
+            version: str = "0") -> PluginInfo:
+        """Register a plugin object (a module or any object with hook implementations) in this
+        process, as its entry point would: what the backend test kit uses instead of pip.
+        Returns its record; a broken plugin is recorded (with a warning), not raised."""
+        self._register(plugin, name, distribution, version)
+        return self.plugins[-1]
+
+    def remove(self, name: str) -> None:
+        """Forget plugin ``name`` and its backends (the undo of :meth:`add`)."""
+        for info in [i for i in self.plugins if i.name == name]:
+            for backend in info.backends:
+                self.backends.pop(backend, None)
+                self._owner.pop(backend, None)
+            self.plugins.remove(info)
+        plugin = self.pm.get_plugin(name)
+        if plugin is not None:
+            self.pm.unregister(plugin)
+
+    def broken_distribution(self, distribution: str) -> PluginInfo | None:
+        """The record of an installed plugin of ``distribution`` that failed to load."""
+        for info in self.plugins:
+            if info.error and info.distribution == distribution:
+                return info
+        return None
+
+    def plugin_version(self, backend: str) -> str | None:
+        """The version of the plugin that registered ``backend``, as it was registered."""
+        for info in self.plugins:
+            if backend in info.backends:
+                return info.version
+        return None
 
     def owner(self, backend: str) -> str:
         """The distribution that provides a backend."""
@@ -167,7 +218,7 @@ def resolve_target(target: str | Target | None) -> list[tuple[Backend, TargetKin
             ordered.append((registry.get(lib), TargetKind(lib, dict(kind.options))))
         ordered.append((backend, kind))
     for backend, kind in ordered:
-        reason = backend.available_for(kind)
+        reason = contract.call(backend, "available_for()", backend.available_for, kind)
         if reason:
             raise TargetError(f"backend {backend.name!r} is installed but unavailable here: "
                               f"{reason}")
@@ -178,10 +229,18 @@ def default_cpu_target() -> str:
     """The name of the best available CPU backend (highest ``default_rank``)."""
     best = None
     for backend in get_registry().backends.values():
-        if backend.device != "cpu" or backend.available():
+        if backend.device != "cpu" or backend_unavailable(backend):
             continue
         if best is None or backend.default_rank > best.default_rank:
             best = backend
     if best is None:
         raise PluginError("no CPU backend is available (the reference backend is missing?)")
     return best.name
+
+
+def backend_unavailable(backend: Backend) -> str | None:
+    """``backend.available()``, with an exception it raises as the reason it is unavailable."""
+    try:
+        return backend.available()
+    except Exception as e:  # noqa: BLE001 - a plugin's check must not break the program
+        return f"available() raised {type(e).__name__}: {e}"

@@ -24,13 +24,14 @@ from typing import Any
 import numpy as np
 
 import tessera
-from tessera.errors import ArtifactError, IRError, TargetError
+from tessera.errors import ArtifactError, IRError, PluginArtifactError, TargetError
 from tessera.ir.graph import Function
 from tessera.ir.serialize import from_json, to_json
 from tessera.partition.partitioner import REGION_OP
 from tessera.partition.report import CopyInfo, PartitionReport, RegionInfo
-from tessera.plugin.backend import Backend, CompileOptions
-from tessera.plugin.manager import get_backend, get_registry
+from tessera.plugin import contract
+from tessera.plugin.backend import Backend, CompileOptions, SavedBackend
+from tessera.plugin.manager import backend_unavailable, get_backend, get_registry
 
 FORMAT = 1
 MANIFEST = "manifest.json"
@@ -71,8 +72,17 @@ def export_module(module: Any, path: Path) -> Path:
         cr = module.compiled[name]
         backend: Backend = module.backends[cr.backend]
         plugins[backend.name] = {"distribution": registry.owner(backend.name),
-                                 "version": backend.version()}
-        for rel, data in backend.save(cr).items():
+                                 "version": registry.plugin_version(backend.name)
+                                 or backend.version(),
+                                 "artifact_version": str(backend.artifact_version)}
+        saved = contract.call(backend, "save()", backend.save, cr, region=name,
+                              cls=PluginArtifactError)
+        if not isinstance(saved, dict) or not all(
+                isinstance(k, str) and isinstance(v, bytes) for k, v in saved.items()):
+            raise contract.violation(backend, "save() returns a dict of file name -> bytes",
+                                     f"save() returned {type(saved).__name__}", name,
+                                     PluginArtifactError)
+        for rel, data in saved.items():
             member = posixpath.join("backends", backend.name, name, rel)
             if not _safe_name(member):
                 raise ArtifactError(f"backend {backend.name!r} returned an unsafe file name "
@@ -175,17 +185,31 @@ def load_module(path: Path) -> Any:
 
     backends: dict[str, Backend] = {}
     for name, info in manifest.get("plugins", {}).items():
+        dist = str(info.get("distribution", "?"))
         try:
             backend = get_backend(name)
         except TargetError:
-            dist = info.get("distribution", "?")
+            broken = get_registry().broken_distribution(dist)
+            if broken is not None:
+                raise ArtifactError(f"the artifact needs backend {name!r} from plugin {dist}, "
+                                    f"which is installed ({broken.version}) but failed to "
+                                    f"load: {broken.error}") from None
             raise ArtifactError(f"the artifact needs backend {name!r} from plugin {dist} "
                                 f"{info.get('version', '')}, which is not installed; "
                                 f"pip install {dist}") from None
-        reason = backend.available()
+        reason = backend_unavailable(backend)
         if reason:
             raise ArtifactError(f"the artifact needs backend {name!r}, which is installed but "
                                 f"unavailable here: {reason}")
+        saved_version = info.get("artifact_version")
+        saved = SavedBackend(name, dist, str(info.get("version", "?")),
+                             None if saved_version is None else str(saved_version))
+        refusal = contract.call(backend, "accepts_artifact()", backend.accepts_artifact, saved,
+                                cls=PluginArtifactError)
+        if refusal:
+            raise contract.violation(backend, "accepts_artifact() accepts the saved regions",
+                                     f"cannot load this artifact: {refusal}", None,
+                                     PluginArtifactError)
         backends[name] = backend
     try:
         with np.load(io.BytesIO(members["params.npz"]), allow_pickle=False) as npz:
@@ -207,7 +231,11 @@ def load_module(path: Path) -> Any:
                                 f"manifest does not list")
         prefix = f"backends/{bname}/{body.name}/"
         files = {k[len(prefix):]: v for k, v in members.items() if k.startswith(prefix)}
-        compiled[body.name] = backends[bname].load(body, files, kind_of_region(body), options)
+        backend = backends[bname]
+        loaded = contract.call(backend, "load()", backend.load, body, files,
+                               kind_of_region(body), options, region=body.name,
+                               cls=PluginArtifactError)
+        compiled[body.name] = contract.check_compiled(backend, body, loaded)
     report = _report_from(json.loads(members["report.json"]))
     return Module(graph, compiled, backends, manifest.get("target", ""), report, [], options)
 

@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from tessera.errors import RunError, TesseraError
+from tessera.errors import PluginRunError, RunError, TesseraError
+from tessera.plugin import contract
 from tessera.plugin.device import Device
 from tessera.runtime.memory import MemoryPlan
 from tessera.runtime.plan import ExecutionPlan, Step
@@ -105,14 +106,14 @@ class Executor:
                 i += 1
                 continue
             group = self.calls[i:j]
-            try:
-                bound = binder([None if id(s) in elided else (ins, outs)
-                                for s, _fn, ins, outs in group])
-            except TesseraError:
-                raise
-            except Exception as e:  # noqa: BLE001 - name the region
-                raise RunError(f"region {step.region} (backend {step.backend}): binding its "
-                               f"{j - i} kernels failed: {type(e).__name__}: {e}") from e
+            bound = contract.call(
+                step.backend, f"bind_sequence() of its {j - i} kernels", binder,
+                [None if id(s) in elided else (ins, outs) for s, _fn, ins, outs in group],
+                region=step.region, cls=PluginRunError)
+            if not callable(bound):
+                raise contract.violation(step.backend, "bind_sequence() returns a call",
+                                         f"bind_sequence() returned {bound!r}", step.region,
+                                         PluginRunError)
             if step.region in self.plan.locks:
                 bound = _locked_sequence(bound, self.plan.locks[step.region])
             runs.append((step, None, [], [], bound))
@@ -127,12 +128,23 @@ class Executor:
     def _call(step: Step, fn: Callable[[list[Any], list[Any]], None], ins: list[Any],
               outs: list[Any]) -> None:
         try:
-            fn(ins, outs)
+            result = fn(ins, outs)
         except TesseraError:
             raise
         except Exception as e:  # noqa: BLE001 - name the failing kernel
-            raise RunError(f"kernel {step.name} ({step.op}, backend {step.backend}) failed: "
-                           f"{type(e).__name__}: {e}") from e
+            if step.is_copy:
+                raise RunError(f"copy {step.name} from {step.src} to {step.dst} failed: "
+                               f"{type(e).__name__}: {e}") from e
+            raise contract.violation(
+                step.backend, "kernels raise only TesseraErrors",
+                f"kernel {step.name} ({step.op}) failed: {type(e).__name__}: {e}",
+                step.region, PluginRunError) from e
+        if result is not None:
+            raise contract.violation(
+                step.backend, "a kernel writes its outputs into the output buffers it is given "
+                "and returns None", f"kernel {step.name} ({step.op}) returned "
+                f"{type(result).__name__} instead of None: its result would be lost",
+                step.region, PluginRunError)
 
     def run(self) -> None:
         for step, fn, ins, outs, bound in self.runs:
@@ -140,12 +152,19 @@ class Executor:
                 self._call(step, fn, ins, outs)
                 continue
             try:
-                bound()
+                result = bound()
             except TesseraError:
                 raise
             except Exception as e:  # noqa: BLE001 - name the region
-                raise RunError(f"region {step.region} (backend {step.backend}) failed: "
-                               f"{type(e).__name__}: {e}") from e
+                raise contract.violation(
+                    step.backend, "kernels raise only TesseraErrors",
+                    f"its bound kernel sequence failed: {type(e).__name__}: {e}", step.region,
+                    PluginRunError) from e
+            if result is not None:
+                raise contract.violation(
+                    step.backend, "the call bind_sequence() returns gives None",
+                    f"its bound kernel sequence returned {type(result).__name__}", step.region,
+                    PluginRunError)
         self.synchronize()
 
     def synchronize(self) -> None:
