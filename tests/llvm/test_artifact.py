@@ -251,7 +251,7 @@ def test_target_options_survive_the_round_trip(tmp_path: Path,
     assert first.target == "llvm -mcpu=x86-64-v2"
     for loaded in (first, second, first):
         (cr,) = loaded.compiled.values()
-        assert cr.info["_mcpu"] == "x86-64-v2"
+        assert cr.handle.mcpu == "x86-64-v2"
         got = loaded.run(**inputs)
         assert got is not None and want is not None
         np.testing.assert_array_equal(got["y"], want["y"])

@@ -222,7 +222,7 @@ def test_mcpu_generic_x86_64_v2_gives_the_same_numbers(tmp_path: Path) -> None:
     v2 = tessera.compile(model, target="llvm -mcpu=x86-64-v2", dump_code="asm",
                          dump_dir=tmp_path)
     (cr,) = v2.compiled.values()
-    assert cr.info["_mcpu"] == "x86-64-v2"
+    assert cr.handle.mcpu == "x86-64-v2"
     asm = (tmp_path / f"{cr.region.name}.asm").read_text()
     assert "xmm" in asm and "ymm" not in asm and "zmm" not in asm  # SSE only
     want = run_onnxruntime(model, inputs)["y"]

@@ -24,6 +24,7 @@ import hashlib
 import io
 import json
 import time
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,22 @@ ARTIFACT_FORMAT = 2
 OBJECT_FILE = "kernels.o"
 TABLE_FILE = "kernels.json"
 CONSTANTS_FILE = "constants.npz"
+
+
+@dataclass
+class LLVMHandle:
+    """What a compiled llvm region keeps for ``save`` (``CompiledRegion.handle``): its object
+    code, kernel table and the CPU it was built for, and the linked library its kernels call
+    (None for another architecture's code)."""
+
+    object_code: bytes
+    table: list[dict[str, Any]]
+    mcpu: str | None
+    mattr: str | None
+    triple: str | None
+    cpu_name: str = ""
+    features: str = ""
+    lib: Any = None
 
 
 def target_triple(target: TargetKind | None = None) -> str:
@@ -160,6 +177,7 @@ class LLVMBackend(Backend):
                    "host's); the code is exported, not run here",
     }
     code_forms = ("ll", "asm", "tir")
+    artifact_version = str(ARTIFACT_FORMAT)
 
     def available(self) -> str | None:
         try:
@@ -262,9 +280,8 @@ class LLVMBackend(Backend):
                 if name not in constants:
                     tensors[name] = types[name]
         compiled = self._assemble(region, built.object_code, table, constants, tensors, mcpu,
-                                  target.get("mattr"), triple)
+                                  target.get("mattr"), triple, built.cpu_name, built.features)
         compiled.info.update({
-            "_cpu_name": built.cpu_name, "_features": built.features,
             "lower_s": round(t1 - t0, 3), "codegen_s": round(t2 - t1, 3),
             "object_bytes": len(built.object_code),
             "schedules": {k.name: {"template": k.template, "config": k.config}
@@ -284,17 +301,17 @@ class LLVMBackend(Backend):
 
     def _assemble(self, region: Function, object_code: bytes, table: list[dict[str, Any]],
                   constants: dict[str, np.ndarray], tensors: dict[str, TensorType],
-                  mcpu: str | None, mattr: str | None,
-                  triple: str | None = None) -> CompiledRegion:
+                  mcpu: str | None, mattr: str | None, triple: str | None = None,
+                  cpu_name: str = "", features: str = "") -> CompiledRegion:
         """The CompiledRegion of linked object code; for another architecture's code (a
         foreign ``triple``) one whose kernels raise RunError, which can still be saved."""
         from .loader import load_object
 
-        info: dict[str, Any] = {"kernels": len(table), "_table": table, "_mcpu": mcpu,
-                                "_mattr": mattr, "_triple": triple, "_object_code": object_code}
+        info: dict[str, Any] = {"kernels": len(table), "mcpu": mcpu or cpu_name or "host"}
+        handle = LLVMHandle(object_code, table, mcpu, mattr, triple, cpu_name, features)
         if triple is not None and is_foreign(triple):
             return CompiledRegion(self.name, region, [_foreign_kernel(k, triple) for k in table],
-                                  tensors, constants, info)
+                                  tensors, constants, info, handle=handle)
 
         def param(n: str) -> tuple[str, int]:
             if n in constants:
@@ -314,21 +331,24 @@ class LLVMBackend(Backend):
             if kernel.op == "Concat" and all(n in tensors for n in kernel.inputs):
                 kernel.concat_offsets = contiguous_concat_offsets(
                     [tensors[n] for n in kernel.inputs], tensors[kernel.outputs[0]])
-        return CompiledRegion(self.name, region, kernels, tensors, constants,
-                              {**info, "_lib": lib},
-                              bind_sequence=make_binder([lib.get(k["name"]) for k in table]))
+        handle.lib = lib
+        return CompiledRegion(self.name, region, kernels, tensors, constants, info,
+                              bind_sequence=make_binder([lib.get(k["name"]) for k in table]),
+                              handle=handle)
 
     # -- artifacts ------------------------------------------------------------------------
     def save(self, compiled: CompiledRegion) -> dict[str, bytes]:
         buf = io.BytesIO()
         np.savez(buf, **{k: np.asarray(v) for k, v in compiled.constants.items()})
-        obj = compiled.info["_object_code"]
-        meta = {"format": ARTIFACT_FORMAT, "mcpu": compiled.info.get("_mcpu"),
-                "triple": compiled.info.get("_triple"),
+        handle = compiled.handle
+        if not isinstance(handle, LLVMHandle):
+            raise ArtifactError(f"llvm region {compiled.region.name}: not compiled by this "
+                                "backend (no object code to save)")
+        obj = handle.object_code
+        meta = {"format": ARTIFACT_FORMAT, "mcpu": handle.mcpu, "triple": handle.triple,
                 "object_sha256": hashlib.sha256(obj).hexdigest(),
-                "cpu_name": compiled.info.get("_cpu_name", ""),
-                "features": compiled.info.get("_features", ""),
-                "mattr": compiled.info.get("_mattr"), "kernels": compiled.info["_table"],
+                "cpu_name": handle.cpu_name, "features": handle.features,
+                "mattr": handle.mattr, "kernels": handle.table,
                 "tensors": {k: [list(t.shape), str(t.dtype)]
                             for k, t in compiled.tensors.items()}}
         return {OBJECT_FILE: obj,
@@ -377,4 +397,5 @@ class LLVMBackend(Backend):
             raise ArtifactError(f"llvm region {region.name}: cannot read the saved kernels "
                                 f"({OBJECT_FILE}, {TABLE_FILE}): {err}") from err
         return self._assemble(region, files[OBJECT_FILE], table, constants, tensors,
-                              meta.get("mcpu"), meta.get("mattr"), meta.get("triple"))
+                              meta.get("mcpu"), meta.get("mattr"), meta.get("triple"),
+                              meta.get("cpu_name") or "", meta.get("features") or "")
