@@ -1,7 +1,10 @@
 """ONNX node conformance: every generated node case with all-tensor inputs and outputs, compiled
 with ``tessera.compile(..., target=T)`` and run, against the outputs the ``onnx`` package stores
 with the case, for each installed CPU code generator T: ``ref`` always, ``llvm`` when tessera-llvm
-is installed (ops without an llvm compute fall back to ref, as in any model).
+is installed. Both run through the backend test kit a vendor uses
+(:class:`tessera.testing.kit.NodeConformance`, claimed-only): a case counts for T only if T ran
+some of its nodes; cases of ops T does not claim are skipped, and the end of the run prints the
+nodes each backend ran.
 
 Known failures live next to this file, one list per target (``known_failures.txt`` for ref,
 ``known_failures_<target>.txt`` for the others; one ``test_name  # reason`` per line); they are
@@ -21,9 +24,9 @@ from tessera.testing.conformance import (
     CaseResult,
     all_tensor_cases,
     read_known_failures,
-    run_case,
     write_known_failures,
 )
+from tessera.testing.kit import NodeConformance
 
 KNOWN_FAILURES_FILE = Path(__file__).with_name("known_failures.txt")
 KNOWN = read_known_failures(KNOWN_FAILURES_FILE)
@@ -50,6 +53,9 @@ def known_failures_file(target: str) -> Path:
 
 
 KNOWN_BY_TARGET = {t: read_known_failures(known_failures_file(t)) for t in TARGETS}
+SUITES = {t: NodeConformance(t, baseline=known_failures_file(t)) for t in TARGETS}
+for _suite in SUITES.values():
+    _suite.cases = CASES  # collected once for every target
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -57,15 +63,7 @@ KNOWN_BY_TARGET = {t: read_known_failures(known_failures_file(t)) for t in TARGE
 def test_onnx_node(case, target: str) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # cases feed inf/nan on purpose
-        result = run_case(case, target=target)
-    known = KNOWN_BY_TARGET[target].get(case.name)
-    if known is None:
-        assert result.ok, result.reason
-    elif result.ok:
-        pytest.fail(f"{case.name} passes on {target} but is listed in "
-                    f"{known_failures_file(target).name} ({known.reason}): remove that line")
-    else:
-        pytest.xfail(known.reason)
+        SUITES[target].check(case)
 
 
 @pytest.mark.parametrize("target", TARGETS)

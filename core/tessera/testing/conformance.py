@@ -159,6 +159,7 @@ GROUP_ORDER = [
     "wrong results",
     "errors while importing, compiling or running",
     "crashes (Python exceptions: bugs)",
+    "not claimed (the backend's patterns or checks refuse these nodes)",
 ]
 
 KNOWN_FAILURES_HEADER = """\
@@ -207,6 +208,8 @@ def classify_failure(reason: str) -> tuple[str, str]:
         return GROUP_ORDER[3], "output shape depends on input values"
     if reason.startswith("output "):
         return GROUP_ORDER[4], _shorten(reason)
+    if reason.startswith("unclaimed: "):
+        return GROUP_ORDER[7], _shorten(reason[len("unclaimed: "):])
     if reason.startswith("crash "):
         return GROUP_ORDER[6], _shorten(reason[len("crash "):])
     return GROUP_ORDER[5], _shorten(reason)
@@ -215,6 +218,18 @@ def classify_failure(reason: str) -> tuple[str, str]:
 def _shorten(text: str, limit: int = 140) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _existing_header(path: Path) -> str:
+    """The leading comment lines of an existing list (kept when it is rewritten)."""
+    if not path.exists():
+        return ""
+    header = []
+    for line in path.read_text().splitlines():
+        if not line.startswith("#") or line.startswith("##"):
+            break
+        header.append(line)
+    return "\n".join(header)
 
 
 def write_known_failures(path: str | Path, results: list[CaseResult],
@@ -242,7 +257,8 @@ def write_known_failures(path: str | Path, results: list[CaseResult],
         groups[entry.group].append(entry)
     ranked = sorted(groups, key=lambda g: (GROUP_ORDER.index(g) if g in GROUP_ORDER
                                            else len(GROUP_ORDER), g))
-    lines = [KNOWN_FAILURES_HEADER.format(path=path).rstrip("\n")]
+    header = _existing_header(Path(path)) or KNOWN_FAILURES_HEADER.format(path=path)
+    lines = [header.rstrip("\n")]
     for group in ranked:
         members = sorted(groups[group], key=lambda e: (order.get(e.name, len(order)), e.name))
         lines.append("")
@@ -262,6 +278,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--engine", choices=["compile", "interpret"], default="compile",
                     help="compile: tessera.compile + Module.run; interpret: importer + "
                     "reference interpreter only")
+    ap.add_argument("--claimed-only", action="store_true",
+                    help="count only what the target's first backend runs itself: a case it "
+                    "takes no node of is 'unclaimed', not a pass; prints the nodes each "
+                    "backend ran (the backend test kit's mode)")
     ap.add_argument("--failures", action="store_true", help="list every failing case")
     ap.add_argument("--write-known-failures", metavar="PATH", default=None,
                     help="rewrite the known-failures file at PATH from the current failures "
@@ -271,11 +291,14 @@ def main(argv: list[str] | None = None) -> int:
     cases = [c for c in all_tensor_cases(ops) if args.k in c.name]
     start = time.time()
     results = []
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for case in cases:
-            engine = compile_and_run if args.engine == "compile" else interpret
-            results.append(run_case(case, args.target, engine))
+    if args.claimed_only:
+        results = _run_claimed_only(cases, args.target)
+    else:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for case in cases:
+                engine = compile_and_run if args.engine == "compile" else interpret
+                results.append(run_case(case, args.target, engine))
     passed = sum(r.ok for r in results)
     if args.failures:
         for r in results:
@@ -300,6 +323,34 @@ def main(argv: list[str] | None = None) -> int:
         for name in added:
             print(f"  new failure: {name}  # {entries[name].reason}")
     return 0
+
+
+def _run_claimed_only(cases: list, target: str) -> list[CaseResult]:
+    """Run ``cases`` claimed-only for the target's first backend; print the node counts."""
+    from tessera.plugin.target import Target
+    from tessera.testing.kit.node_conformance import NodeConformance
+
+    backend = Target.parse(target).kinds[0].name
+    suite = NodeConformance(backend, target)
+    suite.cases = cases
+    nodes: dict[str, int] = collections.Counter()
+    statuses: dict[str, int] = collections.Counter()
+    results = []
+    for case in cases:
+        result = suite.run(case)
+        verdict, _ = suite.outcome(result)
+        status = "skipped" if verdict == "skip" else result.status
+        statuses[status] += 1
+        if result.status == "passed":
+            nodes.update(result.nodes)
+        if status != "skipped":  # cases of ops it does not claim are neither pass nor fail
+            results.append(result.as_case_result())
+    ran = ", ".join(f"{b} {n}" for b, n in nodes.most_common())
+    print(f"claimed-only for {backend!r}: {statuses['passed']} cases passed, "
+          f"{statuses['unclaimed']} of ops it claims not claimed, {statuses['failed']} failed, "
+          f"{statuses['skipped']} skipped (ops it does not claim); nodes run in passing "
+          f"cases: {ran or 'none'}")
+    return results
 
 
 if __name__ == "__main__":

@@ -1,0 +1,27 @@
+"""The backend test kit: what a vendor's package (and Tessera's own backends) test with.
+
+- :func:`register_backend` puts a backend into this process's registry as its entry point
+  would, without pip (undone with ``remove()`` or at the end of a ``with`` block);
+- :func:`check_backend` checks a backend's static contract (name, device, claims, options);
+  :func:`check_compiled` checks what its ``compile`` returned (Tessera calls it after every
+  ``compile`` and ``load`` too);
+- :class:`NodeConformance` runs the ONNX node conformance cases for one backend in
+  claimed-only mode: each case counts only if the backend ran some of its nodes, the nodes it
+  ran are counted per backend, a case of an op it claims but whose nodes it did not take fails,
+  and known failures come from a baseline file of the backend's own;
+- ``pytest_plugins = ["tessera.testing.kit.pytest_plugin"]`` in a ``conftest.py`` makes
+  contract warnings errors during the tests and prints the per-backend counts at the end.
+"""
+
+from tessera.plugin.contract import check_compiled, strict_contracts
+from tessera.testing.kit.checks import check_backend
+from tessera.testing.kit.node_conformance import (
+    ClaimedResult,
+    NodeConformance,
+    Tally,
+    session_tally,
+)
+from tessera.testing.kit.registration import RegisteredBackend, register_backend
+
+__all__ = ["ClaimedResult", "NodeConformance", "RegisteredBackend", "Tally", "check_backend",
+           "check_compiled", "register_backend", "session_tally", "strict_contracts"]
