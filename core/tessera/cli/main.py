@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 import warnings
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from tessera.cli import compile as compile_cmd
 from tessera.cli import inspect as inspect_cmd
+from tessera.cli import new_plugin as new_plugin_cmd
 from tessera.cli import plugins as plugins_cmd
 from tessera.cli import quantize as quantize_cmd
 from tessera.cli import run as run_cmd
@@ -44,10 +46,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="tessera",
                      description="Tessera: a deep-learning compiler with pip-installable backends.")
     parser.add_argument("--version", action="version", version=f"tessera {_version()}")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="on an error, also print the traceback and its causes (a "
+                             "plugin's own exception behind a PluginError)")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND",
                                        parser_class=_Parser)
-    for module in (compile_cmd, run_cmd, inspect_cmd, plugins_cmd, quantize_cmd):
+    for module in (compile_cmd, run_cmd, inspect_cmd, plugins_cmd, quantize_cmd,
+                   new_plugin_cmd):
         module.add_parser(subparsers)
+    for sub in subparsers.choices.values():  # also accepted after the command
+        sub.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                         help="print tracebacks on errors (and more detail where a command "
+                              "has it)")
     return parser
 
 
@@ -59,6 +69,7 @@ def _show_warning(message: Any, category: type[Warning], filename: str, lineno: 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``tessera`` command with ``argv`` (default: ``sys.argv[1:]``); the exit code."""
     parser = build_parser()
+    args = None
     with warnings.catch_warnings():
         warnings.showwarning = _show_warning
         try:
@@ -70,6 +81,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         except SystemExit as e:  # --help and --version
             return e.code if isinstance(e.code, int) else 0
         except (TesseraError, ArgumentError) as e:
+            if args is not None and getattr(args, "verbose", False):
+                traceback.print_exception(e, file=sys.stderr)
+            elif isinstance(e, TesseraError) and e.__cause__ is not None:
+                print("(tessera --verbose shows the traceback of the cause)", file=sys.stderr)
             return _fail(str(e))
         except OSError as e:
             return _fail(f"{e.strerror or e}: {e.filename}" if e.filename else str(e))

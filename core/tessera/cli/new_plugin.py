@@ -1,0 +1,34 @@
+"""``tessera new-plugin NAME``: write a backend package that installs and passes its tests."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "new-plugin", help="write a new backend plugin package (tessera-NAME)",
+        description="Write a complete backend plugin package: pyproject with the entry point, "
+                    "a backend claiming Relu and a fused Add -> Relu, save/load, tests using "
+                    "the backend test kit, README. Then: pip install -e tessera-NAME && "
+                    "python -m pytest tessera-NAME/tests")
+    parser.add_argument("name", help="the backend's name, which is its target kind (mynpu)")
+    parser.add_argument("--dir", default=None,
+                        help="folder to write (default: ./tessera-NAME)")
+    parser.add_argument("--force", action="store_true",
+                        help="write into an existing non-empty folder")
+    parser.set_defaults(handler=run_new_plugin)
+
+
+def run_new_plugin(args: argparse.Namespace) -> int:
+    from tessera.scaffold import new_plugin
+
+    root = new_plugin(args.name, args.dir, args.force)
+    files = sorted(p for p in root.rglob("*") if p.is_file())
+    lines = sum(len(p.read_text().splitlines()) for p in files)
+    print(f"wrote {root}/ ({len(files)} files, {lines} lines):")
+    for p in files:
+        print(f"  {p.relative_to(root)}")
+    print(f"next: pip install -e {root} && python -m pytest -q {root}/tests")
+    return 0
