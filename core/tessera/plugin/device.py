@@ -1,11 +1,28 @@
-"""Device APIs: how the runtime allocates, fills and reads a device's memory.
+"""Device APIs: how the runtime allocates, fills, copies, times and frees a device's memory.
 
-The runtime plans one arena per device and asks the device for views of it at planned offsets;
-kernels receive those views. :class:`CPUDevice` is the host: buffers are numpy arrays.
+The runtime plans one arena per device and execution state, asks the device for views of it at
+planned offsets, and hands those views to kernels; it never reads a buffer itself. A device
+whose memory the host cannot address (a GPU) has buffers numpy cannot read, and the runtime
+only ever moves them through the methods below.
+
+**One stream.** A device may queue work (copies, kernels) and return before it is done, as
+long as it runs it in the order it was queued, as a CUDA stream does. The runtime calls
+:meth:`Device.synchronize` at the edges of a run (before outputs are read), not after every
+kernel; the memory plan reuses a buffer only after the last step that reads it was queued, so
+one in-order stream keeps every plan correct.
+
+**Sharing.** Backends that run on one device (``cuda`` and ``cudnn``) return the same
+:class:`Device` object from ``Backend.device_api()``, and a compiled module then has one arena
+on it. The instance (``cuda:0``, ``cuda:1``) is the device's :attr:`Device.index`; the host is
+``cpu``.
+
+:class:`CPUDevice` is the host: arenas are aligned byte arrays, buffers are numpy views of them,
+and everything is synchronous.
 """
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -13,47 +30,100 @@ import numpy as np
 
 from tessera.ir.types import TensorType
 
-#: Offsets into an arena are multiples of this many bytes.
+#: The host's arena alignment (a cache line; AVX-512 loads of a whole line).
 ALIGNMENT = 64
 
 
 class Device(ABC):
-    """One kind of memory. Backends that share a device (``cpu``) share one instance."""
+    """One memory: its arenas, buffers, copies, stream and timer.
 
+    Subclasses implement the abstract methods; the others have defaults that are right for
+    synchronous devices. Every method may be called from many threads at once (each execution
+    state of a module has arenas of its own); a device with one stream serialises its queue.
+    """
+
+    #: The device kind: what ``Backend.device`` names (``"cpu"``, ``"cuda"``, ``"vta"``).
     name: str = ""
+    #: Which device of its kind (``cuda:1`` has index 1).
+    index: int = 0
+    #: Byte alignment of buffers in an arena; the memory planner places every tensor at a
+    #: multiple of it (the CPU: a cache line; a GPU: 256 bytes for coalesced vector access).
+    alignment: int = ALIGNMENT
+    #: Whether buffers are host numpy arrays (the CPU, simulated devices). Copies to and from
+    #: such a device need no staging, and its buffers may be handed to numpy.
+    host_memory: bool = False
 
+    @property
+    def key(self) -> str:
+        """``cpu`` for the host, ``<name>:<index>`` for other devices (``cuda:0``)."""
+        return self.name if self.host_memory and self.index == 0 else f"{self.name}:{self.index}"
+
+    # -- memory -----------------------------------------------------------------------------
     @abstractmethod
     def allocate(self, nbytes: int) -> Any:
-        """A new arena of at least ``nbytes`` bytes."""
+        """A new arena of at least ``nbytes`` bytes, aligned to :attr:`alignment`."""
+
+    def free(self, arena: Any) -> None:  # noqa: B027 - garbage-collected memory needs nothing
+        """Release an arena from :meth:`allocate` (called once, when the execution state that
+        owns it is dropped; work using it has been synchronized)."""
 
     @abstractmethod
     def view(self, arena: Any, offset: int, type: TensorType) -> Any:
-        """A buffer of ``type`` at byte ``offset`` of ``arena``."""
+        """A buffer of ``type`` at byte ``offset`` (a multiple of :attr:`alignment`) of
+        ``arena``."""
 
     @abstractmethod
     def from_host(self, array: np.ndarray) -> Any:
-        """A new buffer holding a copy of ``array`` (constants)."""
+        """A new buffer holding a copy of ``array`` (a compiled region's constants; it lives
+        as long as the compiled region holds it)."""
 
+    # -- copies -----------------------------------------------------------------------------
     @abstractmethod
     def copy_from_host(self, buffer: Any, array: np.ndarray) -> None:
-        """Copy a host array into a buffer of the same type."""
+        """Copy a host array of the buffer's type into the buffer. The caller may change
+        ``array`` as soon as this returns (stage it if the copy is queued)."""
 
     @abstractmethod
-    def copy_to_host(self, buffer: Any) -> np.ndarray:
-        """A host copy of a buffer."""
+    def copy_to_host(self, buffer: Any, out: np.ndarray) -> None:
+        """Copy a buffer into ``out``, a C-contiguous host array of its type, with no host
+        allocation of its own. The copy may be queued: ``out`` holds the data after
+        :meth:`synchronize`."""
 
-    def synchronize(self) -> None:  # noqa: B027 - optional hook, synchronous devices keep it
-        """Wait for queued work (no-op where work is synchronous)."""
+    def copy(self, dst: Any, src: Any, type: TensorType) -> None:
+        """Copy buffer ``src`` into buffer ``dst`` (both of ``type``, on this device), in
+        stream order. By default through a host array; devices override it."""
+        stage = np.empty(type.shape, dtype=type.dtype.numpy)
+        self.copy_to_host(src, stage)
+        self.synchronize()
+        self.copy_from_host(dst, stage)
+
+    # -- stream and timing ------------------------------------------------------------------
+    def synchronize(self) -> None:  # noqa: B027 - synchronous devices have nothing to wait for
+        """Wait until all queued work is done."""
+
+    def record_event(self) -> Any:
+        """A marker of this point in the stream, for :meth:`elapsed_ms`. Synchronous devices
+        take the host clock (the default); devices with a stream record an event."""
+        return time.perf_counter()
+
+    def elapsed_ms(self, start: Any, end: Any) -> float:
+        """Milliseconds between two :meth:`record_event` markers, once both are reached
+        (the runtime synchronizes first)."""
+        return (end - start) * 1000.0
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.key}>"
 
 
 class CPUDevice(Device):
     """Host memory: arenas are aligned byte arrays, buffers are numpy views of them."""
 
     name = "cpu"
+    host_memory = True
 
     def allocate(self, nbytes: int) -> np.ndarray:
-        raw = np.empty(max(nbytes, 1) + ALIGNMENT, dtype=np.uint8)
-        start = (-raw.ctypes.data) % ALIGNMENT
+        raw = np.empty(max(nbytes, 1) + self.alignment, dtype=np.uint8)
+        start = (-raw.ctypes.data) % self.alignment
         return raw[start:start + max(nbytes, 1)]
 
     def view(self, arena: np.ndarray, offset: int, type: TensorType) -> np.ndarray:
@@ -66,8 +136,11 @@ class CPUDevice(Device):
     def copy_from_host(self, buffer: np.ndarray, array: np.ndarray) -> None:
         np.copyto(buffer, array, casting="no")
 
-    def copy_to_host(self, buffer: np.ndarray) -> np.ndarray:
-        return np.array(buffer, copy=True)
+    def copy_to_host(self, buffer: np.ndarray, out: np.ndarray) -> None:
+        np.copyto(out, buffer, casting="no")
+
+    def copy(self, dst: np.ndarray, src: np.ndarray, type: TensorType) -> None:
+        np.copyto(dst, src, casting="no")
 
 
 #: The one host device instance every CPU backend returns.

@@ -4,13 +4,21 @@ An :class:`Executor` owns the arenas of one run (one per device) and the kernel 
 sequences bound to them; the compiled regions' constants are shared. It is used by one thread
 at a time: ``Module`` gives each concurrent call its own (:mod:`tessera.runtime.states`).
 Kernels of regions that are not thread safe (``CompiledRegion.thread_safe``) run under their
-region's lock, which every state of a module shares.
+region's lock, which every state of a module shares. Its arenas go back to their devices
+(``Device.free``) when it is closed or garbage-collected.
+
+The executor never reads a buffer itself. A copy between devices is one call into the device
+that is not the host's (``copy_from_host`` into it, or ``copy_to_host`` out of it straight into
+the destination buffer), or, between two devices that both have memory of their own, a pass
+through a host staging buffer allocated once with the state. Devices may queue work: the run
+synchronizes them at its end, and a copy into host memory waits for its source before host
+kernels read the result.
 """
 
 from __future__ import annotations
 
 import threading
-import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -20,14 +28,37 @@ from tessera.errors import PluginRunError, RunError, TesseraError
 from tessera.plugin import contract
 from tessera.plugin.device import Device
 from tessera.runtime.memory import MemoryPlan
-from tessera.runtime.plan import ExecutionPlan, Step
+from tessera.runtime.plan import ExecutionPlan, Step, TensorInfo
 
 
-def _copy_fn(src: Device, dst: Device) -> Callable[[list[Any], list[Any]], None]:
-    def run(ins: list[Any], outs: list[Any]) -> None:
-        dst.copy_from_host(outs[0], src.copy_to_host(ins[0]))
+def _copy_fn(src: Device, dst: Device, info: TensorInfo) -> Callable[[list[Any], list[Any]], None]:
+    """The call of a copy step from device ``src`` to device ``dst`` (see the module doc)."""
+    if src.host_memory:
+        def into_device(ins: list[Any], outs: list[Any]) -> None:
+            dst.copy_from_host(outs[0], ins[0])
 
-    return run
+        return into_device
+    if dst.host_memory:
+        def out_of_device(ins: list[Any], outs: list[Any]) -> None:
+            src.copy_to_host(ins[0], outs[0])
+            src.synchronize()  # host kernels read it next, outside the device's stream
+
+        return out_of_device
+    stage = np.empty(info.type.shape, dtype=info.type.dtype.numpy)
+
+    def staged(ins: list[Any], outs: list[Any]) -> None:
+        src.copy_to_host(ins[0], stage)
+        src.synchronize()
+        dst.copy_from_host(outs[0], stage)
+
+    return staged
+
+
+def _free_arenas(devices: dict[str, Device], arenas: dict[str, Any]) -> None:
+    for dev, arena in arenas.items():
+        devices[dev].synchronize()
+        devices[dev].free(arena)
+    arenas.clear()
 
 
 def _nothing(ins: list[Any], outs: list[Any]) -> None:
@@ -65,8 +96,10 @@ class Executor:
     def __init__(self, plan: ExecutionPlan, memory: MemoryPlan, devices: dict[str, Device]):
         self.plan = plan
         self.devices = devices
-        self.arenas = {dev: devices[dev].allocate(dp.total_bytes)
-                       for dev, dp in memory.devices.items()}
+        self.arenas: dict[str, Any] = {}
+        self._finalizer = weakref.finalize(self, _free_arenas, devices, self.arenas)
+        for dev, dp in memory.devices.items():
+            self.arenas[dev] = devices[dev].allocate(dp.total_bytes)
         self.buffers: dict[str, Any] = {}
         for name, info in plan.tensors.items():
             dev, offset = memory.offset(name)
@@ -77,8 +110,8 @@ class Executor:
                                list[Any]]] = []
         self.elided = set(memory.elided)
         for i, step in enumerate(plan.steps):
-            fn = step.fn if step.fn is not None else _copy_fn(devices[step.src],
-                                                             devices[step.dst])
+            fn = step.fn if step.fn is not None else _copy_fn(
+                devices[step.src], devices[step.dst], plan.tensors[step.outputs[0]])
             if i in self.elided:  # its inputs already sit inside its output
                 fn = _nothing
             elif step.region in plan.locks:
@@ -171,22 +204,45 @@ class Executor:
         for dev in self.devices.values():
             dev.synchronize()
 
-    def run_timed(self) -> list[float]:
-        """Run once, timing each step (seconds), synchronizing devices after each."""
-        times = []
-        for step, fn, ins, outs in self.calls:
-            start = time.perf_counter()
-            self._call(step, fn, ins, outs)
-            if step.is_copy:
-                self.devices[step.dst].synchronize()
-            else:
-                for dev in self.devices.values():
-                    dev.synchronize()
-            times.append(time.perf_counter() - start)
-        return times
+    def close(self) -> None:
+        """Wait for the devices and give the arenas back (the state cannot run again)."""
+        self._finalizer()
 
-    def get(self, name: str) -> np.ndarray:
+    def _device_of(self, step: Step) -> Device:
+        """The device whose clock times ``step``: a kernel's own device; for a copy, the one
+        of its two devices that is not host memory (its stream runs the copy)."""
+        if step.is_copy:
+            src = self.devices[step.src]
+            return self.devices[step.dst] if src.host_memory else src
+        names = step.outputs or step.inputs
+        info = self.plan.tensors.get(names[0]) if names else None
+        return self.devices[info.device] if info is not None else self.devices["cpu"]
+
+    def run_timed(self) -> list[float]:
+        """Run once, step by step, timing each step (milliseconds) with its device's own
+        markers (``Device.record_event``: events on a device with a stream, the host clock
+        on a synchronous one); the devices are synchronized once, at the end."""
+        marks: list[tuple[Device, Any, Any]] = []
+        for step, fn, ins, outs in self.calls:
+            device = self._device_of(step)
+            start = device.record_event()
+            self._call(step, fn, ins, outs)
+            marks.append((device, start, device.record_event()))
+        self.synchronize()
+        return [device.elapsed_ms(a, b) for device, a, b in marks]
+
+    def get(self, name: str, out: np.ndarray | None = None) -> np.ndarray:
+        """Tensor ``name`` copied into ``out`` (a new host array when None)."""
         if name in self.plan.output_constants:
-            return np.array(self.plan.output_constants[name], copy=True)
+            value = np.asarray(self.plan.output_constants[name])
+            if out is None:
+                return np.array(value, copy=True)
+            np.copyto(out, value, casting="no")
+            return out
         info = self.plan.tensors[name]
-        return self.devices[info.device].copy_to_host(self.buffers[name])
+        if out is None:
+            out = np.empty(info.type.shape, dtype=info.type.dtype.numpy)
+        device = self.devices[info.device]
+        device.copy_to_host(self.buffers[name], out)
+        device.synchronize()
+        return out

@@ -14,6 +14,10 @@ a model input or output, appears once in the concatenation and in no earlier eli
 concatenation is elided only when all of its inputs qualify. Chains (a concatenation of a
 concatenation) nest. A group of tensors sharing storage is placed as one buffer whose lifetime
 spans all of theirs.
+
+Each device has its own alignment (``Device.alignment``: a cache line on the CPU, 256 bytes on
+a GPU); every offset on a device is a multiple of it. The plan is one static placement per
+device, correct on a device that runs its work in one in-order stream.
 """
 
 from __future__ import annotations
@@ -26,8 +30,8 @@ from tessera.plugin.device import ALIGNMENT
 from tessera.runtime.plan import ExecutionPlan, TensorInfo
 
 
-def _align(n: int) -> int:
-    return (n + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
+def _align(n: int, alignment: int = ALIGNMENT) -> int:
+    return (n + alignment - 1) // alignment * alignment
 
 
 @dataclass
@@ -38,6 +42,8 @@ class DevicePlan:
     total_bytes: int = 0
     #: bytes needed if every tensor had its own buffer
     no_reuse_bytes: int = 0
+    #: every offset is a multiple of this many bytes
+    alignment: int = ALIGNMENT
 
 
 @dataclass
@@ -93,9 +99,11 @@ def lifetimes(plan: ExecutionPlan) -> dict[str, tuple[int, int]]:
     return {n: (first.get(n, 0), last.get(n, first.get(n, 0))) for n in plan.tensors}
 
 
-def concat_aliases(plan: ExecutionPlan) -> tuple[dict[str, tuple[str, int]], set[int]]:
+def concat_aliases(plan: ExecutionPlan, alignments: dict[str, int] | None = None
+                   ) -> tuple[dict[str, tuple[str, int]], set[int]]:
     """The tensors placed inside a concatenation's output (tensor -> (output, byte offset)) and
     the indices of the concatenation steps that are elided (see the module doc)."""
+    alignments = alignments or {}
     fixed = set(plan.inputs) | set(plan.outputs)
     parent: dict[str, tuple[str, int]] = {}
     elided: set[int] = set()
@@ -111,7 +119,8 @@ def concat_aliases(plan: ExecutionPlan) -> tuple[dict[str, tuple[str, int]], set
         ends = [off + plan.tensors[n].type.nbytes if n in plan.tensors else -1
                 for n, off in zip(step.inputs, offsets)]
         disjoint = all(e <= nxt for e, nxt in zip(ends, offsets[1:]))
-        if disjoint and all(_fits(plan, n, off, info, fixed, parent)
+        align = alignments.get(info.device, ALIGNMENT)
+        if disjoint and all(_fits(plan, n, off, info, fixed, parent, align)
                             for n, off in zip(step.inputs, offsets)):
             for n, off in zip(step.inputs, offsets):
                 parent[n] = (out, off)
@@ -143,18 +152,23 @@ def contiguous_concat_offsets(inputs: list[TensorType], output: TensorType) -> l
 
 
 def _fits(plan: ExecutionPlan, name: str, offset: int, out: TensorInfo, fixed: set[str],
-          parent: dict[str, tuple[str, int]]) -> bool:
+          parent: dict[str, tuple[str, int]], alignment: int) -> bool:
     """Whether tensor ``name`` can live at ``offset`` inside the output ``out``."""
     t = plan.tensors.get(name)
     return (t is not None and name not in fixed and name not in parent
-            and t.device == out.device and offset % ALIGNMENT == 0
+            and t.device == out.device and offset % alignment == 0
             and 0 <= offset and offset + t.type.nbytes <= out.type.nbytes)
 
 
-def plan_memory(plan: ExecutionPlan) -> MemoryPlan:
-    """Offsets for every planned tensor, per device."""
+def plan_memory(plan: ExecutionPlan, alignments: dict[str, int] | None = None) -> MemoryPlan:
+    """Offsets for every planned tensor, per device (``alignments``: device -> its
+    ``Device.alignment``; ``ALIGNMENT`` where not given)."""
+    alignments = alignments or {}
+    for dev, align in alignments.items():
+        if align < 1 or align & (align - 1):
+            raise ValueError(f"device {dev}: alignment {align} is not a power of two")
     life = lifetimes(plan)
-    parent, elided = concat_aliases(plan)
+    parent, elided = concat_aliases(plan, alignments)
 
     def root(name: str) -> tuple[str, int]:
         offset = 0
@@ -175,12 +189,13 @@ def plan_memory(plan: ExecutionPlan) -> MemoryPlan:
     for name, info in plan.tensors.items():
         by_device.setdefault(info.device, []).append(name)
     for dev, names in by_device.items():
-        dp = DevicePlan(dev)
+        align = alignments.get(dev, ALIGNMENT)
+        dp = DevicePlan(dev, alignment=align)
         roots = [n for n in names if n not in parent]
         order = sorted(roots, key=lambda n: (-plan.tensors[n].type.nbytes, span[n][0], n))
         placed: list[tuple[int, int, int, int]] = []  # offset, size, first, last
         for n in order:
-            size = _align(max(plan.tensors[n].type.nbytes, 1))
+            size = _align(max(plan.tensors[n].type.nbytes, 1), align)
             start, stop = span[n]
             conflicts = sorted((off, off + sz) for off, sz, a, b in placed
                                if not (b < start or stop < a))
@@ -195,7 +210,7 @@ def plan_memory(plan: ExecutionPlan) -> MemoryPlan:
         for n in names:
             r, off = root(n)
             dp.offsets[n] = dp.offsets[r] + off
-            dp.sizes[n] = _align(max(plan.tensors[n].type.nbytes, 1))
+            dp.sizes[n] = _align(max(plan.tensors[n].type.nbytes, 1), align)
             dp.no_reuse_bytes += dp.sizes[n]
         devices[dev] = dp
     return MemoryPlan(devices, elided)

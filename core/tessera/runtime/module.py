@@ -15,7 +15,7 @@ from tessera.ir.graph import Function
 from tessera.ir.types import TensorType, human_bytes, max_tensor_bytes
 from tessera.partition.report import PartitionReport
 from tessera.plugin.backend import Backend, CompiledRegion
-from tessera.plugin.device import CPU
+from tessera.plugin.device import CPU, Device
 from tessera.runtime.executor import Executor
 from tessera.runtime.memory import MemoryPlan, MemoryReport, plan_memory
 from tessera.runtime.plan import ExecutionPlan, build_plan
@@ -61,11 +61,10 @@ class Module:
                                             [v.name for v in graph.outputs])
         self.input_types: dict[str, TensorType] = {v.name: v.type for v in graph.inputs}
         self.plan: ExecutionPlan = build_plan(graph, compiled)
-        self.memory: MemoryPlan = plan_memory(self.plan)
+        self._devices = module_devices(backends)
+        self.memory: MemoryPlan = plan_memory(
+            self.plan, {name: d.alignment for name, d in self._devices.items()})
         self._check_memory()
-        devices = {b.device: b.device_api() for b in backends.values()}
-        devices.setdefault("cpu", CPU)
-        self._devices = devices
         #: Idle execution states for ``run(**inputs)`` (see :mod:`tessera.runtime.states`).
         self.states: StatePool[Executor] = StatePool(self._new_state)
         self._local = threading.local()
@@ -140,10 +139,29 @@ class Module:
         state.executor.set_input(name, array)
         state.inputs_set.add(name)
 
-    def get_output(self, index: int | str) -> np.ndarray:
+    def get_output(self, index: int | str, out: np.ndarray | None = None) -> np.ndarray:
         """An output, by position or name, of the calling thread's last step-by-step ``run()``
-        (a copy: later runs reuse the buffers)."""
-        return self._thread_state().executor.get(self._output_tensor(index))
+        (a copy: later runs reuse the buffers), written into ``out`` when given (a C-contiguous
+        array of the output's shape and dtype, so a service's loop allocates nothing)."""
+        tensor = self._output_tensor(index)
+        if out is not None:
+            self._check_out(index, tensor, out)
+        return self._thread_state().executor.get(tensor, out)
+
+    def _check_out(self, index: int | str, tensor: str, out: np.ndarray) -> None:
+        if tensor in self.plan.output_constants:
+            value = np.asarray(self.plan.output_constants[tensor])
+            shape, dtype = value.shape, value.dtype
+        else:
+            t = self.plan.tensors[tensor].type
+            shape, dtype = t.shape, t.dtype.numpy
+        if not isinstance(out, np.ndarray) or out.dtype != dtype or \
+                tuple(out.shape) != tuple(shape) or not out.flags.c_contiguous or \
+                not out.flags.writeable:
+            got = (f"{out.dtype} {list(out.shape)}" if isinstance(out, np.ndarray)
+                   else type(out).__name__)
+            raise RunError(f"output {index!r}: out must be a writable C-contiguous "
+                           f"{np.dtype(dtype)} array of shape {list(shape)}, got {got}")
 
     def run(self, **inputs: Any) -> dict[str, np.ndarray] | None:
         """With keyword inputs: run on them and return every output by name (safe from many
@@ -202,7 +220,8 @@ class Module:
         return BenchmarkResult(results)
 
     def profile(self, runs: int = 1, **inputs: Any) -> Profile:
-        """Time every kernel and copy (devices synchronized after each) over ``runs`` runs."""
+        """Time every kernel and copy over ``runs`` runs, each with its device's own clock
+        (events on a device with a stream; see ``Executor.run_timed``)."""
         for name, value in inputs.items():
             self.set_input(name, value)
         executor = self._fill_missing_inputs()
@@ -213,7 +232,7 @@ class Module:
             for i, t in enumerate(executor.run_timed()):
                 totals[i] += t
         total_ms = (time.perf_counter() - start) * 1000.0 / max(runs, 1)
-        kernels = [KernelProfile(s.name, s.backend, s.op, 1000.0 * t / max(runs, 1), s.flops)
+        kernels = [KernelProfile(s.name, s.backend, s.op, t / max(runs, 1), s.flops)
                    for s, t in zip(self.plan.steps, totals)]
         counters: dict[str, dict[str, float]] = {}
         for cr in self.compiled.values():
@@ -244,3 +263,25 @@ class Module:
     def __repr__(self) -> str:
         return (f"<Module target={self.target!r} inputs={list(self.input_types)} "
                 f"outputs={self.output_names} steps={len(self.plan.steps)}>")
+
+
+def module_devices(backends: dict[str, Backend]) -> dict[str, Device]:
+    """Device name -> the one device object the module's backends on it share (the host's
+    always included). Backends on one device must return the same object from
+    ``device_api()``, so that they share one arena and one stream."""
+    devices: dict[str, Device] = {"cpu": CPU}
+    owner: dict[str, str] = {}
+    for b in backends.values():
+        device = b.device_api()
+        known = devices.get(b.device)
+        if known is not None and known is not device and (b.device != "cpu" or
+                                                          not device.host_memory):
+            first = owner.get(b.device, "the host")
+            raise CompileError(f"backends {first!r} and {b.name!r} both run on device "
+                               f"{b.device!r} but return different device objects ({known!r} "
+                               f"and {device!r}); backends on one device must share its "
+                               f"Device instance")
+        if known is None:
+            devices[b.device] = device
+            owner[b.device] = b.name
+    return devices
