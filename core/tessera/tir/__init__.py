@@ -60,6 +60,7 @@ from tessera.tir.expr import (
 )
 from tessera.tir.stmt import (
     Allocate,
+    Barrier,
     BufferStore,
     Evaluate,
     For,
@@ -73,7 +74,7 @@ from tessera.tir.stmt import (
 )
 
 __all__ = [
-    "EQ", "GE", "GT", "LE", "LT", "NE", "Add", "Allocate", "And", "Broadcast", "Buffer",
+    "EQ", "GE", "GT", "LE", "LT", "NE", "Add", "Allocate", "And", "Barrier", "Broadcast", "Buffer",
     "BufferLoad", "BufferStore", "Call", "Cast", "Div", "Evaluate", "FloatImm", "FloorDiv",
     "FloorMod", "For", "ForKind", "IfThenElse", "IntImm", "Let", "LetStmt", "Max", "Min", "Mul",
     "Not", "Or", "PrimExpr", "PrimFunc", "ProducerLoad", "Ramp", "Reduce", "Select", "SeqStmt",

@@ -306,6 +306,11 @@ class _Interpreter:
     def s_Evaluate(self, s: S.Evaluate) -> None:
         self.eval(s.value)
 
+    def s_Barrier(self, s: S.Barrier) -> None:
+        raise NotImplementedError(
+            "the TIR interpreter runs GPU threads one after another, so it cannot honour a "
+            "barrier; run the generated CUDA C with its host harness instead")
+
 
 _MISSING = object()
 

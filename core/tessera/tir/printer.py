@@ -84,6 +84,8 @@ def _lines(s: Any, indent: int, out: list[str]) -> None:
         _lines(s.body, indent, out)
     elif isinstance(s, S.Evaluate):
         out.append(f"{pad}{expr_to_str(s.value)}")
+    elif isinstance(s, S.Barrier):
+        out.append(f"{pad}barrier({s.scope!r})")
     else:
         out.append(f"{pad}<{type(s).__name__}>")
 

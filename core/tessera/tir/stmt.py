@@ -100,6 +100,18 @@ class Evaluate(Stmt):
         self.value = value
 
 
+class Barrier(Stmt):
+    """Every thread of a GPU thread block waits here until all have arrived, and the writes
+    each made to ``scope`` memory before it are visible to all after it (CUDA's
+    ``__syncthreads()``). Every thread of the block must reach it: the GPU verifier rejects a
+    barrier under a condition that depends on the thread."""
+
+    def __init__(self, scope: str = "shared") -> None:
+        if scope not in ("shared", "global"):
+            raise ValueError(f"barrier scope {scope!r}: expected 'shared' or 'global'")
+        self.scope = scope
+
+
 def seq(*stmts: Stmt | None) -> Stmt:
     """A SeqStmt of the non-None statements, or the only one."""
     items = [s for s in stmts if s is not None]

@@ -287,6 +287,8 @@ class _Verifier:
                     del self.buffers[key]
         elif isinstance(s, S.Evaluate):
             self.expr(s.value)
+        elif isinstance(s, S.Barrier):
+            pass  # where a barrier may stand is the GPU verifier's concern (gpu_verifier.py)
         else:
             self.fail(f"unknown statement {type(s).__name__}")
 

@@ -1,14 +1,20 @@
 """TIR lowering passes (TVM's ``tir.transform``): one module per pass, and
-:func:`lower_pipeline` that runs them in order."""
+:class:`Pipeline`: the order a backend runs them in (:func:`default_pipeline` for the CPU)."""
 
 from tessera.tir.transform.flatten import flatten_buffers
-from tessera.tir.transform.pipeline import DEFAULT_OPTIONS, lower_pipeline
+from tessera.tir.transform.pipeline import (
+    DEFAULT_OPTIONS,
+    Pass,
+    Pipeline,
+    default_pipeline,
+    lower_pipeline,
+)
 from tessera.tir.transform.remove_checks import remove_redundant_checks
 from tessera.tir.transform.storage_rewrite import storage_rewrite
 from tessera.tir.transform.unroll import unroll
 from tessera.tir.transform.vectorize import vectorize
 
 __all__ = [
-    "DEFAULT_OPTIONS", "flatten_buffers", "lower_pipeline", "remove_redundant_checks",
-    "storage_rewrite", "unroll", "vectorize",
+    "DEFAULT_OPTIONS", "Pass", "Pipeline", "default_pipeline", "flatten_buffers",
+    "lower_pipeline", "remove_redundant_checks", "storage_rewrite", "unroll", "vectorize",
 ]

@@ -4,10 +4,16 @@ lets, ifs, selects, casts and calls).
 
 ``simplify -> remove_redundant_checks -> flatten_buffers -> vectorize -> unroll -> simplify ->
 storage_rewrite -> verify``
+
+Each backend chooses its pipeline (:class:`Pipeline`): the CPU backend runs
+:func:`default_pipeline`; a GPU backend composes its own from these passes and its own.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from tessera.tir import stmt as S
@@ -19,7 +25,7 @@ from tessera.tir.transform.unroll import unroll
 from tessera.tir.transform.vectorize import MAX_LANES, vectorize
 from tessera.tir.verifier import verify
 
-__all__ = ["lower_pipeline", "DEFAULT_OPTIONS"]
+__all__ = ["DEFAULT_OPTIONS", "Pass", "Pipeline", "default_pipeline", "lower_pipeline"]
 
 #: Options of :func:`lower_pipeline` and their defaults.
 DEFAULT_OPTIONS: dict[str, Any] = {
@@ -34,31 +40,105 @@ DEFAULT_OPTIONS: dict[str, Any] = {
 }
 
 
-def lower_pipeline(func: S.PrimFunc, opts: dict[str, Any] | None = None) -> S.PrimFunc:
-    """Run the lowering passes on ``func`` and return the lowered function; ``opts`` overrides
-    entries of :data:`DEFAULT_OPTIONS` (an unknown key is an error)."""
+#: A TIR pass: a function from a PrimFunc to a PrimFunc.
+Pass = Callable[[S.PrimFunc], S.PrimFunc]
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """An ordered list of named TIR passes: what a backend runs to lower its loop nests.
+
+    Each backend chooses its own: the CPU one is :func:`default_pipeline`; a GPU backend
+    builds another (no vectorization into CPU vectors, its own verifier) from the same passes
+    and its own. Pipelines are values: the editing methods return a new one.
+    """
+
+    passes: tuple[tuple[str, Pass], ...]
+
+    def __post_init__(self) -> None:
+        names = [n for n, _ in self.passes]
+        if len(set(names)) != len(names):
+            raise ValueError(f"pipeline pass names must be unique: {names}")
+
+    @property
+    def names(self) -> list[str]:
+        return [n for n, _ in self.passes]
+
+    def run(self, func: S.PrimFunc) -> S.PrimFunc:
+        for _name, fn in self.passes:
+            func = fn(func)
+        return func
+
+    def _index(self, name: str) -> int:
+        if name not in self.names:
+            raise KeyError(f"no pass {name!r} in the pipeline {self.names}")
+        return self.names.index(name)
+
+    def insert_after(self, anchor: str, name: str, fn: Pass) -> Pipeline:
+        i = self._index(anchor) + 1
+        return Pipeline(self.passes[:i] + ((name, fn),) + self.passes[i:])
+
+    def insert_before(self, anchor: str, name: str, fn: Pass) -> Pipeline:
+        i = self._index(anchor)
+        return Pipeline(self.passes[:i] + ((name, fn),) + self.passes[i:])
+
+    def append(self, name: str, fn: Pass) -> Pipeline:
+        return Pipeline(self.passes + ((name, fn),))
+
+    def replace(self, name: str, fn: Pass) -> Pipeline:
+        i = self._index(name)
+        return Pipeline(self.passes[:i] + ((name, fn),) + self.passes[i + 1:])
+
+    def without(self, *names: str) -> Pipeline:
+        for n in names:
+            self._index(n)
+        return Pipeline(tuple(p for p in self.passes if p[0] not in names))
+
+
+def _options(opts: dict[str, Any] | None) -> dict[str, Any]:
     o = dict(DEFAULT_OPTIONS)
     unknown = set(opts or {}) - set(o)
     if unknown:
         raise ValueError(f"unknown TIR pipeline option(s) {sorted(unknown)}; known: "
                          f"{sorted(o)}")
     o.update(opts or {})
-    func = simplify(func)
+    return o
+
+
+def default_pipeline(opts: dict[str, Any] | None = None) -> Pipeline:
+    """The CPU lowering pipeline (the module docstring's order); ``opts`` overrides entries of
+    :data:`DEFAULT_OPTIONS` (an unknown key is an error)."""
+    o = _options(opts)
+    passes: list[tuple[str, Pass]] = [("simplify", simplify)]
     if o["remove_checks"]:
-        func = remove_redundant_checks(func)
-    func = flatten_buffers(func)
+        passes.append(("remove_redundant_checks", remove_redundant_checks))
+    passes.append(("flatten_buffers", flatten_buffers))
     if o["vectorize"]:
-        func = vectorize(func, max_lanes=o["max_lanes"])
+        passes.append(("vectorize", partial(vectorize, max_lanes=o["max_lanes"])))
     else:
-        func = _devectorize(func)
+        passes.append(("devectorize", _devectorize))
     if o["unroll"]:
-        func = unroll(func, auto_max_extent=o["auto_unroll_max_extent"])
-    func = simplify(func)
+        passes.append(("unroll", partial(unroll, auto_max_extent=o["auto_unroll_max_extent"])))
+    passes.append(("simplify_again", simplify))
     if o["storage_rewrite"]:
-        func = storage_rewrite(func, reuse=o["storage_reuse"])
+        passes.append(("storage_rewrite", partial(storage_rewrite, reuse=o["storage_reuse"])))
     if o["verify"]:
-        verify(func, lowered=True)
+        passes.append(("verify", _verify_lowered))
+    return Pipeline(tuple(passes))
+
+
+def _verify_lowered(func: S.PrimFunc) -> S.PrimFunc:
+    verify(func, lowered=True)
     return func
+
+
+def lower_pipeline(func: S.PrimFunc, opts: dict[str, Any] | None = None,
+                   pipeline: Pipeline | None = None) -> S.PrimFunc:
+    """Lower ``func`` with ``pipeline`` (the backend's choice), or the default pipeline built
+    from ``opts`` (entries of :data:`DEFAULT_OPTIONS`)."""
+    if pipeline is not None and opts:
+        raise ValueError("lower_pipeline takes options or a pipeline, not both")
+    return (pipeline or default_pipeline(opts)).run(func)
 
 
 def _devectorize(func: S.PrimFunc) -> S.PrimFunc:
