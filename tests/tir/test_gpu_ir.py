@@ -10,7 +10,7 @@ from tessera import te, tir
 from tessera.errors import CompileError
 from tessera.tir.gpu_verifier import GPULimits, LaunchConfig, verify_gpu, verify_gpu_pass
 from tessera.tir.interpreter import run
-from tessera.tir.transform import Pipeline, default_pipeline, lower_pipeline
+from tessera.tir.transform import Pipeline, default_pipeline, lower_pipeline, thread_sync
 from tessera.tir.verifier import verify
 
 F = tir.ForKind
@@ -36,8 +36,10 @@ def _staged(barrier_at: str = "body") -> tir.PrimFunc:
     i = BX * 64 + TX
     write = tir.BufferStore(S, A[i] * 2.0, [TX])
     read = tir.BufferStore(B, S[(TX + 1) % 64], [i])
-    barrier = tir.Barrier()
-    if barrier_at == "divergent":
+    barrier: tir.Stmt | None = tir.Barrier()
+    if barrier_at == "none":
+        barrier = None
+    elif barrier_at == "divergent":
         barrier = tir.IfThenElse(TX < 32, tir.Barrier())
     elif barrier_at == "outside":
         return _kernel(tir.Allocate(S, tir.seq(tir.Barrier(), _bound(tir.seq(write, read)))))
@@ -147,3 +149,37 @@ def test_pipelines_are_chosen_by_the_backend() -> None:
     with pytest.raises(ValueError, match="not both"):
         lower_pipeline(_staged(), {"vectorize": False}, pipeline=gpu)
     assert isinstance(gpu, Pipeline)
+
+
+def _barriers(f: tir.PrimFunc) -> int:
+    return repr(f).count("barrier(")
+
+
+def test_thread_sync_places_barriers_between_phases() -> None:
+    f = _staged("none")
+    assert _barriers(f) == 0
+    synced = thread_sync(f)
+    text = repr(synced)
+    assert _barriers(synced) == 1
+    # the barrier sits between the shared write and the neighbour's read
+    assert text.index("S[tx] =") < text.index("barrier(") < text.index("S[((tx + 1)")
+    verify_gpu(synced)
+    assert thread_sync(synced).body is synced.body  # already synchronized: unchanged
+
+
+def test_thread_sync_guards_loop_carried_reuse() -> None:
+    """A tile loop that refills shared memory each iteration: a barrier after the fill (read
+    after write) and one at the end of the body (the next fill overwrites what is read)."""
+    S = tir.decl_buffer((64,), "float32", "S", scope="shared")
+    i = BX * 64 + TX
+    body = tir.For(K, 0, 4, F.SERIAL, tir.seq(
+        tir.BufferStore(S, A[(i + K * 64) % 256], [TX]),
+        tir.BufferStore(B, B[i] + S[63 - TX], [i])))
+    f = thread_sync(_kernel(tir.Allocate(S, _bound(body))))
+    assert _barriers(f) == 2
+    verify_gpu(f)
+    # private per-thread buffers need none
+    L = tir.decl_buffer((4,), "float32", "L", scope="local")
+    local = _kernel(_bound(tir.Allocate(L, tir.seq(tir.BufferStore(L, A[TX], [0]),
+                                                     tir.BufferStore(B, L[0], [TX])))))
+    assert _barriers(thread_sync(local)) == 0

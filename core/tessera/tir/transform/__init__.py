@@ -11,10 +11,12 @@ from tessera.tir.transform.pipeline import (
 )
 from tessera.tir.transform.remove_checks import remove_redundant_checks
 from tessera.tir.transform.storage_rewrite import storage_rewrite
+from tessera.tir.transform.thread_sync import thread_sync
 from tessera.tir.transform.unroll import unroll
 from tessera.tir.transform.vectorize import vectorize
 
 __all__ = [
     "DEFAULT_OPTIONS", "Pass", "Pipeline", "default_pipeline", "flatten_buffers",
-    "lower_pipeline", "remove_redundant_checks", "storage_rewrite", "unroll", "vectorize",
+    "lower_pipeline", "remove_redundant_checks", "storage_rewrite", "thread_sync", "unroll",
+    "vectorize",
 ]
