@@ -32,7 +32,8 @@ def compile(model: ModelSource | Function, target: str | None = "auto",
             freeze_inputs: Mapping[str, np.ndarray] | None = None,
             dump_ir: str | Path | None = None, progress: bool = False,
             dump_code: str | Iterable[str] | None = None,
-            dump_dir: str | Path | None = None) -> Module:
+            dump_dir: str | Path | None = None,
+            devices: Mapping[str, int] | None = None) -> Module:
     """Compile an ONNX model (path, bytes or ModelProto) or a Tessera function for ``target``.
 
     ``target`` is a tvmc-style target string (``"llvm"``, ``"cuda -libs=cudnn, llvm"``);
@@ -41,7 +42,8 @@ def compile(model: ModelSource | Function, target: str | None = "auto",
     passes, ``dump_ir`` writes the IR after each pass into that folder, ``progress`` prints each
     stage (and each region compiled) to stderr. ``dump_code`` (``"ll,asm,tir"`` or a list)
     asks code-generating backends to write those forms of each region's code into
-    ``dump_dir`` (default: the current directory) as ``<region>.<form>``.
+    ``dump_dir`` (default: the current directory) as ``<region>.<form>``. ``devices`` picks
+    which device of a kind runs its regions (``{"cuda": 1}``: ``cuda:1``; default: index 0).
     """
     say = _progress_printer(progress)
     backends = resolve_target(target)
@@ -65,7 +67,8 @@ def compile(model: ModelSource | Function, target: str | None = "auto",
         extra["dump_dir"] = str(dump_dir or ".")
         _check_code_forms(extra["dump_code"], [b for b, _ in backends], target_text)
     options = CompileOptions(opt_level=opt_level, pass_config=dict(pass_config or {}),
-                             tuning_records=tuning_records, extra=extra)
+                             tuning_records=tuning_records, extra=extra,
+                             devices=dict(devices or {}))
     used: dict[str, Backend] = {b.name: b for b, _ in backends}
     for b, _ in fallbacks:
         used.setdefault(b.name, b)
@@ -153,8 +156,9 @@ def kind_of_region(body: Function) -> TargetKind:
     return Target.parse(text).kinds[0]
 
 
-def load(path: str | Path) -> Module:
-    """Load a module exported with :meth:`Module.export` (checks plugins and file hashes)."""
+def load(path: str | Path, devices: Mapping[str, int] | None = None) -> Module:
+    """Load a module exported with :meth:`Module.export` (checks plugins and file hashes);
+    ``devices`` as for :func:`compile` (an artifact runs on any device of its kinds)."""
     from tessera.runtime.artifact import load_module
 
-    return load_module(Path(path))
+    return load_module(Path(path), dict(devices or {}))

@@ -13,8 +13,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import tessera
-from tessera.errors import CompileError, RunError
+from tessera.errors import CompileError, RunError, TargetError
 from tessera.partition.patterns import Pattern
+from tessera.plugin.device import CPU
 from tessera.plugin.target import TargetKind
 from tessera.runtime.memory import plan_memory
 from tessera.testing.kit import register_backend
@@ -195,3 +196,21 @@ def test_artifact_round_trip_on_the_opaque_device(opaque: OpaqueBackend, tmp_pat
     loaded = tessera.load(path)
     x = _x(2)
     np.testing.assert_allclose(loaded.run(x=x)["y"], _expected(x), rtol=1e-5, atol=1e-6)
+
+
+def test_device_instances_are_chosen_per_module(opaque: OpaqueBackend, tmp_path) -> None:
+    second = opaque.memory.instance(1)
+    assert second is opaque.memory.instance(1) and second.key == "opaque:1"
+    assert opaque.memory.key == "opaque:0" and opaque.memory.instance(0) is opaque.memory
+    mod = tessera.compile(_model(), target="opaque", devices={"opaque": 1})
+    x = _x(4)
+    np.testing.assert_allclose(mod.run(x=x)["y"], _expected(x), rtol=1e-5, atol=1e-6)
+    assert second.stats.kernels > 0 and second.live_arenas >= 1
+    loaded = tessera.load(mod.export(tmp_path / "m.tar"), devices={"opaque": 0})
+    before = second.stats.kernels
+    np.testing.assert_allclose(loaded.run(x=x)["y"], _expected(x), rtol=1e-5, atol=1e-6)
+    assert second.stats.kernels == before  # ran on opaque:0
+    with pytest.raises(CompileError, match="no backend of this module runs on a 'cuda'"):
+        tessera.compile(_model(), target="opaque", devices={"cuda": 0})
+    with pytest.raises(TargetError, match="device 'cpu' has no instance 2"):
+        CPU.instance(2)

@@ -105,12 +105,15 @@ class SavedBackend:
 @dataclass
 class CompileOptions:
     """Options every backend receives: the optimization level, per-pass switches, tuning
-    records (a path or None) and free-form backend options (e.g. ``dump_code``)."""
+    records (a path or None), free-form backend options (e.g. ``dump_code``) and which
+    device of each kind the module runs on (``devices``: kind -> index; absent: 0; see
+    :meth:`Backend.device_instance`)."""
 
     opt_level: int = 3
     pass_config: dict[str, Any] = field(default_factory=dict)
     tuning_records: Any = None
     extra: dict[str, Any] = field(default_factory=dict)
+    devices: dict[str, int] = field(default_factory=dict)
 
 
 class Backend(ABC):
@@ -182,6 +185,12 @@ class Backend(ABC):
     def device_api(self) -> Device:
         """The device API for this backend's buffers."""
         return CPU
+
+    def device_instance(self, options: CompileOptions) -> Device:
+        """The device a region compiled (or loaded) with ``options`` runs on: where ``compile``
+        and ``load`` put its constants and where its kernels launch (``cuda:1`` when the
+        module was compiled with ``devices={"cuda": 1}``)."""
+        return self.device_api().instance(options.devices.get(self.device, 0))
 
     def peak_gflops(self, target: TargetKind) -> tuple[float, str] | None:
         """The float32 rate (GFLOP/s) the device reaches at best with code compiled under

@@ -58,6 +58,17 @@ class Device(ABC):
         """``cpu`` for the host, ``<name>:<index>`` for other devices (``cuda:0``)."""
         return self.name if self.host_memory and self.index == 0 else f"{self.name}:{self.index}"
 
+    def instance(self, index: int) -> Device:
+        """The device of this kind with ``index`` (``cuda:1``), one shared object per index,
+        for ``tessera.compile(..., devices={"cuda": 1})``. By default a kind has one device:
+        this one."""
+        if index != self.index:
+            from tessera.errors import TargetError
+
+            raise TargetError(f"device {self.name!r} has no instance {index}: this Tessera "
+                              f"build of it drives only {self.key}")
+        return self
+
     # -- memory -----------------------------------------------------------------------------
     @abstractmethod
     def allocate(self, nbytes: int) -> Any:

@@ -154,7 +154,7 @@ def read_members(path: Path) -> dict[str, bytes]:
     return members
 
 
-def load_module(path: Path) -> Any:
+def load_module(path: Path, devices: dict[str, int] | None = None) -> Any:
     """Rebuild a module from an artifact without recompiling where backends keep code."""
     from tessera.api import kind_of_region
     from tessera.runtime.module import Module
@@ -219,7 +219,8 @@ def load_module(path: Path) -> Any:
         raise ArtifactError(f"artifact graph or parameters are malformed: {e}") from None
     opts = manifest.get("options", {})
     options = CompileOptions(opt_level=int(opts.get("opt_level", 3)),
-                             pass_config=dict(opts.get("pass_config", {})))
+                             pass_config=dict(opts.get("pass_config", {})),
+                             devices=dict(devices or {}))
     compiled = {}
     for node in graph.nodes:
         if node.op != REGION_OP or node.body is None:

@@ -61,7 +61,8 @@ class Module:
                                             [v.name for v in graph.outputs])
         self.input_types: dict[str, TensorType] = {v.name: v.type for v in graph.inputs}
         self.plan: ExecutionPlan = build_plan(graph, compiled)
-        self._devices = module_devices(backends)
+        self._devices = module_devices(
+            backends, getattr(compile_options, "devices", None))
         self.memory: MemoryPlan = plan_memory(
             self.plan, {name: d.alignment for name, d in self._devices.items()})
         self._check_memory()
@@ -265,10 +266,12 @@ class Module:
                 f"outputs={self.output_names} steps={len(self.plan.steps)}>")
 
 
-def module_devices(backends: dict[str, Backend]) -> dict[str, Device]:
+def module_devices(backends: dict[str, Backend],
+                   indices: dict[str, int] | None = None) -> dict[str, Device]:
     """Device name -> the one device object the module's backends on it share (the host's
     always included). Backends on one device must return the same object from
-    ``device_api()``, so that they share one arena and one stream."""
+    ``device_api()``, so that they share one arena and one stream. ``indices`` picks the
+    instance of a device kind (``{"cuda": 1}`` runs the cuda regions on ``cuda:1``)."""
     devices: dict[str, Device] = {"cpu": CPU}
     owner: dict[str, str] = {}
     for b in backends.values():
@@ -284,4 +287,11 @@ def module_devices(backends: dict[str, Backend]) -> dict[str, Device]:
         if known is None:
             devices[b.device] = device
             owner[b.device] = b.name
+    for name, index in (indices or {}).items():
+        if name not in devices:
+            raise CompileError(f"devices={{{name!r}: {index}}}: no backend of this module runs "
+                               f"on a {name!r} device (it uses {', '.join(devices)})")
+        if name == "cpu" and index != 0:
+            raise CompileError("the host is device 'cpu'; it has no other instance")
+        devices[name] = devices[name].instance(index)
     return devices

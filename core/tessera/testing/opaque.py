@@ -86,6 +86,18 @@ class OpaqueDevice(Device):
         self._queue: list[Callable[[], None]] = []
         self._lock = threading.RLock()
         self.stats = DeviceStats()
+        self._siblings: dict[int, OpaqueDevice] = {index: self}
+
+    def instance(self, index: int) -> OpaqueDevice:
+        """Device ``index`` of this kind: one object per index, made on first use."""
+        with self._lock:
+            if index == self.index:
+                return self
+            found = self._siblings.get(index)
+            if found is None:
+                found = self._siblings[index] = OpaqueDevice(self.name, index)
+                found._siblings = self._siblings
+            return found
 
     # -- memory -----------------------------------------------------------------------------
     def _new_block(self, nbytes: int) -> int:
@@ -229,8 +241,8 @@ class OpaqueBackend(Backend):
         tensors = {v.name: v.type for v in region.inputs}
         for node in region.nodes:
             tensors.update({o.name: o.type for o in node.outputs})
-        constants = {v.name: self.memory.from_host(np.asarray(v.data))
-                     for v in region.constants()}
+        device = self.device_instance(options)
+        constants = {v.name: device.from_host(np.asarray(v.data)) for v in region.constants()}
         kernels = []
         for m in region_matches(region):
             root = m.root
@@ -247,18 +259,18 @@ class OpaqueBackend(Backend):
             else:
                 names = [v.name for v in root.inputs]
                 fn = _elementwise(_BINARY[root.op])
-            kernels.append(Kernel(root.name, self._launcher(fn), names,
+            kernels.append(Kernel(root.name, _launcher(device, fn), names,
                                   [root.outputs[0].name], m.pattern))
-        return CompiledRegion(self.name, region, kernels, tensors, constants,
-                              handle=self.memory)
+        return CompiledRegion(self.name, region, kernels, tensors, constants, handle=device)
 
-    def _launcher(self, fn: Callable[..., None]) -> Callable[[list[Any], list[Any]], None]:
-        device = self.memory
 
-        def kernel(ins: list[Any], outs: list[Any]) -> None:
-            device.launch(fn, ins, outs)
+def _launcher(device: Device, fn: Callable[..., None]) -> Callable[[list[Any], list[Any]], None]:
+    assert isinstance(device, OpaqueDevice)
 
-        return kernel
+    def kernel(ins: list[Any], outs: list[Any]) -> None:
+        device.launch(fn, ins, outs)
+
+    return kernel
 
 
 def _elementwise(op: Callable[..., np.ndarray]) -> Callable[..., None]:
