@@ -30,8 +30,8 @@ import numpy as np
 from tessera.errors import CompileError
 from tessera.tir import expr as E
 from tessera.tir import stmt as S
+from tessera.tir.arith import uses_var
 from tessera.tir.buffer import Buffer
-from tessera.tir.functor import post_order_visit
 
 BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
 THREAD_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
@@ -97,17 +97,7 @@ class _GPUVerifier:
         raise CompileError(f"GPU kernel {self.func.name}: {message}")
 
     def depends_on_thread(self, e: E.PrimExpr | None) -> bool:
-        if e is None or not self.thread_vars:
-            return False
-        found = False
-
-        def visit(node: object) -> None:
-            nonlocal found
-            if isinstance(node, E.Var) and node in self.thread_vars:
-                found = True
-
-        post_order_visit(e, visit)
-        return found
+        return e is not None and any(uses_var(e, v) for v in self.thread_vars)
 
     def stmt(self, s: S.Stmt | None) -> None:
         if s is None:
