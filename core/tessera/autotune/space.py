@@ -1,0 +1,91 @@
+"""Schedule configurations: the knobs a schedule template reads, with their defaults.
+
+They live in the core so that every backend's templates (llvm, cuda) declare knobs the same
+way and one tuner can search them.
+
+Every template declares its knobs for one workload (the shapes and attributes of the group it
+schedules) as a :class:`ConfigSpace`: each knob has candidate values and a default picked by a
+rule that works well without tuning. A :class:`ScheduleConfig` is one choice of every knob; the
+template applies it. The tuner (a later issue) searches the space and hands the best config back
+through tuning records; without records the defaults are used.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Knob:
+    """One tunable choice: ``candidates`` in a stable order, ``default`` among them."""
+
+    name: str
+    candidates: list[Any]
+    default: Any
+    doc: str = ""
+
+    def __post_init__(self) -> None:
+        if self.default not in self.candidates:
+            self.candidates = [self.default, *self.candidates]
+
+
+@dataclass
+class ConfigSpace:
+    """The knobs of one template for one workload."""
+
+    template: str
+    workload: tuple[Any, ...]
+    knobs: dict[str, Knob] = field(default_factory=dict)
+
+    def define(self, name: str, candidates: list[Any], default: Any, doc: str = "") -> Any:
+        """Declare a knob and return its default value."""
+        self.knobs[name] = Knob(name, list(candidates), default, doc)
+        return default
+
+    def default_config(self) -> ScheduleConfig:
+        return ScheduleConfig(self.template, self.workload,
+                              {k.name: k.default for k in self.knobs.values()})
+
+    def size(self) -> int:
+        n = 1
+        for k in self.knobs.values():
+            n *= len(k.candidates)
+        return n
+
+
+@dataclass
+class ScheduleConfig:
+    """One point of a :class:`ConfigSpace`: knob name -> value."""
+
+    template: str
+    workload: tuple[Any, ...]
+    values: dict[str, Any]
+
+    def __getitem__(self, name: str) -> Any:
+        return self.values[name]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self.values.get(name, default)
+
+    def key(self) -> str:
+        """The workload key tuning records are matched on."""
+        return json.dumps([self.template, list(self.workload)], default=str)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"template": self.template, "workload": list(self.workload),
+                "config": self.values}
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def largest_divisor(n: int, limit: int) -> int:
+    """The largest divisor of ``n`` that is at most ``limit`` (at least 1)."""
+    best = 1
+    for d in range(1, min(n, limit) + 1):
+        if n % d == 0:
+            best = d
+    return best
