@@ -581,7 +581,8 @@ def test_bind_and_pragma() -> None:
 
 def test_gpu_style_gemm_nested_caches() -> None:
     """Shared and local read caches attached inside a local write cache, itself attached at
-    the thread loops of the output."""
+    the thread loops of the output. The shared caches hold the whole block's tile (relaxed
+    over the enclosing threadIdx loops: 4 x 2 rows per block); the local ones one thread's."""
     n, m, k = 16, 16, 12
     A, B, C = matmul(n, m, k)
     s = te.create_schedule(C)
@@ -605,8 +606,8 @@ def test_gpu_style_gemm_nested_caches() -> None:
     s[BL].compute_at(s[CL], ki)
     f = te.lower(s, [A, B, C])
     shapes = {name: (a.buffer.scope, a.buffer.const_shape()) for name, a in allocs(f).items()}
-    assert shapes == {"C_local": ("local", (2, 2)), "A_shared": ("shared", (2, 4)),
-                      "B_shared": ("shared", (4, 2)), "A_shared_local": ("local", (2, 1)),
+    assert shapes == {"C_local": ("local", (2, 2)), "A_shared": ("shared", (8, 4)),
+                      "B_shared": ("shared", (4, 8)), "A_shared_local": ("local", (2, 1)),
                       "B_shared_local": ("local", (1, 2))}
     a, b = random((n, k)), random((k, m))
     (c,) = execute(f, [a, b], [C])

@@ -9,6 +9,11 @@ static, so a region is ``(min, extent)`` with a symbolic ``min`` (in terms of th
 loops) and an ``int`` extent; an index that is not analysable (a load used as an index, a
 product of two loops) falls back to the full extent.
 
+A ``shared`` stage attached inside ``threadIdx``-bound loops is computed for the whole block,
+so those loops are relaxed too (TVM's treatment of shared memory): the block's threads then
+fetch its region cooperatively, each taking the elements of its own thread index when the
+stage's loops are bound to the same thread axes (see :mod:`tessera.te.lower`).
+
 Index expressions are handled when they are affine in the loop variables, with ``min``/``max``
 and ``//``/``%`` by positive constants; stages inlined with ``compute_inline`` are substituted
 into their readers first. A region is shifted back inside the producer's shape only when it
@@ -587,8 +592,10 @@ class _Inference:
         ndim = len(shape)
         union: list[Interval | None] = [None] * ndim
         known = [True] * ndim
+        shared = _block_thread_loops(stage) if stage.scope == "shared" else []
         for consumer in res.consumers.get(stage, []):
-            relax = {v: res.loop_ranges[v] for v in self.relaxed_loops(consumer, stage)}
+            relax = {v: res.loop_ranges[v]
+                     for v in self.relaxed_loops(consumer, stage) + shared}
             values = res.stages[consumer].root_values()
             for load in _loads_of(res.bodies[consumer], sch, stage):
                 for k, index in enumerate(load.indices):
@@ -611,6 +618,24 @@ class _Inference:
                 continue
             out.append(_fit(simplify_index(rng.lo), span + 1, shape[k], res.loop_ranges))
         return out
+
+
+def _block_thread_loops(stage: Stage) -> list[IterVar]:
+    """The ``threadIdx``-bound loops around ``stage``'s attach point: a ``shared`` stage is
+    computed once per block for all of the block's threads (they fetch it cooperatively), so
+    its region is relaxed over these loops as well as over the loops inside the attach
+    point."""
+    loops: list[IterVar] = []
+    cur = stage
+    while cur.attach_type == SCOPE:
+        parent, iv = cur.attach_stage, cur.attach_ivar
+        assert parent is not None and iv is not None
+        for v in parent.leaf_iter_vars[:_index(parent.leaf_iter_vars, iv) + 1]:
+            attr = parent.iter_var_attrs.get(v)
+            if attr is not None and attr.thread_tag.startswith("threadIdx."):
+                loops.append(v)
+        cur = parent
+    return loops
 
 
 def _fit(lo: E.PrimExpr, extent: int, size: int,

@@ -2,7 +2,10 @@
 
 Each compute stage becomes a loop nest over its leaf iteration variables, outermost first, each
 loop running from 0 over the extent bound inference gave it, with the kind the schedule chose
-(serial, parallel, vectorized, unrolled, thread-bound; pragmas go to ``For.annotations``). Root
+(serial, parallel, vectorized, unrolled, thread-bound; pragmas go to ``For.annotations``). A
+loop bound to a thread axis that a loop around it already binds (a ``shared`` stage fetched
+cooperatively inside the block's ``threadIdx`` loops) is not a loop: its variable is the
+enclosing thread index, under ``IfThenElse(index < extent)`` when it is shorter. Root
 iteration variables are rebuilt from the loops (``outer * factor + inner`` for a split,
 ``//``/``%`` for a fuse) and a split that does not divide its extent guards the body with
 ``IfThenElse(outer * factor + inner < extent)``.
@@ -142,11 +145,42 @@ class _Lowering:
             vmap.update(override)
         return substitute_vars(node, vmap)
 
-    def loop(self, stage: Stage, iv: IterVar, var: E.Var, extent: int, body: Stmt) -> For:
+    def enclosing_threads(self, stage: Stage) -> dict[str, tuple[E.Var, int]]:
+        """The thread axes bound by loops around ``stage`` (of the stages it is attached
+        inside): tag -> (loop variable, extent)."""
+        out: dict[str, tuple[E.Var, int]] = {}
+        cur = stage
+        while cur.attach_type == SCOPE:
+            parent, at = cur.attach_stage, cur.attach_ivar
+            assert parent is not None and at is not None
+            for v in parent.leaf_iter_vars:
+                attr = parent.iter_var_attrs.get(v)
+                if attr is not None and attr.thread_tag and attr.thread_tag not in out:
+                    out[attr.thread_tag] = (self.loop_vars[v], self.bounds[parent].extent[v])
+                if v is at:
+                    break
+            cur = parent
+        return out
+
+    def loop(self, stage: Stage, iv: IterVar, var: E.Var, extent: int, body: Stmt) -> Stmt:
         attr = stage.iter_var_attrs.get(iv)
         if attr is None:
             return For(var, 0, extent, ForKind.SERIAL, body)
-        return For(var, 0, extent, attr.kind, body, attr.thread_tag, attr.pragmas)
+        outer = self.enclosing_threads(stage).get(attr.thread_tag) if attr.thread_tag else None
+        if outer is None:
+            return For(var, 0, extent, attr.kind, body, attr.thread_tag, attr.pragmas)
+        # bound to a thread axis an enclosing loop already binds (a cooperative fetch): the
+        # same thread index, guarded where this loop is shorter
+        thread_var, thread_extent = outer
+        if extent > thread_extent:
+            raise ValueError(
+                f"lower: stage {stage.name} binds loop {iv.name} (extent {extent}) to "
+                f"{attr.thread_tag}, which an enclosing loop binds with extent {thread_extent}; "
+                f"split {iv.name} by {thread_extent} and bind the inner loop")
+        body = substitute_vars(body, {var: thread_var})
+        if extent < thread_extent:
+            body = IfThenElse(E.LT(thread_var, E.IntImm(extent, thread_var.dtype)), body)
+        return body
 
     def attached(self, stage: Stage, iv: IterVar, rest: Stmt) -> Stmt:
         """``rest`` preceded by the stages computed at ``stage.iv``, each in its allocation."""
