@@ -1,0 +1,322 @@
+"""The ``cuda`` Tessera backend: fused groups compiled to CUDA C, NVRTC and NVIDIA GPUs.
+
+``claims`` accepts every op with a topi compute whose tensors are of a dtype the code generator
+handles (no float16 yet). ``compile`` lowers a region (:mod:`.lowering`: FuseOps, computes,
+GPU schedules, the cuda TIR pipeline, CUDA C), compiles the translation unit with NVRTC to
+cubin for the target architecture (:mod:`.nvrtc`), loads it into the device's context and
+returns one Kernel per fused group, launching its kernels on the device's stream
+(:mod:`.driver`). A region's kernels are bound as one CUDA graph per execution state
+(``bind_sequence``): one launch per region and run instead of one per kernel.
+
+Target options: ``-arch=sm_90`` (the GPU architecture cubin is built for; default: the GPU's
+own, sm_90 without one), ``-max_threads_per_block=N`` (default 1024; schedules never use more),
+``-fast-math=1`` (hardware approximations of exp, log, pow, division, sigmoid).
+
+Artifacts keep the CUDA C (``kernels.cu``), the cubin (``kernels.cubin``), the kernel table and
+the constants, so ``tessera.load`` loads the cubin without compiling again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import time
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tessera.errors import ArtifactError, CompileError, TargetError
+from tessera.ir.graph import Function, Node
+from tessera.ir.types import TensorType
+from tessera.partition.patterns import Pattern
+from tessera.plugin.backend import Backend, CompiledRegion, CompileOptions, Kernel
+from tessera.plugin.device import Device
+from tessera.plugin.target import TargetKind
+from tessera.topi.registry import registered_ops, unsupported_reason
+
+from .codegen import _C_TYPES
+from .driver import CUDADevice, LoadedModule, driver_missing, launch
+from .graphs import GroupLaunches, make_graph_binder
+from .lowering import LoweredRegion, lower_region
+from .nvrtc import compile_cuda, nvrtc_missing
+from .schedules import GPUInfo
+
+ARTIFACT_FORMAT = 1
+SOURCE_FILE = "kernels.cu"
+CUBIN_FILE = "kernels.cubin"
+TABLE_FILE = "kernels.json"
+CONSTANTS_FILE = "constants.npz"
+DEFAULT_ARCH = "sm_90"
+
+
+def node_unsupported(node: Node) -> str | None:
+    """Why the cuda backend cannot run ``node`` (None when it can)."""
+    reason = unsupported_reason(node)
+    if reason is not None:
+        return reason
+    for v in [*node.inputs, *node.outputs]:
+        if v is not None and str(v.type.dtype) not in _C_TYPES:
+            return f"node {node.name} ({node.op}): dtype {v.type.dtype} is not supported by " \
+                   f"the CUDA code generator"
+    return None
+
+
+@lru_cache(maxsize=1)
+def _patterns() -> tuple[Pattern, ...]:
+    return tuple(Pattern(op, check=lambda n: node_unsupported(n) is None)
+                 for op in sorted(registered_ops()))
+
+
+@dataclass
+class BuiltRegion:
+    """A region compiled for an architecture, before it is loaded on a device."""
+
+    lowered: LoweredRegion
+    arch: str
+    cubin: bytes
+    ptx: str | None
+    table: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _table(lowered: LoweredRegion) -> list[dict[str, Any]]:
+    return [{"name": g.name, "inputs": g.inputs, "outputs": g.outputs, "op": g.op,
+             "flops": g.flops, "template": g.template, "config": g.config,
+             "workspace": g.kernels.workspace_bytes,
+             "launches": [{"kernel": k.name, "grid": list(k.launch.grid),
+                           "block": list(k.launch.block),
+                           "params": [_param_ref(g, p.name) for p in k.params]}
+                          for k in g.kernels.kernels]}
+            for g in lowered.groups]
+
+
+def _param_ref(group: Any, name: str) -> list[Any]:
+    """Where a device kernel's parameter comes from: ``["arg", i]`` (the group function's
+    i-th parameter: inputs then outputs) or ``["ws", offset]`` (its workspace)."""
+    if name in group.kernels.workspace:
+        return ["ws", group.kernels.workspace[name]]
+    names = [p.name for p in group.kernels.func.params]
+    return ["arg", names.index(name)]
+
+
+def gpu_info(target: TargetKind, device: CUDADevice | None = None) -> GPUInfo:
+    """The GPU facts schedules read, from the target options and the device when there is
+    one."""
+    arch = target.get("arch")
+    sms = 132
+    if device is not None and driver_missing() is None:
+        arch = arch or device.arch()
+        sms = device.attribute("MULTIPROCESSOR_COUNT")
+    mtpb = target.get("max_threads_per_block")
+    threads = 1024
+    if mtpb not in (None, ""):
+        try:
+            threads = int(mtpb)
+        except ValueError:
+            threads = 0
+        if not 32 <= threads <= 1024:
+            raise TargetError(f"cuda -max_threads_per_block={mtpb}: expected an integer from "
+                              f"32 to 1024")
+    return GPUInfo(max_threads_per_block=threads, multiprocessors=sms,
+                   arch=arch or DEFAULT_ARCH)
+
+
+def _fast_math(target: TargetKind) -> bool:
+    value = (target.get("fast-math") or "0").lower()
+    if value not in ("0", "1", "true", "false", "on", "off"):
+        raise TargetError(f"cuda -fast-math={value}: expected 0 or 1")
+    return value in ("1", "true", "on")
+
+
+def build_region(region: Function, target: TargetKind, options: CompileOptions,
+                 gpu: GPUInfo | None = None, want_ptx: bool = False) -> BuiltRegion:
+    """Lower ``region`` and compile its CUDA C to cubin with NVRTC (no GPU needed)."""
+    for node in region.nodes:
+        reason = node_unsupported(node)
+        if reason is not None:
+            raise CompileError(f"cuda: {reason}")
+    gpu = gpu or gpu_info(target)
+    lowered = lower_region(region, gpu, options.opt_level, prefix=f"{region.name}_",
+                           fast_math=_fast_math(target))
+    result = compile_cuda(lowered.source.text, gpu.arch, name=f"{region.name}.cu",
+                          want_ptx=want_ptx)
+    return BuiltRegion(lowered, gpu.arch, result.cubin, result.ptx, _table(lowered))
+
+
+def _dump(options: CompileOptions, name: str, kinds: set[str],
+          built: BuiltRegion) -> dict[str, str]:
+    folder = Path(options.extra.get("dump_dir") or ".")
+    folder.mkdir(parents=True, exist_ok=True)
+    forms = {"cu": lambda: built.lowered.source.text, "ptx": lambda: built.ptx or "",
+             "tir": lambda: built.lowered.tir}
+    written = {}
+    for kind in sorted(kinds):
+        if kind not in forms:
+            raise CompileError(f"--dump-code: unknown code form {kind!r}; expected cu, ptx or "
+                               f"tir")
+        path = folder / f"{name}.{kind}"
+        path.write_text(forms[kind]())
+        written[kind] = str(path)
+    return written
+
+
+@dataclass
+class CUDAHandle:
+    """What a compiled cuda region keeps: its source, cubin, kernel table and the module
+    loaded on the device."""
+
+    source: str
+    cubin: bytes
+    arch: str
+    table: list[dict[str, Any]]
+    module: LoadedModule | None = None
+
+
+def _make_kernel(module: LoadedModule, entry: dict[str, Any]) -> tuple[Kernel, GroupLaunches]:
+    """The Kernel of one fused group (its device kernels launched in order on the stream),
+    and its launches for the region's CUDA graph."""
+    device = module.device
+    group = GroupLaunches(
+        [(module.functions[x["kernel"]], tuple(x["grid"]), tuple(x["block"]), x["params"],
+          x["kernel"]) for x in entry["launches"]],
+        len(entry["inputs"]) + len(entry["outputs"]), bool(entry.get("workspace")))
+
+    def run(ins: list[Any], outs: list[Any]) -> None:
+        for (function, grid, block, _p, name), args in zip(group.launches,
+                                                           group.bind(ins, outs)):
+            launch(device, function, grid, block, args, name)
+
+    kernel = Kernel(name=entry["name"], fn=run, inputs=list(entry["inputs"]),
+                    outputs=list(entry["outputs"]), op=entry["op"],
+                    flops=int(entry.get("flops", 0)),
+                    workspace_bytes=int(entry.get("workspace", 0)))
+    return kernel, group
+
+
+class CUDABackend(Backend):
+    """CUDA C kernels for NVIDIA GPUs, compiled with NVRTC."""
+
+    name = "cuda"
+    device = "cuda"
+    options = {
+        "arch": "GPU architecture to build cubin for, e.g. sm_90 (default: the GPU's)",
+        "max_threads_per_block": "most threads a kernel's block may have (32 to 1024; default "
+                                 "1024)",
+        "fast-math": "1: hardware approximations of exp, log, pow, division and sigmoid",
+    }
+    code_forms = ("cu", "ptx", "tir")
+    artifact_version = str(ARTIFACT_FORMAT)
+
+    def available(self) -> str | None:
+        missing = nvrtc_missing()
+        if missing:
+            return missing
+        return driver_missing()
+
+    def available_for(self, target: TargetKind) -> str | None:
+        gpu_info(target)
+        _fast_math(target)
+        return self.available()
+
+    def claims(self, target: TargetKind) -> list[Pattern]:
+        return list(_patterns())
+
+    def device_api(self) -> Device:
+        return CUDADevice.get(0)
+
+    def compile(self, region: Function, target: TargetKind,
+                options: CompileOptions) -> CompiledRegion:
+        device = self.device_instance(options)
+        assert isinstance(device, CUDADevice)
+        t0 = time.perf_counter()
+        dump = options.extra.get("dump_code")
+        kinds = set(dump) if dump and not isinstance(dump, str) else \
+            set(dump.split(",")) if dump else set()
+        built = build_region(region, target, options, gpu_info(target, device),
+                             want_ptx="ptx" in kinds)
+        t1 = time.perf_counter()
+        constants = {name: np.ascontiguousarray(np.asarray(v.data))
+                     for name, v in built.lowered.constants.items()}
+        types = {v.name: v.type for v in built.lowered.func.inputs}
+        types.update({v.name: v.type for n in built.lowered.func.nodes for v in n.outputs})
+        tensors: dict[str, TensorType] = {v.name: v.type for v in region.inputs}
+        for k in built.table:
+            for name in k["inputs"] + k["outputs"]:
+                if name not in constants:
+                    tensors[name] = types[name]
+        compiled = self._assemble(region, device, built.lowered.source.text, built.cubin,
+                                  built.arch, built.table, constants, tensors)
+        compiled.info.update({"compile_s": round(t1 - t0, 3), "cubin_bytes": len(built.cubin),
+                              "arch": built.arch,
+                              "schedules": {k["name"]: {"template": k["template"],
+                                                        "config": k["config"]}
+                                            for k in built.table}})
+        if kinds:
+            compiled.info["dumped"] = _dump(options, region.name, kinds, built)
+        return compiled
+
+    def _assemble(self, region: Function, device: CUDADevice, source: str, cubin: bytes,
+                  arch: str, table: list[dict[str, Any]], constants: dict[str, np.ndarray],
+                  tensors: dict[str, TensorType]) -> CompiledRegion:
+        names = [x["kernel"] for e in table for x in e["launches"]]
+        module = LoadedModule.load(device, cubin, names)
+        made = [_make_kernel(module, e) for e in table]
+        kernels = [k for k, _ in made]
+        on_device = {k: device.from_host(v) for k, v in constants.items()}
+        handle = CUDAHandle(source, cubin, arch, table, module)
+        info: dict[str, Any] = {"kernels": len(table), "device": device.key,
+                                "host_constants": constants}
+        return CompiledRegion(self.name, region, kernels, tensors, on_device, info,
+                              bind_sequence=make_graph_binder(device, [g for _, g in made]),
+                              handle=handle)
+
+    # -- artifacts ------------------------------------------------------------------------
+    def save(self, compiled: CompiledRegion) -> dict[str, bytes]:
+        handle = compiled.handle
+        if not isinstance(handle, CUDAHandle):
+            raise ArtifactError(f"cuda region {compiled.region.name}: not compiled by this "
+                                f"backend (no cubin to save)")
+        buf = io.BytesIO()
+        np.savez(buf, **compiled.info.get("host_constants", {}))
+        meta = {"format": ARTIFACT_FORMAT, "arch": handle.arch,
+                "cubin_sha256": hashlib.sha256(handle.cubin).hexdigest(),
+                "kernels": handle.table,
+                "tensors": {k: [list(t.shape), str(t.dtype)]
+                            for k, t in compiled.tensors.items()}}
+        return {SOURCE_FILE: handle.source.encode(), CUBIN_FILE: handle.cubin,
+                TABLE_FILE: json.dumps(meta, indent=1).encode(), CONSTANTS_FILE: buf.getvalue()}
+
+    def load(self, region: Function, files: dict[str, bytes], target: TargetKind,
+             options: CompileOptions) -> CompiledRegion:
+        for f in (SOURCE_FILE, CUBIN_FILE, TABLE_FILE, CONSTANTS_FILE):
+            if f not in files:
+                raise ArtifactError(f"cuda region {region.name}: the artifact has no {f}")
+        try:
+            meta = json.loads(files[TABLE_FILE])
+            if meta.get("format") != ARTIFACT_FORMAT:
+                raise ArtifactError(f"cuda region {region.name}: artifact format "
+                                    f"{meta.get('format')}, this plugin reads {ARTIFACT_FORMAT}")
+            cubin = files[CUBIN_FILE]
+            if hashlib.sha256(cubin).hexdigest() != meta.get("cubin_sha256"):
+                raise ArtifactError(f"cuda region {region.name}: {CUBIN_FILE} does not match "
+                                    f"the hash {TABLE_FILE} records")
+            with np.load(io.BytesIO(files[CONSTANTS_FILE]), allow_pickle=False) as npz:
+                constants = {k: np.ascontiguousarray(npz[k]) for k in npz.files}
+            tensors = {k: TensorType(tuple(s), d) for k, (s, d) in meta["tensors"].items()}
+        except ArtifactError:
+            raise
+        except Exception as err:  # noqa: BLE001 - a damaged artifact
+            raise ArtifactError(f"cuda region {region.name}: cannot read the saved kernels: "
+                                f"{err}") from err
+        device = self.device_instance(options)
+        assert isinstance(device, CUDADevice)
+        arch = device.arch()
+        if arch != meta["arch"]:
+            raise ArtifactError(f"cuda region {region.name}: its cubin is built for "
+                                f"{meta['arch']}, this GPU is {arch}; compile the model again "
+                                f"for this GPU (or with -arch={arch})")
+        return self._assemble(region, device, files[SOURCE_FILE].decode(), cubin, meta["arch"],
+                              meta["kernels"], constants, tensors)

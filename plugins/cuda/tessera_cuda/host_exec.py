@@ -1,0 +1,118 @@
+"""Execute generated CUDA C on the host (no GPU), for tests and ``--emulate`` checks.
+
+:class:`HostModule` compiles a :class:`~tessera_cuda.codegen.CudaSource`'s text with the host
+C++ compiler (``g++ -std=c++20``) and the project's header ``host/cuda_host.h``, which runs each
+block's threads as OS threads with ``__syncthreads()`` as a real barrier, and adds one
+``extern "C"`` launcher per kernel with its grid and block. The same text NVRTC compiles for
+the GPU is what runs here, so the arithmetic, indexing and barriers of every kernel are
+checked against the numpy reference in CI. ``sanitize="thread"`` builds with ThreadSanitizer.
+
+Built libraries are cached by the hash of their source and flags (``TESSERA_CUDA_HOST_CACHE``,
+default ``~/.cache/tessera/cuda-host``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+from tessera.errors import CompileError, RunError
+
+from .codegen import CudaSource, DeviceKernel, GroupKernels, c_type
+
+HEADER = Path(__file__).parent / "host" / "cuda_host.h"
+
+__all__ = ["HEADER", "HostModule", "host_compiler"]
+
+
+def host_compiler() -> str | None:
+    """The C++ compiler used for host emulation (``CXX`` or g++), None when absent."""
+    return shutil.which(os.environ.get("CXX", "g++"))
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get("TESSERA_CUDA_HOST_CACHE")
+    path = Path(root) if root else Path.home() / ".cache" / "tessera" / "cuda-host"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _launcher(k: DeviceKernel) -> str:
+    g, b = k.launch.grid, k.launch.block
+    args = ", ".join(f"({c_type(p.dtype)}*)args[{i}]" for i, p in enumerate(k.params))
+    return (f'extern "C" void tessera_host_{k.name}(void** args) {{\n'
+            f"  tessera_host::launch(dim3({g[0]}, {g[1]}, {g[2]}), dim3({b[0]}, {b[1]}, {b[2]}),"
+            f" [&] {{ {k.name}({args}); }});\n}}")
+
+
+class HostModule:
+    """The kernels of ``source`` compiled for the host CPU."""
+
+    def __init__(self, source: CudaSource, sanitize: str | None = None,
+                 opt: str = "-O0") -> None:
+        cxx = host_compiler()
+        if cxx is None:
+            raise CompileError("cuda host emulation needs a C++20 compiler (g++ 11 or later); "
+                               "none found (set CXX)")
+        self.source = source
+        text = source.text + "\n" + "\n".join(_launcher(k) for k in source.kernels) + "\n"
+        flags = ["-std=c++20", opt, "-fPIC", "-shared", "-pthread", "-w",
+                 "-include", str(HEADER)]
+        if sanitize:
+            flags.append(f"-fsanitize={sanitize}")
+        key = hashlib.sha256("\0".join([text, *flags, HEADER.read_text()]).encode()).hexdigest()
+        lib = _cache_dir() / f"{key[:24]}.so"
+        if not lib.exists():
+            with tempfile.TemporaryDirectory() as tmp:
+                src = Path(tmp) / "kernels.cu"
+                src.write_text(text)
+                out = Path(tmp) / "lib.so"
+                proc = subprocess.run([cxx, *flags, "-x", "c++", str(src), "-o", str(out)],
+                                      capture_output=True, text=True)
+                if proc.returncode != 0:
+                    raise CompileError(f"cuda host emulation: {cxx} failed on the generated "
+                                       f"CUDA C:\n{proc.stderr[-4000:]}")
+                shutil.move(str(out), str(lib))
+        self.text = text
+        self.lib = ctypes.CDLL(str(lib))
+
+    def launch(self, kernel: DeviceKernel, arrays: list[np.ndarray]) -> None:
+        """Run ``kernel`` on ``arrays`` (one C-contiguous array per parameter, in order)."""
+        if len(arrays) != len(kernel.params):
+            raise RunError(f"cuda host kernel {kernel.name}: {len(kernel.params)} buffers "
+                           f"expected, got {len(arrays)}")
+        for a, p in zip(arrays, kernel.params):
+            if not a.flags.c_contiguous:
+                raise RunError(f"cuda host kernel {kernel.name}: buffer {p.name} is not "
+                               f"contiguous")
+        ptrs = (ctypes.c_void_p * max(1, len(arrays)))(*[a.ctypes.data for a in arrays])
+        getattr(self.lib, f"tessera_host_{kernel.name}")(ptrs)
+
+    def run_group(self, group: GroupKernels, arrays: Mapping[str, np.ndarray]) -> None:
+        """Run a group's kernels in order; ``arrays`` maps the group function's parameter
+        names to arrays. The group's workspace is allocated here."""
+        workspace = np.empty(max(group.workspace_bytes, 1), dtype=np.uint8)
+        by_name: dict[str, np.ndarray] = {}
+        for p in group.func.params:
+            if p.name not in arrays:
+                raise RunError(f"cuda host group {group.func.name}: no array for {p.name}")
+            by_name[p.name] = arrays[p.name]
+        for kern in group.kernels:
+            args = []
+            for p in kern.params:
+                if p.name in group.workspace:
+                    off = group.workspace[p.name]
+                    n = int(np.prod([int(d.value) for d in p.shape]))
+                    dt = np.dtype(p.dtype)
+                    args.append(workspace[off:off + n * dt.itemsize].view(dt))
+                else:
+                    args.append(by_name[p.name])
+            self.launch(kern, args)

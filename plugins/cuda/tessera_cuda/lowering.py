@@ -1,0 +1,122 @@
+"""From a region to CUDA kernels: fusion, computes, GPU schedules, the cuda TIR pipeline and
+CUDA C.
+
+:func:`lower_region` fuses the region (FuseOps), builds each group's tensor expression from
+the topi computes, applies the group's cuda schedule (:mod:`.schedules`), lowers it through
+:func:`~tessera_cuda.pipeline.gpu_pipeline` and generates its kernels into one CUDA C
+translation unit (:class:`~tessera_cuda.codegen.CudaSource`). Nothing here needs a GPU.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from tessera import te
+from tessera.errors import CompileError, TesseraError
+from tessera.ir.graph import Function, Node, Value
+from tessera.passes.fuse_ops import fuse_ops
+from tessera.tir.gpu_verifier import GPULimits
+from tessera.topi.from_graph import build_te
+
+from .codegen import CudaSource, GroupKernels
+from .pipeline import gpu_pipeline
+from .schedules import GPUInfo, schedule_group
+
+__all__ = ["LoweredGroup", "LoweredRegion", "lower_region", "group_flops"]
+
+
+@dataclass
+class LoweredGroup:
+    """One fused group: its kernels, and the graph values its function takes (inputs, with
+    constants, then outputs, in parameter order)."""
+
+    name: str
+    kernels: GroupKernels
+    inputs: list[str]
+    outputs: list[str]
+    op: str
+    flops: int = 0
+    template: str = ""
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class LoweredRegion:
+    func: Function
+    groups: list[LoweredGroup]
+    constants: dict[str, Value]
+    source: CudaSource
+
+    @property
+    def tir(self) -> str:
+        return "\n\n".join(repr(g.kernels.func) for g in self.groups)
+
+
+def group_flops(nodes: list[Node]) -> int:
+    """Estimated operations of a group, for profiles: 2 per multiply-add of a convolution or
+    matrix product, one per output element otherwise."""
+    total = 0
+    for node in nodes:
+        out = node.outputs[0].type
+        if node.op == "Conv":
+            total += 2 * out.size * math.prod(node.inputs[1].type.shape[1:])
+        elif node.op in ("MatMul", "Gemm"):
+            k = node.inputs[0].type.shape[-1]
+            if node.op == "Gemm" and node.attrs.get("transA"):
+                k = node.inputs[0].type.shape[0]
+            total += 2 * out.size * k
+        else:
+            total += out.size
+    return total
+
+
+def _limits(gpu: GPUInfo) -> GPULimits:
+    return GPULimits(max_threads_per_block=gpu.max_threads_per_block,
+                     max_shared_bytes=gpu.max_shared_bytes, warp_size=gpu.warp_size)
+
+
+def lower_region(region: Function, gpu: GPUInfo, opt_level: int = 3, prefix: str = "",
+                 fast_math: bool = False,
+                 overrides: dict[str, dict[str, Any]] | None = None) -> LoweredRegion:
+    """Lower every node of ``region`` (all of which have topi computes) to CUDA C."""
+    func = region.copy()
+    groups = fuse_ops(func, opt_level=opt_level)
+    source = CudaSource(fast_math=fast_math, limits=_limits(gpu))
+    pipeline = gpu_pipeline()
+    lowered: list[LoweredGroup] = []
+    constants: dict[str, Value] = {}
+    used: set[str] = set()
+    for index, group in enumerate(groups):
+        base = "".join(c if c.isalnum() else "_" for c in group.name)[:40]
+        name = f"{prefix}k{index}_{base}"
+        while name in used:
+            name += "_"
+        used.add(name)
+        anchor = group.anchor or group.nodes[-1]
+        try:
+            gte = build_te(group.nodes, [v for v in group.inputs if not v.is_constant],
+                           group.outputs)
+            sched = schedule_group(list(gte.outputs), gpu, overrides)
+            prim = te.lower(sched.schedule, list(gte.placeholders) + list(gte.outputs), name)
+            prim = pipeline.run(prim)
+            kernels = source.add(prim)
+        except TesseraError as err:
+            raise CompileError(f"cuda: fused group {group.name} (ops "
+                               f"{', '.join(n.op for n in group.nodes)}; anchor node "
+                               f"{anchor.name}): {err}") from err
+        except Exception as err:  # noqa: BLE001 - name the group that failed
+            raise CompileError(f"cuda: cannot lower fused group {group.name} (ops "
+                               f"{', '.join(n.op for n in group.nodes)}; anchor node "
+                               f"{anchor.name}): {type(err).__name__}: {err}") from err
+        for v in gte.inputs:
+            if v.is_constant:
+                constants[v.name] = v
+        cfg = sched.configs[0] if sched.configs else None
+        lowered.append(LoweredGroup(
+            name=name, kernels=kernels, inputs=[v.name for v in gte.inputs],
+            outputs=[v.name for v in group.outputs], op="+".join(n.op for n in group.nodes),
+            flops=group_flops(group.nodes), template=sched.template,
+            config=dict(cfg.values) if cfg else {}))
+    return LoweredRegion(func, lowered, constants, source)

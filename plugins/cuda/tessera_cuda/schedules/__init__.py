@@ -1,0 +1,101 @@
+"""Pick and apply the cuda schedule template of one fused group.
+
+* a group anchored on a matrix product: :mod:`.dense` (shared-memory tiles), its epilogue
+  computed from the register tile;
+* any other group: each stage computed at root is spread one output element per thread
+  (:func:`.common.schedule_elementwise`), injective stages inlined into their readers except
+  the tables and values several reductions read (softmax's exponentials). A convolution is
+  computed one output element per thread with its padding inlined and its epilogue fused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tessera import te
+from tessera.autotune.space import ScheduleConfig
+
+from .common import GPUInfo, compute_ops, elementwise_space, schedule_elementwise
+from .dense import dense_space, find_dense, schedule_dense
+
+__all__ = ["GPUInfo", "GroupSchedule", "schedule_group"]
+
+#: Injective stages kept at root: read by several reductions or tables.
+KEEP_AT_ROOT = ("softmax_exp", "resize_weight", "resize_index")
+
+
+@dataclass
+class GroupSchedule:
+    schedule: Any
+    configs: list[ScheduleConfig] = field(default_factory=list)
+
+    @property
+    def template(self) -> str:
+        return self.configs[0].template if self.configs else "cuda_elementwise"
+
+
+def _pick(space: Any, overrides: dict[str, dict[str, Any]] | None) -> ScheduleConfig:
+    cfg = space.default_config()
+    if overrides:
+        chosen = overrides.get(cfg.key())
+        if chosen:
+            cfg.values.update({k: v for k, v in chosen.items() if k in space.knobs})
+    return cfg
+
+
+def _same_axes(a: te.ComputeOp, b: te.ComputeOp) -> bool:
+    return [int(x.dom.extent.value) for x in a.axis] == [int(x.dom.extent.value) for x in b.axis]
+
+
+def schedule_group(outputs: list[te.Tensor], gpu: GPUInfo,
+                   overrides: dict[str, dict[str, Any]] | None = None) -> GroupSchedule:
+    """Create and apply the schedule of a group whose results are ``outputs``."""
+    s = te.create_schedule([t.op for t in outputs])
+    ops = compute_ops(outputs)
+    out_ops = [t.op for t in outputs]
+    result = GroupSchedule(s)
+    last = out_ops[-1]
+    mm = find_dense(ops)
+    if mm is not None and len(out_ops) == 1 and (last is mm or _same_axes(mm, last)) and \
+            not any(op.reduce_axis for op in ops if op is not mm):
+        for op in ops:
+            if op is not mm and op is not last:
+                s[op].compute_inline()
+        cfg = _pick(dense_space(mm, gpu), overrides)
+        schedule_dense(s, mm, last, cfg)
+        result.configs.append(cfg)
+        return result
+
+    anchor = next((op for op in ops if op.reduce_axis), None)
+    if anchor is not None and len(out_ops) == 1 and last is not anchor and last.axis and \
+            _same_axes(anchor, last) and sum(1 for op in ops if op.reduce_axis) == 1:
+        # one reduction (a convolution, a pooling window) with an elementwise epilogue: the
+        # reduction per thread in a register, the epilogue applied before the store
+        for op in ops:
+            if op is not anchor and op is not last:
+                s[op].compute_inline()
+        cfg = _pick(elementwise_space(last, gpu, "cuda_reduce_epilogue"), overrides)
+        s[anchor].set_scope("local")
+        schedule_elementwise(s, last, cfg)
+        stage = s[last]
+        s[anchor].compute_at(stage, stage.leaf_iter_vars[-1])
+        result.configs.append(cfg)
+        return result
+
+    for op in ops:
+        if op in out_ops:
+            continue
+        if op.reduce_axis or any(t in op.tag for t in KEEP_AT_ROOT):
+            cfg = _pick(elementwise_space(op, gpu, "cuda_reduce" if op.reduce_axis
+                                          else "cuda_injective"), overrides)
+            schedule_elementwise(s, op, cfg)
+            result.configs.append(cfg)
+        else:
+            s[op].compute_inline()
+    for op in out_ops:
+        cfg = _pick(elementwise_space(op, gpu, "cuda_reduce" if op.reduce_axis
+                                      else "cuda_injective"), overrides)
+        schedule_elementwise(s, op, cfg)
+        result.configs.append(cfg)
+    return result

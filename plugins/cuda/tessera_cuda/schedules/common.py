@@ -1,0 +1,99 @@
+"""What every cuda schedule template uses: the device facts schedules read, walking a group's
+stages, and the thread-per-element schedules of injective and reduction stages."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from tessera import te
+from tessera.autotune.space import ConfigSpace, ScheduleConfig
+from tessera.tir.expr import IntImm
+
+BLOCK_X = te.thread_axis("blockIdx.x")
+BLOCK_Y = te.thread_axis("blockIdx.y")
+BLOCK_Z = te.thread_axis("blockIdx.z")
+THREAD_X = te.thread_axis("threadIdx.x")
+THREAD_Y = te.thread_axis("threadIdx.y")
+
+#: The largest grid x dimension of every CUDA device (2^31 - 1).
+MAX_GRID_X = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class GPUInfo:
+    """What schedules need to know about the GPU: threads per block (``-max_threads_per_block``),
+    streaming multiprocessors (to fill the device), warp size and static shared memory."""
+
+    max_threads_per_block: int = 1024
+    multiprocessors: int = 132
+    warp_size: int = 32
+    max_shared_bytes: int = 48 * 1024
+    arch: str = "sm_90"
+
+
+def extents(op: te.ComputeOp) -> list[int]:
+    return [int(ax.dom.extent.value) for ax in op.axis]
+
+
+def compute_ops(outputs: list[te.Tensor]) -> list[te.ComputeOp]:
+    """Every compute op the outputs depend on, producers first."""
+    order: list[te.ComputeOp] = []
+    seen: set[int] = set()
+
+    def visit(op: te.Operation) -> None:
+        if id(op) in seen or not isinstance(op, te.ComputeOp):
+            return
+        seen.add(id(op))
+        for t in op.input_tensors():
+            visit(t.op)
+        order.append(op)
+
+    for t in outputs:
+        visit(t.op)
+    return order
+
+
+def _pow2_at_most(n: int) -> int:
+    return 1 << max(0, n.bit_length() - 1)
+
+
+def elementwise_space(op: te.ComputeOp, gpu: GPUInfo, template: str) -> ConfigSpace:
+    """One knob: threads per block (a multiple of the warp, at most the element count rounded
+    up to a warp). Default 256: enough warps per block to hide latency, blocks enough to fill
+    the device for any tensor over a few hundred thousand elements."""
+    total = math.prod(extents(op)) or 1
+    space = ConfigSpace(template, (tuple(extents(op)), str(op.output(0).dtype), op.tag))
+    cap = min(gpu.max_threads_per_block, max(gpu.warp_size,
+                                             -(-total // gpu.warp_size) * gpu.warp_size))
+    cands = [t for t in (32, 64, 128, 256, 512, 1024) if t <= cap] or [gpu.warp_size]
+    default = min(256, _pow2_at_most(cap)) if cap >= 32 else cands[0]
+    space.define("threads", cands, default if default in cands else cands[-1],
+                 "threads per block; each thread computes one output element")
+    return space
+
+
+def bind_flat(s: Any, op: te.ComputeOp, threads: int) -> tuple[Any, Any]:
+    """Fuse every data axis of ``op``'s stage and spread the elements one per thread:
+    ``blockIdx.x`` x ``threadIdx.x`` (a guard covers the last block). Returns (block, thread)
+    loops."""
+    stage = s[op]
+    axes = list(stage.op.axis)
+    fused = stage.fuse(*axes) if len(axes) > 1 else axes[0]
+    bx, tx = stage.split(fused, factor=threads)
+    stage.bind(bx, BLOCK_X)
+    stage.bind(tx, THREAD_X)
+    return bx, tx
+
+
+def schedule_elementwise(s: Any, op: te.ComputeOp, cfg: ScheduleConfig) -> None:
+    """An injective stage, or a reduction computed one output element per thread (its reduce
+    loops serial in the thread)."""
+    if not op.axis:  # a scalar result: the code generator runs it on one thread
+        return
+    bind_flat(s, op, int(cfg["threads"]))
+
+
+def const_int(e: Any) -> int:
+    return int(e.value) if isinstance(e, IntImm) else int(e)

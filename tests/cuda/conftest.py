@@ -1,0 +1,44 @@
+"""Helpers for the tessera-cuda tests: the plugin on the path, cases lowered once per family.
+
+CI has no GPU: the generated CUDA C is compiled to cubin with NVRTC and executed on the host
+through ``tessera_cuda/host/cuda_host.h`` (each block's threads as OS threads, real barriers).
+Tests marked ``gpu`` run where the cuda backend is available.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+if importlib.util.find_spec("tessera_cuda") is None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "plugins" / "cuda"))
+
+needs_cxx = pytest.mark.skipif(shutil.which("g++") is None,
+                               reason="host emulation of CUDA C needs g++ (C++20)")
+
+
+def _nvrtc_missing() -> str | None:
+    try:
+        from tessera_cuda.nvrtc import nvrtc_missing
+    except ImportError as err:  # pragma: no cover - the plugin's own dependency
+        return str(err)
+    return nvrtc_missing()
+
+
+needs_nvrtc = pytest.mark.skipif(_nvrtc_missing() is not None,
+                                 reason=f"NVRTC: {_nvrtc_missing()}")
+
+
+def _gpu_missing() -> str | None:
+    try:
+        from tessera_cuda.backend import CUDABackend
+    except ImportError as err:  # pragma: no cover
+        return str(err)
+    return CUDABackend().available()
+
+
+needs_gpu = pytest.mark.skipif(_gpu_missing() is not None, reason=f"no GPU: {_gpu_missing()}")

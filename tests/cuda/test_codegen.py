@@ -1,0 +1,172 @@
+"""The CUDA code generator on hand-scheduled TE: shared-memory tiles fetched cooperatively,
+barriers (a missing one must give a wrong result on the host too), the kernel text, NVRTC
+errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from cuda.conftest import needs_cxx, needs_nvrtc
+
+from tessera import te
+from tessera.errors import CompileError
+from tessera.tir import stmt as S
+from tessera.tir.functor import post_order_visit
+from tessera_cuda.codegen import CudaSource
+from tessera_cuda.host_exec import HostModule
+from tessera_cuda.nvrtc import compile_cuda
+from tessera_cuda.pipeline import gpu_pipeline
+
+RNG = np.random.default_rng(7)
+
+
+def tiled_matmul(m: int, n: int, k: int, tile: int = 8, step: int = 4) -> te.Schedule:
+    """C = A @ B with ``tile x tile`` threads per block, A and B staged in shared memory in
+    steps of ``step`` along k, fetched by all of the block's threads."""
+    a = te.placeholder((m, k), "float32", name="A")
+    b = te.placeholder((k, n), "float32", name="B")
+    r = te.reduce_axis((0, k), name="r")
+    c = te.compute((m, n), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name="C")
+    s = te.create_schedule(c.op)
+    a_sh = s.cache_read(a, "shared", [c])
+    b_sh = s.cache_read(b, "shared", [c])
+    c_loc = s.cache_write(c, "local")
+    i, j = s[c].op.axis
+    bi, ti = s[c].split(i, factor=tile)
+    bj, tj = s[c].split(j, factor=tile)
+    s[c].reorder(bi, bj, ti, tj)
+    s[c].bind(bi, te.thread_axis("blockIdx.y"))
+    s[c].bind(bj, te.thread_axis("blockIdx.x"))
+    s[c].bind(ti, te.thread_axis("threadIdx.y"))
+    s[c].bind(tj, te.thread_axis("threadIdx.x"))
+    s[c_loc].compute_at(s[c], tj)
+    ko, _ = s[c_loc].split(s[c_loc].op.reduce_axis[0], factor=step)
+    for sh in (a_sh, b_sh):
+        s[sh].compute_at(s[c_loc], ko)
+        fused = s[sh].fuse(*s[sh].op.axis)
+        rest, fx = s[sh].split(fused, factor=tile)
+        _, fy = s[sh].split(rest, factor=tile)
+        s[sh].bind(fx, te.thread_axis("threadIdx.x"))
+        s[sh].bind(fy, te.thread_axis("threadIdx.y"))
+    return s, [a, b, c]
+
+
+def _build(sync: bool = True, m: int = 24, n: int = 40, k: int = 20) -> tuple:
+    s, args = tiled_matmul(m, n, k)
+    func = te.lower(s, args, "mm")
+    pipeline = gpu_pipeline() if sync else gpu_pipeline().without("thread_sync")
+    src = CudaSource()
+    group = src.add(pipeline.run(func))
+    return src, group
+
+
+def _barriers(func: S.PrimFunc) -> int:
+    count = 0
+
+    def f(n: object) -> None:
+        nonlocal count
+        count += isinstance(n, S.Barrier)
+
+    post_order_visit(func.body, f)
+    return count
+
+
+def test_cooperative_fetch_kernel_text() -> None:
+    src, group = _build()
+    (kern,) = group.kernels
+    assert kern.launch.block == (8, 8, 1) and kern.launch.grid == (5, 3, 1)
+    text = kern.text
+    assert "__launch_bounds__(64)" in text
+    assert "__shared__ float A_shared[32];" in text  # 8 rows x 4 steps, for the whole block
+    assert "__shared__ float B_shared[32];" in text
+    assert "float C_local[1];" in text
+    assert text.count("__syncthreads();") >= 2
+    assert "threadIdx.x" in text and "blockIdx.y" in text
+
+
+@needs_cxx
+@pytest.mark.parametrize("shape", [(24, 40, 20), (17, 9, 13)])
+def test_shared_memory_matmul_runs_on_host(shape: tuple[int, int, int]) -> None:
+    m, n, k = shape
+    src, group = _build(True, m, n, k)
+    a = RNG.standard_normal((m, k)).astype(np.float32)
+    b = RNG.standard_normal((k, n)).astype(np.float32)
+    c = np.full((m, n), np.nan, np.float32)
+    HostModule(src).run_group(group, {"A": a, "B": b, "C": c})
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
+
+
+@needs_cxx
+def test_missing_barrier_gives_a_wrong_result() -> None:
+    """Without thread_sync the block's threads overwrite the shared tiles while others still
+    read them: the host emulation, like a GPU, computes garbage."""
+    src, group = _build(sync=False)
+    assert _barriers(group.func) == 0
+    a = RNG.standard_normal((24, 20)).astype(np.float32)
+    b = RNG.standard_normal((20, 40)).astype(np.float32)
+    wrong = 0
+    for _ in range(3):  # a race: make its effect certain
+        c = np.zeros((24, 40), np.float32)
+        HostModule(src).run_group(group, {"A": a, "B": b, "C": c})
+        wrong += not np.allclose(c, a @ b, rtol=1e-4, atol=1e-4)
+    assert wrong > 0
+
+
+def test_names_that_are_cxx_words_are_renamed() -> None:
+    x = te.placeholder((64,), "bool", name="and")
+    y = te.compute((64,), lambda i: x[i], name="or")
+    s = te.create_schedule(y.op)
+    bx, tx = s[y].split(y.op.axis[0], factor=32)
+    s[y].bind(bx, te.thread_axis("blockIdx.x"))
+    s[y].bind(tx, te.thread_axis("threadIdx.x"))
+    src = CudaSource()
+    src.add(gpu_pipeline().run(te.lower(s, [x, y], "k")))
+    assert "bool* __restrict__ v_and" in src.text and "v_or[" in src.text
+
+
+def _unary(fn, dtype: str = "float32", name: str = "k"):  # noqa: ANN001, ANN202
+    x = te.placeholder((64,), dtype, name="x")
+    y = te.compute((64,), lambda i: fn(x[i]), name="y")
+    s = te.create_schedule(y.op)
+    bx, tx = s[y].split(y.op.axis[0], factor=64)
+    s[y].bind(bx, te.thread_axis("blockIdx.x"))
+    s[y].bind(tx, te.thread_axis("threadIdx.x"))
+    return gpu_pipeline().run(te.lower(s, [x, y], name))
+
+
+def test_fast_math_is_an_intrinsic_rule() -> None:
+    from tessera.tir import expr as E
+
+    func = _unary(lambda v: E.exp(v) / (v + 1.0))
+    precise, fast = CudaSource(), CudaSource(fast_math=True)
+    precise.add(func)
+    fast.add(func)
+    assert "expf(" in precise.text and "__expf(" not in precise.kernels[0].text
+    assert "__expf(" in fast.kernels[0].text and "__fdividef(" in fast.kernels[0].text
+
+
+def test_float16_is_refused_with_the_buffer_named() -> None:
+    func = _unary(lambda v: v, "float16")
+    with pytest.raises(CompileError, match="buffer x: dtype float16 is not supported"):
+        CudaSource().add(func)
+
+
+@needs_nvrtc
+def test_nvrtc_reports_ptxas_errors() -> None:
+    """Too much shared memory is a ptxas error, caught at compile time on a machine without
+    a GPU."""
+    source = ('extern "C" __global__ void big(float* out) {\n'
+              "  __shared__ float tile[65536];\n"
+              "  tile[threadIdx.x] = 1.0f; __syncthreads(); out[threadIdx.x] = tile[0];\n}\n")
+    with pytest.raises(CompileError, match="NVRTC could not compile.*sm_90"):
+        compile_cuda(source, "sm_90")
+    with pytest.raises(CompileError, match="-arch must name a real architecture"):
+        compile_cuda(source, "compute_90")
+
+
+@needs_nvrtc
+def test_nvrtc_builds_cubin_and_ptx_for_the_architecture() -> None:
+    src, _ = _build()
+    result = compile_cuda(src.text, "sm_80", want_ptx=True)
+    assert result.cubin[:4] == b"\x7fELF"
+    assert ".target sm_80" in result.ptx and "bar.sync" in result.ptx
