@@ -48,6 +48,15 @@ class ConfigSpace:
         return ScheduleConfig(self.template, self.workload,
                               {k.name: k.default for k in self.knobs.values()})
 
+    def pick(self, overrides: dict[str, dict[str, Any]] | None = None) -> ScheduleConfig:
+        """The default config, with the knob values ``overrides`` (workload key -> knob
+        values, from tuning records) gives this workload; unknown knobs are ignored."""
+        cfg = self.default_config()
+        chosen = (overrides or {}).get(cfg.key())
+        if chosen:
+            cfg.values.update({k: v for k, v in chosen.items() if k in self.knobs})
+        return cfg
+
     def size(self) -> int:
         n = 1
         for k in self.knobs.values():

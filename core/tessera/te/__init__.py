@@ -11,6 +11,7 @@ from tessera.te.tensor import (
     Range,
     Tensor,
     compute,
+    compute_ops,
     max,
     min,
     placeholder,
@@ -19,7 +20,7 @@ from tessera.te.tensor import (
 )
 
 __all__ = [
-    "ComputeOp", "IterVar", "Operation", "PlaceholderOp", "Range", "Tensor", "compute", "max",
-    "min", "placeholder", "reduce_axis", "sum",
+    "ComputeOp", "IterVar", "Operation", "PlaceholderOp", "Range", "Tensor", "compute",
+    "compute_ops", "max", "min", "placeholder", "reduce_axis", "sum",
     "Schedule", "Stage", "create_schedule", "infer_bound", "lower", "thread_axis",
 ]

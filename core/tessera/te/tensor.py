@@ -218,3 +218,22 @@ def _reducer(combiner: str) -> Callable[..., Reduce]:
 sum = _reducer("sum")  # noqa: A001 - TVM's name
 max = _reducer("max")  # noqa: A001
 min = _reducer("min")  # noqa: A001
+
+
+def compute_ops(outputs: list[Tensor]) -> list[ComputeOp]:
+    """Every compute op the ``outputs`` depend on, producers first (what a schedule template
+    walks)."""
+    order: list[ComputeOp] = []
+    seen: set[int] = set()
+
+    def visit(op: Operation) -> None:
+        if id(op) in seen or not isinstance(op, ComputeOp):
+            return
+        seen.add(id(op))
+        for t in op.input_tensors():
+            visit(t.op)
+        order.append(op)
+
+    for t in outputs:
+        visit(t.op)
+    return order

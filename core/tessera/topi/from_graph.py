@@ -191,3 +191,28 @@ def build_te(nodes: list[Node], inputs: list[Value], outputs: list[Value],
 
 
 __all__ = ["GroupTE", "build_te"]
+
+
+def kernel_names(groups: list, prefix: str = "") -> list[str]:
+    """One unique C identifier per fused group, ``<prefix>k<index>_<group name>``, for the
+    kernels a backend generates from them."""
+    names: list[str] = []
+    used: set[str] = set()
+    for index, group in enumerate(groups):
+        base = "".join(c if c.isalnum() else "_" for c in group.name)[:40]
+        name = f"{prefix}k{index}_{base}"
+        while name in used:
+            name += "_"
+        used.add(name)
+        names.append(name)
+    return names
+
+
+def group_error(backend: str, group, err: Exception) -> CompileError:  # noqa: ANN001
+    """The CompileError of a fused group a backend could not lower, naming its ops and
+    anchor node."""
+    anchor = group.anchor or group.nodes[-1]
+    ops = ", ".join(n.op for n in group.nodes)
+    what = str(err) if isinstance(err, CompileError) else f"{type(err).__name__}: {err}"
+    return CompileError(f"{backend}: cannot lower fused group {group.name} (ops {ops}; anchor "
+                        f"node {anchor.name}): {what}")

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -143,16 +144,19 @@ class GroupKernels:
     workspace_bytes: int = 0
 
 
-def _uses_threads(s: S.Stmt) -> bool:
+def _contains(node: object, pred: Callable[[object], bool]) -> bool:
     found = False
 
     def f(n: object) -> None:
         nonlocal found
-        if isinstance(n, S.For) and n.kind == S.ForKind.THREAD_BINDING:
-            found = True
+        found = found or pred(n)
 
-    post_order_visit(s, f)
+    post_order_visit(node, f)
     return found
+
+
+def _uses_threads(s: S.Stmt) -> bool:
+    return _contains(s, lambda n: isinstance(n, S.For) and n.kind == S.ForKind.THREAD_BINDING)
 
 
 def _buffers_used(s: S.Stmt) -> set[int]:
@@ -217,15 +221,7 @@ def _allocated_inside(s: S.Stmt) -> set[int]:
 
 
 def _reads_memory(e: E.PrimExpr) -> bool:
-    found = False
-
-    def f(n: object) -> None:
-        nonlocal found
-        if isinstance(n, E.BufferLoad):
-            found = True
-
-    post_order_visit(e, f)
-    return found
+    return _contains(e, lambda n: isinstance(n, E.BufferLoad))
 
 
 def _float_literal(value: float, dtype: str) -> str:

@@ -14,11 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tessera import te
-from tessera.errors import CompileError, TesseraError
 from tessera.ir.graph import Function, Node, Value
 from tessera.passes.fuse_ops import fuse_ops
 from tessera.tir.gpu_verifier import GPULimits
-from tessera.topi.from_graph import build_te
+from tessera.topi.from_graph import build_te, group_error, kernel_names
 
 from .codegen import CudaSource, GroupKernels
 from .pipeline import gpu_pipeline
@@ -87,14 +86,7 @@ def lower_region(region: Function, gpu: GPUInfo, opt_level: int = 3, prefix: str
     pipeline = gpu_pipeline()
     lowered: list[LoweredGroup] = []
     constants: dict[str, Value] = {}
-    used: set[str] = set()
-    for index, group in enumerate(groups):
-        base = "".join(c if c.isalnum() else "_" for c in group.name)[:40]
-        name = f"{prefix}k{index}_{base}"
-        while name in used:
-            name += "_"
-        used.add(name)
-        anchor = group.anchor or group.nodes[-1]
+    for group, name in zip(groups, kernel_names(groups, prefix)):
         try:
             gte = build_te(group.nodes, [v for v in group.inputs if not v.is_constant],
                            group.outputs)
@@ -102,14 +94,8 @@ def lower_region(region: Function, gpu: GPUInfo, opt_level: int = 3, prefix: str
             prim = te.lower(sched.schedule, list(gte.placeholders) + list(gte.outputs), name)
             prim = pipeline.run(prim)
             kernels = source.add(prim)
-        except TesseraError as err:
-            raise CompileError(f"cuda: fused group {group.name} (ops "
-                               f"{', '.join(n.op for n in group.nodes)}; anchor node "
-                               f"{anchor.name}): {err}") from err
         except Exception as err:  # noqa: BLE001 - name the group that failed
-            raise CompileError(f"cuda: cannot lower fused group {group.name} (ops "
-                               f"{', '.join(n.op for n in group.nodes)}; anchor node "
-                               f"{anchor.name}): {type(err).__name__}: {err}") from err
+            raise group_error("cuda", group, err) from err
         for v in gte.inputs:
             if v.is_constant:
                 constants[v.name] = v

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from tessera import te
-from tessera.errors import CompileError, TesseraError
+from tessera.errors import TesseraError
 from tessera.ir.graph import Function, Node, Value
 from tessera.ops.layout import pack_matmul_weight
 from tessera.passes.alter_layout import alter_conv_layout
@@ -23,7 +23,7 @@ from tessera.passes.fuse_ops import fuse_ops
 from tessera.passes.grouped_pointwise import grouped_pointwise_to_matmul
 from tessera.tir.stmt import PrimFunc
 from tessera.tir.transform import lower_pipeline
-from tessera.topi.from_graph import build_te
+from tessera.topi.from_graph import build_te, group_error, kernel_names
 
 from .prefetch import prefetch_next_slice
 from .schedules import schedule_group
@@ -227,14 +227,7 @@ def lower_region(region: Function, cpu: CPUInfo, opt_level: int = 3,
     groups = fuse_ops(func, opt_level=opt_level)
     kernels: list[LoweredKernel] = []
     constants: dict[str, Value] = {}
-    used: set[str] = set()
-    for index, group in enumerate(groups):
-        base = "".join(c if c.isalnum() else "_" for c in group.name)[:40]
-        name = f"{prefix}k{index}_{base}"
-        while name in used:
-            name += "_"
-        used.add(name)
-        anchor = group.anchor or group.nodes[-1]
+    for group, name in zip(groups, kernel_names(groups, prefix)):
         try:
             # constants are appended by build_te (one-element ones are inlined as immediates)
             gte = build_te(group.nodes, [v for v in group.inputs if not v.is_constant],
@@ -248,9 +241,7 @@ def lower_region(region: Function, cpu: CPUInfo, opt_level: int = 3,
         except TesseraError:
             raise
         except Exception as err:  # noqa: BLE001 - name the group that failed
-            raise CompileError(f"llvm: cannot lower fused group {group.name} (ops "
-                               f"{', '.join(n.op for n in group.nodes)}; anchor node "
-                               f"{anchor.name}): {type(err).__name__}: {err}") from err
+            raise group_error("llvm", group, err) from err
         for v in gte.inputs:
             if v.is_constant:
                 constants[v.name] = v

@@ -36,12 +36,7 @@ class GroupSchedule:
 
 
 def _pick(space: Any, overrides: dict[str, dict[str, Any]] | None) -> ScheduleConfig:
-    cfg = space.default_config()
-    if overrides:
-        chosen = overrides.get(cfg.key())
-        if chosen:
-            cfg.values.update({k: v for k, v in chosen.items() if k in space.knobs})
-    return cfg
+    return space.pick(overrides)
 
 
 def _same_axes(a: te.ComputeOp, b: te.ComputeOp) -> bool:

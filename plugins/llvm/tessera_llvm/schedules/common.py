@@ -50,22 +50,7 @@ class CPUInfo:
         return max(1, self.vector_lanes * 32 // bits)
 
 
-def compute_ops(outputs: list[te.Tensor]) -> list[te.ComputeOp]:
-    """Every compute op the outputs depend on, producers first."""
-    order: list[te.ComputeOp] = []
-    seen: set[int] = set()
-
-    def visit(op: te.Operation) -> None:
-        if id(op) in seen or not isinstance(op, te.ComputeOp):
-            return
-        seen.add(id(op))
-        for t in op.input_tensors():
-            visit(t.op)
-        order.append(op)
-
-    for t in outputs:
-        visit(t.op)
-    return order
+compute_ops = te.compute_ops
 
 
 def extents(op: te.ComputeOp) -> list[int]:
