@@ -11,14 +11,54 @@ which splits a function into kernels first.
 
 from __future__ import annotations
 
+from tessera.tir import stmt as S
+from tessera.tir.buffer import Buffer
+from tessera.tir.functor import IRMutator
 from tessera.tir.transform.pipeline import Pipeline, default_pipeline
 from tessera.tir.transform.thread_sync import thread_sync
 
-__all__ = ["gpu_pipeline"]
+__all__ = ["gpu_pipeline", "hoist_shared"]
+
+
+class _TakeShared(IRMutator):
+    def __init__(self) -> None:
+        self.buffers: list[Buffer] = []
+
+    def visit_Allocate(self, s: S.Allocate) -> S.Stmt:
+        body = self.visit(s.body)
+        if s.buffer.scope == "shared":
+            self.buffers.append(s.buffer)
+            return body
+        return s if body is s.body else S.Allocate(s.buffer, body)
+
+
+def hoist_shared(func: S.PrimFunc) -> S.PrimFunc:
+    """Move every ``shared`` allocation of a kernel (a top-level statement) to the kernel's
+    top. A ``__shared__`` array exists once per block whatever its position; hoisted, the
+    phases that fill and read the tiles become one flat sequence, so ``thread_sync`` places
+    one barrier after all the fetches of a step instead of one after each."""
+    body = func.body
+    outer: list[Buffer] = []
+    while isinstance(body, S.Allocate) and body.buffer.scope == "global":
+        outer.append(body.buffer)
+        body = body.body
+    items = list(body.seq) if isinstance(body, S.SeqStmt) else [body]
+    out: list[S.Stmt] = []
+    for item in items:
+        take = _TakeShared()
+        item = take.visit(item)
+        for buf in reversed(take.buffers):
+            item = S.Allocate(buf, item)
+        out.append(item)
+    new: S.Stmt = S.seq(*out)
+    for buf in reversed(outer):
+        new = S.Allocate(buf, new)
+    return func.with_body(new)
 
 
 def gpu_pipeline() -> Pipeline:
     """simplify, remove_redundant_checks, flatten_buffers, devectorize, simplify_again,
-    thread_sync, verify."""
+    hoist_shared, thread_sync, verify."""
     base = default_pipeline({"vectorize": False, "unroll": False, "storage_rewrite": False})
-    return base.insert_before("verify", "thread_sync", thread_sync)
+    return base.insert_before("verify", "hoist_shared", hoist_shared) \
+        .insert_before("verify", "thread_sync", thread_sync)
