@@ -172,6 +172,7 @@ class CUDAHandle:
     cubin: bytes
     arch: str
     table: list[dict[str, Any]]
+    constants: dict[str, np.ndarray] = field(default_factory=dict)
     module: LoadedModule | None = None
 
 
@@ -266,9 +267,8 @@ class CUDABackend(Backend):
         made = [_make_kernel(module, e) for e in table]
         kernels = [k for k, _ in made]
         on_device = {k: device.from_host(v) for k, v in constants.items()}
-        handle = CUDAHandle(source, cubin, arch, table, module)
-        info: dict[str, Any] = {"kernels": len(table), "device": device.key,
-                                "host_constants": constants}
+        handle = CUDAHandle(source, cubin, arch, table, constants, module)
+        info: dict[str, Any] = {"kernels": len(table), "device": device.key}
         return CompiledRegion(self.name, region, kernels, tensors, on_device, info,
                               bind_sequence=make_graph_binder(device, [g for _, g in made]),
                               handle=handle)
@@ -280,7 +280,7 @@ class CUDABackend(Backend):
             raise ArtifactError(f"cuda region {compiled.region.name}: not compiled by this "
                                 f"backend (no cubin to save)")
         buf = io.BytesIO()
-        np.savez(buf, **compiled.info.get("host_constants", {}))
+        np.savez(buf, **handle.constants)
         meta = {"format": ARTIFACT_FORMAT, "arch": handle.arch,
                 "cubin_sha256": hashlib.sha256(handle.cubin).hexdigest(),
                 "kernels": handle.table,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import weakref
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -98,7 +99,7 @@ class CudaArena:
 class CudaBuffer:
     """A tensor in device memory: its address and type (and the arena it keeps alive)."""
 
-    __slots__ = ("ptr", "type", "arena")
+    __slots__ = ("ptr", "type", "arena", "__weakref__")
 
     def __init__(self, ptr: int, type: TensorType, arena: CudaArena | None = None) -> None:
         self.ptr, self.type, self.arena = ptr, type, arena
@@ -210,10 +211,7 @@ class CUDADevice(Device):
         buf = CudaBuffer(arena.ptr, TensorType.of(array), arena)
         if array.nbytes:
             _check(_cu().cuMemcpyHtoD(buf.ptr, array.ctypes.data, array.nbytes), "cuMemcpyHtoD")
-        # a constant's memory is freed with the buffer
-        import weakref
-
-        weakref.finalize(buf, _free_ptr, self, arena)
+        weakref.finalize(buf, _free_ptr, self, arena)  # a constant's memory goes with it
         return buf
 
     def copy_from_host(self, buffer: CudaBuffer, array: np.ndarray) -> None:
