@@ -64,10 +64,27 @@ def test_concurrent_runs_are_correct() -> None:
 
 
 def test_model_across_cuda_and_llvm() -> None:
-    model, inputs = conv_block_model()
-    want = run_onnxruntime(model, inputs)
-    mod = tessera.compile(model, target="cuda, llvm", disabled_passes=("SimplifyInference",))
-    np.testing.assert_allclose(mod.run(**inputs)["y"], want["y"], rtol=1e-4, atol=1e-4)
+    """float16 is not claimed by cuda: the middle of the chain runs on llvm, with copies
+    between the GPU and the host both ways."""
+    import onnx
+    from onnx import helper
+
+    f32, f16 = onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16
+    nodes = [helper.make_node("Relu", ["x"], ["a"]),
+             helper.make_node("Cast", ["a"], ["b"], to=f16),
+             helper.make_node("Neg", ["b"], ["c"]),
+             helper.make_node("Cast", ["c"], ["d"], to=f32),
+             helper.make_node("Sigmoid", ["d"], ["y"])]
+    graph = helper.make_graph(nodes, "mix", [helper.make_tensor_value_info("x", f32, [64, 33])],
+                              [helper.make_tensor_value_info("y", f32, [64, 33])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    x = np.random.default_rng(3).standard_normal((64, 33)).astype(np.float32)
+    mod = tessera.compile(model, target="cuda, llvm")
+    backends = {r.backend for r in mod.partition_report().regions}
+    assert backends == {"cuda", "llvm"}
+    want = run_onnxruntime(model, {"x": x})["y"]
+    np.testing.assert_allclose(mod.run(x=x)["y"], want, rtol=1e-3, atol=1e-3)
 
 
 @pytest.mark.parametrize("name", ["squeezenet", "resnet50", "inception_v1", "densenet121",
