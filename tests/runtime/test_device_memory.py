@@ -214,3 +214,27 @@ def test_device_instances_are_chosen_per_module(opaque: OpaqueBackend, tmp_path)
         tessera.compile(_model(), target="opaque", devices={"cuda": 0})
     with pytest.raises(TargetError, match="device 'cpu' has no instance 2"):
         CPU.instance(2)
+
+
+def test_a_module_for_an_absent_device_exports_but_does_not_run(opaque: OpaqueBackend,
+                                                                tmp_path) -> None:
+    """Cross-compilation: compiling for a device this machine lacks (``Device.missing``)
+    allocates nothing, running says why, and the artifact runs where the device is."""
+    device = opaque.memory
+    device.absent = "the test unplugged it"
+    try:
+        arenas = device.live_arenas
+        mod = tessera.compile(_model(), target="opaque")
+        assert "opaque:0: the test unplugged it" in (mod.missing_devices or "")
+        assert device.live_arenas == arenas
+        x = _x(5)
+        with pytest.raises(RunError, match="cannot run .*unplugged.*export it"):
+            mod.run(x=x)
+        with pytest.raises(RunError, match="unplugged"):
+            mod.set_input("x", x)
+        path = mod.export(tmp_path / "m.tar")
+    finally:
+        device.absent = None
+    assert mod.missing_devices is None
+    loaded = tessera.load(path)
+    np.testing.assert_allclose(loaded.run(x=x)["y"], _expected(x), rtol=1e-5, atol=1e-6)

@@ -69,6 +69,13 @@ class Device(ABC):
                               f"build of it drives only {self.key}")
         return self
 
+    def missing(self) -> str | None:
+        """Why this machine cannot run code on this device (no driver, no such GPU), or None
+        when it can. A backend may still compile for an absent device (cross-compilation, as
+        ``cuda -arch=sm_90`` on a machine without a GPU); the module can then be inspected and
+        exported but not run, and the artifact runs where the device is. Must not raise."""
+        return None
+
     # -- memory -----------------------------------------------------------------------------
     @abstractmethod
     def allocate(self, nbytes: int) -> Any:

@@ -69,8 +69,10 @@ class Module:
         #: Idle execution states for ``run(**inputs)`` (see :mod:`tessera.runtime.states`).
         self.states: StatePool[Executor] = StatePool(self._new_state)
         self._local = threading.local()
-        # one state now, so that binding errors surface at compile (or load) time
-        self.states.release(self.states.acquire())
+        # one state now, so that binding errors surface at compile (or load) time; a module
+        # cross-compiled for a device this machine lacks has none (it can be exported)
+        if self.missing_devices is None:
+            self.states.release(self.states.acquire())
 
     def _check_memory(self) -> None:
         """Refuse a memory plan that cannot fit before allocating it (a lazily committed
@@ -88,7 +90,20 @@ class Module:
                 + "; ".join(f"{t.name!r} {t.type} ({human_bytes(t.type.nbytes)})"
                             for t in largest))
 
+    @property
+    def missing_devices(self) -> str | None:
+        """Why this machine cannot run the module (the devices it was compiled for that are
+        absent here, and what is missing), or None when it can."""
+        reasons = [f"{d.key}: {why}" for d in self._devices.values()
+                   if (why := d.missing()) is not None]
+        return "; ".join(reasons) if reasons else None
+
     def _new_state(self) -> Executor:
+        missing = self.missing_devices
+        if missing is not None:
+            raise RunError(f"this module was compiled for a device this machine cannot run "
+                           f"({missing}); export it (Module.export, tessera compile -o) and "
+                           f"run the artifact where the device is")
         return Executor(self.plan, self.memory, self._devices)
 
     def _thread_state(self) -> _StepState:

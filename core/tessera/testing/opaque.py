@@ -87,6 +87,12 @@ class OpaqueDevice(Device):
         self._lock = threading.RLock()
         self.stats = DeviceStats()
         self._siblings: dict[int, OpaqueDevice] = {index: self}
+        #: Set to a reason to play a device this machine lacks (``Device.missing``): modules
+        #: compiled for it refuse to run and allocate nothing.
+        self.absent: str | None = None
+
+    def missing(self) -> str | None:
+        return self.absent
 
     def instance(self, index: int) -> OpaqueDevice:
         """Device ``index`` of this kind: one object per index, made on first use."""

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from tessera.errors import ArtifactError, CompileError, TargetError
+from tessera.errors import ArtifactError, CompileError, RunError, TargetError
 from tessera.ir.graph import Function, Node
 from tessera.ir.types import TensorType
 from tessera.partition.patterns import Pattern
@@ -39,7 +39,7 @@ from tessera.plugin.target import TargetKind
 from tessera.topi.registry import registered_ops, unsupported_reason
 
 from .codegen import _C_TYPES
-from .driver import CUDADevice, LoadedModule, driver_missing, launch
+from .driver import CUDADevice, CudaBuffer, LoadedModule, driver_missing, launch
 from .graphs import GroupLaunches, make_graph_binder
 from .lowering import LoweredRegion, lower_region
 from .nvrtc import compile_cuda, nvrtc_missing
@@ -197,6 +197,20 @@ def _make_kernel(module: LoadedModule, entry: dict[str, Any]) -> tuple[Kernel, G
     return kernel, group
 
 
+def _unloaded_kernel(entry: dict[str, Any], why: str) -> Kernel:
+    """The Kernel of a fused group compiled without a GPU: the runtime never calls it (the
+    module has no execution state while its device is missing); if anything does, it says
+    why."""
+
+    def run(ins: list[Any], outs: list[Any]) -> None:
+        raise RunError(f"{why}: export the module and load it on a machine with the GPU")
+
+    return Kernel(name=entry["name"], fn=run, inputs=list(entry["inputs"]),
+                  outputs=list(entry["outputs"]), op=entry["op"],
+                  flops=int(entry.get("flops", 0)),
+                  workspace_bytes=int(entry.get("workspace", 0)))
+
+
 class CUDABackend(Backend):
     """CUDA C kernels for NVIDIA GPUs, compiled with NVRTC."""
 
@@ -218,9 +232,19 @@ class CUDABackend(Backend):
         return driver_missing()
 
     def available_for(self, target: TargetKind) -> str | None:
+        """NVRTC is enough to compile for a named architecture (``cuda -arch=sm_90`` on a
+        machine without a GPU: the module is exported and runs where the GPU is); without
+        ``-arch`` the GPU decides it, so it must be here."""
         gpu_info(target)
         _fast_math(target)
-        return self.available()
+        missing = nvrtc_missing()
+        if missing:
+            return missing
+        missing = driver_missing()
+        if missing and not target.get("arch"):
+            return f"{missing}; to compile without a GPU, name its architecture " \
+                   f"(cuda -arch={DEFAULT_ARCH}) and run the exported module on the GPU machine"
+        return None
 
     def claims(self, target: TargetKind) -> list[Pattern]:
         return list(_patterns())
@@ -262,6 +286,16 @@ class CUDABackend(Backend):
     def _assemble(self, region: Function, device: CUDADevice, source: str, cubin: bytes,
                   arch: str, table: list[dict[str, Any]], constants: dict[str, np.ndarray],
                   tensors: dict[str, TensorType]) -> CompiledRegion:
+        missing = device.missing()
+        if missing is not None:
+            # cross-compiled (-arch named, no GPU here): nothing is loaded; the module refuses
+            # to run (Device.missing) and its artifact loads where the GPU is
+            why = f"cuda region {region.name} was compiled for {arch} without a GPU ({missing})"
+            return CompiledRegion(
+                self.name, region, [_unloaded_kernel(e, why) for e in table], tensors,
+                {k: CudaBuffer(0, TensorType.of(v)) for k, v in constants.items()},
+                {"kernels": len(table), "device": device.key, "loaded": False},
+                handle=CUDAHandle(source, cubin, arch, table, constants))
         names = [x["kernel"] for e in table for x in e["launches"]]
         module = LoadedModule.load(device, cubin, names)
         made = [_make_kernel(module, e) for e in table]

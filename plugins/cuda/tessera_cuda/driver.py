@@ -147,6 +147,18 @@ class CUDADevice(Device):
     def instance(self, index: int) -> CUDADevice:
         return CUDADevice.get(index)
 
+    def missing(self) -> str | None:
+        why = driver_missing()
+        if why is not None:
+            return why
+        try:
+            count = int(_check(_cu().cuDeviceGetCount(), "cuDeviceGetCount"))
+        except RunError as err:
+            return str(err)
+        if self.index >= count:
+            return f"this machine has {count} GPU(s), no cuda:{self.index}"
+        return None
+
     # -- context and stream -----------------------------------------------------------------
     def context(self) -> Any:
         """Make this device's primary context current in the calling thread (every driver
