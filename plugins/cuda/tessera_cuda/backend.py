@@ -39,7 +39,7 @@ from tessera.plugin.target import TargetKind
 from tessera.topi.registry import registered_ops, unsupported_reason
 
 from .codegen import _C_TYPES
-from .driver import CUDADevice, CudaBuffer, LoadedModule, driver_missing, launch
+from .driver import CudaBuffer, CUDADevice, LoadedModule, driver_missing, launch
 from .graphs import GroupLaunches, make_graph_binder
 from .lowering import LoweredRegion, lower_region
 from .nvrtc import compile_cuda, nvrtc_missing
