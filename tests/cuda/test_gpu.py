@@ -108,3 +108,26 @@ def test_bert_encoder_matches_onnxruntime() -> None:
     mod = tessera.compile(model, target="cuda")
     np.testing.assert_allclose(mod.run(**inputs)["last_hidden_state"], want, rtol=1e-4,
                                atol=1e-4)
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+def test_depthwise_network_matches_onnxruntime(batch: int) -> None:
+    from tessera.testing.mobilenet import make_mobilenet, mobilenet_inputs
+
+    model = make_mobilenet(batch=batch, resolution=96, width=0.5, seed=3)
+    inputs = mobilenet_inputs(batch, 96, seed=3)
+    want = run_onnxruntime(model, inputs)["logits"]
+    mod = tessera.compile(model, target="cuda")
+    np.testing.assert_allclose(mod.run(**inputs)["logits"], want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_cross_compiled_artifact_runs(tmp_path) -> None:  # noqa: ANN001
+    """What ``tessera compile --target "cuda -arch=<this GPU's>"`` writes on a machine without
+    a GPU loads here without recompiling."""
+    from tessera_cuda.driver import CUDADevice
+
+    model, inputs = conv_block_model()
+    arch = CUDADevice.get(0).arch()
+    path = tessera.compile(model, target=f"cuda -arch={arch}").export(tmp_path / "m.tar")
+    got = tessera.load(path).run(**inputs)["y"]
+    np.testing.assert_allclose(got, run_onnxruntime(model, inputs)["y"], rtol=1e-4, atol=1e-4)
