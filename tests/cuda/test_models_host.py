@@ -38,3 +38,24 @@ def test_bert_encoder_on_host_matches_onnxruntime(layer_norm: str) -> None:
     assert compile_cuda(lowered.source.text, "sm_90").cubin
     got = run_on_host(lowered, inputs)[graph.outputs[0].name]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+@needs_cxx
+@needs_nvrtc
+def test_depthwise_network_on_host_matches_onnxruntime() -> None:
+    """MobileNet v1 (narrow, small images): the stem and pointwise convolutions through the
+    shared-memory template, the depthwise ones one output per thread, pooling and the
+    classifier."""
+    from models.support import run_onnxruntime
+
+    from tessera.testing.mobilenet import make_mobilenet, mobilenet_inputs
+
+    model = make_mobilenet(batch=2, resolution=32, width=0.25, classes=20, seed=1)
+    inputs = mobilenet_inputs(2, 32, seed=1)
+    want = run_onnxruntime(model, inputs)[0]
+    graph = PassManager(opt_level=3).run(import_onnx(model))
+    lowered = lower_region(graph, GPUInfo())
+    templates = [g.template for g in lowered.groups]
+    assert templates.count("cuda_conv2d_direct") == 14  # the stem and 13 pointwise convs
+    got = run_on_host(lowered, inputs)[graph.outputs[0].name]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -39,6 +39,8 @@ class LoweredGroup:
     flops: int = 0
     template: str = ""
     config: dict[str, Any] = field(default_factory=dict)
+    #: The workload key tuning records and ``overrides`` name the config by ("" when none).
+    key: str = ""
 
 
 @dataclass
@@ -104,5 +106,5 @@ def lower_region(region: Function, gpu: GPUInfo, opt_level: int = 3, prefix: str
             name=name, kernels=kernels, inputs=[v.name for v in gte.inputs],
             outputs=[v.name for v in group.outputs], op="+".join(n.op for n in group.nodes),
             flops=group_flops(group.nodes), template=sched.template,
-            config=dict(cfg.values) if cfg else {}))
+            config=dict(cfg.values) if cfg else {}, key=cfg.key() if cfg else ""))
     return LoweredRegion(func, lowered, constants, source)

@@ -2,10 +2,13 @@
 
 * a group anchored on a matrix product: :mod:`.dense` (shared-memory tiles), its epilogue
   computed from the register tile;
+* a group anchored on a 2-D one-group float convolution: :mod:`.conv` (input patches and
+  weights through shared memory, register tiles over output channels), its epilogue fused;
 * any other group: each stage computed at root is spread one output element per thread
   (:func:`.common.schedule_elementwise`), injective stages inlined into their readers except
-  the tables and values several reductions read (softmax's exponentials). A convolution is
-  computed one output element per thread with its padding inlined and its epilogue fused.
+  the tables and values several reductions read (softmax's exponentials). Other
+  convolutions (depthwise, grouped, 1-D and 3-D, integer) are computed one output element per
+  thread with their padding inlined and their epilogue fused.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from tessera import te
 from tessera.autotune.space import ScheduleConfig
 
 from .common import GPUInfo, compute_ops, elementwise_space, schedule_elementwise
+from .conv import conv_space, find_conv, schedule_conv
 from .dense import dense_space, find_dense, schedule_dense
 
 __all__ = ["GPUInfo", "GroupSchedule", "schedule_group"]
@@ -59,6 +63,17 @@ def schedule_group(outputs: list[te.Tensor], gpu: GPUInfo,
                 s[op].compute_inline()
         cfg = _pick(dense_space(mm, gpu), overrides)
         schedule_dense(s, mm, last, cfg)
+        result.configs.append(cfg)
+        return result
+
+    conv = find_conv(ops)
+    if conv is not None and len(out_ops) == 1 and (last is conv or _same_axes(conv, last)) \
+            and not any(op.reduce_axis for op in ops if op is not conv):
+        for op in ops:
+            if op is not conv and op is not last:
+                s[op].compute_inline()
+        cfg = _pick(conv_space(conv, gpu), overrides)
+        schedule_conv(s, conv, last, cfg)
         result.configs.append(cfg)
         return result
 
