@@ -1,7 +1,7 @@
 """Helpers for the tessera-cuda tests: the plugin on the path, cases lowered once per family.
 
 CI has no GPU: the generated CUDA C is compiled to cubin with NVRTC and executed on the host
-through ``tessera_cuda/host/cuda_host.h`` (each block's threads as OS threads, real barriers).
+through ``tessera_cuda/host/cuda_host.h`` (each block's threads as fibers, real barriers).
 Tests marked ``gpu`` run where the cuda backend is available.
 """
 

@@ -12,7 +12,11 @@ iteration variables are rebuilt from the loops (``outer * factor + inner`` for a
 
 A reduction stores its identity at the level just outside its outermost reduce loop (in a copy
 of the data loops that are inside that level) and accumulates ``out = combine(out, source)``
-inside, under ``IfThenElse`` when the reduction has a ``where`` condition.
+inside, under ``IfThenElse`` when the reduction has a ``where`` condition. A reduction whose
+reduce loop is bound to ``threadIdx.*`` is a cross-thread reduction (TVM's allreduce): each
+thread combines its share in a ``local`` register, the block folds the shares in a ``shared``
+buffer, and thread 0 stores the result (``_Lowering.emit_allreduce``; the barriers come from
+the ``thread_sync`` pass).
 
 Stages passed in ``args`` write the parameter buffers. Every other stage gets an ``Allocate``:
 of its whole shape at the top of the function for a stage computed at root, of its inferred
@@ -201,6 +205,8 @@ class _Lowering:
         out_idx = [sb.offset[a] for a in op.axis]
         leaves = stage.leaf_iter_vars
         guards = [cond for _, cond in sb.guards]
+        if isinstance(body, E.Reduce) and self.thread_reduce_leaf(stage) is not None:
+            return self.emit_allreduce(stage, sb, body, out_idx)
         if isinstance(body, E.Reduce):
             acc = E.BufferLoad(buf, out_idx)
             inner: Stmt = BufferStore(buf, _combine(body.combiner, acc, body.source), out_idx)
@@ -222,6 +228,86 @@ class _Lowering:
             stmt = self.loop(stage, iv, self.loop_vars[iv], sb.extent[iv], stmt)
         if first_reduce == 0:
             stmt = seq(init, stmt)
+        return stmt
+
+    def thread_reduce_leaf(self, stage: Stage) -> IterVar | None:
+        """The reduce loop of ``stage`` bound to a thread axis (a cross-thread reduction)."""
+        for iv in stage.leaf_iter_vars:
+            attr = stage.iter_var_attrs.get(iv)
+            if iv.kind == "reduce" and attr is not None and attr.thread_tag:
+                return iv
+        return None
+
+    def emit_allreduce(self, stage: Stage, sb: StageBound, red: E.Reduce,
+                       out_idx: list[E.PrimExpr]) -> Stmt:
+        """A reduction whose reduce loop ``k`` is bound to ``threadIdx.*`` (extent ``T``):
+        per output element, each thread of the block combines its share of the reduction (its
+        other reduce loops, serial) in a register, stores it at ``red[k]`` in shared memory,
+        and the block folds ``red`` in halves (``red[k] = combine(red[k], red[k + s])`` for
+        ``k < s``; a first fold brings a ``T`` that is not a power of two down to one);
+        thread 0 stores ``red[0]``. ``thread_sync`` later puts the barriers between those
+        steps."""
+        tiv = self.thread_reduce_leaf(stage)
+        assert tiv is not None
+        attr = stage.iter_var_attrs[tiv]
+        leaves = stage.leaf_iter_vars
+        where = f"lower: stage {stage.name} reduces across {attr.thread_tag} (loop {tiv.name})"
+        if not attr.thread_tag.startswith("threadIdx."):
+            raise ValueError(f"{where}: only threadIdx axes can reduce across threads")
+        first = next(k for k, iv in enumerate(leaves) if iv.kind == "reduce")
+        if any(iv.kind != "reduce" for iv in leaves[first:]):
+            raise ValueError(f"{where}: its data loops must all be outside its reduce loops")
+        for iv in leaves[:first]:
+            tag = getattr(stage.iter_var_attrs.get(iv), "thread_tag", None)
+            if tag and tag.startswith("threadIdx."):
+                raise ValueError(f"{where}: data loop {iv.name} is bound to {tag}; a "
+                                 f"cross-thread reduction computes one element per block step")
+        if stage.attach_type != ROOT or any(s.attach_stage is stage for s in self.live
+                                            if s.attach_type == SCOPE):
+            raise ValueError(f"{where}: a cross-thread reduction must be computed at root, "
+                             f"with no stage computed at its loops")
+        t = sb.extent[tiv]
+        buf = self.buffers[stage]
+        part = Buffer(self.names.fresh(f"{stage.name}_part"), [1], buf.dtype, scope="local")
+        shared = Buffer(self.names.fresh(f"{stage.name}_red"), [t], buf.dtype, scope="shared")
+        k = self.loop_vars[tiv]
+        zero = [E.IntImm(0)]
+        update: Stmt = BufferStore(
+            part, _combine(red.combiner, E.BufferLoad(part, zero), red.source), zero)
+        conds = [c for _, c in sb.guards] + ([red.condition] if red.condition is not None
+                                             else [])
+        if conds:
+            update = IfThenElse(E.all_of(*conds), update)
+        update = self.finish(update)
+        for iv in reversed(leaves[first:]):
+            if iv is not tiv:
+                update = self.loop(stage, iv, self.loop_vars[iv], sb.extent[iv], update)
+        steps: list[Stmt] = [BufferStore(part, E.cast(buf.dtype, red.identity()), zero), update,
+                             BufferStore(shared, E.BufferLoad(part, zero), [k])]
+        def fold(active: int, offset: int) -> Stmt:
+            """``red[k] = combine(red[k], red[k + offset])`` for ``k < active``."""
+            mine = E.BufferLoad(shared, [k])
+            theirs = E.BufferLoad(shared, [k + E.IntImm(offset, k.dtype)])
+            return IfThenElse(E.LT(k, E.IntImm(active, k.dtype)),
+                              BufferStore(shared, _combine(red.combiner, mine, theirs), [k]))
+
+        half = 1 << (t.bit_length() - 1)  # the largest power of two <= t
+        if half < t:
+            steps.append(fold(t - half, half))
+        half //= 2
+        while half:
+            steps.append(fold(half, half))
+            half //= 2
+        data_conds = [c for parent, c in sb.guards if parent.kind != "reduce"]
+        first_thread = E.EQ(k, E.IntImm(0, k.dtype))
+        store: Stmt = IfThenElse(
+            E.all_of(first_thread, *[self.finish(c) for c in data_conds]),
+            self.finish(BufferStore(buf, E.BufferLoad(shared, zero), out_idx)))
+        steps.append(store)
+        stmt: Stmt = Allocate(shared, self.loop(stage, tiv, k, t, Allocate(part, seq(*steps))))
+        for iv in reversed(leaves[:first]):
+            stmt = self.attached(stage, iv, stmt)
+            stmt = self.loop(stage, iv, self.loop_vars[iv], sb.extent[iv], stmt)
         return stmt
 
     def init_nest(self, stage: Stage, sb: StageBound, red: E.Reduce,

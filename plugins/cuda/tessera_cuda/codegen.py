@@ -22,8 +22,8 @@ In a kernel:
   (``__expf``, ``__logf``, ``__powf``, ``__fdividef``) -- an intrinsic rule as in TVM, not a
   compiler flag, so it changes only the functions it names.
 
-The same source compiles for the host with :mod:`tessera_cuda.host` (every block's threads as
-OS threads, ``__syncthreads`` a real barrier), which is how CI executes it without a GPU.
+The same source compiles for the host with :mod:`tessera_cuda.host_exec` (every block's threads
+as fibers, ``__syncthreads`` a real barrier), which is how CI executes it without a GPU.
 """
 
 from __future__ import annotations

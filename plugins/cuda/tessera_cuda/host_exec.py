@@ -2,10 +2,11 @@
 
 :class:`HostModule` compiles a :class:`~tessera_cuda.codegen.CudaSource`'s text with the host
 C++ compiler (``g++ -std=c++20``) and the project's header ``host/cuda_host.h``, which runs each
-block's threads as OS threads with ``__syncthreads()`` as a real barrier, and adds one
+block's threads as fibers with ``__syncthreads()`` as a real barrier, and adds one
 ``extern "C"`` launcher per kernel with its grid and block. The same text NVRTC compiles for
 the GPU is what runs here, so the arithmetic, indexing and barriers of every kernel are
-checked against the numpy reference in CI. ``sanitize="thread"`` builds with ThreadSanitizer.
+checked against the numpy reference in CI. ``sanitize="thread"`` builds with ThreadSanitizer
+(and a block's threads as OS threads, whose races it reports).
 
 Built libraries are cached by the hash of their source and flags (``TESSERA_CUDA_HOST_CACHE``,
 default ``~/.cache/tessera/cuda-host``).
@@ -67,7 +68,8 @@ class HostModule:
         flags = ["-std=c++20", opt, "-fPIC", "-shared", "-pthread", "-w",
                  "-include", str(HEADER)]
         if sanitize:
-            flags.append(f"-fsanitize={sanitize}")
+            # ThreadSanitizer sees races between OS threads, not fibers
+            flags += [f"-fsanitize={sanitize}", "-DTESSERA_HOST_OS_THREADS"]
         key = hashlib.sha256("\0".join([text, *flags, HEADER.read_text()]).encode()).hexdigest()
         lib = _cache_dir() / f"{key[:24]}.so"
         if not lib.exists():

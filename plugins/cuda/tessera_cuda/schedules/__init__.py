@@ -19,7 +19,16 @@ from typing import Any
 from tessera import te
 from tessera.autotune.space import ScheduleConfig
 
-from .common import GPUInfo, compute_ops, elementwise_space, schedule_elementwise
+from .common import (
+    BLOCK_REDUCE_MIN,
+    GPUInfo,
+    block_reduce_space,
+    compute_ops,
+    elementwise_space,
+    reduce_extent,
+    schedule_block_reduce,
+    schedule_elementwise,
+)
 from .conv import conv_space, find_conv, schedule_conv
 from .dense import dense_space, find_dense, schedule_dense
 
@@ -79,7 +88,8 @@ def schedule_group(outputs: list[te.Tensor], gpu: GPUInfo,
 
     anchor = next((op for op in ops if op.reduce_axis), None)
     if anchor is not None and len(out_ops) == 1 and last is not anchor and last.axis and \
-            _same_axes(anchor, last) and sum(1 for op in ops if op.reduce_axis) == 1:
+            _same_axes(anchor, last) and sum(1 for op in ops if op.reduce_axis) == 1 and \
+            not _block_reduce(anchor):
         # one reduction (a convolution, a pooling window) with an elementwise epilogue: the
         # reduction per thread in a register, the epilogue applied before the store
         for op in ops:
@@ -97,15 +107,30 @@ def schedule_group(outputs: list[te.Tensor], gpu: GPUInfo,
         if op in out_ops:
             continue
         if op.reduce_axis or any(t in op.tag for t in KEEP_AT_ROOT):
-            cfg = _pick(elementwise_space(op, gpu, "cuda_reduce" if op.reduce_axis
-                                          else "cuda_injective"), overrides)
-            schedule_elementwise(s, op, cfg)
-            result.configs.append(cfg)
+            result.configs.append(_schedule_at_root(s, op, gpu, overrides))
         else:
             s[op].compute_inline()
     for op in out_ops:
-        cfg = _pick(elementwise_space(op, gpu, "cuda_reduce" if op.reduce_axis
-                                      else "cuda_injective"), overrides)
-        schedule_elementwise(s, op, cfg)
-        result.configs.append(cfg)
+        result.configs.append(_schedule_at_root(s, op, gpu, overrides))
     return result
+
+
+def _block_reduce(op: te.ComputeOp) -> bool:
+    """Whether reduction ``op`` gets a block of threads per output element: long reductions
+    (a softmax row, a layer norm, a mean over a sequence), not the windows of convolutions
+    and pooling, and only sums, maxima and minima of one value."""
+    return bool(op.reduce_axis) and reduce_extent(op) >= BLOCK_REDUCE_MIN and \
+        not any(t in op.tag for t in ("conv", "pool")) and \
+        getattr(op.body, "combiner", None) in ("sum", "max", "min")
+
+
+def _schedule_at_root(s: Any, op: te.ComputeOp, gpu: GPUInfo,
+                      overrides: dict[str, dict[str, Any]] | None) -> ScheduleConfig:
+    if _block_reduce(op):
+        cfg = _pick(block_reduce_space(op, gpu), overrides)
+        schedule_block_reduce(s, op, cfg)
+        return cfg
+    cfg = _pick(elementwise_space(op, gpu, "cuda_reduce" if op.reduce_axis
+                                  else "cuda_injective"), overrides)
+    schedule_elementwise(s, op, cfg)
+    return cfg

@@ -80,5 +80,45 @@ def schedule_elementwise(s: Any, op: te.ComputeOp, cfg: ScheduleConfig) -> None:
     bind_flat(s, op, int(cfg["threads"]))
 
 
+#: Reductions at least this long are computed by a block of threads per output element.
+BLOCK_REDUCE_MIN = 32
+
+
+def reduce_extent(op: te.ComputeOp) -> int:
+    """How many values each output element of reduction ``op`` combines."""
+    return math.prod(int(r.dom.extent.value) for r in op.reduce_axis)
+
+
+def block_reduce_space(op: te.ComputeOp, gpu: GPUInfo) -> ConfigSpace:
+    """One knob: the threads (a power of two, at least a warp) that share each output
+    element's reduction. Default: the reduction's length rounded up to a power of two, at most
+    256 (each thread combines a few values in a register before the block's tree)."""
+    k = reduce_extent(op)
+    space = ConfigSpace("cuda_block_reduce", (tuple(extents(op)), k, str(op.output(0).dtype),
+                                              op.tag))
+    cands = [t for t in (32, 64, 128, 256, 512, 1024) if t <= gpu.max_threads_per_block]
+    want = 1 << max(0, (k - 1).bit_length())
+    default = max(t for t in cands if t <= max(min(want, 256), cands[0]))
+    space.define("threads", cands, default, "threads per output element's reduction")
+    return space
+
+
+def schedule_block_reduce(s: Any, op: te.ComputeOp, cfg: ScheduleConfig) -> None:
+    """A reduction computed by a block per output element (``blockIdx.x`` over the fused
+    data axes): its reduce axes fused and split so that ``threadIdx.x`` strides through
+    them (consecutive threads on consecutive values, coalesced where the reduction is over
+    the innermost axis), each thread's share combined in a register, then across the block
+    through shared memory (``te.lower``'s cross-thread reduction)."""
+    stage = s[op]
+    red = list(op.reduce_axis)
+    r = stage.fuse(*red) if len(red) > 1 else red[0]
+    _, ki = stage.split(r, factor=int(cfg["threads"]))
+    data = list(op.axis)
+    if data:
+        b = stage.fuse(*data) if len(data) > 1 else data[0]
+        stage.bind(b, BLOCK_X)
+    stage.bind(ki, THREAD_X)
+
+
 def const_int(e: Any) -> int:
     return int(e.value) if isinstance(e, IntImm) else int(e)
