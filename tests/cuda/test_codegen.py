@@ -13,7 +13,7 @@ from tessera.errors import CompileError
 from tessera.tir import stmt as S
 from tessera.tir.functor import post_order_visit
 from tessera_cuda.codegen import CudaSource
-from tessera_cuda.host_exec import HostModule
+from tessera_cuda.host_exec import HostModule, host_compiler
 from tessera_cuda.nvrtc import compile_cuda
 from tessera_cuda.pipeline import gpu_pipeline
 
@@ -171,3 +171,41 @@ def test_nvrtc_builds_cubin_and_ptx_for_the_architecture() -> None:
     result = compile_cuda(src.text, "sm_80", want_ptx=True)
     assert result.cubin[:4] == b"\x7fELF"
     assert ".target sm_80" in result.ptx and "bar.sync" in result.ptx
+
+
+def _vector_kernel(dtype: str, offset: int, lanes: int = 4) -> tuple:
+    """y[i] = x[i + offset] * 2 + x[0] over 64 elements, ``lanes`` per thread (vectorized)."""
+    x = te.placeholder((64 + offset,), dtype, name="x")
+    from tessera.tir import expr as E
+
+    y = te.compute((64,), lambda i: x[i + offset] * E.convert(2, dtype) + x[0], name="y")
+    s = te.create_schedule(y.op)
+    outer, v = s[y].split(y.op.axis[0], factor=lanes)
+    bx, tx = s[y].split(outer, factor=8)
+    s[y].bind(bx, te.thread_axis("blockIdx.x"))
+    s[y].bind(tx, te.thread_axis("threadIdx.x"))
+    s[y].vectorize(v)
+    src = CudaSource()
+    group = src.add(gpu_pipeline().run(te.lower(s, [x, y], "vec")))
+    return src, group
+
+
+@pytest.mark.parametrize("dtype,offset,lanes,load,store", [
+    ("float32", 0, 4, "float4", "float4"), ("int32", 0, 2, "int2", "int2"),
+    ("float32", 1, 4, None, "float4"), ("float64", 0, 4, None, None)])
+def test_vector_loads_and_stores(dtype: str, offset: int, lanes: int, load: str | None,
+                                 store: str | None) -> None:
+    """Contiguous accesses whose start is a multiple of the lanes become one vector access
+    of a 4-byte type; others (a load at an odd offset, 8-byte elements) go lane by lane.
+    Both compute the same values, on the host and through NVRTC."""
+    src, group = _vector_kernel(dtype, offset, lanes)
+    text = group.kernels[0].text
+    assert (f"*reinterpret_cast<const {load}*>" in text) if load else "const float" not in text
+    assert (f"= make_{store}(" in text) if store else "reinterpret_cast" not in text
+    assert compile_cuda(src.text, "sm_90").cubin
+    if host_compiler() is None:  # the text and cubin were still checked
+        return
+    x = (RNG.standard_normal(64 + offset) * 10).astype(dtype)
+    y = np.zeros(64, dtype)
+    HostModule(src).run_group(group, {"x": x, "y": y})
+    np.testing.assert_array_equal(y, x[offset:] * 2 + x[0])

@@ -237,6 +237,23 @@ def _float_literal(value: float, dtype: str) -> str:
     return f"__longlong_as_double(0x{bits:016x}LL)"
 
 
+#: CUDA's vector types of the 4-byte element types (``float4``, ``int2``, ...).
+_VECTOR_TYPES = {"float32": "float", "int32": "int", "uint32": "uint"}
+_LANE_FIELDS = ("x", "y", "z", "w")
+
+
+def _multiple_of(e: E.PrimExpr, n: int) -> bool:
+    """Whether index ``e`` is provably a multiple of ``n`` (sums and differences of
+    multiples, products with a multiple)."""
+    if isinstance(e, E.IntImm):
+        return e.value % n == 0
+    if isinstance(e, E.Add | E.Sub):
+        return _multiple_of(e.a, n) and _multiple_of(e.b, n)
+    if isinstance(e, E.Mul):
+        return _multiple_of(e.a, n) or _multiple_of(e.b, n)
+    return False
+
+
 class _KernelWriter:
     """Writes one kernel's body."""
 
@@ -250,6 +267,11 @@ class _KernelWriter:
         self.used_names: set[str] = set()
         big = any(_elements(b) >= 2**31 for b in kern.params)
         self.index_type = "long long" if big else "int"
+        #: While a vector store is written: the lane being printed, and the names of the
+        #: vector registers its contiguous loads were read into (id of the load -> name).
+        self.lane: int | None = None
+        self.vector_temps: dict[int, str] = {}
+        self.params = {id(b) for b in kern.params}
 
     # -- names ------------------------------------------------------------------------------
     def name_of(self, obj: object, hint: str) -> str:
@@ -277,10 +299,9 @@ class _KernelWriter:
 
     # -- expressions ------------------------------------------------------------------------
     def expr(self, e: E.PrimExpr) -> str:
-        if e.lanes != 1:
+        if e.lanes != 1 and self.lane is None:
             raise CompileError(f"cuda codegen: kernel {self.kern.name} has a {e.lanes}-lane "
-                               f"vector expression; vectorized loops run serially on the GPU "
-                               f"(the cuda pipeline devectorizes them)")
+                               f"vector expression outside a vector store")
         method = getattr(self, "e_" + type(e).__name__, None)
         if method is None:
             raise CompileError(f"cuda codegen: kernel {self.kern.name}: expression "
@@ -400,7 +421,78 @@ class _KernelWriter:
         if len(e.indices) != 1:
             raise CompileError(f"cuda codegen: kernel {self.kern.name}: buffer "
                                f"{e.buffer.name} is not flattened")
+        temp = self.vector_temps.get(id(e))
+        if temp is not None and self.lane is not None:
+            return f"{temp}.{_LANE_FIELDS[self.lane]}"
         return f"{self.buf(e.buffer)}[{self.expr(e.indices[0])}]"
+
+    # vector expressions, printed one lane at a time (self.lane)
+    def e_Ramp(self, e: E.Ramp) -> str:
+        assert self.lane is not None
+        if self.lane == 0:
+            return self.expr(e.base)
+        return f"({self.expr(e.base)} + {self.expr(e.stride)} * {self.lane})"
+
+    def e_Broadcast(self, e: E.Broadcast) -> str:
+        return self.expr(e.value)
+
+    def vector_access(self, buffer: Buffer, index: E.PrimExpr) -> str | None:
+        """The base index of a contiguous, aligned access of 2 or 4 lanes to a global
+        parameter of a 4-byte type (one ``float4``/``int2``/... access), else None. The
+        runtime places every tensor at 256-byte boundaries, so an index that is a multiple of
+        the lanes is aligned."""
+        if not isinstance(index, E.Ramp) or index.lanes not in (2, 4) or \
+                not (isinstance(index.stride, E.IntImm) and index.stride.value == 1):
+            return None
+        if id(buffer) not in self.params or buffer.dtype not in _VECTOR_TYPES:
+            return None
+        if not _multiple_of(index.base, index.lanes):
+            return None
+        return self.expr(index.base)
+
+    def vector_store(self, s: S.BufferStore, d: int) -> None:
+        """A vector store (a vectorized loop): its contiguous aligned loads read once into
+        vector registers, each lane's value computed, then one vector store (or a store per
+        lane)."""
+        lanes = max(s.value.lanes, s.indices[0].lanes)
+        loads: list[E.BufferLoad] = []
+        post_order_visit(s.value, lambda n: loads.append(n) if isinstance(n, E.BufferLoad)
+                         and n.indices[0].lanes == lanes else None)
+        self.emit("{", d)
+        temps: dict[int, str] = {}
+        for load in loads:
+            base = self.vector_access(load.buffer, load.indices[0])
+            if base is None or id(load) in temps:
+                continue
+            vt = f"{_VECTOR_TYPES[load.buffer.dtype]}{lanes}"
+            name = self.name_of(load, f"{load.buffer.name}_v")
+            self.emit(f"const {vt} {name} = *reinterpret_cast<const {vt}*>"
+                      f"(&{self.buf(load.buffer)}[{base}]);", d + 1)
+            temps[id(load)] = name
+        values = []
+        self.vector_temps = temps
+        try:
+            for lane in range(lanes):
+                self.lane = lane
+                value = self.expr(s.value)
+                if s.value.dtype != s.buffer.dtype:
+                    value = f"(({self.ctype(s.buffer.dtype)})({value}))"
+                values.append(value)
+            base = self.vector_access(s.buffer, s.indices[0])
+            if base is not None:
+                vt = f"{_VECTOR_TYPES[s.buffer.dtype]}{lanes}"
+                self.lane = None
+                self.emit(f"*reinterpret_cast<{vt}*>(&{self.buf(s.buffer)}[{base}]) = "
+                          f"make_{vt}({', '.join(values)});", d + 1)
+            else:
+                for lane, value in enumerate(values):
+                    self.lane = lane
+                    self.emit(f"{self.buf(s.buffer)}[{self.expr(s.indices[0])}] = {value};",
+                              d + 1)
+        finally:
+            self.lane = None
+            self.vector_temps = {}
+        self.emit("}", d)
 
     def e_Let(self, e: E.Let) -> str:
         t = self.ctype(e.var.dtype)
@@ -450,6 +542,9 @@ class _KernelWriter:
             if len(s.indices) != 1:
                 raise CompileError(f"cuda codegen: kernel {self.kern.name}: buffer "
                                    f"{s.buffer.name} is not flattened")
+            if s.value.lanes != 1 or s.indices[0].lanes != 1:
+                self.vector_store(s, d)
+                return
             value = self.expr(s.value)
             if s.value.dtype != s.buffer.dtype:
                 value = f"(({self.ctype(s.buffer.dtype)})({value}))"

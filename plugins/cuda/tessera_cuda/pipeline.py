@@ -1,9 +1,11 @@
 """The TIR pipeline of the cuda backend (a :class:`~tessera.tir.transform.Pipeline`).
 
-The CPU pipeline's passes without CPU vectors, unrolling or storage rewriting: vectorized loops
-run serially (a GPU thread is the vector lane), unrolled loops stay loops that the CUDA compiler
-unrolls (``#pragma unroll``), and allocations stay where the schedule put them, each in its
-scope. Then barriers between the phases that share a block's ``shared`` memory
+The CPU pipeline's passes without unrolling or storage rewriting: vectorized loops of up to 4
+lanes become vector code (the code generator reads and writes contiguous aligned lanes of
+4-byte types as one ``float4``/``int2``/... access and computes the lanes one by one), longer
+ones run serially, unrolled loops stay loops that the CUDA compiler unrolls (``#pragma
+unroll``), and allocations stay where the schedule put them, each in its scope. Then barriers
+between the phases that share a block's ``shared`` memory
 (:func:`~tessera.tir.transform.thread_sync.thread_sync`) and the IR verifier. The GPU verifier
 (thread extents, shared memory and register budgets) runs per kernel in the code generator,
 which splits a function into kernels first.
@@ -57,8 +59,9 @@ def hoist_shared(func: S.PrimFunc) -> S.PrimFunc:
 
 
 def gpu_pipeline() -> Pipeline:
-    """simplify, remove_redundant_checks, flatten_buffers, devectorize, simplify_again,
+    """simplify, remove_redundant_checks, flatten_buffers, vectorize (4 lanes), simplify_again,
     hoist_shared, thread_sync, verify."""
-    base = default_pipeline({"vectorize": False, "unroll": False, "storage_rewrite": False})
+    base = default_pipeline({"vectorize": True, "max_lanes": 4, "unroll": False,
+                             "storage_rewrite": False})
     return base.insert_before("verify", "hoist_shared", hoist_shared) \
         .insert_before("verify", "thread_sync", thread_sync)

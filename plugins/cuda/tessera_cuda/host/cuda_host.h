@@ -34,6 +34,19 @@ struct dim3 {
   constexpr dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}
 };
 
+// CUDA's vector types for the kernels' vector loads and stores (the GPU's are 8- and
+// 16-byte aligned; these are not, so an access the code generator wrongly thinks aligned is
+// not caught here, only on the GPU).
+#define TESSERA_HOST_VECTOR(T, N)                                       \
+  struct N##2 { T x, y; };                                              \
+  struct N##4 { T x, y, z, w; };                                        \
+  inline N##2 make_##N##2(T x, T y) { return N##2{x, y}; }              \
+  inline N##4 make_##N##4(T x, T y, T z, T w) { return N##4{x, y, z, w}; }
+TESSERA_HOST_VECTOR(float, float)
+TESSERA_HOST_VECTOR(int, int)
+TESSERA_HOST_VECTOR(unsigned, uint)
+#undef TESSERA_HOST_VECTOR
+
 namespace tessera_host {
 inline thread_local dim3 thread_index, block_index;
 inline dim3 grid_dim, block_dim;

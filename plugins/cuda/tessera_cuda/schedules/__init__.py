@@ -95,7 +95,8 @@ def schedule_group(outputs: list[te.Tensor], gpu: GPUInfo,
         for op in ops:
             if op is not anchor and op is not last:
                 s[op].compute_inline()
-        cfg = _pick(elementwise_space(last, gpu, "cuda_reduce_epilogue"), overrides)
+        cfg = _pick(elementwise_space(last, gpu, "cuda_reduce_epilogue", vectors=False),
+                    overrides)
         s[anchor].set_scope("local")
         schedule_elementwise(s, last, cfg)
         stage = s[last]

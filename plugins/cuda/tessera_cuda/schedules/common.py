@@ -44,18 +44,39 @@ def _pow2_at_most(n: int) -> int:
     return 1 << max(0, n.bit_length() - 1)
 
 
-def elementwise_space(op: te.ComputeOp, gpu: GPUInfo, template: str) -> ConfigSpace:
-    """One knob: threads per block (a multiple of the warp, at most the element count rounded
-    up to a warp). Default 256: enough warps per block to hide latency, blocks enough to fill
-    the device for any tensor over a few hundred thousand elements."""
+#: Element types whose vector loads and stores the code generator emits (4 bytes a lane).
+VECTOR_DTYPES = ("float32", "int32", "uint32")
+
+
+def vector_lanes(op: te.ComputeOp) -> list[int]:
+    """The lanes an injective stage can compute per thread with vector accesses: 2 and 4
+    where its innermost extent is a multiple and its type 4 bytes wide."""
+    ext = extents(op)
+    if op.reduce_axis or not ext or str(op.output(0).dtype) not in VECTOR_DTYPES:
+        return [1]
+    return [1] + [v for v in (2, 4) if ext[-1] % v == 0]
+
+
+def elementwise_space(op: te.ComputeOp, gpu: GPUInfo, template: str,
+                      vectors: bool = True) -> ConfigSpace:
+    """Knobs: ``vector``, the consecutive elements of the innermost axis a thread computes
+    (vector loads and stores of 16 bytes where the axis allows: default the widest), and
+    ``threads`` per block (a multiple of the warp, at most the thread count rounded up to a
+    warp). Default 256 threads: enough warps per block to hide latency, blocks enough to fill
+    the device for any tensor over a few hundred thousand elements. ``vectors=False``: one
+    element per thread (an epilogue that computes its reduction in a register)."""
     total = math.prod(extents(op)) or 1
     space = ConfigSpace(template, (tuple(extents(op)), str(op.output(0).dtype), op.tag))
+    lanes = vector_lanes(op) if vectors else [1]
+    vec = space.define("vector", lanes, lanes[-1],
+                       "consecutive elements per thread, read and written as one vector")
+    per_thread = -(-total // vec)
     cap = min(gpu.max_threads_per_block, max(gpu.warp_size,
-                                             -(-total // gpu.warp_size) * gpu.warp_size))
+                                             -(-per_thread // gpu.warp_size) * gpu.warp_size))
     cands = [t for t in (32, 64, 128, 256, 512, 1024) if t <= cap] or [gpu.warp_size]
     default = min(256, _pow2_at_most(cap)) if cap >= 32 else cands[0]
     space.define("threads", cands, default if default in cands else cands[-1],
-                 "threads per block; each thread computes one output element")
+                 "threads per block")
     return space
 
 
@@ -73,11 +94,23 @@ def bind_flat(s: Any, op: te.ComputeOp, threads: int) -> tuple[Any, Any]:
 
 
 def schedule_elementwise(s: Any, op: te.ComputeOp, cfg: ScheduleConfig) -> None:
-    """An injective stage, or a reduction computed one output element per thread (its reduce
-    loops serial in the thread)."""
+    """An injective stage (``vector`` consecutive elements per thread, a vectorized loop), or
+    a reduction computed one output element per thread (its reduce loops serial in the
+    thread)."""
     if not op.axis:  # a scalar result: the code generator runs it on one thread
         return
-    bind_flat(s, op, int(cfg["threads"]))
+    vec = int(cfg.values.get("vector", 1))
+    if vec == 1:
+        bind_flat(s, op, int(cfg["threads"]))
+        return
+    stage = s[op]
+    axes = list(stage.op.axis)
+    outer, lanes = stage.split(axes[-1], factor=vec)
+    fused = stage.fuse(*axes[:-1], outer) if len(axes) > 1 else outer
+    bx, tx = stage.split(fused, factor=int(cfg["threads"]))
+    stage.bind(bx, BLOCK_X)
+    stage.bind(tx, THREAD_X)
+    stage.vectorize(lanes)
 
 
 #: Reductions at least this long are computed by a block of threads per output element.
