@@ -22,7 +22,9 @@ identifier and unique within the group.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -32,6 +34,10 @@ from tessera.ir.graph import Node, Value
 from tessera.ops.registry import REQUIRED, get_schema
 from tessera.topi import registry
 from tessera.topi.utils import const_tensor
+
+#: A backend's own compute of an op (``build_te(computes=...)``): the registry computes'
+#: signature, returning None to leave the node to the registry.
+ComputeOverride = Callable[[list[Any], dict[str, Any], list[Any]], "list[te.Tensor] | None"]
 
 
 @dataclass
@@ -107,10 +113,17 @@ def _new_ops(results: list[te.Tensor], known: set[int]) -> list[te.Operation]:
 
 
 def build_te(nodes: list[Node], inputs: list[Value], outputs: list[Value],
-             inline_scalars: bool = True) -> GroupTE:
+             inline_scalars: bool = True,
+             computes: Mapping[str, ComputeOverride] | None = None) -> GroupTE:
     """The TE graph computing ``outputs`` from ``inputs`` through ``nodes`` (in a topological
     order). Raises :class:`~tessera.errors.CompileError` naming the node when a node has no
-    compute or its compute disagrees with the node's output types."""
+    compute or its compute disagrees with the node's output types.
+
+    ``computes`` are a backend's own computes for some ops (TVM's per-target strategies: a
+    GPU's packed int8 products): op name -> a function with the registry computes' signature
+    (input tensors, attributes, output types) that returns the output tensors, or None to
+    leave the node to the registry's compute. Their results are checked like the registry's.
+    """
     names = _Names()
     tensor_of: dict[str, te.Tensor] = {}
     by_id: dict[int, te.Tensor] = {}
@@ -156,8 +169,11 @@ def build_te(nodes: list[Node], inputs: list[Value], outputs: list[Value],
         args = [tensor_for(v, user) if v is not None else None for v in node.inputs]
         out_types = [v.type for v in node.outputs]
         fn = registry.compute_for(node.op)
+        own = (computes or {}).get(node.op)
         try:
-            results = list(fn(args, _filled_attrs(node), out_types))
+            attrs = _filled_attrs(node)
+            mine = own(args, attrs, out_types) if own is not None else None
+            results = list(mine if mine is not None else fn(args, attrs, out_types))
         except CompileError:
             raise
         except Exception as e:  # noqa: BLE001 - report which node failed

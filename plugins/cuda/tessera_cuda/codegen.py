@@ -82,7 +82,40 @@ template <typename T, typename F> TS_DEVICE T ts_f2i(F x, F lo, F hi, T tlo, T t
 TS_DEVICE float ts_sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 TS_DEVICE float ts_fast_sigmoidf(float x) { return __fdividef(1.0f, 1.0f + __expf(-x)); }
 TS_DEVICE double ts_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+// c + the dot product of the four bytes of a and of b, each signed (s) or unsigned (u):
+// one dp4a instruction on the GPU (sm_61 and later), byte by byte on the host
+#ifndef TESSERA_CUDA_HOST
+TS_DEVICE int ts_dp4a_ss(int a, int b, int c) { return __dp4a(a, b, c); }
+TS_DEVICE int ts_dp4a_uu(int a, int b, int c) {
+  return (int)__dp4a((unsigned)a, (unsigned)b, (unsigned)c);
+}
+TS_DEVICE int ts_dp4a_us(int a, int b, int c) {
+  int d; asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c)); return d;
+}
+TS_DEVICE int ts_dp4a_su(int a, int b, int c) {
+  int d; asm("dp4a.s32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c)); return d;
+}
+#else
+template <bool SA, bool SB> inline int ts_dp4a(int a, int b, int c) {
+  long long acc = c;
+  for (int i = 0; i < 4; ++i) {
+    int x = (a >> (8 * i)) & 255, y = (b >> (8 * i)) & 255;
+    if (SA && x > 127) x -= 256;
+    if (SB && y > 127) y -= 256;
+    acc += (long long)x * y;
+  }
+  return (int)(unsigned)(acc & 0xffffffffLL);
+}
+inline int ts_dp4a_ss(int a, int b, int c) { return ts_dp4a<true, true>(a, b, c); }
+inline int ts_dp4a_uu(int a, int b, int c) { return ts_dp4a<false, false>(a, b, c); }
+inline int ts_dp4a_us(int a, int b, int c) { return ts_dp4a<false, true>(a, b, c); }
+inline int ts_dp4a_su(int a, int b, int c) { return ts_dp4a<true, false>(a, b, c); }
+#endif
 """
+
+#: Byte-wise dot products of packed int8/uint8 words (``tessera_cuda.computes``): the TIR
+#: call ``dp4a_<a sign><b sign>(a, b, c)`` -> the prelude's ``ts_dp4a_..``.
+DP4A = ("dp4a_ss", "dp4a_uu", "dp4a_us", "dp4a_su")
 
 
 #: Names generated code must not give a buffer or variable: C++ keywords, the math functions
@@ -503,6 +536,8 @@ class _KernelWriter:
     def e_Call(self, e: E.Call) -> str:
         args = [self.expr(a) for a in e.args]
         name, dtype = e.name, e.dtype
+        if name in DP4A:
+            return f"ts_{name}({', '.join(args)})"
         if dtype.startswith(("int", "uint")) or dtype == "bool":
             if name in ("floor", "ceil", "round"):
                 return args[0]

@@ -20,6 +20,7 @@ from tessera.tir.gpu_verifier import GPULimits
 from tessera.topi.from_graph import build_te, group_error, kernel_names
 
 from .codegen import CudaSource, GroupKernels
+from .computes import CUDA_COMPUTES
 from .pipeline import gpu_pipeline
 from .schedules import GPUInfo, schedule_group
 
@@ -91,7 +92,7 @@ def lower_region(region: Function, gpu: GPUInfo, opt_level: int = 3, prefix: str
     for group, name in zip(groups, kernel_names(groups, prefix)):
         try:
             gte = build_te(group.nodes, [v for v in group.inputs if not v.is_constant],
-                           group.outputs)
+                           group.outputs, computes=CUDA_COMPUTES)
             sched = schedule_group(list(gte.outputs), gpu, overrides)
             prim = te.lower(sched.schedule, list(gte.placeholders) + list(gte.outputs), name)
             prim = pipeline.run(prim)

@@ -282,11 +282,13 @@ def matmul_integer(a: te.Tensor, b: te.Tensor, a_zp: te.Tensor | None = None,
 
 
 def qlinear_matmul(a: te.Tensor, a_scale: te.Tensor, a_zp: te.Tensor, b: te.Tensor,
-                   b_scale: te.Tensor, b_zp: te.Tensor, y_scale: te.Tensor, y_zp: te.Tensor
-                   ) -> te.Tensor:
+                   b_scale: te.Tensor, b_zp: te.Tensor, y_scale: te.Tensor, y_zp: te.Tensor,
+                   product: Callable[..., te.Tensor] | None = None) -> te.Tensor:
     """Quantized matmul: int32 accumulation requantized with ``a_scale * b_scale / y_scale``
-    (per row of a / per column of b where the scales are vectors)."""
-    acc = matmul_integer(a, b, a_zp, b_zp)
+    (per row of a / per column of b where the scales are vectors). ``product(a, b, a_zp,
+    b_zp)`` computes the int32 accumulation (default :func:`matmul_integer`; a backend passes
+    its own, such as packed dot products)."""
+    acc = (product or matmul_integer)(a, b, a_zp, b_zp)
     out_dtype = y_zp.dtype
     b_vec = b.ndim == 1
     a_vec = a.ndim == 1
