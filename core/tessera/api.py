@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from tessera.autotune.records import TuningHistory
 from tessera.errors import CompileError, PluginCompileError
 from tessera.frontend.onnx.importer import ModelSource, import_onnx
 from tessera.ir.graph import Function
@@ -44,6 +45,9 @@ def compile(model: ModelSource | Function, target: str | None = "auto",
     asks code-generating backends to write those forms of each region's code into
     ``dump_dir`` (default: the current directory) as ``<region>.<form>``. ``devices`` picks
     which device of a kind runs its regions (``{"cuda": 1}``: ``cuda:1``; default: index 0).
+    ``tuning_records`` (a JSON-lines file of ``tessera tune``, or a
+    :class:`~tessera.autotune.records.TuningHistory`) gives each workload its best measured
+    schedule (``apply_history_best``); :meth:`Module.tuning_summary` says how many were tuned.
     """
     say = _progress_printer(progress)
     backends = resolve_target(target)
@@ -66,6 +70,8 @@ def compile(model: ModelSource | Function, target: str | None = "auto",
         extra["dump_code"] = [f.strip() for f in forms if f.strip()]
         extra["dump_dir"] = str(dump_dir or ".")
         _check_code_forms(extra["dump_code"], [b for b, _ in backends], target_text)
+    if tuning_records is not None and not isinstance(tuning_records, TuningHistory):
+        tuning_records = TuningHistory.load(tuning_records)
     options = CompileOptions(opt_level=opt_level, pass_config=dict(pass_config or {}),
                              tuning_records=tuning_records, extra=extra,
                              devices=dict(devices or {}))

@@ -88,3 +88,23 @@ def test_device_buffers_are_not_numpy_readable() -> None:
     buf = CudaBuffer(0x1000, TensorType((4,), "float32"))
     with pytest.raises(TypeError, match="numpy cannot read it"):
         np.asarray(buf)
+
+
+@needs_nvrtc
+def test_tuning_records_choose_the_cuda_schedule() -> None:
+    from tessera.autotune.records import TuningHistory, TuningRecord
+
+    model, _ = conv_block_model()
+    graph = PassManager(opt_level=3).run(import_onnx(model))
+    target = TargetKind("cuda", {"arch": "sm_90"})
+    plain = build_region(graph, target, CompileOptions())
+    group = plain.lowered.groups[0]
+    assert group.template == "cuda_conv2d_direct"
+    knobs = group.configs[0].space.knobs
+    name = next(n for n, k in knobs.items() if len(k.candidates) > 1)
+    value = next(c for c in knobs[name].candidates if c != group.config[name])
+    rec = TuningRecord(key=group.key, template=group.template, workload=[],
+                       config={name: value}, backend="cuda", costs=[1e-5])
+    tuned = build_region(graph, target, CompileOptions(tuning_records=TuningHistory([rec])))
+    assert tuned.lowered.groups[0].config[name] == value
+    assert tuned.lowered.groups[0].configs[0].tuned

@@ -20,8 +20,6 @@ from tessera.ops.layout import pack_conv_weight, pack_nchwc
 from tessera.ops.registry import get_schema
 from tessera.tir.transform import lower_pipeline
 from tessera.topi.from_graph import GroupTE, build_te
-from tessera_llvm import backend as llvm_backend
-from tessera_llvm import lowering
 from tessera_llvm.build import build_module
 from tessera_llvm.schedules import schedule_group
 from tessera_llvm.schedules.common import CPUInfo, compute_ops, injective_space, reduce_space
@@ -60,10 +58,11 @@ class Group:
         assert op is not None
         return op
 
-    def run(self, overrides: dict[str, dict[str, Any]] | None, name: str
-            ) -> tuple[list[np.ndarray], ScheduleConfig | None]:
-        """Schedule with ``overrides``, lower, compile, call; the outputs and the config."""
-        sched = schedule_group(list(self.te.outputs), CPU, overrides)
+    def run(self, overrides: dict[str, dict[str, Any]] | None, name: str,
+            cpu: CPUInfo | None = None) -> tuple[list[np.ndarray], ScheduleConfig | None]:
+        """Schedule with ``overrides`` for ``cpu`` (its knobs' candidates; default the host),
+        lower, compile for the host, call; the outputs and the config."""
+        sched = schedule_group(list(self.te.outputs), cpu or CPU, overrides)
         prim = te.lower(sched.schedule, list(self.te.placeholders) + list(self.te.outputs),
                         name)
         prim = lower_pipeline(prim)
@@ -75,8 +74,8 @@ class Group:
         return outs, (sched.configs[0] if sched.configs else None)
 
     def check(self, overrides: dict[str, dict[str, Any]] | None, name: str,
-              what: str) -> ScheduleConfig | None:
-        outs, cfg = self.run(overrides, name)
+              what: str, cpu: CPUInfo | None = None) -> ScheduleConfig | None:
+        outs, cfg = self.run(overrides, name, cpu)
         for got, want in zip(outs, self.want):
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=what)
         return cfg
@@ -245,7 +244,8 @@ def test_weights_beyond_l2_get_cache_blocks_and_no_prefetch() -> None:
     assert cfg["tile_group"] == 3 and cfg["ic_block"] == 1
     assert cfg["prefetch_weights"] is False
     assert space.knobs["tile_group"].candidates == [1, 2, 3, 4, 8, 17]
-    checked = group.check({key_of(space): cfg}, "conv_cache_blocked", "cache-blocked defaults")
+    checked = group.check({key_of(space): cfg}, "conv_cache_blocked", "cache-blocked defaults",
+                          small_l2)
     assert checked is not None and checked.values == cfg
     roomy = CPUInfo(vector_lanes=8, num_threads=2, vector_registers=16, l2_bytes=512 * KIB)
     cfg = conv_space(group.anchor(), roomy).default_config().values
@@ -418,31 +418,32 @@ def test_every_reduce_knob_candidate_is_correct(kind: str) -> None:
                         f"{kind}_{k}_{par}", f"{kind}: row_vector={value} parallel={par}")
 
 
-def test_lower_region_overrides_reach_the_compiled_model(monkeypatch: pytest.MonkeyPatch
-                                                         ) -> None:
-    """``lowering.lower_region(..., overrides=)`` end to end: a model compiled with non-default
-    conv knobs (matched by template, whatever the workload) still matches onnxruntime."""
+def test_tuning_records_reach_the_compiled_model(tmp_path) -> None:  # noqa: ANN001
+    """Tuning records end to end: a model compiled with non-default conv knobs (another
+    candidate of ``reg_n`` and ``unroll_kw``, from a records file) still matches
+    onnxruntime."""
+    from tessera.autotune.records import TuningRecord, append_records
+
     model, inputs = conv_block_model(seed=9, channels=16, out_channels=32, size=14)
     want = run_onnxruntime(model, inputs)["y"]
     base = tessera.compile(model, target="llvm")
     (cr,) = base.compiled.values()
-    defaults = next(s["config"] for s in cr.info["schedules"].values()
-                    if s["template"] == "conv2d_NCHWc")
-    chosen = {"reg_n": 7 if defaults["reg_n"] != 7 else 2, "unroll_kw": True}
-
-    class ByTemplate(dict):
-        """Overrides for every workload of a template (keys are JSON [template, workload])."""
-
-        def get(self, key: str, default: Any = None) -> Any:
-            return chosen if json.loads(key)[0] == "conv2d_NCHWc" else default
-
-    monkeypatch.setattr(llvm_backend, "lower_region",
-                        partial(lowering.lower_region, overrides=ByTemplate(any=1)))
-    mod = tessera.compile(model, target="llvm")
+    conv = next(c for s in cr.info["schedules"].values() for c in s["configs"]
+                if c["template"] == "conv2d_NCHWc")
+    reg_n = next(v for v in conv["knobs"]["reg_n"] if v != conv["config"]["reg_n"])
+    unroll = next(v for v in conv["knobs"]["unroll_kw"] if v != conv["config"]["unroll_kw"])
+    chosen = {"reg_n": reg_n, "unroll_kw": unroll}
+    path = tmp_path / "records.jsonl"
+    append_records(path, [TuningRecord(key=conv["key"], template="conv2d_NCHWc", workload=[],
+                                       config=chosen, backend="llvm", costs=[1e-3])])
+    mod = tessera.compile(model, target="llvm", tuning_records=str(path))
     (cr,) = mod.compiled.values()
-    config = next(s["config"] for s in cr.info["schedules"].values()
-                  if s["template"] == "conv2d_NCHWc")
-    assert config["reg_n"] == chosen["reg_n"] and config["unroll_kw"] is True
+    config = next(c["config"] for s in cr.info["schedules"].values() for c in s["configs"]
+                  if c["template"] == "conv2d_NCHWc")
+    assert config["reg_n"] == reg_n and config["unroll_kw"] == unroll
+    assert mod.tuning_summary()[0] == 1
     got = mod.run(**inputs)
     assert got is not None
     np.testing.assert_allclose(got["y"], want, rtol=1e-5, atol=1e-5)
+
+

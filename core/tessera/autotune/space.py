@@ -16,6 +16,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+__all__ = ["ConfigSpace", "Knob", "ScheduleConfig", "divisors", "largest_divisor",
+           "schedule_info", "tuning_info"]
+
 
 @dataclass
 class Knob:
@@ -50,11 +53,23 @@ class ConfigSpace:
 
     def pick(self, overrides: dict[str, dict[str, Any]] | None = None) -> ScheduleConfig:
         """The default config, with the knob values ``overrides`` (workload key -> knob
-        values, from tuning records) gives this workload; unknown knobs are ignored."""
+        values, from tuning records) gives this workload. Unknown knobs, and values that are
+        not among a knob's candidates (a record from another version of the template), are
+        ignored with a warning: that knob keeps its default."""
         cfg = self.default_config()
+        cfg.space = self
         chosen = (overrides or {}).get(cfg.key())
-        if chosen:
-            cfg.values.update({k: v for k, v in chosen.items() if k in self.knobs})
+        for name, value in (chosen or {}).items():
+            knob = self.knobs.get(name)
+            if knob is not None and value in knob.candidates:
+                cfg.values[name] = value
+                cfg.tuned = True
+            else:
+                import warnings
+
+                warnings.warn(f"tuning record for {self.template} {list(self.workload)}: "
+                              f"{'unknown knob' if knob is None else 'value not a candidate'}"
+                              f" {name}={value!r} ignored", stacklevel=2)
         return cfg
 
     def size(self) -> int:
@@ -71,6 +86,10 @@ class ScheduleConfig:
     template: str
     workload: tuple[Any, ...]
     values: dict[str, Any]
+    #: The space it was picked from (its knobs' candidates), when it came from ``pick``.
+    space: ConfigSpace | None = field(default=None, compare=False, repr=False)
+    #: Whether tuning records chose any of its values (``pick``).
+    tuned: bool = field(default=False, compare=False)
 
     def __getitem__(self, name: str) -> Any:
         return self.values[name]
@@ -98,3 +117,24 @@ def largest_divisor(n: int, limit: int) -> int:
         if n % d == 0:
             best = d
     return best
+
+
+def schedule_info(template: str, configs: list[ScheduleConfig]) -> dict[str, Any]:
+    """What a backend reports of one kernel's schedule (``CompiledRegion.info["schedules"]``):
+    its template, its first config's values and workload key, and every config it read, with
+    the candidates of its knobs (what a tuner searches)."""
+    first = configs[0] if configs else None
+    return {"template": template, "config": dict(first.values) if first else {},
+            "key": first.key() if first else "",
+            "configs": [{"template": c.template, "key": c.key(), "config": dict(c.values),
+                         "tuned": c.tuned,
+                         "knobs": ({k.name: list(k.candidates) for k in c.space.knobs.values()}
+                                   if c.space is not None else {})}
+                        for c in configs]}
+
+
+def tuning_info(configs: Any) -> dict[str, int]:
+    """``{"tuned": n, "default": m}``: how many of ``configs`` tuning records chose."""
+    cs = list(configs)
+    tuned = sum(1 for c in cs if c.tuned)
+    return {"tuned": tuned, "default": len(cs) - tuned}

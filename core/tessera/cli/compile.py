@@ -165,6 +165,11 @@ def summary(module: Module) -> str:
         name, slowest = max(timings, key=lambda item: item[1])
         lines.append(f"passes:  {len(timings)} in {total:.1f} ms (slowest: {name} "
                      f"{slowest:.1f} ms)")
+    tuning = module.tuning_summary()
+    if tuning is not None:
+        tuned, default = tuning
+        lines.append(f"tuning:  {tuned} schedule(s) from the tuning records, {default} with "
+                     f"default knobs")
     return "\n".join(lines)
 
 

@@ -105,8 +105,9 @@ class SavedBackend:
 @dataclass
 class CompileOptions:
     """Options every backend receives: the optimization level, per-pass switches, tuning
-    records (a path or None), free-form backend options (e.g. ``dump_code``) and which
-    device of each kind the module runs on (``devices``: kind -> index; absent: 0; see
+    records (a :class:`~tessera.autotune.records.TuningHistory`, a path to a records file,
+    or None), free-form backend options (e.g. ``dump_code``) and which device of each kind the
+    module runs on (``devices``: kind -> index; absent: 0; see
     :meth:`Backend.device_instance`)."""
 
     opt_level: int = 3
@@ -114,6 +115,21 @@ class CompileOptions:
     tuning_records: Any = None
     extra: dict[str, Any] = field(default_factory=dict)
     devices: dict[str, int] = field(default_factory=dict)
+
+    def schedule_overrides(self, backend: str, target: str | None = None
+                           ) -> dict[str, dict[str, Any]]:
+        """The best config of each workload the tuning records hold for ``backend``
+        (workload key -> knob values; records of exactly ``target`` preferred), for the
+        backend's templates (``ConfigSpace.pick``); empty without records. A backend that
+        tunes reports what it used as ``CompiledRegion.info["tuning"] = {"tuned": n,
+        "default": m}`` (templates whose config came from the records, and the others)."""
+        if self.tuning_records is None:
+            return {}
+        from tessera.autotune.records import TuningHistory
+
+        if not isinstance(self.tuning_records, TuningHistory):
+            self.tuning_records = TuningHistory.load(self.tuning_records)
+        return self.tuning_records.overrides(backend, target)
 
 
 class Backend(ABC):

@@ -90,6 +90,18 @@ class Module:
                 + "; ".join(f"{t.name!r} {t.type} ({human_bytes(t.type.nbytes)})"
                             for t in largest))
 
+    def tuning_summary(self) -> tuple[int, int] | None:
+        """With tuning records: how many schedules came from them and how many kept their
+        template's defaults (over the regions whose backends report it); None without."""
+        if getattr(self.compile_options, "tuning_records", None) is None:
+            return None
+        tuned = default = 0
+        for cr in self.compiled.values():
+            t = cr.info.get("tuning") or {}
+            tuned += int(t.get("tuned", 0))
+            default += int(t.get("default", 0))
+        return tuned, default
+
     @property
     def missing_devices(self) -> str | None:
         """Why this machine cannot run the module (the devices it was compiled for that are

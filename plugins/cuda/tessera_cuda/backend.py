@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from tessera.autotune.space import schedule_info, tuning_info
 from tessera.errors import ArtifactError, CompileError, RunError, TargetError
 from tessera.ir.graph import Function, Node
 from tessera.ir.types import TensorType
@@ -140,7 +141,8 @@ def build_region(region: Function, target: TargetKind, options: CompileOptions,
             raise CompileError(f"cuda: {reason}")
     gpu = gpu or gpu_info(target)
     lowered = lower_region(region, gpu, options.opt_level, prefix=f"{region.name}_",
-                           fast_math=_fast_math(target))
+                           fast_math=_fast_math(target),
+                           overrides=options.schedule_overrides("cuda", str(target)))
     result = compile_cuda(lowered.source.text, gpu.arch, name=f"{region.name}.cu",
                           want_ptx=want_ptx)
     return BuiltRegion(lowered, gpu.arch, result.cubin, result.ptx, _table(lowered))
@@ -276,9 +278,11 @@ class CUDABackend(Backend):
                                   built.arch, built.table, constants, tensors)
         compiled.info.update({"compile_s": round(t1 - t0, 3), "cubin_bytes": len(built.cubin),
                               "arch": built.arch,
-                              "schedules": {k["name"]: {"template": k["template"],
-                                                        "config": k["config"]}
-                                            for k in built.table}})
+                              "schedules": {g.name: schedule_info(g.template, g.configs)
+                                            for g in built.lowered.groups}})
+        if options.tuning_records is not None:
+            compiled.info["tuning"] = tuning_info(c for g in built.lowered.groups
+                                                  for c in g.configs)
         if kinds:
             compiled.info["dumped"] = _dump(options, region.name, kinds, built)
         return compiled

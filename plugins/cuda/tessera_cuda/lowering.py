@@ -42,6 +42,9 @@ class LoweredGroup:
     config: dict[str, Any] = field(default_factory=dict)
     #: The workload key tuning records and ``overrides`` name the config by ("" when none).
     key: str = ""
+    #: Every config the group's schedule read (their spaces, keys and whether records chose
+    #: them).
+    configs: list[Any] = field(default_factory=list)
 
 
 @dataclass
@@ -107,5 +110,6 @@ def lower_region(region: Function, gpu: GPUInfo, opt_level: int = 3, prefix: str
             name=name, kernels=kernels, inputs=[v.name for v in gte.inputs],
             outputs=[v.name for v in group.outputs], op="+".join(n.op for n in group.nodes),
             flops=group_flops(group.nodes), template=sched.template,
-            config=dict(cfg.values) if cfg else {}, key=cfg.key() if cfg else ""))
+            config=dict(cfg.values) if cfg else {}, key=cfg.key() if cfg else "",
+            configs=list(sched.configs)))
     return LoweredRegion(func, lowered, constants, source)

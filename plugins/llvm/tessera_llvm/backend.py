@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from tessera.autotune.space import schedule_info, tuning_info
 from tessera.errors import ArtifactError, CompileError, RunError, TargetError
 from tessera.ir.graph import Function, Node
 from tessera.ir.types import TensorType
@@ -265,7 +266,9 @@ class LLVMBackend(Backend):
         mcpu = target.get("mcpu")
         cpu = cpu_info(mcpu, threads, triple)
         t0 = time.perf_counter()
-        lowered = lower_region(region, cpu, options.opt_level, prefix=f"{region.name}_")
+        overrides = options.schedule_overrides(self.name, str(target))
+        lowered = lower_region(region, cpu, options.opt_level, overrides=overrides,
+                               prefix=f"{region.name}_")
         t1 = time.perf_counter()
         built = build_module([k.func for k in lowered.kernels], region.name, mcpu=mcpu,
                              mattr=target.get("mattr"), triple=triple)
@@ -284,9 +287,11 @@ class LLVMBackend(Backend):
         compiled.info.update({
             "lower_s": round(t1 - t0, 3), "codegen_s": round(t2 - t1, 3),
             "object_bytes": len(built.object_code),
-            "schedules": {k.name: {"template": k.template, "config": k.config}
+            "schedules": {k.name: schedule_info(k.template, k.configs)
                           for k in lowered.kernels},
         })
+        if options.tuning_records is not None:
+            compiled.info["tuning"] = tuning_info(c for k in lowered.kernels for c in k.configs)
         dump = options.extra.get("dump_code")
         if dump:
             kinds = set(dump) if not isinstance(dump, str) else set(dump.split(","))

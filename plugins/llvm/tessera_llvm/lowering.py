@@ -44,6 +44,9 @@ class LoweredKernel:
     flops: int = 0
     template: str = ""
     config: dict[str, Any] = field(default_factory=dict)
+    #: Every config the group's schedule read (their spaces, keys and whether records chose
+    #: them).
+    configs: list[Any] = field(default_factory=list)
 
 
 @dataclass
@@ -250,5 +253,6 @@ def lower_region(region: Function, cpu: CPUInfo, opt_level: int = 3,
             name=name, func=prim, inputs=[v.name for v in gte.inputs],
             outputs=[v.name for v in group.outputs], op="+".join(n.op for n in group.nodes),
             flops=_flops(group.nodes), template=sched.template,
-            config=dict(cfg.values) if cfg else {}))
+            config=dict(cfg.values) if cfg else {},
+            configs=list(sched.configs)))
     return LoweredRegion(func, kernels, constants)

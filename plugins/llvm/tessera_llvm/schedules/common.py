@@ -53,6 +53,11 @@ class CPUInfo:
 compute_ops = te.compute_ops
 
 
+#: Candidates of the ``parallel_min_elems`` knobs: from "parallel even when small" to "never
+#: parallel" (a million elements), around the default 16384.
+PARALLEL_MIN_ELEMS = [64, 4096, 16384, 65536, 1 << 20]
+
+
 def extents(op: te.ComputeOp) -> list[int]:
     return [a.dom.extent.value if isinstance(a.dom.extent, IntImm) else 0 for a in op.axis]
 
@@ -86,7 +91,7 @@ def injective_space(op: te.ComputeOp, cpu: CPUInfo, template: str = "injective")
     space.define("vector_width", sorted({1, vec} | {d for d in (4, 8, 16, 32, 64)
                                                    if d <= last and last % d == 0}), vec,
                  "innermost split vectorized (divides the last dimension)")
-    space.define("parallel_min_elems", [4096, 16384, 65536], 16384,
+    space.define("parallel_min_elems", PARALLEL_MIN_ELEMS, 16384,
                  "smallest output that is worth a parallel launch")
     space.define("parallel_tasks", [2, 4, 8, 16], 4 * cpu.num_threads,
                  "outer iterations wanted in the parallel loop (fewer fused axes, no div/mod "
@@ -137,7 +142,7 @@ def reduce_space(op: te.ComputeOp, cpu: CPUInfo) -> ConfigSpace:
     shape = extents(op)
     space = ConfigSpace("reduce", (tuple(shape),
                                    tuple(a.dom.extent.value for a in op.reduce_axis)))
-    space.define("parallel_min_elems", [4096, 16384, 65536], 16384,
+    space.define("parallel_min_elems", PARALLEL_MIN_ELEMS, 16384,
                  "smallest reduction (output x reduced elements) worth a parallel launch")
     last = shape[-1] if shape else 1
     lanes = cpu.lanes_for(op.output(0).dtype)
