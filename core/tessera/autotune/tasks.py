@@ -1,0 +1,75 @@
+"""Tuning tasks: the distinct workloads of a model for a target, with their weights.
+
+A task is one schedule template applied to one workload (its shapes and attributes) by one
+backend: what a tuning record's ``key`` names. :func:`extract_tasks` compiles the model once with
+the default schedules and reads what each backend reports of its kernels'
+schedules (``CompiledRegion.info["schedules"]``, written with
+:func:`tessera.autotune.space.schedule_info`: every config a kernel's schedule read, with its
+knobs' candidates). That report is how a backend declares its tunable tasks; a backend
+without one has none. A workload that several kernels share (ResNet-50's repeated blocks) is one
+task whose ``weight`` counts them, so a tuner spends its trials where the model's time is.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Task", "extract_tasks", "tasks_of_module"]
+
+
+@dataclass
+class Task:
+    """One workload of one template on one backend."""
+
+    key: str
+    template: str
+    backend: str
+    target: str
+    knobs: dict[str, list[Any]]
+    default: dict[str, Any]
+    weight: int = 1
+    #: The kernels that run it (region kernel names) and their floating-point work each.
+    kernels: list[str] = field(default_factory=list)
+    flops: int = 0
+
+    @property
+    def space_size(self) -> int:
+        return math.prod(len(c) for c in self.knobs.values()) if self.knobs else 1
+
+    @property
+    def tunable(self) -> bool:
+        return any(len(c) > 1 for c in self.knobs.values())
+
+
+def tasks_of_module(module: Any) -> list[Task]:
+    """The tasks of a compiled module (its regions' schedule reports), heaviest first
+    (weight times work)."""
+    tasks: dict[tuple[str, str], Task] = {}
+    for cr in module.compiled.values():
+        target = str(cr.region.attrs.get("target") or cr.backend)
+        flops = {k.name: int(getattr(k, "flops", 0) or 0) for k in cr.kernels}
+        for kernel, sched in (cr.info.get("schedules") or {}).items():
+            for c in sched.get("configs") or []:
+                ident = (cr.backend, c["key"])
+                task = tasks.get(ident)
+                if task is None:
+                    task = tasks[ident] = Task(
+                        key=c["key"], template=c["template"], backend=cr.backend,
+                        target=target, knobs={k: list(v) for k, v in c["knobs"].items()},
+                        default=dict(c["config"]), weight=0,
+                        flops=flops.get(kernel, 0))
+                task.weight += 1
+                task.kernels.append(kernel)
+    return sorted(tasks.values(), key=lambda t: -(t.weight * max(t.flops, 1)))
+
+
+def extract_tasks(model: Any, target: str | None = "auto", **compile_args: Any) -> list[Task]:
+    """Compile ``model`` for ``target`` with the default schedules and return its tasks
+    (:func:`tasks_of_module`); ``compile_args`` go to :func:`tessera.compile`
+    (``input_shapes``, ``opt_level``, ...)."""
+    import tessera
+
+    compile_args.pop("tuning_records", None)
+    return tasks_of_module(tessera.compile(model, target=target, **compile_args))
