@@ -21,6 +21,7 @@ from tessera.cli import new_plugin as new_plugin_cmd
 from tessera.cli import plugins as plugins_cmd
 from tessera.cli import quantize as quantize_cmd
 from tessera.cli import run as run_cmd
+from tessera.cli import tune as tune_cmd
 from tessera.cli.shapes import ArgumentError
 from tessera.errors import TesseraError
 
@@ -51,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "plugin's own exception behind a PluginError)")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND",
                                        parser_class=_Parser)
-    for module in (compile_cmd, run_cmd, inspect_cmd, plugins_cmd, quantize_cmd,
+    for module in (compile_cmd, run_cmd, inspect_cmd, tune_cmd, plugins_cmd, quantize_cmd,
                    new_plugin_cmd):
         module.add_parser(subparsers)
     for sub in subparsers.choices.values():  # also accepted after the command

@@ -208,6 +208,18 @@ class Backend(ABC):
         module was compiled with ``devices={"cuda": 1}``)."""
         return self.device_api().instance(options.devices.get(self.device, 0))
 
+    def tuning_candidate(self, region: Function, kernel: str,
+                         overrides: dict[str, dict[str, Any]], target: TargetKind,
+                         options: CompileOptions) -> Any:
+        """Kernel ``kernel`` of ``region`` (a name of ``compile``'s kernels) built alone with
+        the schedule ``overrides`` (workload key -> knob values), on buffers of its own, for
+        the tuner to measure: a :class:`tessera.autotune.measure.TuningCandidate`. ``region``
+        and ``options`` are what ``compile`` got. The tuner calls it in a worker process,
+        never in the process that compiles, so a candidate that crashes or hangs costs one
+        trial. Default: None (this backend's kernels cannot be measured alone; it is not
+        tuned)."""
+        return None
+
     def peak_gflops(self, target: TargetKind) -> tuple[float, str] | None:
         """The float32 rate (GFLOP/s) the device reaches at best with code compiled under
         ``target`` and the threads its kernels use, with a one-line description of how it was

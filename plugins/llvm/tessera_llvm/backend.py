@@ -247,6 +247,25 @@ class LLVMBackend(Backend):
             raise TargetError(f"llvm -num-threads={value}: expected a positive integer")
         return n
 
+    def tuning_candidate(self, region: Function, kernel: str,
+                         overrides: dict[str, dict[str, Any]], target: TargetKind,
+                         options: CompileOptions) -> Any:
+        """The kernel built alone for the host (:mod:`tessera_llvm.tuning`); a target of
+        another architecture cannot be measured here."""
+        from .parallel import set_num_threads
+        from .tuning import llvm_candidate
+
+        triple = target.get("mtriple") or None
+        if triple is not None and is_foreign(triple):
+            raise CompileError(f"llvm: cannot measure code for {triple} on this "
+                               f"{host_triple()} host")
+        threads = self._threads(target)
+        if threads:
+            set_num_threads(threads)
+        mcpu = target.get("mcpu")
+        return llvm_candidate(region, kernel, overrides, cpu_info(mcpu, threads, triple),
+                              options.opt_level, mcpu, target.get("mattr"))
+
     def compile(self, region: Function, target: TargetKind,
                 options: CompileOptions) -> CompiledRegion:
         from .build import build_module

@@ -213,10 +213,10 @@ def choose_conv_tiling(func: Function, cpu: CPUInfo) -> None:
         node.attrs["flat_spatial"] = int(plan.flat)
 
 
-def lower_region(region: Function, cpu: CPUInfo, opt_level: int = 3,
-                 overrides: dict[str, dict[str, Any]] | None = None,
-                 prefix: str = "") -> LoweredRegion:
-    """Lower every node of ``region`` (all of which have topi computes)."""
+def prepare_region(region: Function, cpu: CPUInfo, opt_level: int = 3
+                   ) -> tuple[Function, list[Any]]:
+    """The region after the CPU's graph rewrites (layouts, packed weights, conv tilings) and
+    its fused groups, ready for :func:`lower_group`."""
     func = region
     if opt_level >= 2:
         func = grouped_pointwise_to_matmul(func, pointwise_as_matmul(cpu))
@@ -227,32 +227,46 @@ def lower_region(region: Function, cpu: CPUInfo, opt_level: int = 3,
     if opt_level >= 2:
         pack_matmul_weights(func, cpu)
         choose_conv_tiling(func, cpu)
-    groups = fuse_ops(func, opt_level=opt_level)
+    return func, fuse_ops(func, opt_level=opt_level)
+
+
+def lower_group(group: Any, name: str, cpu: CPUInfo,
+                overrides: dict[str, dict[str, Any]] | None = None
+                ) -> tuple[LoweredKernel, list[Value]]:
+    """One fused group scheduled (with ``overrides``) and lowered to a TIR function named
+    ``name``; the kernel and the group's constant inputs."""
+    try:
+        # constants are appended by build_te (one-element ones are inlined as immediates)
+        gte = build_te(group.nodes, [v for v in group.inputs if not v.is_constant],
+                       group.outputs)
+        sched = schedule_group(list(gte.outputs), cpu, overrides)
+        prim = te.lower(sched.schedule, list(gte.placeholders) + list(gte.outputs), name)
+        prim = lower_pipeline(prim)
+        plan = sched.prefetch
+        if plan is not None:
+            prim = prefetch_next_slice(prim, *plan)
+    except TesseraError:
+        raise
+    except Exception as err:  # noqa: BLE001 - name the group that failed
+        raise group_error("llvm", group, err) from err
+    cfg = sched.configs[0] if sched.configs else None
+    kernel = LoweredKernel(
+        name=name, func=prim, inputs=[v.name for v in gte.inputs],
+        outputs=[v.name for v in group.outputs], op="+".join(n.op for n in group.nodes),
+        flops=_flops(group.nodes), template=sched.template,
+        config=dict(cfg.values) if cfg else {}, configs=list(sched.configs))
+    return kernel, [v for v in gte.inputs if v.is_constant]
+
+
+def lower_region(region: Function, cpu: CPUInfo, opt_level: int = 3,
+                 overrides: dict[str, dict[str, Any]] | None = None,
+                 prefix: str = "") -> LoweredRegion:
+    """Lower every node of ``region`` (all of which have topi computes)."""
+    func, groups = prepare_region(region, cpu, opt_level)
     kernels: list[LoweredKernel] = []
     constants: dict[str, Value] = {}
     for group, name in zip(groups, kernel_names(groups, prefix)):
-        try:
-            # constants are appended by build_te (one-element ones are inlined as immediates)
-            gte = build_te(group.nodes, [v for v in group.inputs if not v.is_constant],
-                           group.outputs)
-            sched = schedule_group(list(gte.outputs), cpu, overrides)
-            prim = te.lower(sched.schedule, list(gte.placeholders) + list(gte.outputs), name)
-            prim = lower_pipeline(prim)
-            plan = sched.prefetch
-            if plan is not None:
-                prim = prefetch_next_slice(prim, *plan)
-        except TesseraError:
-            raise
-        except Exception as err:  # noqa: BLE001 - name the group that failed
-            raise group_error("llvm", group, err) from err
-        for v in gte.inputs:
-            if v.is_constant:
-                constants[v.name] = v
-        cfg = sched.configs[0] if sched.configs else None
-        kernels.append(LoweredKernel(
-            name=name, func=prim, inputs=[v.name for v in gte.inputs],
-            outputs=[v.name for v in group.outputs], op="+".join(n.op for n in group.nodes),
-            flops=_flops(group.nodes), template=sched.template,
-            config=dict(cfg.values) if cfg else {},
-            configs=list(sched.configs)))
+        kernel, consts = lower_group(group, name, cpu, overrides)
+        kernels.append(kernel)
+        constants.update((v.name, v) for v in consts)
     return LoweredRegion(func, kernels, constants)

@@ -1,0 +1,125 @@
+"""``tessera tune``: search the schedules of a model's tasks and write tuning records.
+
+tvmc's flags: ``--target``, ``--output``, ``--prior-records``, ``--trials`` (per task),
+``--early-stopping``, ``--tuner``, ``--timeout``, ``--repeat``, ``--number``,
+``--min-repeat-ms``, ``--tasks list|0,2-5``, ``--input-shapes``. Records are appended to
+``--output`` as they are measured; running again resumes; Ctrl-C stops and keeps them. Compile
+with ``tessera compile --tuning-records FILE`` to use them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from typing import Any
+
+from tessera.cli.compile import check_model_file, progress
+from tessera.cli.shapes import ArgumentError, parse_input_shapes
+
+
+def parse_tasks(text: str) -> list[int]:
+    """``0,2-5`` -> [0, 2, 3, 4, 5]."""
+    out: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            if "-" in part:
+                lo, hi = (int(x) for x in part.split("-", 1))
+                if hi < lo:
+                    raise ValueError
+                out.extend(range(lo, hi + 1))
+            else:
+                out.append(int(part))
+        except ValueError:
+            raise ArgumentError(f"--tasks: {part!r} is not an index or a range such as 2-5 "
+                                f"(or 'list')") from None
+    return out
+
+
+def add_parser(subparsers: Any) -> None:
+    from tessera.autotune.tuners import TUNERS
+
+    parser = subparsers.add_parser(
+        "tune", help="search schedules for a model's tasks, write tuning records",
+        description="Extract the tasks (distinct workloads) of an ONNX model for a target, "
+                    "measure candidate schedules of each in worker processes and append "
+                    "every result to a JSON-lines records file; compile with "
+                    "--tuning-records FILE to use the best ones.")
+    parser.add_argument("model", metavar="MODEL", help="ONNX model file")
+    parser.add_argument("--target", default=None, metavar="TARGET",
+                        help="target string (default: the best installed CPU backend)")
+    parser.add_argument("-o", "--output", default="tuning.jsonl", metavar="FILE",
+                        help="records file to append to (default tuning.jsonl); existing "
+                             "records are not measured again")
+    parser.add_argument("--prior-records", default=None, metavar="FILE",
+                        help="records whose best config per workload is measured first")
+    parser.add_argument("--trials", type=int, default=100, metavar="N",
+                        help="candidates measured per task (default 100)")
+    parser.add_argument("--early-stopping", type=int, default=None, metavar="N",
+                        help="stop a task after N trials without a better config")
+    parser.add_argument("--tuner", default="random", choices=sorted(TUNERS),
+                        help="search strategy (default random)")
+    parser.add_argument("--timeout", type=float, default=10.0, metavar="S",
+                        help="seconds to build and measure one candidate (default 10)")
+    parser.add_argument("--repeat", type=int, default=3, metavar="N",
+                        help="measurements per candidate (default 3)")
+    parser.add_argument("--number", type=int, default=1, metavar="N",
+                        help="runs per measurement (default 1)")
+    parser.add_argument("--min-repeat-ms", type=float, default=0.0, metavar="MS",
+                        help="more runs per measurement until it lasts this long")
+    parser.add_argument("--tasks", default=None, metavar="SPEC",
+                        help="'list' to print the tasks, or which to tune: 0,2-5")
+    parser.add_argument("--input-shapes", default=None, metavar="SHAPES",
+                        help="static input shapes, e.g. \"data:[1,3,224,224]\"")
+    parser.add_argument("--seed", type=int, default=0, help="tuner seed")
+    parser.set_defaults(handler=run_tune)
+
+
+def _list(args: argparse.Namespace, shapes: Any) -> int:
+    import tessera
+    from tessera.autotune import tasks_of_module
+
+    module = tessera.compile(str(args.model), target=args.target or "auto",
+                             input_shapes=shapes)
+    tasks = tasks_of_module(module)
+    print(f"{len(tasks)} task(s) for {module.target!r}, heaviest first:")
+    print(f"{'task':>4}  {'backend':<8} {'template':<22} {'weight':>6} {'MFLOP':>9} "
+          f"{'space':>8}  workload")
+    for i, t in enumerate(tasks):
+        workload = t.key if len(t.key) < 70 else t.key[:67] + "..."
+        print(f"{i:>4}  {t.backend:<8} {t.template:<22} {t.weight:>6} {t.flops / 1e6:>9.1f} "
+              f"{t.space_size:>8}  {workload}")
+    return 0
+
+
+def run_tune(args: argparse.Namespace) -> int:
+    from tessera.autotune.tune import tune
+
+    check_model_file(args.model)
+    shapes = parse_input_shapes(args.input_shapes) if args.input_shapes else None
+    if args.tasks is not None and args.tasks.strip() == "list":
+        return _list(args, shapes)
+    if args.trials < 1:
+        raise ArgumentError("--trials must be at least 1")
+    if args.timeout <= 0:
+        raise ArgumentError("--timeout must be positive")
+    if args.prior_records is not None:
+        check_model_file(args.prior_records)
+    tasks = parse_tasks(args.tasks) if args.tasks is not None else None
+    progress(f"tuning {args.model} for {args.target or 'auto'}: {args.tuner}, {args.trials} "
+             f"trial(s) per task, records in {args.output}")
+    summary = tune(str(args.model), target=args.target or "auto", output=args.output,
+                   trials=args.trials, tuner=args.tuner, timeout=args.timeout,
+                   number=args.number, repeat=args.repeat, min_repeat_ms=args.min_repeat_ms,
+                   early_stopping=args.early_stopping, tasks=tasks,
+                   prior_records=args.prior_records, input_shapes=shapes, seed=args.seed,
+                   progress=sys.stderr)
+    for task, n, best in summary.tasks:
+        best_text = f"{best * 1e3:.3f} ms" if math.isfinite(best) else "no success"
+        print(f"{task.template:<22} x{task.weight:<3} {n:>4} trial(s)  best {best_text}")
+    print(f"{summary.trials} trial(s) in {len(summary.tasks)} task(s); records in "
+          f"{args.output}")
+    return 130 if summary.interrupted else 0

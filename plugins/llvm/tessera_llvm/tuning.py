@@ -1,0 +1,70 @@
+"""One llvm kernel built alone for the tuner (``LLVMBackend.tuning_candidate``).
+
+The region is prepared as ``compile`` prepares it (layouts, packed weights, fused groups;
+once per region object in the worker process), the kernel's group is scheduled with the
+candidate's knobs, lowered, compiled for the host and linked; its inputs are the group's
+constants and seeded random data of the other inputs' types.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tessera.autotune.measure import TuningCandidate
+from tessera.errors import CompileError
+from tessera.ir.graph import Function
+from tessera.ir.types import TensorType
+from tessera.topi.from_graph import kernel_names
+
+from .build import build_module
+from .cpu import CPUInfo
+from .lowering import lower_group, prepare_region
+
+#: Prepared regions of this process: id(region) -> (region, fused groups, kernel names).
+_PREPARED: dict[tuple[int, str], tuple[Function, list[Any], list[str], dict[str, TensorType]]] \
+    = {}
+
+
+def random_array(t: TensorType, rng: np.random.Generator) -> np.ndarray:
+    """Seeded data of type ``t``: standard normal floats, small integers, random booleans."""
+    dtype = np.dtype(t.dtype.numpy)
+    shape = tuple(int(d) for d in t.shape)
+    if dtype.kind == "f":
+        return rng.standard_normal(shape).astype(dtype)
+    if dtype.kind == "b":
+        return rng.integers(0, 2, shape).astype(dtype)
+    info = np.iinfo(dtype)
+    return rng.integers(max(info.min, -8), min(info.max, 8), shape, endpoint=True).astype(dtype)
+
+
+def llvm_candidate(region: Function, kernel: str, overrides: dict[str, dict[str, Any]],
+                   cpu: CPUInfo, opt_level: int, mcpu: str | None,
+                   mattr: str | None) -> TuningCandidate:
+    ident = (id(region), repr((cpu, opt_level)))
+    prepared = _PREPARED.get(ident)
+    if prepared is None or prepared[0] is not region:
+        func, groups = prepare_region(region, cpu, opt_level)
+        types = {v.name: v.type for v in func.inputs}
+        types.update({v.name: v.type for n in func.nodes for v in n.outputs})
+        prepared = _PREPARED[ident] = (region, groups, kernel_names(groups, f"{region.name}_"),
+                                       types)
+    _, groups, names, types = prepared
+    if kernel not in names:
+        raise CompileError(f"llvm: region {region.name} has no kernel {kernel!r}")
+    group = groups[names.index(kernel)]
+    lowered, consts = lower_group(group, kernel, cpu, overrides)
+    fn = build_module([lowered.func], f"{kernel}_tune", mcpu=mcpu, mattr=mattr).load() \
+        .get(kernel)
+    constants = {v.name: np.ascontiguousarray(np.asarray(v.data)) for v in consts}
+    rng = np.random.default_rng(0)
+    args = [constants[n] if n in constants else random_array(types[n], rng)
+            for n in lowered.inputs]
+    outs = [np.empty(tuple(types[n].shape), np.dtype(types[n].dtype.numpy))
+            for n in lowered.outputs]
+
+    def run() -> None:
+        fn(args + outs)
+
+    return TuningCandidate(run, lambda: [o.copy() for o in outs], lowered.flops)

@@ -1,0 +1,55 @@
+"""Candidates measured in a worker process (``tessera.autotune.measure``): a crashing, a
+hanging, a failing and a wrong-result candidate each cost one trial with the reason, and the
+worker comes back for the next; timing and the output check."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from autotune.toy_tuning import MisbehavingBackend
+
+from tessera.autotune.measure import (
+    Measurer,
+    TuningCandidate,
+    check_outputs,
+    time_candidate,
+)
+
+
+def test_bad_candidates_cost_one_trial_each() -> None:
+    with Measurer(MisbehavingBackend(), {"scale": 2.0}, None, None, timeout=3.0,
+                  repeat=2) as m:
+        ok = m.measure("k", "key", {"mode": "ok"})  # starts the worker, builds the reference
+        assert ok.error is None and len(ok.costs) == 2 and all(c > 0 for c in ok.costs)
+        crash = m.measure("k", "key", {"mode": "crash"})
+        assert crash.error == "crash: the worker exited with code 3" and not crash.costs
+        m.measure("k", "key", {"mode": "ok"})  # a new worker, which has the reference again
+        hang = m.measure("k", "key", {"mode": "hang"})
+        assert hang.error == "timeout after 3 s"
+        m.measure("k", "key", {"mode": "ok"})
+        wrong = m.measure("k", "key", {"mode": "wrong"})
+        assert wrong.error.startswith("wrong result: output 0: max abs diff 1")
+        failed = m.measure("k", "key", {"mode": "raise"})
+        assert failed.error == "error: ValueError: this candidate does not build"
+        slow = m.measure("k", "key", {"mode": "slow"})
+        assert slow.error is None and slow.mean > ok.mean and slow.mean >= 0.002
+
+
+def test_time_candidate_and_min_repeat_ms() -> None:
+    calls = []
+    c = TuningCandidate(lambda: calls.append(1), lambda: [])
+    costs = time_candidate(c, number=3, repeat=2)
+    assert len(costs) == 2 and len(calls) == 1 + 3 * 2
+    calls.clear()
+    time_candidate(c, number=1, repeat=1, min_repeat_ms=5.0)
+    assert len(calls) > 3  # one untimed, one to size the measurement, then enough for 5 ms
+
+
+def test_check_outputs() -> None:
+    a = np.arange(6, dtype=np.float32)
+    assert check_outputs([a + 1e-7], [a]) is None
+    assert "max abs diff" in check_outputs([a + 1], [a])
+    assert "elements differ" in check_outputs([np.arange(3)], [np.array([0, 1, 3])])
+    assert "float32[6], expected float32[3]" in check_outputs([a], [a[:3]])
+    with pytest.raises(TypeError):
+        check_outputs([a], None)  # type: ignore[arg-type]

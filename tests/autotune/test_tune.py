@@ -1,0 +1,130 @@
+"""Search strategies and ``tessera tune``: grid and random search cover a space without
+repeats; tuning a model appends one record per trial, resumes without measuring a config
+twice, stops early, keeps its records when interrupted, and its records change the compiled
+schedule; the CLI's flags."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import tessera
+from tessera.autotune.records import load_records
+from tessera.autotune.tune import tune
+from tessera.autotune.tuners import GridSearchTuner, RandomTuner, config_key, make_tuner
+from tessera.cli.main import main as cli_main
+from tessera.errors import TesseraError
+
+KNOBS = {"a": [1, 2, 3], "b": [True, False], "c": ["x", "y"]}
+
+
+def _drain(tuner: object) -> list[dict]:
+    out = []
+    while (c := tuner.next()) is not None:  # type: ignore[attr-defined]
+        out.append(c)
+    return out
+
+
+def test_grid_search_enumerates_every_config_once_in_order() -> None:
+    configs = _drain(GridSearchTuner(KNOBS))
+    want = [dict(zip(KNOBS, v)) for v in itertools.product(*KNOBS.values())]
+    assert configs == want
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_random_search_covers_the_space_without_repeats(seed: int) -> None:
+    tuner = RandomTuner(KNOBS, seed)
+    tuner.mark({"a": 2, "b": False, "c": "y"})  # measured before (a resumed run)
+    configs = _drain(tuner)
+    keys = [config_key(c) for c in configs]
+    assert len(keys) == len(set(keys)) == 11 and config_key({"a": 2, "b": False, "c": "y"}) \
+        not in keys
+    assert not tuner.has_next()
+    with pytest.raises(TesseraError, match="unknown tuner 'xgb2'"):
+        make_tuner("xgb2", KNOBS)
+
+
+def _conv_model(tmp_path: Path) -> tuple[Path, dict[str, np.ndarray]]:
+    rng = np.random.default_rng(47)
+    w = rng.standard_normal((16, 8, 3, 3)).astype(np.float32) * 0.2
+    g = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 12, 12])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 12, 12])],
+        [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = tmp_path / "conv.onnx"
+    onnx.save(model, path)
+    return path, {"x": rng.standard_normal((1, 8, 12, 12)).astype(np.float32)}
+
+
+def test_tune_records_resume_and_apply(tmp_path: Path) -> None:
+    model, inputs = _conv_model(tmp_path)
+    out = tmp_path / "records.jsonl"
+    first = tune(str(model), target="llvm", output=out, trials=3, tasks=[0], repeat=1,
+                 timeout=30, progress=None)
+    recs = list(load_records(out))
+    assert first.trials == 3 == len(recs) and all(r.ok for r in recs)
+    task = first.tasks[0][0]
+    assert recs[0].config == task.default  # the default is measured first
+    assert {r.key for r in recs} == {task.key} and recs[0].backend == "llvm"
+    again = tune(str(model), target="llvm", output=out, trials=4, tasks=[0], repeat=1,
+                 timeout=30, progress=None)
+    recs = list(load_records(out))
+    assert again.trials == 4 and len(recs) == 7
+    assert len({config_key(r.config) for r in recs}) == 7  # nothing measured twice
+    # a new file seeded with --prior-records measures the prior best first
+    seeded = tmp_path / "seeded.jsonl"
+    tune(str(model), target="llvm", output=seeded, trials=1, tasks=[0], repeat=1,
+         timeout=30, progress=None, prior_records=str(out))
+    best = min((r for r in load_records(out) if r.ok), key=lambda r: r.mean_cost)
+    assert [r.config for r in load_records(seeded)] == [best.config]
+    mod = tessera.compile(str(model), target="llvm", tuning_records=str(out))
+    assert mod.tuning_summary()[0] == 1
+    want = tessera.compile(str(model), target="llvm").run(**inputs)["y"]
+    np.testing.assert_allclose(mod.run(**inputs)["y"], want, rtol=1e-5, atol=1e-5)
+
+
+def test_early_stopping_and_interruption(tmp_path: Path) -> None:
+    model, _ = _conv_model(tmp_path)
+    out = tmp_path / "r.jsonl"
+    stopped = tune(str(model), target="llvm", output=out, trials=50, tasks=[0],
+                   early_stopping=1, repeat=1, timeout=30, progress=None, tuner="gridsearch")
+    assert 2 <= stopped.trials < 50
+    seen: list[str] = []
+
+    def interrupt(task: object) -> None:
+        seen.append(task.template)  # type: ignore[attr-defined]
+        if len(seen) > 1:
+            raise KeyboardInterrupt
+
+    before = len(list(load_records(out)))
+    result = tune(str(model), target="llvm", output=out, trials=2, repeat=1, timeout=30,
+                  progress=None, on_task=interrupt)
+    assert result.interrupted and len(seen) == 2
+    assert len(list(load_records(out))) == before + result.trials
+
+
+def test_cli_tune(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    model, _ = _conv_model(tmp_path)
+    assert cli_main(["tune", str(model), "--target", "llvm", "--tasks", "list"]) == 0
+    listed = capsys.readouterr().out
+    assert "task(s) for 'llvm'" in listed and "conv2d_NCHWc" in listed
+    out = tmp_path / "cli.jsonl"
+    rc = cli_main(["tune", str(model), "--target", "llvm", "--tasks", "0", "--trials", "2",
+                   "--tuner", "gridsearch", "--repeat", "1", "--number", "2",
+                   "--min-repeat-ms", "1", "--timeout", "30", "--early-stopping", "5",
+                   "-o", str(out)])
+    assert rc == 0 and len(list(load_records(out))) == 2
+    assert "2 trial(s) in 1 task(s)" in capsys.readouterr().out
+    assert cli_main(["tune", str(model), "--target", "llvm", "--tasks", "7"]) != 0
+    assert "task 7 does not exist" in capsys.readouterr().err
+    assert cli_main(["tune", str(model), "--tasks", "3-1"]) != 0
+    assert cli_main(["tune", str(model), "--tuner", "annealing"]) != 0
