@@ -128,3 +128,59 @@ def test_cli_tune(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "task 7 does not exist" in capsys.readouterr().err
     assert cli_main(["tune", str(model), "--tasks", "3-1"]) != 0
     assert cli_main(["tune", str(model), "--tuner", "annealing"]) != 0
+
+
+SYNTH = {"a": [1, 2, 4, 8, 16, 32, 64, 3, 6, 12, 24, 48], "b": list(range(10)),
+         "c": [True, False], "d": ["p", "q", "r", "s", "t", "u"]}
+
+
+def synthetic_cost(cfg: dict, scale: float = 1.0) -> float:
+    """A smooth cost over 1440 configs with one optimum: a=12, b=2, c=True, d='t'."""
+    import math
+
+    d = SYNTH["d"].index(cfg["d"])
+    return scale * (1 + (math.log2(cfg["a"]) - 3.5) ** 2 + 0.5 * (cfg["b"] - 2) ** 2
+                    + (0 if cfg["c"] else 3) + 0.8 * (d - 4) ** 2)
+
+
+def trials_to_optimum(name: str, seed: int, prior: dict | None = None) -> int:
+    tuner = make_tuner(name, SYNTH, seed, prior=prior)
+    n = 0
+    while (cfg := tuner.next()) is not None:
+        n += 1
+        tuner.update(cfg, synthetic_cost(cfg))
+        if cfg == {"a": 12, "b": 2, "c": True, "d": "t"}:
+            return n
+    raise AssertionError(f"{name} exhausted the space without the optimum")
+
+
+def test_xgboost_finds_the_optimum_in_fewer_trials_than_random() -> None:
+    seeds = range(5)
+    xgb = [trials_to_optimum("xgb", s) for s in seeds]
+    rnd = [trials_to_optimum("random", s) for s in seeds]
+    ga = [trials_to_optimum("ga", s) for s in seeds]
+    assert sum(xgb) < sum(rnd) / 4, (xgb, rnd)
+    assert sum(ga) < sum(rnd), (ga, rnd)
+
+
+def test_xgboost_learns_from_records_of_other_workloads() -> None:
+    """Transfer learning: measurements of a related workload (the same landscape at another
+    scale) let the model start where the optimum is."""
+    import random as pyrandom
+
+    rng = pyrandom.Random(5)
+    others = [GridSearchTuner(SYNTH).config_at(rng.randrange(1440)) for _ in range(80)]
+    prior = {"other": [(c, synthetic_cost(c, 7.0)) for c in others]}
+    seeds = range(5)
+    cold = sum(trials_to_optimum("xgb", s) for s in seeds)
+    warm = sum(trials_to_optimum("xgb", s, prior) for s in seeds)
+    assert warm < cold, (warm, cold)
+
+
+def test_tune_with_xgb_and_ga(tmp_path: Path) -> None:
+    model, _ = _conv_model(tmp_path)
+    for name in ("xgb", "ga"):
+        out = tmp_path / f"{name}.jsonl"
+        result = tune(str(model), target="llvm", output=out, trials=3, tasks=[0], repeat=1,
+                      timeout=30, progress=None, tuner=name)
+        assert result.trials == 3 and len(list(load_records(out))) == 3

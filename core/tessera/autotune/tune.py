@@ -104,10 +104,14 @@ def tune(model: Any, target: str | None = "auto", output: str | Path = "tuning.j
         for r in load_records(out):
             measured.setdefault(r.key, set()).add(config_key(r.config))
     prior: dict[str, dict[str, Any]] = {}
+    # measured configs per template and workload (the prior file and what the output holds):
+    # the xgb tuner's transfer learning
+    history_rows: list[TuningRecord] = list(load_records(out)) if out.is_file() else []
     if prior_records is not None:
         from tessera.autotune.records import TuningHistory
 
         history = TuningHistory.load(prior_records)
+        history_rows += history.records
         for t in all_tasks:
             prior.update({k: v for k, v in history.overrides(t.backend).items()
                           if k == t.key})
@@ -128,7 +132,11 @@ def tune(model: Any, target: str | None = "auto", output: str | Path = "tuning.j
                           "  (nothing to tune)\n")
                 summary.tasks.append((task, 0, best))
                 continue
-            search = make_tuner(tuner, task.knobs, seed)
+            related: dict[str, list[tuple[dict[str, Any], float]]] = {}
+            for r in history_rows:
+                if r.ok and r.template == task.template and r.backend == task.backend:
+                    related.setdefault(r.key, []).append((r.config, r.mean_cost))
+            search = make_tuner(tuner, task.knobs, seed, prior=related)
             search.visited |= measured.get(task.key, set())
             queue = [c for c in (prior.get(task.key), task.default) if c]
             since_best = 0

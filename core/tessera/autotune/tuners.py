@@ -1,4 +1,5 @@
-"""Search strategies over a task's knobs: grid search and random search.
+"""Search strategies over a task's knobs: grid search, random search, a genetic search and
+XGBoost-guided search (``TUNERS``: ``gridsearch``, ``random``, ``ga``, ``xgb``).
 
 A tuner proposes configs (knob name -> value) of one :class:`~tessera.autotune.tasks.Task`,
 never one it has already proposed or was told is measured (``visited``: resumed records), and
@@ -13,7 +14,8 @@ import math
 import random
 from typing import Any
 
-__all__ = ["GridSearchTuner", "RandomTuner", "TUNERS", "Tuner", "config_key", "make_tuner"]
+__all__ = ["GATuner", "GridSearchTuner", "RandomTuner", "TUNERS", "Tuner", "XGBTuner",
+           "config_key", "make_tuner"]
 
 
 def config_key(config: dict[str, Any]) -> str:
@@ -95,9 +97,173 @@ class RandomTuner(Tuner):
 TUNERS: dict[str, type[Tuner]] = {"random": RandomTuner, "gridsearch": GridSearchTuner}
 
 
-def make_tuner(name: str, knobs: dict[str, list[Any]], seed: int = 0) -> Tuner:
+def make_tuner(name: str, knobs: dict[str, list[Any]], seed: int = 0,
+               prior: dict[str, list[tuple[dict[str, Any], float]]] | None = None) -> Tuner:
+    """A tuner by name; ``prior`` (workload key -> configs and costs measured for other
+    workloads of the template) is what ``xgb`` learns from before the first measurement."""
     if name not in TUNERS:
         from tessera.errors import TesseraError
 
         raise TesseraError(f"unknown tuner {name!r}; available: {', '.join(TUNERS)}")
+    if name == "xgb":
+        try:
+            import xgboost  # noqa: F401
+        except ImportError:
+            from tessera.errors import TesseraError
+
+            raise TesseraError("the xgb tuner needs XGBoost: pip install 'tessera[tune]' "
+                               "(or xgboost)") from None
+        return XGBTuner(knobs, seed, prior=prior)
     return TUNERS[name](knobs, seed)
+
+
+def _knob_features(knobs: list[tuple[str, list[Any]]], config: dict[str, Any]) -> list[float]:
+    """A config as numbers: per knob, the value (log2 for positive numbers, so that tile sizes
+    compare by ratio), its position among the candidates, and a one-hot of the position for
+    knobs of few candidates (booleans, strings)."""
+    out: list[float] = []
+    for name, cands in knobs:
+        v = config[name]
+        pos = cands.index(v) if v in cands else -1
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            out.append(float(pos))
+        else:
+            out.append(math.log2(v) if v > 0 else float(v))
+        out.append(pos / max(len(cands) - 1, 1))
+        if len(cands) <= 4:
+            out.extend(1.0 if k == pos else 0.0 for k in range(len(cands)))
+    return out
+
+
+class GATuner(Tuner):
+    """A genetic search (AutoTVM's ``ga``): a population of configs; each generation keeps
+    the best ``elite`` and breeds the rest from parents drawn by fitness (knob-wise uniform
+    crossover, then each knob mutated with probability ``mutation``)."""
+
+    def __init__(self, knobs: dict[str, list[Any]], seed: int = 0, population: int = 16,
+                 elite: int = 3, mutation: float = 0.1) -> None:
+        super().__init__(knobs, seed)
+        self.population, self.elite, self.mutation = population, elite, mutation
+        self._pending: list[dict[str, Any]] = []
+
+    def _breed(self) -> list[dict[str, Any]]:
+        scored = sorted((c for c in self.results if math.isfinite(c[1])), key=lambda x: x[1])
+        if len(scored) < 2:
+            return []
+        parents = [c for c, _ in scored[:self.population]]
+        weights = [1.0 / (1 + i) for i in range(len(parents))]
+        children = [dict(c) for c in parents[:self.elite]]
+        for _ in range(4 * self.population):
+            a, b = self.rng.choices(parents, weights, k=2)
+            child = {n: (a if self.rng.random() < 0.5 else b)[n] for n, _ in self.knobs}
+            for n, cands in self.knobs:
+                if self.rng.random() < self.mutation:
+                    child[n] = self.rng.choice(cands)
+            children.append(child)
+        return children
+
+    def next(self) -> dict[str, Any] | None:
+        while True:
+            while self._pending:
+                config = self._pending.pop(0)
+                if config_key(config) not in self.visited:
+                    self.mark(config)
+                    return config
+            bred = self._breed()
+            fresh = [c for c in bred if config_key(c) not in self.visited]
+            if fresh:
+                self._pending = fresh[:self.population]
+                continue
+            # too few results to breed, or a converged population: explore at random
+            return RandomTuner.next(self)
+
+
+class XGBTuner(Tuner):
+    """A cost model guides the search (AutoTVM's ``xgb``): gradient-boosted trees with a
+    pairwise rank loss learn which configs are faster from the measured ones (and from
+    ``prior`` records of other workloads of the template: transfer learning), score a pool of
+    unmeasured configs (random ones and mutations of the best so far), and propose the best
+    scored; a fraction ``epsilon`` of proposals stays random. The first ``warmup`` proposals,
+    before there is anything to learn from, are random."""
+
+    def __init__(self, knobs: dict[str, list[Any]], seed: int = 0, warmup: int = 8,
+                 pool: int = 512, epsilon: float = 0.1,
+                 prior: dict[str, list[tuple[dict[str, Any], float]]] | None = None) -> None:
+        super().__init__(knobs, seed)
+        self.warmup, self.pool, self.epsilon = warmup, pool, epsilon
+        #: Measured configs of other workloads, per workload (each is ranked on its own).
+        self.prior = {k: [(c, cost) for c, cost in rows
+                          if all(n in c and c[n] in cands for n, cands in self.knobs)
+                          and math.isfinite(cost)]
+                      for k, rows in (prior or {}).items()}
+        self.prior = {k: rows for k, rows in self.prior.items() if len(rows) >= 2}
+        self._n_prior = sum(len(rows) for rows in self.prior.values())
+        self._model: Any = None
+        self._trained_on = -1
+
+    def _train(self) -> None:
+        import numpy as np
+        import xgboost as xgb
+
+        data = [(c, cost) for c, cost in self.results if math.isfinite(cost)]
+        if len(data) + self._n_prior == self._trained_on:
+            return
+        self._trained_on = len(data) + self._n_prior
+        parts = [rows for rows in self.prior.values()] + ([data] if data else [])
+        rows = [r for part in parts for r in part]
+        if len(rows) < 2:
+            return
+        x = np.array([_knob_features(self.knobs, c) for c, _ in rows], dtype=np.float64)
+        # rank within each group (each prior workload, then this one): faster configs get
+        # higher labels
+        labels, groups = [], []
+        for part in parts:
+            order = sorted(range(len(part)), key=lambda i: part[i][1])
+            rank = [0] * len(part)
+            for r, i in enumerate(order):
+                rank[i] = len(part) - r
+            labels.extend(rank)
+            groups.append(len(part))
+        dtrain = xgb.DMatrix(x, label=np.array(labels, dtype=np.float64))
+        dtrain.set_group(groups)
+        params = {"objective": "rank:pairwise", "max_depth": 6, "eta": 0.3, "gamma": 1e-4,
+                  "min_child_weight": 1, "subsample": 1.0, "nthread": 1, "seed": 0,
+                  "verbosity": 0}
+        self._model = xgb.train(params, dtrain, num_boost_round=60)
+
+    def _candidates(self) -> list[dict[str, Any]]:
+        pool: dict[str, dict[str, Any]] = {}
+        best = sorted((c for c in self.results if math.isfinite(c[1])), key=lambda x: x[1])[:8]
+        for config, _ in best:
+            for name, cands in self.knobs:
+                for v in cands:
+                    child = {**config, name: v}
+                    pool.setdefault(config_key(child), child)
+        tries = 0
+        while len(pool) < self.pool and tries < 4 * self.pool:
+            tries += 1
+            c = self.config_at(self.rng.randrange(self.size))
+            pool.setdefault(config_key(c), c)
+        return [c for k, c in pool.items() if k not in self.visited]
+
+    def next(self) -> dict[str, Any] | None:
+        if not self.has_next():
+            return None
+        measured = sum(1 for _, cost in self.results if math.isfinite(cost))
+        if measured + self._n_prior < self.warmup or self.rng.random() < self.epsilon:
+            return RandomTuner.next(self)
+        self._train()
+        pool = self._candidates()
+        if self._model is None or not pool:
+            return RandomTuner.next(self)
+        import numpy as np
+        import xgboost as xgb
+
+        scores = self._model.predict(xgb.DMatrix(np.array(
+            [_knob_features(self.knobs, c) for c in pool], dtype=np.float64)))
+        config = pool[int(np.argmax(scores))]
+        self.mark(config)
+        return config
+
+
+TUNERS.update({"ga": GATuner, "xgb": XGBTuner})
