@@ -184,3 +184,22 @@ def test_tune_with_xgb_and_ga(tmp_path: Path) -> None:
         result = tune(str(model), target="llvm", output=out, trials=3, tasks=[0], repeat=1,
                       timeout=30, progress=None, tuner=name)
         assert result.trials == 3 and len(list(load_records(out))) == 3
+
+
+def test_time_budget_measures_every_default_then_the_heaviest(tmp_path: Path) -> None:
+    from autotune.test_tasks import _two_identical_convs_and_a_matmul
+
+    path = tmp_path / "m.onnx"
+    onnx.save(_two_identical_convs_and_a_matmul(), path)
+    out = tmp_path / "budget.jsonl"
+    start = __import__("time").perf_counter()
+    result = tune(str(path), target="llvm", output=out, trials=1000, repeat=1, timeout=30,
+                  progress=None, time_budget=6.0)
+    elapsed = __import__("time").perf_counter() - start
+    assert elapsed < 6.0 + 30  # the budget, the compile, at most one candidate past it
+    tunable = [(t, n) for t, n, _ in result.tasks if t.tunable]
+    assert tunable and all(n >= 1 for _, n in tunable)  # every default measured
+    assert result.trials < 1000 * len(tunable)
+    # the rest went to the task the model spends most time in (the two convolutions)
+    conv = next(n for t, n in tunable if t.template == "conv2d_NCHWc")
+    assert conv == max(n for _, n in tunable)

@@ -74,18 +74,80 @@ def _progress(out: TextIO | None, index: int, total: int, task: Task, done: int,
     out.flush()
 
 
+class _TaskState:
+    """One task's search: its tuner, the configs to measure first, its best so far."""
+
+    def __init__(self, index: int, task: Task, search: Any,
+                 first: list[dict[str, Any]]) -> None:
+        self.index, self.task, self.search, self.first = index, task, search, first
+        self.best = math.inf
+        self.done = self.since_best = 0
+        self.finished = False
+        self.start = time.perf_counter()
+        self.workload = tuple(json.loads(task.key)[1])
+
+    def propose(self) -> dict[str, Any] | None:
+        while self.first:
+            config = {**self.task.default, **self.first.pop(0)}
+            if config_key(config) not in self.search.visited:
+                self.search.mark(config)
+                return config
+        return self.search.next()
+
+    def record(self, config: dict[str, Any], result: Any, plugins: dict[str, str]
+               ) -> TuningRecord:
+        self.done += 1
+        self.search.update(config, result.mean)
+        if result.mean < self.best:
+            self.best, self.since_best = result.mean, 0
+        else:
+            self.since_best += 1
+        rec = record_for(ScheduleConfig(self.task.template, self.workload, config),
+                         self.task.backend, self.task.target, result.costs, result.error,
+                         plugins)
+        rec.key = self.task.key  # the workload exactly as the template wrote it
+        return rec
+
+    def show(self, out: TextIO | None, total: int, budget: int, end: str = "") -> None:
+        _progress(out, self.index, total, self.task, self.done, budget, self.best, self.start,
+                  end)
+
+    def finish(self, out: TextIO | None, total: int, note: str = "\n") -> None:
+        self.finished = True
+        self.show(out, total, self.done, note)
+
+
+def _next_task(states: list[_TaskState], by_time: bool) -> _TaskState | None:
+    """The task to measure next: in order, each to its end; with a time budget, first every
+    task's default (what the model spends in it), then the task where the model spends the
+    most time (weight x best time so far)."""
+    live = [st for st in states if not st.finished]
+    if not live:
+        return None
+    if not by_time:
+        return live[0]
+    fresh = [st for st in live if st.done == 0]
+    if fresh:
+        return fresh[0]
+    return max(live, key=lambda st: st.task.weight * (st.best if math.isfinite(st.best)
+                                                      else 0.0))
+
+
 def tune(model: Any, target: str | None = "auto", output: str | Path = "tuning.jsonl",
          trials: int = 100, tuner: str = "random", timeout: float = 10.0, number: int = 1,
          repeat: int = 3, min_repeat_ms: float = 0.0, early_stopping: int | None = None,
          tasks: Sequence[int] | None = None, prior_records: str | Path | None = None,
          input_shapes: dict[str, list[int]] | None = None, seed: int = 0,
-         progress: TextIO | None = sys.stderr,
+         progress: TextIO | None = sys.stderr, time_budget: float | None = None,
          on_task: Callable[[Task], None] | None = None) -> TuneSummary:
     """Tune ``model`` for ``target``, appending records to ``output`` (module doc).
 
     ``tasks`` selects tasks by their index in :func:`tessera.autotune.tasks_of_module`'s
     order (heaviest first); ``prior_records``: the best config of each workload there is
-    measured first (it may be from another model or machine)."""
+    measured first (it may be from another model or machine). ``time_budget`` (seconds for
+    the whole model): tasks are interleaved, every task's default first, then always the task
+    the model spends most time in (weight x best time), until the budget is spent; ``trials``
+    still caps each task."""
     import tessera
     from tessera.plugin.target import Target
 
@@ -117,63 +179,55 @@ def tune(model: Any, target: str | None = "auto", output: str | Path = "tuning.j
                           if k == t.key})
     summary = TuneSummary()
     selected = [all_tasks[i] for i in chosen]
-    try:
-        for n, task in enumerate(selected, 1):
-            if on_task is not None:
-                on_task(task)
-            cr = _region_of(module, task)
-            backend = module.backends[cr.backend]
-            kind = Target.parse(task.target).kinds[0]
-            start = time.perf_counter()
-            best = math.inf
-            done = 0
-            if not task.tunable:
-                _progress(progress, n, len(selected), task, 0, 0, best, start,
-                          "  (nothing to tune)\n")
-                summary.tasks.append((task, 0, best))
-                continue
-            related: dict[str, list[tuple[dict[str, Any], float]]] = {}
-            for r in history_rows:
-                if r.ok and r.template == task.template and r.backend == task.backend:
-                    related.setdefault(r.key, []).append((r.config, r.mean_cost))
-            search = make_tuner(tuner, task.knobs, seed, prior=related)
+    states: list[_TaskState] = []
+    for n, task in enumerate(selected, 1):
+        related: dict[str, list[tuple[dict[str, Any], float]]] = {}
+        for r in history_rows:
+            if r.ok and r.template == task.template and r.backend == task.backend:
+                related.setdefault(r.key, []).append((r.config, r.mean_cost))
+        search = make_tuner(tuner, task.knobs, seed, prior=related) if task.tunable else None
+        if search is not None:
             search.visited |= measured.get(task.key, set())
-            queue = [c for c in (prior.get(task.key), task.default) if c]
-            since_best = 0
-            workload = json.loads(task.key)[1]
-            with Measurer(backend, cr.region, kind, module.compile_options, timeout=timeout,
-                          number=number, repeat=repeat, min_repeat_ms=min_repeat_ms) as m:
-                while done < trials:
-                    if queue:
-                        config = {**task.default, **queue.pop(0)}
-                        if config_key(config) in search.visited:
-                            continue
-                        search.mark(config)
-                    else:
-                        config = search.next()
-                        if config is None:
-                            break
-                    result = m.measure(task.kernels[0], task.key, config)
-                    done += 1
-                    search.update(config, result.mean)
-                    rec = record_for(ScheduleConfig(task.template, tuple(workload), config),
-                                     task.backend, task.target, result.costs, result.error,
-                                     _plugin_versions(backend))
-                    rec.key = task.key  # the workload exactly as the template wrote it
-                    append_records(out, [rec])
-                    summary.records.append(rec)
-                    if result.mean < best:
-                        best, since_best = result.mean, 0
-                    else:
-                        since_best += 1
-                    _progress(progress, n, len(selected), task, done, trials, best, start)
-                    if early_stopping and since_best >= early_stopping:
-                        break
-            _progress(progress, n, len(selected), task, done, trials, best, start, "\n")
-            summary.tasks.append((task, done, best))
+        states.append(_TaskState(n, task, search,
+                                 [c for c in (prior.get(task.key), task.default) if c]))
+    measurers: dict[int, Measurer] = {}
+    deadline = None if time_budget is None else time.perf_counter() + time_budget
+    try:
+        while True:
+            state = _next_task(states, deadline is not None)
+            if state is None or (deadline is not None and time.perf_counter() > deadline):
+                break
+            if state.done == 0 and on_task is not None:
+                on_task(state.task)
+            if state.search is None:
+                state.finish(progress, len(states), "  (nothing to tune)\n")
+                continue
+            cr = _region_of(module, state.task)
+            m = measurers.get(id(cr))
+            if m is None:
+                m = measurers[id(cr)] = Measurer(
+                    module.backends[cr.backend], cr.region,
+                    Target.parse(state.task.target).kinds[0], module.compile_options,
+                    timeout=timeout, number=number, repeat=repeat,
+                    min_repeat_ms=min_repeat_ms)
+            config = state.propose()
+            if config is None:
+                state.finish(progress, len(states))
+                continue
+            result = m.measure(state.task.kernels[0], state.task.key, config)
+            rec = state.record(config, result, _plugin_versions(module.backends[cr.backend]))
+            append_records(out, [rec])
+            summary.records.append(rec)
+            state.show(progress, len(states), trials)
+            if state.done >= trials or (early_stopping and state.since_best >= early_stopping):
+                state.finish(progress, len(states))
     except KeyboardInterrupt:
         summary.interrupted = True
         if progress is not None:
             progress.write(f"\ninterrupted: {len(summary.records)} record(s) of this run kept "
                            f"in {out}\n")
+    finally:
+        for m in measurers.values():
+            m.close()
+    summary.tasks = [(st.task, st.done, st.best) for st in states if st.done or st.finished]
     return summary

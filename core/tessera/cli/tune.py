@@ -1,6 +1,7 @@
 """``tessera tune``: search the schedules of a model's tasks and write tuning records.
 
 tvmc's flags: ``--target``, ``--output``, ``--prior-records``, ``--trials`` (per task),
+``--time-budget`` (for the whole model),
 ``--early-stopping``, ``--tuner``, ``--timeout``, ``--repeat``, ``--number``,
 ``--min-repeat-ms``, ``--tasks list|0,2-5``, ``--input-shapes``. Records are appended to
 ``--output`` as they are measured; running again resumes; Ctrl-C stops and keeps them. Compile
@@ -58,6 +59,9 @@ def add_parser(subparsers: Any) -> None:
                         help="records whose best config per workload is measured first")
     parser.add_argument("--trials", type=int, default=100, metavar="N",
                         help="candidates measured per task (default 100)")
+    parser.add_argument("--time-budget", type=float, default=None, metavar="S",
+                        help="seconds for the whole model: tasks interleaved, each default "
+                             "first, then the task the model spends most time in")
     parser.add_argument("--early-stopping", type=int, default=None, metavar="N",
                         help="stop a task after N trials without a better config")
     parser.add_argument("--tuner", default="random", choices=sorted(TUNERS),
@@ -106,6 +110,8 @@ def run_tune(args: argparse.Namespace) -> int:
         raise ArgumentError("--trials must be at least 1")
     if args.timeout <= 0:
         raise ArgumentError("--timeout must be positive")
+    if args.time_budget is not None and args.time_budget <= 0:
+        raise ArgumentError("--time-budget must be positive")
     if args.prior_records is not None:
         check_model_file(args.prior_records)
     tasks = parse_tasks(args.tasks) if args.tasks is not None else None
@@ -116,7 +122,7 @@ def run_tune(args: argparse.Namespace) -> int:
                    number=args.number, repeat=args.repeat, min_repeat_ms=args.min_repeat_ms,
                    early_stopping=args.early_stopping, tasks=tasks,
                    prior_records=args.prior_records, input_shapes=shapes, seed=args.seed,
-                   progress=sys.stderr)
+                   progress=sys.stderr, time_budget=args.time_budget)
     for task, n, best in summary.tasks:
         best_text = f"{best * 1e3:.3f} ms" if math.isfinite(best) else "no success"
         print(f"{task.template:<22} x{task.weight:<3} {n:>4} trial(s)  best {best_text}")
