@@ -173,7 +173,8 @@ def measure(work: Workload, args: argparse.Namespace) -> tuple[Result, Any]:
     try:
         start = time.perf_counter()
         mod = tessera.compile(work.model, target=args.target, input_shapes=work.input_shapes,
-                              opt_level=args.opt_level)
+                              opt_level=args.opt_level,
+                              tuning_records=getattr(args, "tuning_records", None))
         result.compile_s = time.perf_counter() - start
         got = mod.run(**work.inputs)
     except Exception as e:  # noqa: BLE001 - report the model's failure and go on

@@ -53,3 +53,21 @@ def test_check_outputs() -> None:
     assert "float32[6], expected float32[3]" in check_outputs([a], [a[:3]])
     with pytest.raises(TypeError):
         check_outputs([a], None)  # type: ignore[arg-type]
+
+
+def test_deep_regions_reach_the_worker() -> None:
+    """A region as deep as ResNet-50's (each node linked to its inputs' producers) travels as
+    JSON plus its constants: pickling the linked graph would recurse past Python's limit."""
+    from tessera.autotune.measure import _pack_region, _unpack_region
+    from tessera.ir.graph import Function
+    from tessera.ir.types import TensorType
+
+    fn = Function("deep")
+    x = fn.add_input("x", TensorType((4,), "float32"))
+    c = fn.constant(np.arange(4, dtype=np.float32), name="c")
+    for i in range(1500):
+        x = fn.op("Add", x, c) if i % 2 else fn.op("Relu", x)
+    fn.outputs = [x]
+    back = _unpack_region(_pack_region(fn))
+    assert len(back.nodes) == 1500 and [n.op for n in back.nodes[:2]] == ["Relu", "Add"]
+    np.testing.assert_array_equal(back.nodes[1].inputs[1].data, np.arange(4))

@@ -108,9 +108,32 @@ def _backend_from(spec: str) -> Any:
     return get_backend(spec)
 
 
+def _pack_region(region: Any) -> Any:
+    """A region for the worker: a Function as its JSON and its constants (pickling the
+    linked graph of a deep model recurses past Python's limit), anything else as is."""
+    from tessera.ir.graph import Function
+
+    if not isinstance(region, Function):
+        return ("object", region)
+    from tessera.ir.serialize import to_json
+
+    fns = [region] + [n.body for n in region.nodes if n.body is not None]
+    params = {v.name: np.asarray(v.data) for fn in fns for v in fn.constants()}
+    return ("function", to_json(region, with_data=False), params)
+
+
+def _unpack_region(packed: Any) -> Any:
+    if packed[0] == "object":
+        return packed[1]
+    from tessera.ir.serialize import from_json
+
+    return from_json(packed[1], packed[2])
+
+
 def _worker(conn: Any, payload: bytes) -> None:
     """The worker process: build and time the candidates the parent sends."""
-    backend_spec, region, target, options = pickle.loads(payload)
+    backend_spec, packed, target, options = pickle.loads(payload)
+    region = _unpack_region(packed)
     backend = _backend_from(backend_spec)
     references: dict[str, list[np.ndarray]] = {}
     while True:
@@ -145,7 +168,7 @@ class Measurer:
                  min_repeat_ms: float = 0.0) -> None:
         spec = getattr(backend, "tuning_spec", None) or \
             f"{type(backend).__module__}:{type(backend).__qualname__}"
-        self.payload = pickle.dumps((spec, region, target, options))
+        self.payload = pickle.dumps((spec, _pack_region(region), target, options))
         self.timeout = timeout
         self.number, self.repeat, self.min_repeat_ms = number, repeat, min_repeat_ms
         self._ctx = mp.get_context("spawn")
