@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import os
-import platform
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -69,12 +68,8 @@ def fmt_bytes(n: int) -> str:
 
 
 def cpu_name() -> str:
-    """The host CPU's model name (from /proc/cpuinfo where there is one)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    """The host CPU's model name (from /proc/cpuinfo where there is one), as tuning records
+    write it."""
+    from tessera.autotune.records import cpu_name as host_cpu
+
+    return host_cpu()
