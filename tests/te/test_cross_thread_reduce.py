@@ -73,3 +73,15 @@ def test_only_thread_axes_reduce_across_threads() -> None:
     s[c].bind(ki, te.thread_axis("blockIdx.y"))
     with pytest.raises(ValueError, match="only threadIdx axes"):
         te.lower(s, [a, c], "k")
+
+
+def test_one_reduce_loop_per_thread_axis() -> None:
+    a = te.placeholder((8, 64, 4), "float32", name="A")
+    r = te.reduce_axis((0, 64), name="r")
+    q = te.reduce_axis((0, 4), name="q")
+    c = te.compute((8,), lambda i: te.sum(a[i, r, q], axis=[r, q]), name="C")
+    s = te.create_schedule(c.op)
+    s[c].bind(s[c].op.reduce_axis[0], te.thread_axis("threadIdx.x"))
+    s[c].bind(s[c].op.reduce_axis[1], te.thread_axis("threadIdx.y"))
+    with pytest.raises(ValueError, match="only one reduce loop can be bound"):
+        te.lower(s, [a, c], "k")

@@ -257,6 +257,11 @@ class _Lowering:
         first = next(k for k, iv in enumerate(leaves) if iv.kind == "reduce")
         if any(iv.kind != "reduce" for iv in leaves[first:]):
             raise ValueError(f"{where}: its data loops must all be outside its reduce loops")
+        bound = [iv.name for iv in leaves[first:]
+                 if getattr(stage.iter_var_attrs.get(iv), "thread_tag", None)]
+        if len(bound) > 1:
+            raise ValueError(f"{where}: only one reduce loop can be bound to a thread axis, "
+                             f"not {', '.join(bound)}")
         for iv in leaves[:first]:
             tag = getattr(stage.iter_var_attrs.get(iv), "thread_tag", None)
             if tag and tag.startswith("threadIdx."):
