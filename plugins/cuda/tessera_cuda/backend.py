@@ -231,7 +231,11 @@ class CUDABackend(Backend):
         missing = nvrtc_missing()
         if missing:
             return missing
-        return driver_missing()
+        why = driver_missing()
+        if why:
+            return f"{why}; it still compiles for a named GPU (cuda -arch={DEFAULT_ARCH}) " \
+                   f"into artifacts that run where the GPU is"
+        return None
 
     def available_for(self, target: TargetKind) -> str | None:
         """NVRTC is enough to compile for a named architecture (``cuda -arch=sm_90`` on a
