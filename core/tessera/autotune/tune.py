@@ -161,22 +161,22 @@ def tune(model: Any, target: str | None = "auto", output: str | Path = "tuning.j
             raise TesseraError(f"task {i} does not exist: the model has {len(all_tasks)} "
                                f"tasks for {module.target!r} (0 to {len(all_tasks) - 1})")
     out = Path(output)
-    measured: dict[str, set[str]] = {}
-    if out.is_file():
-        for r in load_records(out):
-            measured.setdefault(r.key, set()).add(config_key(r.config))
-    prior: dict[str, dict[str, Any]] = {}
-    # measured configs per template and workload (the prior file and what the output holds):
-    # the xgb tuner's transfer learning
+    # what the output already holds (not measured again), then the prior file: measured
+    # configs per template and workload, the xgb tuner's transfer learning
     history_rows: list[TuningRecord] = list(load_records(out)) if out.is_file() else []
+    measured: dict[str, set[str]] = {}
+    for r in history_rows:
+        measured.setdefault(r.key, set()).add(config_key(r.config))
+    prior: dict[str, dict[str, Any]] = {}
     if prior_records is not None:
         from tessera.autotune.records import TuningHistory
 
         history = TuningHistory.load(prior_records)
         history_rows += history.records
         for t in all_tasks:
-            prior.update({k: v for k, v in history.overrides(t.backend).items()
-                          if k == t.key})
+            best = history.overrides(t.backend)
+            if t.key in best:
+                prior[t.key] = best[t.key]
     summary = TuneSummary()
     selected = [all_tasks[i] for i in chosen]
     states: list[_TaskState] = []

@@ -64,25 +64,18 @@ def schedule_group(outputs: list[te.Tensor], gpu: GPUInfo,
     out_ops = [t.op for t in outputs]
     result = GroupSchedule(s)
     last = out_ops[-1]
-    mm = find_dense(ops)
-    if mm is not None and len(out_ops) == 1 and (last is mm or _same_axes(mm, last)) and \
-            not any(op.reduce_axis for op in ops if op is not mm):
+    # a matrix product or a convolution with its epilogue of the same shape: its template
+    for find, space_of, apply in ((find_dense, dense_space, schedule_dense),
+                                  (find_conv, conv_space, schedule_conv)):
+        main = find(ops)
+        if main is None or len(out_ops) != 1 or not (last is main or _same_axes(main, last)) \
+                or any(op.reduce_axis for op in ops if op is not main):
+            continue
         for op in ops:
-            if op is not mm and op is not last:
+            if op is not main and op is not last:
                 s[op].compute_inline()
-        cfg = _pick(dense_space(mm, gpu), overrides)
-        schedule_dense(s, mm, last, cfg)
-        result.configs.append(cfg)
-        return result
-
-    conv = find_conv(ops)
-    if conv is not None and len(out_ops) == 1 and (last is conv or _same_axes(conv, last)) \
-            and not any(op.reduce_axis for op in ops if op is not conv):
-        for op in ops:
-            if op is not conv and op is not last:
-                s[op].compute_inline()
-        cfg = _pick(conv_space(conv, gpu), overrides)
-        schedule_conv(s, conv, last, cfg)
+        cfg = _pick(space_of(main, gpu), overrides)
+        apply(s, main, last, cfg)
         result.configs.append(cfg)
         return result
 
