@@ -46,8 +46,6 @@ MODELS: dict[str, str] = {
 #: The issue's goal: untuned cuda / PyTorch eager on ResNet-50 at batch 1.
 RESNET_B1_MAX_RATIO = 3.0
 
-ENGINES = ("tessera", "eager", "compiled")
-
 
 @dataclass
 class Workload:

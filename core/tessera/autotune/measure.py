@@ -197,7 +197,7 @@ class Measurer:
         if self._proc is None or not self._proc.is_alive():
             self._kill()
             self._start()
-            self._references: set[str] = set()
+            self._references = set()
         if kernel not in self._references:
             # a new worker imports Tessera, and a kernel's first candidate also builds the
             # default schedule's outputs to compare with: neither counts against the timeout
