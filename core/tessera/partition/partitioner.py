@@ -211,6 +211,7 @@ def partition(fn: Function, backends: list[tuple[Backend, TargetKind]],
     report = PartitionReport(target_text or ", ".join(str(k) for _, k in backends))
     group_of = {id(n): g for g in groups for n in g.nodes}
     report.fallback = [(n.name, n.op, group_of[id(n)].backend.name) for n in fell_back]
+    report.declined = declined_nodes(fn, backends, group_of)
     kinds: dict[str, TargetKind] = {}
 
     region_of: dict[int, int] = {}
@@ -297,6 +298,30 @@ def partition(fn: Function, backends: list[tuple[Backend, TargetKind]],
                                          [v.name for v in region_outs]))
     top.outputs = [on_device(v, HOST) if not v.is_constant else v for v in fn.outputs]
     return PartitionResult(top, report, kinds)
+
+
+def declined_nodes(fn: Function, backends: list[tuple[Backend, TargetKind]],
+                   group_of: dict[int, _Group]) -> list[tuple[str, str, str, str, str]]:
+    """(node, op, backend, reason, backend that runs it) for each node that a backend earlier
+    in the target left to a later one although its patterns name the node's op, with the
+    reason it gives (:meth:`Backend.declines`; nodes it gives none for are not listed)."""
+    claimed_ops = []
+    for backend, kind in backends:
+        patterns = contract.call(backend, "claims()", backend.claims, kind)
+        claimed_ops.append(set().union(*(p.ops() for p in patterns)) if patterns else set())
+    out = []
+    for node in fn.nodes:
+        owner = group_of[id(node)].backend
+        for (backend, kind), ops in zip(backends, claimed_ops):
+            if backend is owner:
+                break
+            if node.op not in ops:
+                continue
+            reason = contract.call(backend, "declines()", backend.declines, node, kind)
+            if reason:
+                out.append((node.name, node.op, backend.name, str(reason), owner.name))
+                break
+    return out
 
 
 def _root_first(group: _Group) -> list[Node]:

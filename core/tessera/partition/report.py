@@ -34,6 +34,9 @@ class PartitionReport:
     copies: list[CopyInfo] = field(default_factory=list)
     #: (node name, op, backend it fell back to) for nodes no backend of the target claimed.
     fallback: list[tuple[str, str, str]] = field(default_factory=list)
+    #: (node name, op, backend, reason, backend that runs it) for nodes a backend earlier in
+    #: the target left to a later one, with its reason (``Backend.declines``).
+    declined: list[tuple[str, str, str, str, str]] = field(default_factory=list)
 
     def backend_counts(self) -> dict[str, int]:
         """Number of nodes per backend."""
@@ -70,6 +73,15 @@ class PartitionReport:
                          f"claimed them:")
             for name, op, backend in self.fallback:
                 lines.append(f"  {name} ({op}) -> {backend}")
+        if self.declined:
+            lines.append(f"declined ({len(self.declined)}), left to a later backend:")
+            grouped: dict[tuple[str, str, str, str], list[str]] = {}
+            for name, op, backend, reason, went in self.declined:
+                grouped.setdefault((backend, op, reason, went), []).append(name)
+            for (backend, op, reason, went), names in grouped.items():
+                shown = ", ".join(names[:3]) + (f", ... ({len(names)} nodes)"
+                                                 if len(names) > 3 else "")
+                lines.append(f"  {op} {shown}: {backend} declined ({reason}) -> {went}")
         return "\n".join(lines)
 
     def __str__(self) -> str:

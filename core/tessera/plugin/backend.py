@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tessera.ir.graph import Function
+from tessera.ir.graph import Function, Node
 from tessera.ir.types import TensorType
 from tessera.partition.patterns import Pattern
 from tessera.plugin.device import CPU, Device
@@ -169,6 +169,14 @@ class Backend(ABC):
     @abstractmethod
     def claims(self, target: TargetKind) -> list[Pattern]:
         """The patterns this backend accepts under ``target`` (largest composites first)."""
+
+    def declines(self, node: Node, target: TargetKind) -> str | None:
+        """Why this backend leaves ``node`` to another backend although it claims other nodes
+        of the same op (a dtype, layout or attribute its library does not handle), or None.
+        The partitioner asks it for each node of an op the backend's patterns name that went
+        to a backend later in the target, and the partition report lists the reasons. By
+        default: None (no reason given)."""
+        return None
 
     @abstractmethod
     def compile(self, region: Function, target: TargetKind,

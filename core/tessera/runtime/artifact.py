@@ -245,4 +245,5 @@ def _report_from(d: dict[str, Any]) -> PartitionReport:
     return PartitionReport(d.get("target", ""),
                            [RegionInfo(**r) for r in d.get("regions", [])],
                            [CopyInfo(**c) for c in d.get("copies", [])],
-                           [tuple(f) for f in d.get("fallback", [])])  # type: ignore[misc]
+                           [tuple(f) for f in d.get("fallback", [])],  # type: ignore[misc]
+                           [tuple(f) for f in d.get("declined", [])])  # type: ignore[misc]
