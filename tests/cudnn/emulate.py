@@ -91,6 +91,8 @@ def run_region(compiled, env: dict[str, np.ndarray]) -> None:  # noqa: ANN001
     env.update(compiled.handle["constants"])
     for plan in compiled.handle["plans"]:
         RUN[plan.kind](plan, env)
+        for name in plan.outputs:
+            env[name] = np.asarray(env[name]).reshape(compiled.tensors[name].shape)
 
 
 def _lookup(env: dict[str, np.ndarray], name: str) -> np.ndarray:
