@@ -21,6 +21,7 @@ output, then the issue's goal: untuned ``cuda`` at most 3x PyTorch eager on ResN
 
     python benchmarks/gpu_vs_torch.py                                  # cuda, on a GPU machine
     python benchmarks/gpu_vs_torch.py --models resnet50 --batches 1 --no-compile
+    python benchmarks/gpu_vs_torch.py --libs --models resnet50,bert   # cuDNN and cuBLAS
     python benchmarks/gpu_vs_torch.py --target llvm --torch-device cpu --models mobilenet \\
         --batches 1 --no-compile                                       # a smoke run without GPU
 """
@@ -43,6 +44,8 @@ MODELS: dict[str, str] = {
     "mobilenet": "MobileNet v1",
 }
 
+#: The cuDNN/cuBLAS goals (``--libs``): Tessera / PyTorch eager at batch 1 and at batch 16.
+LIBS_B1_MAX_RATIO, LIBS_B16_MAX_RATIO = 0.6, 1.0
 #: The issue's goal: untuned cuda / PyTorch eager on ResNet-50 at batch 1.
 RESNET_B1_MAX_RATIO = 3.0
 
@@ -84,6 +87,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help=f"comma-separated, from {', '.join(MODELS)}")
     ap.add_argument("--batches", default="1,16", help="comma-separated batch sizes")
     ap.add_argument("--target", default="cuda", help="Tessera's target (default: cuda)")
+    ap.add_argument("--libs", action="store_true",
+                    help="Tessera with cuDNN and cuBLAS (target 'cuda -libs=cudnn,cublas'; "
+                         "with --tf32, cuDNN may use TF32 as PyTorch's convolutions do by "
+                         "default) and the libraries' goals")
+    ap.add_argument("--tf32", action="store_true",
+                    help="with --libs: 'cudnn -tf32=1, cublas, cuda', PyTorch's defaults "
+                         "(TF32 convolutions, float32 matrix products)")
     ap.add_argument("--torch-device", default="cuda", help="PyTorch's device (default: cuda)")
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     ap.add_argument("--compile-mode", default="default",
@@ -251,8 +261,22 @@ def device_name(args: argparse.Namespace) -> str:
     return cpu_name()
 
 
+def print_library_goals(results: list[Result]) -> None:
+    """The cuDNN/cuBLAS issue's goals: at most LIBS_B16_MAX_RATIO x PyTorch eager at batch 16
+    and LIBS_B1_MAX_RATIO x at batch 1, on ResNet-50 and the BERT-style encoder."""
+    for r in results:
+        if r.error or r.key not in ("resnet50", "bert") or r.batch not in (1, 16):
+            continue
+        limit = LIBS_B1_MAX_RATIO if r.batch == 1 else LIBS_B16_MAX_RATIO
+        ratio = r.ratio("eager")
+        print(f"goal: {r.label} batch {r.batch} at most {limit:g}x PyTorch eager: {ratio:.2f}x, "
+              f"{'met' if ratio <= limit else 'NOT met'}")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.libs:
+        args.target = "cudnn -tf32=1, cublas, cuda" if args.tf32 else "cuda -libs=cudnn,cublas"
     keys = [k.strip() for k in args.models.split(",") if k.strip()]
     unknown = [k for k in keys if k not in MODELS]
     if unknown:
@@ -277,9 +301,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {r.label} batch {batch}: compile {comp or '-'}; "
                   f"{r.runs_per_measurement} runs per measurement", file=sys.stderr)
     print_table(results)
+    if args.libs:
+        print_library_goals(results)
     goal = next((r for r in results if r.key == "resnet50" and r.batch == 1 and not r.error),
                 None)
-    if goal is not None:
+    if goal is not None and not args.libs:
         ratio = goal.ratio("eager")
         verdict = "met" if ratio <= RESNET_B1_MAX_RATIO else "NOT met"
         print(f"goal: ResNet-50 batch 1 at most {RESNET_B1_MAX_RATIO:g}x PyTorch eager: "
