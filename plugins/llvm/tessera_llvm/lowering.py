@@ -8,7 +8,9 @@ pipeline. The result lists one :class:`LoweredKernel` per group, in execution or
 
 from __future__ import annotations
 
+import copy
 import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +19,7 @@ import numpy as np
 from tessera import te
 from tessera.errors import TesseraError
 from tessera.ir.graph import Function, Node, Value
+from tessera.ir.types import TensorType
 from tessera.ops.layout import pack_matmul_weight
 from tessera.passes.alter_layout import alter_conv_layout
 from tessera.passes.fuse_ops import fuse_ops
@@ -24,11 +27,12 @@ from tessera.passes.grouped_pointwise import grouped_pointwise_to_matmul
 from tessera.tir.stmt import PrimFunc
 from tessera.tir.transform import lower_pipeline
 from tessera.topi.from_graph import build_te, group_error, kernel_names
+from tessera.topi.nn.winograd import conv_nchwc_winograd, winograd_weight_transform
 
 from .prefetch import prefetch_next_slice
-from .schedules import schedule_group
-from .schedules.common import CPUInfo
-from .schedules.conv2d import tile_plan
+from .schedules import schedule_group, winograd
+from .schedules.common import CPUInfo, compute_ops
+from .schedules.conv2d import conv_space, find_conv, tile_plan
 
 
 @dataclass
@@ -230,6 +234,50 @@ def prepare_region(region: Function, cpu: CPUInfo, opt_level: int = 3
     return func, fuse_ops(func, opt_level=opt_level)
 
 
+#: Winograd-transformed weights: (id of the weight value, m) -> (weight value, transformed).
+_TRANSFORMED: dict[tuple[int, int], tuple[Value, Value]] = {}
+
+
+def _transformed_weight(w: Value, m: int) -> Value:
+    key = (id(w), m)
+    hit = _TRANSFORMED.get(key)
+    if hit is None or hit[0] is not w:
+        assert w.data is not None
+        u = winograd_weight_transform(np.asarray(w.data), m)
+        if len(_TRANSFORMED) >= 64:
+            _TRANSFORMED.pop(next(iter(_TRANSFORMED)))
+        hit = _TRANSFORMED[key] = (w, Value(f"{w.name}_winograd{m}", TensorType.of(u), data=u))
+    return hit[1]
+
+
+def winograd_nodes(nodes: list[Node], gte: Any, cpu: CPUInfo,
+                   overrides: dict[str, dict[str, Any]] | None) -> list[Node] | None:
+    """The group's nodes with its convolution computed by Winograd, when its config (default
+    or from ``overrides``) says ``template=winograd``: the ConvNCHWc node reads its weights
+    transformed at compile time (``G g G^T``, a new constant) and carries the tile size;
+    None when the group keeps the direct convolution. ``gte`` is the group's direct TE (whose
+    convolution gives the config space)."""
+    conv = find_conv(compute_ops(list(gte.outputs)))
+    if conv is None or not winograd.eligible(conv):
+        return None
+    with warnings.catch_warnings():  # schedule_group warns about bad records once
+        warnings.simplefilter("ignore")
+        cfg = conv_space(conv, cpu).pick(overrides)
+    if cfg.get("template") != "winograd":
+        return None
+    m = int(cfg["winograd_tile"])
+    out: list[Node] = []
+    for node in nodes:
+        w = node.inputs[1] if node.op == "ConvNCHWc" and len(node.inputs) > 1 else None
+        if w is not None and w.is_constant:
+            node = copy.copy(node)  # the group's node (and its outputs' producer) unchanged
+            node.inputs = [node.inputs[0], _transformed_weight(w, m), *node.inputs[2:]]
+            node.attrs = {**node.attrs, "winograd_tile": m,
+                          "winograd_multiple": int(cfg["winograd_reg_n"])}
+        out.append(node)
+    return out
+
+
 def lower_group(group: Any, name: str, cpu: CPUInfo,
                 overrides: dict[str, dict[str, Any]] | None = None
                 ) -> tuple[LoweredKernel, list[Value]]:
@@ -237,8 +285,12 @@ def lower_group(group: Any, name: str, cpu: CPUInfo,
     ``name``; the kernel and the group's constant inputs."""
     try:
         # constants are appended by build_te (one-element ones are inlined as immediates)
-        gte = build_te(group.nodes, [v for v in group.inputs if not v.is_constant],
-                       group.outputs)
+        inputs = [v for v in group.inputs if not v.is_constant]
+        gte = build_te(group.nodes, inputs, group.outputs)
+        wino = winograd_nodes(group.nodes, gte, cpu, overrides)
+        if wino is not None:
+            gte = build_te(wino, inputs, group.outputs,
+                           computes={"ConvNCHWc": conv_nchwc_winograd})
         sched = schedule_group(list(gte.outputs), cpu, overrides)
         prim = te.lower(sched.schedule, list(gte.placeholders) + list(gte.outputs), name)
         prim = lower_pipeline(prim)

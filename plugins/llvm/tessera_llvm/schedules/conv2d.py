@@ -25,6 +25,7 @@ from typing import Any
 from tessera import te
 from tessera.tir.expr import bits
 
+from . import winograd
 from .common import CPUInfo, extents
 from .config import ConfigSpace, ScheduleConfig, divisors, largest_divisor
 
@@ -41,7 +42,7 @@ def out_extents(conv: te.ComputeOp) -> tuple[int, int, int, int, int]:
     """``(n, oc chunks, oh, ow, oc block)`` of a blocked convolution, whether its compute is
     written over output rows or over flattened pixels (``flat_spatial``)."""
     shape = extents(conv)
-    if conv.attrs.get("flat_spatial"):
+    if conv.attrs.get("flat_spatial") and len(shape) == 4:
         oh, ow = conv.attrs["out_hw"]
         return shape[0], shape[1], int(oh), int(ow), shape[3]
     n, occ, oh, ow, ob = shape
@@ -129,6 +130,8 @@ def _narrow_tile(occ: int, pixels: int, vectors_per_col: int, dtype: str, cpu: C
 
 
 def _block_weight_bytes(conv: te.ComputeOp) -> int:
+    if "block_weight_bytes" in conv.attrs:  # a Winograd convolution: its direct weights
+        return int(conv.attrs["block_weight_bytes"])
     kernel = conv.attrs.get("kernel")
     if kernel is None:
         return 0
@@ -141,9 +144,10 @@ def conv_space(conv: te.ComputeOp, cpu: CPUInfo) -> ConfigSpace:
     built (:func:`tile_plan` sets the ConvNCHWc node's ``flat_spatial``), so a compute over
     flattened pixels offers both tilings and one over rows only row tiles."""
     n, occ, oh, ow, ob = out_extents(conv)
-    red = tuple(a.dom.extent.value for a in conv.reduce_axis)
-    space = ConfigSpace(TAG, ((n, occ, oh, ow, ob), red, conv.attrs.get("strides")))
-    depthwise = conv.tag != TAG
+    red = _reduce_extents(conv)
+    space = ConfigSpace(TAG, ((n, occ, oh, ow, ob), tuple(red.values()),
+                              conv.attrs.get("strides")))
+    depthwise = conv.tag not in (TAG, winograd.TAG)
     block_bytes = _block_weight_bytes(conv)
     plan = tile_plan(occ, oh, ow, ob, conv.output(0).dtype, cpu, depthwise, block_bytes)
     flat = bool(conv.attrs.get("flat_spatial"))
@@ -169,9 +173,8 @@ def conv_space(conv: te.ComputeOp, cpu: CPUInfo) -> ConfigSpace:
                                           | {group, tiles}),
                      group, "flat register tiles per parallel task; they share each "
                      "input-channel block's weights (ic_block)")
-    roles = _reduce_axes(conv)
-    if "icc" in roles:
-        icc = roles["icc"].dom.extent.value
+    if "icc" in red:
+        icc = red["icc"]
         # Measured on Zen 1: no gain from blocks whose weights fill half of L1 where a task's
         # weights fit in L2 (the prefetchers stream them), so the default is no blocking
         # there; where they do not fit, blocks of at most a quarter of L2
@@ -190,6 +193,8 @@ def conv_space(conv: te.ComputeOp, cpu: CPUInfo) -> ConfigSpace:
                  "prefetch the next output-channel slice's weights (weights that stream from "
                  "memory: more than 2 MiB, unless cache-blocked)")
     space.define("pad_parallel", [True, False], True, "materialise padding with a parallel loop")
+    if winograd.eligible(conv):
+        winograd.define_knobs(space, n, occ, oh, ow, ob, red["icc"] * red["ib"], cpu)
     return space
 
 
@@ -198,6 +203,14 @@ def find_conv(ops: list[te.ComputeOp]) -> te.ComputeOp | None:
         if op.tag in TAGS:
             return op
     return None
+
+
+def _reduce_extents(conv: te.ComputeOp) -> dict[str, int]:
+    """The extents of the reduce axes by role (:func:`_reduce_axes`); a Winograd convolution
+    gives those of the direct convolution it replaces (attr ``reduce_extents``)."""
+    if "reduce_extents" in conv.attrs:
+        return dict(zip(("icc", "kh", "kw", "ib"), conv.attrs["reduce_extents"]))
+    return {k: a.dom.extent.value for k, a in _reduce_axes(conv).items()}
 
 
 def _reduce_axes(conv: te.ComputeOp) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from .common import (
 from .config import ScheduleConfig
 from .conv2d import conv_space, find_conv, prefetch_plan, schedule_conv
 from .dense import dense_space, find_dense, schedule_dense
+from .winograd import find_winograd, schedule_winograd
 
 #: Tags of injective stages kept at root instead of inlined: softmax's exponentials (read by the
 #: sum and by the division) and resize's weight/index tables.
@@ -54,6 +55,12 @@ def schedule_group(outputs: list[te.Tensor], cpu: CPUInfo,
     result = GroupSchedule(s)
     last = out_ops[-1]
 
+    wino = find_winograd(ops)
+    if wino is not None and len(out_ops) == 1:
+        cfg = _pick(conv_space(wino, cpu), overrides)
+        schedule_winograd(s, wino, ops, last, cfg)
+        result.configs.append(cfg)
+        return result
     conv = find_conv(ops)
     mm = find_dense(ops) if conv is None else None
     anchor = conv or mm
