@@ -190,3 +190,13 @@ def test_tessera_plugins_lists_both_backends(capsys) -> None:  # noqa: ANN001
     assert main(["plugins", "-v"]) == 0
     out = capsys.readouterr().out
     assert "cudnn" in out and "cublas" in out and "tessera-cudnn" in out
+
+
+def test_the_partition_picture_shows_why_a_library_declined() -> None:
+    from tessera.partition.html import to_html
+
+    m = model([helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2],
+                                ceil_mode=1)], {"x": (1, 2, 5, 5)}, {"y": (1, 2, 3, 3)}, {})
+    mod = tessera.compile(m, target=CROSS)
+    page = to_html(mod.graph, report=mod.partition_report())
+    assert "declined by cudnn: ceil_mode output size [3, 3]" in page

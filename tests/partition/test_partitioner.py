@@ -155,6 +155,47 @@ def test_pattern_check_filters_nodes():
         ("toy", "a"), ("ref", "b")]
 
 
+class _Declining(ToyBackend):
+    """Claims small Relus and says why it leaves the big ones."""
+
+    def declines(self, node, target):  # noqa: ANN001, ANN201
+        return "more than 10 elements" if node.inputs[0].type.size > 10 else None
+
+
+def test_declined_nodes_are_reported_with_the_backend_and_reason():
+    only_small = Pattern("Relu", check=lambda n: n.inputs[0].type.size <= 10)
+    fn = Function("check")
+    small = _input(fn, "small", (2, 5))
+    big = _input(fn, "big", (4, 5))
+    fn.outputs = [fn.op("Relu", small, name="a"), fn.op("Relu", big, name="b"),
+                  fn.op("Exp", big, name="c")]
+    picky = _Declining("picky", [only_small])
+    later = ToyBackend("later", [Pattern("Relu"), Pattern("Exp")])
+    report = partition(fn, [_kind(picky), _kind(later)], REF).report
+    # b: declined with the reason; c: picky does not claim Exp at all, so nothing to say
+    assert report.declined == [("b", "Relu", "picky", "more than 10 elements", "later")]
+    assert "Relu b: picky declined (more than 10 elements) -> later" in report.table()
+    # a backend later in the target than the one that runs the node is not asked
+    report = partition(fn, [_kind(later), _kind(picky)], REF).report
+    assert report.declined == []
+
+
+def test_declined_nodes_survive_the_artifact():
+    fn = Function("m")
+    x = _input(fn, "x", (4, 5))
+    fn.outputs = [fn.op("Relu", x, name="r")]
+    report = partition(fn, [_kind(_Declining("picky", [Pattern("Relu", check=lambda n: False)]))],
+                       REF).report
+    assert report.declined
+    import dataclasses
+    import json
+
+    from tessera.runtime.artifact import _report_from  # what tessera.load reads report.json with
+
+    again = _report_from(json.loads(json.dumps(dataclasses.asdict(report))))
+    assert again.declined == report.declined and again.table() == report.table()
+
+
 def test_device_copies_inserted_once_per_value_and_device(rng):
     fn = diamond()
     npu = ToyBackend("npu", [Pattern("Relu"), Pattern("Exp"), Pattern("Add")], device="npu")

@@ -85,7 +85,8 @@ def _box(n: DrawnNode) -> Box:
                n.region)
 
 
-def _tooltip(n: DrawnNode, fell_back: dict[str, str]) -> str:
+def _tooltip(n: DrawnNode, fell_back: dict[str, str],
+             declined: dict[str, str] | None = None) -> str:
     values = "\n".join(f"  {v.name}: {v.type}" for v in n.values)
     if n.kind == "input":
         return f"model input {n.name}\n{values.strip()}"
@@ -99,6 +100,8 @@ def _tooltip(n: DrawnNode, fell_back: dict[str, str]) -> str:
             f"backend: {n.backend}\ndevice: {n.device}")
     if n.name in fell_back:
         text += f"\nfell back: no backend of the target claimed it; runs on {fell_back[n.name]}"
+    if declined and n.name in declined:
+        text += f"\n{declined[n.name]}"
     return text
 
 
@@ -206,7 +209,7 @@ def _region_outlines(region: DrawnRegion, layout: Layout, color: tuple[str, str,
 
 def _svg(picture_nodes: list[DrawnNode], regions: list[DrawnRegion], layout: Layout,
          edges: list[tuple[str, str]], colors: dict[str, tuple[str, str, str]],
-         fell_back: dict[str, str]) -> str:
+         fell_back: dict[str, str], declined: dict[str, str] | None = None) -> str:
     kinds = {n.id: n.kind for n in picture_nodes}
     w, h = layout.width, layout.height
     out = [f'<svg id="graph" xmlns="http://www.w3.org/2000/svg" width="{w:.0f}" '
@@ -243,7 +246,8 @@ def _svg(picture_nodes: list[DrawnNode], regions: list[DrawnRegion], layout: Lay
     for n in picture_nodes:
         color = colors.get(n.backend) if n.kind == "op" else None
         fallback = n.kind == "op" and n.name in fell_back
-        out.append(_node_svg(n, layout.boxes[n.id], color, fallback, _tooltip(n, fell_back)))
+        out.append(_node_svg(n, layout.boxes[n.id], color, fallback,
+                             _tooltip(n, fell_back, declined)))
     out.append("</g></svg>")
     return "\n".join(out)
 
@@ -392,7 +396,8 @@ def to_html(graph: Function, *, title: str | None = None,
     """A self-contained HTML page drawing a partitioned graph (see the module docstring).
 
     ``title`` names the model in the header (default: the graph's name); ``report`` (the
-    module's partition report) gives the target and the nodes that fell back."""
+    module's partition report) gives the target, the nodes that fell back and the reasons
+    backends gave for declining nodes (shown in the nodes' tooltips)."""
     picture = drawing(graph)
     nodes = picture.nodes()
     regions = picture.regions
@@ -401,7 +406,9 @@ def to_html(graph: Function, *, title: str | None = None,
     fell_back = {name: backend for name, _, backend in (report.fallback if report else [])}
     edges = list(dict.fromkeys((a, b) for a, b, _ in picture.edges))
     layout = layered_layout([_box(n) for n in nodes], edges)
-    svg = _svg(nodes, regions, layout, edges, colors, fell_back)
+    declined = {name: f"declined by {backend}: {reason}"
+                for name, _, backend, reason, _ in (report.declined if report else [])}
+    svg = _svg(nodes, regions, layout, edges, colors, fell_back, declined)
     name = title if title is not None else graph.name
     target = report.target if report else ", ".join(picture.backends())
     ops = sum(len(r.nodes) for r in regions)
