@@ -4,7 +4,8 @@ a float transformer block, built in ONNX with random weights (seeded).
 ``x [1, 3, 32, 32]`` → float Conv+ReLU (the first convolution stays float, as in TVM's VTA flow)
 → two Conv+ReLU quantized to int8 → a float Conv+ReLU → the 16 x 16 positions as 256 tokens of
 32 channels → one transformer encoder layer (layer norms, 2-head attention, GELU MLP,
-residuals) → mean over tokens → a float classifier → ``logits [1, 10]``.
+residuals) → mean over tokens → a float classifier → ``logits [1, 10]``, and its softmax cast to
+float16 → ``probs_fp16 [1, 10]``.
 """
 
 from __future__ import annotations
@@ -80,12 +81,17 @@ def float_model(seed: int = 0) -> onnx.ModelProto:
     t = node("Add", [t, dense(h, "fc2", 4 * DIM, DIM)], "res2")
     pooled = node("ReduceMean", [t, "mean_axes"], "pool", keepdims=0)
     inits.append(numpy_helper.from_array(np.array([1], np.int64), "mean_axes"))
-    node("Gemm", [pooled, w("cls.w", DIM, 10, scale=DIM ** -0.5), w("cls.b", 10, scale=0.02)],
-         "logits")
+    logits = node("Gemm", [pooled, w("cls.w", DIM, 10, scale=DIM ** -0.5),
+                           w("cls.b", 10, scale=0.02)], "logits")
+    # half-precision probabilities for a client: float16 is not in the CUDA kernels' types, so
+    # this cast is what the target's last kind, llvm, runs
+    node("Cast", [node("Softmax", [logits], "probs", axis=-1)], "probs_fp16",
+         to=TensorProto.FLOAT16)
     graph = helper.make_graph(
         nodes, "hetero",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 10])], inits)
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 10]),
+         helper.make_tensor_value_info("probs_fp16", TensorProto.FLOAT16, [1, 10])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
     onnx.checker.check_model(model)
     return model
