@@ -133,8 +133,10 @@ def _fast_math(target: TargetKind) -> bool:
 
 
 def build_region(region: Function, target: TargetKind, options: CompileOptions,
-                 gpu: GPUInfo | None = None, want_ptx: bool = False) -> BuiltRegion:
-    """Lower ``region`` and compile its CUDA C to cubin with NVRTC (no GPU needed)."""
+                 gpu: GPUInfo | None = None, want_ptx: bool = False,
+                 overrides: dict[str, dict[str, Any]] | None = None) -> BuiltRegion:
+    """Lower ``region`` and compile its CUDA C to cubin with NVRTC (no GPU needed), with the
+    schedule ``overrides`` (workload key -> knob values; default: the tuning records')."""
     for node in region.nodes:
         reason = node_unsupported(node)
         if reason is not None:
@@ -142,7 +144,8 @@ def build_region(region: Function, target: TargetKind, options: CompileOptions,
     gpu = gpu or gpu_info(target)
     lowered = lower_region(region, gpu, options.opt_level, prefix=f"{region.name}_",
                            fast_math=_fast_math(target),
-                           overrides=options.schedule_overrides("cuda", str(target)))
+                           overrides=overrides if overrides is not None else
+                           options.schedule_overrides("cuda", str(target)))
     result = compile_cuda(lowered.source.text, gpu.arch, name=f"{region.name}.cu",
                           want_ptx=want_ptx)
     return BuiltRegion(lowered, gpu.arch, result.cubin, result.ptx, _table(lowered))
@@ -257,6 +260,15 @@ class CUDABackend(Backend):
 
     def device_api(self) -> Device:
         return CUDADevice.get(0)
+
+    def tuning_candidate(self, region: Function, kernel: str,
+                         overrides: dict[str, dict[str, Any]], target: TargetKind,
+                         options: CompileOptions) -> Any:
+        """The fused group ``kernel`` built with the knobs ``overrides`` and bound to
+        buffers of its own on the GPU (:mod:`.tuning`); without a GPU a RunError."""
+        from .tuning import cuda_candidate
+
+        return cuda_candidate(self, region, kernel, overrides, target, options)
 
     def compile(self, region: Function, target: TargetKind,
                 options: CompileOptions) -> CompiledRegion:

@@ -1,0 +1,79 @@
+"""One cuda kernel built alone for the tuner (``CUDABackend.tuning_candidate``).
+
+The region is lowered with the candidate's knobs (:func:`~tessera_cuda.backend.build_region`:
+the same schedules, pipeline and NVRTC compile as ``compile``), its cubin loaded on the GPU, and
+the fused group named ``kernel`` bound to buffers of its own: the group's constants and seeded
+random data of its other inputs, copied to the device once. ``run()`` launches the group's
+kernels on the device's stream and waits for them, so the tuner's host clock measures the
+kernels (plus one synchronization, a few microseconds, the same for every config).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tessera.autotune.measure import TuningCandidate
+from tessera.errors import CompileError, RunError
+from tessera.ir.graph import Function
+from tessera.ir.types import TensorType
+from tessera.plugin.backend import CompileOptions
+from tessera.plugin.target import TargetKind
+
+
+def _random(t: TensorType, rng: np.random.Generator) -> np.ndarray:
+    dtype = np.dtype(t.dtype.numpy)
+    shape = tuple(int(d) for d in t.shape)
+    if dtype.kind == "f":
+        return rng.standard_normal(shape).astype(dtype)
+    if dtype.kind == "b":
+        return rng.integers(0, 2, shape).astype(dtype)
+    info = np.iinfo(dtype)
+    return rng.integers(max(info.min, -8), min(info.max, 8), shape, endpoint=True).astype(dtype)
+
+
+def cuda_candidate(backend: Any, region: Function, kernel: str,
+                   overrides: dict[str, dict[str, Any]], target: TargetKind,
+                   options: CompileOptions) -> TuningCandidate:
+    from .backend import _make_kernel, build_region, gpu_info
+    from .driver import LoadedModule
+
+    device = backend.device_instance(options)
+    missing = device.missing()
+    if missing is not None:
+        raise RunError(f"cuda: tuning measures kernels on the GPU, and this machine has none "
+                       f"({missing}); tune on the GPU machine")
+    built = build_region(region, target, options, gpu_info(target, device),
+                         overrides=overrides)
+    entry = next((e for e in built.table if e["name"] == kernel), None)
+    if entry is None:
+        raise CompileError(f"cuda: region {region.name} has no kernel {kernel!r} (it has "
+                           f"{', '.join(e['name'] for e in built.table)})")
+    module = LoadedModule.load(device, built.cubin, [x["kernel"] for x in entry["launches"]])
+    compiled_kernel, _ = _make_kernel(module, entry)
+    types = {v.name: v.type for v in built.lowered.func.inputs}
+    types.update({v.name: v.type for n in built.lowered.func.nodes for v in n.outputs})
+    constants = {k: np.ascontiguousarray(np.asarray(v.data))
+                 for k, v in built.lowered.constants.items()}
+    rng = np.random.default_rng(0)
+    host_in = [constants[n] if n in constants else _random(types[n], rng)
+               for n in entry["inputs"]]
+    ins = [device.from_host(a) for a in host_in]
+    outs_host = [np.empty(tuple(types[n].shape), np.dtype(types[n].dtype.numpy))
+                 for n in entry["outputs"]]
+    outs = [device.from_host(o) for o in outs_host]
+    workspace = int(entry.get("workspace", 0))
+    scratch = [device.from_host(np.zeros(workspace, np.uint8))] if workspace else []
+
+    def run() -> None:
+        compiled_kernel.fn(ins, outs + scratch)
+        device.synchronize()
+
+    def outputs() -> list[np.ndarray]:
+        for buf, host in zip(outs, outs_host):
+            device.copy_to_host(buf, host)
+        device.synchronize()
+        return [o.copy() for o in outs_host]
+
+    return TuningCandidate(run, outputs, int(entry.get("flops", 0)))
