@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 #: The kinds the summary names, in this order (others follow).
-SUMMARY_KINDS = ("conv 3x3", "conv 1x1", "matmul")
+SUMMARY_KINDS = ("conv 3x3", "conv 3x3 winograd", "conv 1x1", "matmul")
 
 
 def llvm_mcpu(target: str) -> tuple[bool, str | None]:
@@ -45,6 +45,11 @@ def kernel_kinds(mod: Any) -> dict[str, str]:
         constants = region.constants if region is not None else {}
         # the plan names a region's constants "<region>/<name>"
         names = [i.removeprefix(f"{step.region}/") for i in step.inputs]
+        if any("_winograd" in n for n in names if n in constants):
+            # weights transformed for Winograd (alpha, alpha, O/ob, I/ib, ib, ob): a 3x3
+            # convolution, its GFLOP/s counted as the direct convolution's work
+            kinds[step.name] = "conv 3x3 winograd"
+            continue
         shapes = [tuple(getattr(constants[n], "shape", ())) for n in names if n in constants]
         weight = next((s for s in shapes if len(s) in (4, 6)), None)
         if weight is None:

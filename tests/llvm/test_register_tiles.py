@@ -48,6 +48,11 @@ REGIONS = {
     # tiles (pixels across rows; they hold one address register more per pixel)
     "conv_flat": Case("Conv", [rand(1, 64, 13, 13), rand(64, 64, 3, 3), rand(64)],
                       {"pads": [1, 1, 1, 1]}, consts=[1, 2]),
+    # the same convolution computed by Winograd F(2x2, 3x3): its batched product's register
+    # tile (the transforms of F(2x2) only add and subtract, so the product's loop is the only
+    # one with FMAs)
+    "conv_winograd": Case("Conv", [rand(1, 64, 28, 28), rand(64, 64, 3, 3), rand(64)],
+                          {"pads": [1, 1, 1, 1]}, consts=[1, 2]),
     # a dense layer: activations times constant (prepacked) weights
     "matmul": Case("MatMul", [rand(64, 256), rand(256, 256)], consts=[1]),
     # a batch-1 fully-connected layer: one row, several column vectors per tile
@@ -65,10 +70,19 @@ def verbose_asm(built: BuiltModule, mcpu: str | None, triple: str) -> str:
         return tm.emit_assembly(llvm.parse_assembly(built.llvm_ir))
 
 
+#: The conv template each conv region is compiled with (whatever the default for the CPU).
+TEMPLATES = {"conv": {"template": "direct"}, "conv_flat": {"template": "direct"},
+             "conv_winograd": {"template": "winograd", "winograd_tile": 2}}
+
+
 def compile_region(name: str, cpu: CPUInfo, mcpu: str | None,
                    triple: str) -> tuple[list[LoweredKernel], str]:
     fn, *_ = build_function([REGIONS[name]])
     lowered = lower_region(fn, cpu, 3, prefix=f"{name}_")
+    if name in TEMPLATES:
+        keys = [k.configs[0].key() for k in lowered.kernels if k.template == "conv2d_NCHWc"]
+        lowered = lower_region(fn, cpu, 3, {key: TEMPLATES[name] for key in keys},
+                               prefix=f"{name}_")
     built = build_module([k.func for k in lowered.kernels], name, mcpu=mcpu, triple=triple)
     return lowered.kernels, verbose_asm(built, mcpu, triple)
 
@@ -100,7 +114,9 @@ def test_micro_kernel_inner_loop_does_not_spill(target: tuple[str, str | None, s
             f"{cpu.vector_registers} registers), schedule {config}")
     if region == "conv_flat":
         assert config.get("flat_tiles"), what
-    if region.startswith("conv") and cpu.vector_registers == 16:
+    if region in TEMPLATES:
+        assert config["template"] == TEMPLATES[region]["template"], what
+    if region in ("conv", "conv_flat") and cpu.vector_registers == 16:
         # AVX2: 4 output blocks x 3 pixels (12 accumulators, 3 broadcasts, 1 weight vector)
         assert (config["oc_tile"], config["reg_n"], config["flat_tiles"]) == (4, 3, True), what
     assert fmas > 0, f"{what}: no loop with FMAs found in the micro-kernel"

@@ -55,29 +55,74 @@ def tile_count(n: int, oh: int, ow: int, m: int) -> int:
 
 
 def default_reg_n(tiles: int, limit: int) -> int:
-    """The tiles per register tile: at most ``limit``, wasting the fewest rounded-up tiles
-    (ties: the widest)."""
-    best, waste = 1, tiles
-    for r in range(1, max(1, limit) + 1):
+    """The tiles per register tile: from half of ``limit`` to ``limit`` (all the tiles when
+    there are fewer), the one that rounds the tile count up the least (ties: the widest)."""
+    limit = max(1, limit)
+    if tiles <= limit:
+        return tiles
+    best, waste = limit, tiles
+    for r in range(limit, max(1, limit // 2) - 1, -1):
         w = -(-tiles // r) * r - tiles
-        if w < waste or (w == waste and r > best):
+        if w < waste:
             best, waste = r, w
     return best
 
 
-def default_template(n: int, occ: int, oh: int, ow: int, ob: int, channels_in: int) -> str:
-    """The template a shape gets without tuning records (see the measurements in
-    :func:`define_knobs`)."""
-    return "direct"
+# Measured on this project's 2-core Zen 4 (AVX-512, 1 MiB L2 per core, a shared 32 MiB L3),
+# 2 threads, conv 3x3 pad 1 + bias + relu, batch 1, ms per call, median of 9 interleaved
+# rounds (benchmarks/winograd_layers.py; other jobs ran on the machine, see below):
+#
+#   in x size x out     direct    F(2x2)   F(4x4)
+#   64 x 56 x 64         1.05      0.63     0.36     ResNet-50's 3x3 stride-1 layers
+#   128 x 28 x 128       1.05      0.53     0.31
+#   256 x 14 x 256       1.05      0.49     0.50
+#   512 x 7 x 512        1.07      0.66     0.95
+#   64 x 7 x 64          0.022     0.020    0.025
+#   64 x 14 x 64         0.072     0.047    0.050
+#   64 x 28 x 64         0.270     0.158    0.102
+#   128 x 56 x 128       4.11      2.27     1.33
+#   512 x 28 x 512       16.7      8.5      5.0
+#   64 x 112 x 64        4.22      2.74     1.92
+#   32 x 56 x 32         0.273     0.170    0.116    (0.315, 0.67, 0.43 in a slow period)
+#   64 x 56 x 32         0.612     1.14     0.53     (slow period)
+#   32 x 14 x 32         0.028     0.054    0.056
+#   16 x 56 x 16         0.071     0.082    0.058    (0.071, 0.092, 0.071 in a slow period)
+#   8 x 56 x 64          0.141     0.142    0.093
+#   3 x 56 x 64          0.060     0.126    0.086
+#   16 x 112 x 32        0.53      1.50     0.97
+#
+# Winograd's transformed tiles (up to 4 times the input for F(2x2), 2.25 times for F(4x4))
+# pass through L3: in periods when other jobs on the machine load the cache and memory, the
+# ResNet-50 64 x 56 x 64 layer took 0.9 ms with F(4x4) and 1.2 ms direct, and layers with
+# fewer than 64 channels lost to the direct convolution. The rule: Winograd where the input
+# and the output have at least 64 channels (it won on every such shape measured, in quiet and
+# busy periods), F(4x4) where the output is at least 16 x 16 (no tile wasted at 28 and 56,
+# and the 2.25 times larger transformed weights are shared by many tiles), F(2x2) below (at
+# 7 x 7 F(4x4) computes 8 x 8 and streams 36 transformed weight matrices for 4 tiles).
+
+
+def default_template(n: int, occ: int, oh: int, ow: int, ob: int, channels_in: int,
+                     cpu: CPUInfo) -> str:
+    """The template a shape gets without tuning records (measurements above). Measured with
+    16-lane vectors only: CPUs with narrower ones (AVX2, NEON) keep the direct convolution
+    unless tuning records choose Winograd."""
+    if cpu.vector_lanes < 16:
+        return "direct"
+    return "winograd" if channels_in >= 64 and occ * ob >= 64 else "direct"
+
+
+def default_tile(oh: int, ow: int) -> int:
+    """The output tile m a Winograd convolution gets without tuning records."""
+    return 4 if min(oh, ow) >= 16 else 2
 
 
 def define_knobs(space: ConfigSpace, n: int, occ: int, oh: int, ow: int, ob: int,
                  channels_in: int, cpu: CPUInfo) -> None:
     """The Winograd knobs of an eligible convolution's space."""
     space.define("template", ["direct", "winograd"],
-                 default_template(n, occ, oh, ow, ob, channels_in),
+                 default_template(n, occ, oh, ow, ob, channels_in, cpu),
                  "direct convolution or Winograd F(m x m, 3 x 3) (3x3, stride 1 only)")
-    m = 2
+    m = default_tile(oh, ow)
     space.define("winograd_tile", [2, 4], m, "Winograd output tile m (F(m x m, 3 x 3))")
     lanes = cpu.lanes_for("float32")
     vectors = max(1, -(-ob // lanes))
