@@ -271,3 +271,18 @@ def test_tuning_candidate_checked_within_the_winograd_tolerance() -> None:
     assert check_outputs(got, want, wino.tolerance) is None
     assert check_outputs([got[0] + 3 * WINOGRAD_TOLERANCE * np.abs(want[0]).max()], want,
                          wino.tolerance) is not None
+
+
+def test_default_winograd_model_exports_and_loads(tmp_path: Path) -> None:
+    """A model whose 64-channel convolution defaults to Winograd (on 16-lane CPUs) keeps its
+    transformed weights in the artifact."""
+    from tessera_llvm.cpu import cpu_info
+
+    model, inputs, want = conv_model(1, 64, 16, 16, 64, 1, seed=7)
+    mod = tessera.compile(model, target="llvm")
+    if cpu_info().vector_lanes >= 16:
+        assert schedule_config(mod)["template"] == "winograd"
+    got = mod.run(**inputs)["y"]
+    assert relative_error(got, want) < TOLERANCE[4]
+    loaded = tessera.load(mod.export(tmp_path / "model.tar"))
+    np.testing.assert_array_equal(loaded.run(**inputs)["y"], got)

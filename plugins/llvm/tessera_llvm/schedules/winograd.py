@@ -173,6 +173,8 @@ def schedule_winograd(s: Any, conv: te.ComputeOp, ops: list[te.ComputeOp],
     sr.set_scope("local")
     sr.compute_at(sv, par)
     _, _, r_eps, r_s, r_ib = rows.axis
+    # the index a stage's select picks by innermost: its unrolled copies fold first
+    sr.reorder(r_s, r_eps, r_ib)
     sr.unroll(r_eps)
     sr.unroll(r_s)
     sr.vectorize(r_ib)
@@ -216,6 +218,7 @@ def schedule_winograd(s: Any, conv: te.ComputeOp, ops: list[te.ComputeOp],
     so.set_scope("local")
     so.compute_at(ws, tw)
     o_axes = out_rows.axis
+    so.reorder(o_axes[5], o_axes[4], o_axes[6])
     so.unroll(o_axes[4])
     so.unroll(o_axes[5])
     so.vectorize(o_axes[6])
