@@ -10,6 +10,9 @@ A record says how one config of one workload measured on one target::
 ``costs`` are seconds per run (one per repeat); a candidate that failed has ``error`` (why:
 ``"timeout"``, ``"crash: ..."``, ``"wrong result: ..."``) and no costs. ``key`` is
 :meth:`~tessera.autotune.space.ScheduleConfig.key`, what a template matches its workload on.
+``cpu`` is the CPU that measured; a record measured on another machine (a Ray worker:
+``tessera tune --ray``) also has ``"host"``, that machine's name (a field written only then,
+which readers that do not know it skip).
 
 :func:`load_records` reads a file line by line: a line that is not JSON, or a record without
 the fields above, is skipped with a warning naming the file and line, never an error (a log
@@ -52,6 +55,8 @@ class TuningRecord:
     tessera: str = ""
     plugins: dict[str, str] = field(default_factory=dict)
     timestamp: float = 0.0
+    #: The machine that measured, when it is not the one that tuned (else empty, not written).
+    host: str = ""
 
     @property
     def ok(self) -> bool:
@@ -64,22 +69,27 @@ class TuningRecord:
         return sum(self.costs) / len(self.costs) if self.ok else math.inf
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), default=str, sort_keys=True)
+        data = asdict(self)
+        if not data["host"]:
+            del data["host"]
+        return json.dumps(data, default=str, sort_keys=True)
 
 
 def record_for(config: Any, backend: str, target: str, costs: Iterable[float] = (),
-               error: str | None = None, plugins: dict[str, str] | None = None
-               ) -> TuningRecord:
+               error: str | None = None, plugins: dict[str, str] | None = None,
+               cpu: str | None = None, host: str = "") -> TuningRecord:
     """A record of ``config`` (a :class:`~tessera.autotune.space.ScheduleConfig`) measured on
-    this machine (its CPU name, Tessera's version and the time are filled in)."""
+    this machine (its CPU name, Tessera's version and the time are filled in), or on the
+    machine ``host`` whose CPU is ``cpu``."""
     from tessera import __version__
 
     return TuningRecord(key=config.key(), template=config.template,
                         workload=json.loads(json.dumps(list(config.workload), default=str)),
                         config=dict(config.values),
                         backend=backend, target=target, costs=[float(c) for c in costs],
-                        error=error, cpu=cpu_name(), tessera=__version__,
-                        plugins=dict(plugins or {}), timestamp=time.time())
+                        error=error, cpu=cpu_name() if cpu is None else cpu,
+                        tessera=__version__, plugins=dict(plugins or {}),
+                        timestamp=time.time(), host=host)
 
 
 def cpu_name() -> str:

@@ -3,12 +3,16 @@
 :func:`tune` compiles the model once with the default schedules, extracts its tasks
 (:mod:`.tasks`), and for each selected task that is tunable and whose backend can build its
 kernels alone (``Backend.tuning_candidate``) measures the default config first, then the
-tuner's proposals, up to ``trials`` per task, each in a worker process
-(:class:`~tessera.autotune.measure.Measurer`). Every result, success or failure, is appended to
-``output`` as soon as it is known, so an interrupted run (Ctrl-C) keeps all of them and running
-again resumes: configs the file already holds for a task are not measured again. A task stops
-early after ``early_stopping`` trials without a better config. Progress goes to stderr, one
-line per task: trials, the best GFLOP/s and time, elapsed seconds.
+tuner's proposals, up to ``trials`` per task, in worker processes
+(:class:`~tessera.autotune.measure.Measurer`): the tuner proposes a batch of ``parallel``
+configs, which are built in up to ``parallel`` processes at once and then timed one at a time
+(tvmc's ``--parallel``). With ``ray_address`` they are built and timed on a Ray cluster's nodes
+instead, a batch of ``parallel`` per node (:mod:`tessera.autotune.ray_measure`). Every result,
+success or failure, is appended to ``output`` as soon as it is known, so an interrupted run
+(Ctrl-C) keeps all of them and running again resumes: configs the file already holds for a task
+are not measured again. A task stops early after ``early_stopping`` trials without a better
+config (the rest of its batch is not measured). Progress goes to stderr, one line per task:
+trials, the best GFLOP/s and time, elapsed seconds.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from tessera.autotune.measure import Measurer
+from tessera.autotune.measure import Measurer, MeasureResult
 from tessera.autotune.records import TuningRecord, append_records, load_records, record_for
 from tessera.autotune.space import ScheduleConfig
 from tessera.autotune.tasks import Task, tasks_of_module
@@ -94,7 +98,7 @@ class _TaskState:
                 return config
         return self.search.next()
 
-    def record(self, config: dict[str, Any], result: Any, plugins: dict[str, str]
+    def record(self, config: dict[str, Any], result: MeasureResult, plugins: dict[str, str]
                ) -> TuningRecord:
         self.done += 1
         self.search.update(config, result.mean)
@@ -104,7 +108,7 @@ class _TaskState:
             self.since_best += 1
         rec = record_for(ScheduleConfig(self.task.template, self.workload, config),
                          self.task.backend, self.task.target, result.costs, result.error,
-                         plugins)
+                         plugins, cpu=result.cpu or None, host=result.host)
         rec.key = self.task.key  # the workload exactly as the template wrote it
         return rec
 
@@ -139,7 +143,8 @@ def tune(model: Any, target: str | None = "auto", output: str | Path = "tuning.j
          tasks: Sequence[int] | None = None, prior_records: str | Path | None = None,
          input_shapes: dict[str, list[int]] | None = None, seed: int = 0,
          progress: TextIO | None = sys.stderr, time_budget: float | None = None,
-         on_task: Callable[[Task], None] | None = None) -> TuneSummary:
+         on_task: Callable[[Task], None] | None = None, parallel: int = 1,
+         ray_address: str | None = None) -> TuneSummary:
     """Tune ``model`` for ``target``, appending records to ``output`` (module doc).
 
     ``tasks`` selects tasks by their index in :func:`tessera.autotune.tasks_of_module`'s
@@ -147,17 +152,25 @@ def tune(model: Any, target: str | None = "auto", output: str | Path = "tuning.j
     measured first (it may be from another model or machine). ``time_budget`` (seconds for
     the whole model): tasks are interleaved, every task's default first, then always the task
     the model spends most time in (weight x best time), until the budget is spent; ``trials``
-    still caps each task."""
+    still caps each task. ``parallel``: candidates built at once (each then timed alone);
+    ``ray_address`` (``HOST:PORT``, ``auto``; needs ``tessera[distributed]``): measure on that
+    Ray cluster's nodes, ``parallel`` candidates per node at a time."""
     import tessera
+    from tessera.errors import TesseraError
     from tessera.plugin.target import Target
+
+    if parallel < 1:
+        raise TesseraError(f"parallel must be at least 1, not {parallel}")
+    if ray_address is not None:
+        from tessera.autotune.ray_measure import require_ray
+
+        require_ray()  # before compiling: a missing extra is said at once
 
     module = tessera.compile(model, target=target, input_shapes=input_shapes)
     all_tasks = tasks_of_module(module)
     chosen = list(range(len(all_tasks))) if tasks is None else list(tasks)
     for i in chosen:
         if not 0 <= i < len(all_tasks):
-            from tessera.errors import TesseraError
-
             raise TesseraError(f"task {i} does not exist: the model has {len(all_tasks)} "
                                f"tasks for {module.target!r} (0 to {len(all_tasks) - 1})")
     out = Path(output)
@@ -190,9 +203,14 @@ def tune(model: Any, target: str | None = "auto", output: str | Path = "tuning.j
             search.visited |= measured.get(task.key, set())
         states.append(_TaskState(n, task, search,
                                  [c for c in (prior.get(task.key), task.default) if c]))
-    measurers: dict[int, Measurer] = {}
+    measurers: dict[int, Any] = {}
+    pool: Any = None
     deadline = None if time_budget is None else time.perf_counter() + time_budget
     try:
+        if ray_address is not None:
+            from tessera.autotune.ray_measure import RayPool
+
+            pool = RayPool(ray_address, parallel=parallel, progress=progress)
         while True:
             state = _next_task(states, deadline is not None)
             if state is None or (deadline is not None and time.perf_counter() > deadline):
@@ -205,22 +223,37 @@ def tune(model: Any, target: str | None = "auto", output: str | Path = "tuning.j
             cr = _region_of(module, state.task)
             m = measurers.get(id(cr))
             if m is None:
-                m = measurers[id(cr)] = Measurer(
-                    module.backends[cr.backend], cr.region,
-                    Target.parse(state.task.target).kinds[0], module.compile_options,
-                    timeout=timeout, number=number, repeat=repeat,
-                    min_repeat_ms=min_repeat_ms)
-            config = state.propose()
-            if config is None:
+                args = (module.backends[cr.backend], cr.region,
+                        Target.parse(state.task.target).kinds[0], module.compile_options)
+                params = dict(timeout=timeout, number=number, repeat=repeat,
+                              min_repeat_ms=min_repeat_ms)
+                m = measurers[id(cr)] = pool.measurer(*args, **params) if pool is not None \
+                    else Measurer(*args, **params, parallel=parallel)
+            configs: list[dict[str, Any]] = []
+            while len(configs) < min(m.batch_size, trials - state.done):
+                config = state.propose()
+                if config is None:
+                    break
+                configs.append(config)
+            if not configs:
                 state.finish(progress, len(states))
                 continue
-            result = m.measure(state.task.kernels[0], state.task.key, config)
-            rec = state.record(config, result, _plugin_versions(module.backends[cr.backend]))
-            append_records(out, [rec])
-            summary.records.append(rec)
-            state.show(progress, len(states), trials)
-            if state.done >= trials or (early_stopping and state.since_best >= early_stopping):
-                state.finish(progress, len(states))
+            plugins = _plugin_versions(module.backends[cr.backend])
+            results = m.measure_batch(state.task.kernels[0], state.task.key, configs)
+            try:
+                for i, result in results:
+                    rec = state.record(configs[i], result, plugins)
+                    append_records(out, [rec])
+                    summary.records.append(rec)
+                    state.show(progress, len(states), trials)
+                    if state.done >= trials or \
+                            (early_stopping and state.since_best >= early_stopping):
+                        state.finish(progress, len(states))
+                        break
+                    if deadline is not None and time.perf_counter() > deadline:
+                        break
+            finally:
+                results.close()
     except KeyboardInterrupt:
         summary.interrupted = True
         if progress is not None:
@@ -229,5 +262,7 @@ def tune(model: Any, target: str | None = "auto", output: str | Path = "tuning.j
     finally:
         for m in measurers.values():
             m.close()
+        if pool is not None:
+            pool.close()
     summary.tasks = [(st.task, st.done, st.best) for st in states if st.done or st.finished]
     return summary

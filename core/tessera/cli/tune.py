@@ -3,9 +3,10 @@
 tvmc's flags: ``--target``, ``--output``, ``--prior-records``, ``--trials`` (per task),
 ``--time-budget`` (for the whole model),
 ``--early-stopping``, ``--tuner``, ``--timeout``, ``--repeat``, ``--number``,
-``--min-repeat-ms``, ``--tasks list|0,2-5``, ``--input-shapes``. Records are appended to
-``--output`` as they are measured; running again resumes; Ctrl-C stops and keeps them. Compile
-with ``tessera compile --tuning-records FILE`` to use them.
+``--min-repeat-ms``, ``--parallel``, ``--tasks list|0,2-5``, ``--input-shapes``, and
+``--ray ADDRESS`` (measure on a Ray cluster: ``pip install "tessera[distributed]"``). Records are
+appended to ``--output`` as they are measured; running again resumes; Ctrl-C stops and keeps
+them. Compile with ``tessera compile --tuning-records FILE`` to use them.
 """
 
 from __future__ import annotations
@@ -67,13 +68,22 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--tuner", default="random", choices=sorted(TUNERS),
                         help="search strategy (default random)")
     parser.add_argument("--timeout", type=float, default=10.0, metavar="S",
-                        help="seconds to build and measure one candidate (default 10)")
+                        help="seconds to build one candidate, and again to measure it "
+                             "(default 10)")
     parser.add_argument("--repeat", type=int, default=3, metavar="N",
                         help="measurements per candidate (default 3)")
     parser.add_argument("--number", type=int, default=1, metavar="N",
                         help="runs per measurement (default 1)")
     parser.add_argument("--min-repeat-ms", type=float, default=0.0, metavar="MS",
                         help="more runs per measurement until it lasts this long")
+    parser.add_argument("--parallel", type=int, default=1, metavar="N",
+                        help="candidates built at once, in N worker processes; each is then "
+                             "measured alone (default 1)")
+    parser.add_argument("--ray", default=None, metavar="ADDRESS",
+                        help="build and measure on the nodes of the Ray cluster at ADDRESS "
+                             "(HOST:PORT, or 'auto' for one started here with 'ray start'), "
+                             "one measurement per node at a time, --parallel builds per node; "
+                             "needs pip install 'tessera[distributed]'")
     parser.add_argument("--tasks", default=None, metavar="SPEC",
                         help="'list' to print the tasks, or which to tune: 0,2-5")
     parser.add_argument("--input-shapes", default=None, metavar="SHAPES",
@@ -112,17 +122,24 @@ def run_tune(args: argparse.Namespace) -> int:
         raise ArgumentError("--timeout must be positive")
     if args.time_budget is not None and args.time_budget <= 0:
         raise ArgumentError("--time-budget must be positive")
+    if args.parallel < 1:
+        raise ArgumentError("--parallel must be at least 1")
+    if args.ray is not None and not args.ray.strip():
+        raise ArgumentError("--ray: expected a cluster address (HOST:PORT) or 'auto'")
     if args.prior_records is not None:
         check_model_file(args.prior_records)
     tasks = parse_tasks(args.tasks) if args.tasks is not None else None
+    where = f" per node, on Ray at {args.ray}" if args.ray is not None else ""
     progress(f"tuning {args.model} for {args.target or 'auto'}: {args.tuner}, {args.trials} "
-             f"trial(s) per task, records in {args.output}")
+             f"trial(s) per task, {args.parallel} built at once{where}, records in "
+             f"{args.output}")
     summary = tune(str(args.model), target=args.target or "auto", output=args.output,
                    trials=args.trials, tuner=args.tuner, timeout=args.timeout,
                    number=args.number, repeat=args.repeat, min_repeat_ms=args.min_repeat_ms,
                    early_stopping=args.early_stopping, tasks=tasks,
                    prior_records=args.prior_records, input_shapes=shapes, seed=args.seed,
-                   progress=sys.stderr, time_budget=args.time_budget)
+                   progress=sys.stderr, time_budget=args.time_budget,
+                   parallel=args.parallel, ray_address=args.ray)
     for task, n, best in summary.tasks:
         best_text = f"{best * 1e3:.3f} ms" if math.isfinite(best) else "no success"
         print(f"{task.template:<22} x{task.weight:<3} {n:>4} trial(s)  best {best_text}")
