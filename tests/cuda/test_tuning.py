@@ -68,6 +68,18 @@ def test_without_a_gpu_the_candidate_says_where_to_tune() -> None:
                                        TargetKind("cuda", {"arch": "sm_90"}), CompileOptions())
 
 
+def test_tuning_without_the_gpu_fails_at_once(tmp_path) -> None:  # noqa: ANN001
+    from tessera.autotune.tune import tune
+    from tessera.errors import TesseraError
+
+    if CUDABackend().device_api().missing() is None:
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(TesseraError, match="cannot tune for .*tune on a machine that has"):
+        tune(_model(), target="cuda -arch=sm_90", output=tmp_path / "r.jsonl", trials=2,
+             progress=None)
+    assert not (tmp_path / "r.jsonl").exists()
+
+
 @pytest.mark.gpu
 @needs_gpu
 def test_the_tuners_tune_cuda_kernels_on_the_gpu(tmp_path) -> None:  # noqa: ANN001

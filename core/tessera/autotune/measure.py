@@ -54,12 +54,16 @@ class TuningCandidate:
     returns host copies of its outputs, ``flops`` is its work per run (0 when unknown).
     ``tolerance``: how far its outputs may be from another config's, relative to their
     largest magnitude, on top of :func:`check_outputs`' tolerances: a config that computes
-    by another algorithm, which rounds differently (a Winograd convolution)."""
+    by another algorithm, which rounds differently (a Winograd convolution). ``timer``:
+    for a device with its own clock (a GPU's events), ``timer(n)`` runs the kernel ``n`` times
+    and returns the seconds per run the device measured; None: the host's clock times
+    ``run()``."""
 
     run: Callable[[], None]
     outputs: Callable[[], list[np.ndarray]]
     flops: int = 0
     tolerance: float = 0.0
+    timer: Callable[[int], float] | None = None
 
 
 @dataclass
@@ -91,6 +95,9 @@ def time_candidate(c: TuningCandidate, number: int = 1, repeat: int = 3,
         n = max(n, int(np.ceil(min_repeat_ms / 1000.0 / once)))
     costs = []
     for _ in range(max(1, repeat)):
+        if c.timer is not None:
+            costs.append(float(c.timer(n)))
+            continue
         start = time.perf_counter()
         for _ in range(n):
             c.run()

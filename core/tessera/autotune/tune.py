@@ -167,6 +167,11 @@ def tune(model: Any, target: str | None = "auto", output: str | Path = "tuning.j
         require_ray()  # before compiling: a missing extra is said at once
 
     module = tessera.compile(model, target=target, input_shapes=input_shapes)
+    if module.missing_devices and ray_address is None:
+        # every candidate would fail to run: say so once instead of once per trial
+        raise TesseraError(f"cannot tune for {module.target!r} here: {module.missing_devices}; "
+                           f"tune on a machine that has the device (or measure on a Ray "
+                           f"cluster that has it, --ray)")
     all_tasks = tasks_of_module(module)
     chosen = list(range(len(all_tasks))) if tasks is None else list(tasks)
     for i in chosen:

@@ -4,8 +4,8 @@ The region is lowered with the candidate's knobs (:func:`~tessera_cuda.backend.b
 the same schedules, pipeline and NVRTC compile as ``compile``), its cubin loaded on the GPU, and
 the fused group named ``kernel`` bound to buffers of its own: the group's constants and seeded
 random data of its other inputs, copied to the device once. ``run()`` launches the group's
-kernels on the device's stream and waits for them, so the tuner's host clock measures the
-kernels (plus one synchronization, a few microseconds, the same for every config).
+kernels on the device's stream and waits for them; the tuner times ``timer(n)``: n launches
+between two events on the stream, as the GPU's clock measures them.
 """
 
 from __future__ import annotations
@@ -70,10 +70,16 @@ def cuda_candidate(backend: Any, region: Function, kernel: str,
         compiled_kernel.fn(ins, outs + scratch)
         device.synchronize()
 
+    def timer(n: int) -> float:
+        start = device.record_event()
+        for _ in range(n):
+            compiled_kernel.fn(ins, outs + scratch)
+        return device.elapsed_ms(start, device.record_event()) / 1000.0 / n
+
     def outputs() -> list[np.ndarray]:
         for buf, host in zip(outs, outs_host):
             device.copy_to_host(buf, host)
         device.synchronize()
         return [o.copy() for o in outs_host]
 
-    return TuningCandidate(run, outputs, int(entry.get("flops", 0)))
+    return TuningCandidate(run, outputs, int(entry.get("flops", 0)), timer=timer)
