@@ -89,6 +89,9 @@ def add_unsupported(add: Node, index: int) -> str | None:
     if len(add.inputs) != 2 or any(v is None for v in add.inputs):
         return "Add with an omitted input"
     product, other = add.inputs[index], add.inputs[1 - index]
+    if product.producer is None or product.producer.op != "MatMul" or \
+            len(product.type.shape) < 2:
+        return "not the output of a matrix product"
     if not bias_kind(product, other):
         return f"the Add after the matrix product adds {other.type}, not a bias row of " \
                f"{shape(product)[-1]}"
