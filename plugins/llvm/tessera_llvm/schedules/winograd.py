@@ -69,36 +69,42 @@ def default_reg_n(tiles: int, limit: int) -> int:
 
 
 # Measured on this project's 2-core Zen 4 (AVX-512, 1 MiB L2 per core, a shared 32 MiB L3),
-# 2 threads, conv 3x3 pad 1 + bias + relu, batch 1, ms per call, median of 9 interleaved
-# rounds (benchmarks/winograd_layers.py; other jobs ran on the machine, see below):
+# 2 threads, conv 3x3 pad 1 + bias + relu, batch 1, ms per call, median of 15 (first four
+# rows) or 9 interleaved rounds (benchmarks/winograd_layers.py; other jobs ran on the machine
+# at times, see below):
 #
 #   in x size x out     direct    F(2x2)   F(4x4)
-#   64 x 56 x 64         1.05      0.63     0.36     ResNet-50's 3x3 stride-1 layers
-#   128 x 28 x 128       1.05      0.53     0.31
-#   256 x 14 x 256       1.05      0.49     0.50
-#   512 x 7 x 512        1.07      0.66     0.95
+#   64 x 56 x 64         1.067     0.631    0.356    ResNet-50's 3x3 stride-1 layers
+#   128 x 28 x 128       1.031     0.518    0.301
+#   256 x 14 x 256       1.026     0.485    0.477
+#   512 x 7 x 512        1.061     0.646    0.992
 #   64 x 7 x 64          0.022     0.020    0.025
 #   64 x 14 x 64         0.072     0.047    0.050
 #   64 x 28 x 64         0.270     0.158    0.102
+#   128 x 14 x 128       0.268     0.156    0.148
 #   128 x 56 x 128       4.11      2.27     1.33
+#   256 x 28 x 256       4.32      2.28     1.41
+#   512 x 14 x 512       4.19      2.25     2.43
 #   512 x 28 x 512       16.7      8.5      5.0
 #   64 x 112 x 64        4.22      2.74     1.92
-#   32 x 56 x 32         0.273     0.170    0.116    (0.315, 0.67, 0.43 in a slow period)
-#   64 x 56 x 32         0.612     1.14     0.53     (slow period)
+#   48 x 28 x 48         0.157     0.106    0.068
+#   32 x 56 x 32         0.273     0.170    0.116    (0.315, 0.67, 0.43 in a busy period)
+#   64 x 56 x 32         0.612     1.14     0.53     (busy period)
 #   32 x 14 x 32         0.028     0.054    0.056
-#   16 x 56 x 16         0.071     0.082    0.058    (0.071, 0.092, 0.071 in a slow period)
+#   16 x 56 x 16         0.071     0.082    0.058    (0.071, 0.092, 0.071 in a busy period)
 #   8 x 56 x 64          0.141     0.142    0.093
 #   3 x 56 x 64          0.060     0.126    0.086
 #   16 x 112 x 32        0.53      1.50     0.97
 #
 # Winograd's transformed tiles (up to 4 times the input for F(2x2), 2.25 times for F(4x4))
-# pass through L3: in periods when other jobs on the machine load the cache and memory, the
-# ResNet-50 64 x 56 x 64 layer took 0.9 ms with F(4x4) and 1.2 ms direct, and layers with
-# fewer than 64 channels lost to the direct convolution. The rule: Winograd where the input
-# and the output have at least 64 channels (it won on every such shape measured, in quiet and
-# busy periods), F(4x4) where the output is at least 16 x 16 (no tile wasted at 28 and 56,
-# and the 2.25 times larger transformed weights are shared by many tiles), F(2x2) below (at
-# 7 x 7 F(4x4) computes 8 x 8 and streams 36 transformed weight matrices for 4 tiles).
+# pass through L3: in periods when other jobs on the machine loaded the caches and memory,
+# the 64 x 56 x 64 layer took 0.75 to 0.9 ms with F(4x4) against 1.2 ms direct, and layers
+# with fewer than 64 channels lost to the direct convolution. The rule: Winograd where the
+# input and the output have at least 64 channels (it won on every such shape measured, in
+# quiet and busy periods), F(4x4) where the output is at least 16 x 16 (no tile wasted at 28
+# and 56, and the 2.25 times larger transformed weights are shared by many tiles), F(2x2)
+# below (at 7 x 7 F(4x4) computes 8 x 8 and streams 36 transformed weight matrices for 4
+# tiles; at 14 x 14 the two are even).
 
 
 def default_template(n: int, occ: int, oh: int, ow: int, ob: int, channels_in: int,
