@@ -46,10 +46,11 @@ from tessera.topi.utils import add, cast, mul, named_axes, shape_of
 
 Expr = tir.PrimExpr
 
-#: Output tile sizes with their matrices. Observed float32 error against a float64 reference
-#: (random normal data, 64 to 512 input channels; tests/llvm/test_winograd.py): F(2x2, 3x3)
-#: is within 2x of the direct convolution's rounding; F(4x4, 3x3) (points 0, +-1, +-2)
-#: about 5 to 10 times the direct convolution's.
+#: Output tile sizes with their matrices. Observed float32 error against a float64 reference,
+#: as ``max |y - y64| / max |y64|`` (random normal data, 64 to 512 input channels;
+#: tests/llvm/test_winograd.py): F(2x2, 3x3) 3e-7 to 9e-7, below the direct convolution's
+#: 7e-7 to 2.4e-6 (its sums are 9 times shorter); F(4x4, 3x3) (points 0, +-1, +-2) 4e-6 to
+#: 2.3e-5, about 5 to 10 times the direct convolution's.
 WINOGRAD_TILES = (2, 4)
 
 _F2 = (
