@@ -234,8 +234,12 @@ def prepare_region(region: Function, cpu: CPUInfo, opt_level: int = 3
     return func, fuse_ops(func, opt_level=opt_level)
 
 
-#: Winograd-transformed weights: (id of the weight value, m) -> (weight value, transformed).
+#: The last Winograd-transformed weights: (id of the weight value, m) -> (weight value,
+#: transformed), so that the tuner, which lowers one group again and again with different
+#: knobs, transforms its weights once. A few entries only: they hold their arrays (tens of MB
+#: for 512 x 512 channels) after the compile that made them.
 _TRANSFORMED: dict[tuple[int, int], tuple[Value, Value]] = {}
+_TRANSFORMED_KEPT = 4
 
 
 def _transformed_weight(w: Value, m: int) -> Value:
@@ -244,7 +248,7 @@ def _transformed_weight(w: Value, m: int) -> Value:
     if hit is None or hit[0] is not w:
         assert w.data is not None
         u = winograd_weight_transform(np.asarray(w.data), m)
-        if len(_TRANSFORMED) >= 64:
+        while len(_TRANSFORMED) >= _TRANSFORMED_KEPT:
             _TRANSFORMED.pop(next(iter(_TRANSFORMED)))
         hit = _TRANSFORMED[key] = (w, Value(f"{w.name}_winograd{m}", TensorType.of(u), data=u))
     return hit[1]
