@@ -77,4 +77,5 @@ def llvm_candidate(region: Function, kernel: str, overrides: dict[str, dict[str,
         fn(args + outs + scratch)
 
     tolerance = WINOGRAD_TOLERANCE if lowered.config.get("template") == "winograd" else 0.0
-    return TuningCandidate(run, lambda: [o.copy() for o in outs], lowered.flops, tolerance)
+    return TuningCandidate(run, lambda: [o.copy() for o in outs], lowered.flops,
+                           tolerance=tolerance)
