@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["Measurer", "MeasureResult", "TuningCandidate", "check_outputs", "measurement_payload",
-           "time_candidate"]
+           "random_array", "time_candidate"]
 
 #: Seconds a new worker may take to start (import Tessera and the backend) on top of the
 #: timeout.
@@ -80,6 +80,19 @@ class MeasureResult:
     def mean(self) -> float:
         return sum(self.costs) / len(self.costs) if self.costs and not self.error else \
             float("inf")
+
+
+def random_array(t: Any, rng: np.random.Generator) -> np.ndarray:
+    """Seeded data of tensor type ``t`` for a candidate's inputs: standard normal floats,
+    small integers (-8 to 8 within the type's range), random booleans."""
+    dtype = np.dtype(t.dtype.numpy)
+    shape = tuple(int(d) for d in t.shape)
+    if dtype.kind == "f":
+        return rng.standard_normal(shape).astype(dtype)
+    if dtype.kind == "b":
+        return rng.integers(0, 2, shape).astype(dtype)
+    info = np.iinfo(dtype)
+    return rng.integers(max(info.min, -8), min(info.max, 8), shape, endpoint=True).astype(dtype)
 
 
 def time_candidate(c: TuningCandidate, number: int = 1, repeat: int = 3,

@@ -14,23 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from tessera.autotune.measure import TuningCandidate
+from tessera.autotune.measure import TuningCandidate, random_array
 from tessera.errors import CompileError, RunError
 from tessera.ir.graph import Function
-from tessera.ir.types import TensorType
 from tessera.plugin.backend import CompileOptions
 from tessera.plugin.target import TargetKind
-
-
-def _random(t: TensorType, rng: np.random.Generator) -> np.ndarray:
-    dtype = np.dtype(t.dtype.numpy)
-    shape = tuple(int(d) for d in t.shape)
-    if dtype.kind == "f":
-        return rng.standard_normal(shape).astype(dtype)
-    if dtype.kind == "b":
-        return rng.integers(0, 2, shape).astype(dtype)
-    info = np.iinfo(dtype)
-    return rng.integers(max(info.min, -8), min(info.max, 8), shape, endpoint=True).astype(dtype)
 
 
 def cuda_candidate(backend: Any, region: Function, kernel: str,
@@ -57,7 +45,7 @@ def cuda_candidate(backend: Any, region: Function, kernel: str,
     constants = {k: np.ascontiguousarray(np.asarray(v.data))
                  for k, v in built.lowered.constants.items()}
     rng = np.random.default_rng(0)
-    host_in = [constants[n] if n in constants else _random(types[n], rng)
+    host_in = [constants[n] if n in constants else random_array(types[n], rng)
                for n in entry["inputs"]]
     ins = [device.from_host(a) for a in host_in]
     outs_host = [np.empty(tuple(types[n].shape), np.dtype(types[n].dtype.numpy))

@@ -15,7 +15,7 @@ from typing import Any
 
 from tessera.errors import RunError
 
-from .libs import load
+from .libs import Functions
 
 VP = ctypes.c_void_p
 
@@ -75,26 +75,12 @@ _SIGNATURES: dict[str, list[Any]] = {
                        ctypes.POINTER(Algo), VP, ctypes.c_size_t, VP],
 }
 
-_bound: dict[str, Any] = {}
-_bind_lock = threading.Lock()
-
-
-def fn(name: str) -> Any:
-    f = _bound.get(name)
-    if f is None:
-        with _bind_lock:
-            f = getattr(load("cublasLt").lib, name)
-            f.argtypes = _SIGNATURES[name]
-            f.restype = ctypes.c_int
-            _bound[name] = f
-    return f
+#: cuBLASLt's functions, bound on first use
+fn = Functions("cublasLt", _SIGNATURES, "cublasLtGetStatusString")
 
 
 def status_string(status: int) -> str:
-    lib = load("cublasLt").lib
-    lib.cublasLtGetStatusString.restype = ctypes.c_char_p
-    lib.cublasLtGetStatusString.argtypes = [ctypes.c_int]
-    return (lib.cublasLtGetStatusString(status) or b"?").decode()
+    return fn.status_text(status)
 
 
 class DescriptorError(RunError):

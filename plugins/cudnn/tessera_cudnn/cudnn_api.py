@@ -17,7 +17,7 @@ from typing import Any
 
 from tessera.errors import RunError
 
-from .libs import load
+from .libs import Functions
 
 c_int_p = ctypes.POINTER(ctypes.c_int)
 VP = ctypes.c_void_p
@@ -86,28 +86,12 @@ _SIGNATURES: dict[str, list[Any]] = {
     "cudnnSoftmaxForward": [VP, ctypes.c_int, ctypes.c_int, VP, VP, VP, VP, VP, VP],
 }
 
-_bound: dict[str, Any] = {}
-_bind_lock = threading.Lock()
-
-
-def fn(name: str) -> Any:
-    """cuDNN function ``name`` with its argument types set."""
-    f = _bound.get(name)
-    if f is None:
-        with _bind_lock:
-            lib = load("cudnn").lib
-            f = getattr(lib, name)
-            f.argtypes = _SIGNATURES[name]
-            f.restype = ctypes.c_int
-            _bound[name] = f
-    return f
+#: cuDNN's functions, bound on first use
+fn = Functions("cudnn", _SIGNATURES, "cudnnGetErrorString")
 
 
 def error_string(status: int) -> str:
-    lib = load("cudnn").lib
-    lib.cudnnGetErrorString.restype = ctypes.c_char_p
-    lib.cudnnGetErrorString.argtypes = [ctypes.c_int]
-    return (lib.cudnnGetErrorString(status) or b"?").decode()
+    return fn.status_text(status)
 
 
 def check(status: int, what: str, error: type[Exception] = RunError) -> None:

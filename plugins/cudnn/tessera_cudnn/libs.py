@@ -116,3 +116,30 @@ def forget() -> None:
     """Drop what :func:`load` remembered (tests that fake a missing library)."""
     with _lock:
         _loaded.clear()
+
+
+class Functions:
+    """The functions of library ``name`` that a binding declares (``signatures``: function
+    name -> ctypes argument types; every one returns a status int), bound on first use, and
+    the library's status-to-text function ``describe``."""
+
+    def __init__(self, name: str, signatures: dict[str, list[object]], describe: str) -> None:
+        self.name, self.signatures, self.describe = name, signatures, describe
+        self._bound: dict[str, object] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, function: str) -> object:
+        f = self._bound.get(function)
+        if f is None:
+            with self._lock:
+                f = getattr(load(self.name).lib, function)
+                f.argtypes = self.signatures[function]
+                f.restype = ctypes.c_int
+                self._bound[function] = f
+        return f
+
+    def status_text(self, status: int) -> str:
+        f = getattr(load(self.name).lib, self.describe)
+        f.restype = ctypes.c_char_p
+        f.argtypes = [ctypes.c_int]
+        return (f(status) or b"?").decode()

@@ -119,6 +119,14 @@ def plan_softmax(match: PatternMatch) -> SoftmaxPlan:
                        log=node.op == "LogSoftmax", view=view)
 
 
+def _handle(device: Any | None, plan: Plan) -> dnn.Handle:
+    """The cuDNN handle of the device a call was bound to, its context current."""
+    if device is None:
+        raise RunError(f"cudnn: {plan.name} is not loaded on a GPU")
+    device.context()
+    return dnn.Handle.of(device)
+
+
 class PoolCall:
     def __init__(self, plan: PoolPlan, device: Any | None) -> None:
         self.plan = plan
@@ -133,10 +141,7 @@ class PoolCall:
         self.one, self.zero = dnn.floats(1.0, 0.0)
 
     def __call__(self, ins: list[Any], outs: list[Any]) -> None:
-        if self.device is None:
-            raise RunError(f"cudnn: {self.plan.name} is not loaded on a GPU")
-        h = dnn.Handle.of(self.device)
-        self.device.context()
+        h = _handle(self.device, self.plan)
         with h.lock:
             dnn.call("cudnnPoolingForward", h.ptr, self.pool.ptr, ctypes.byref(self.one),
                      self.x.ptr, dnn.VP(pointer(ins[0])), ctypes.byref(self.zero), self.y.ptr,
@@ -151,10 +156,7 @@ class SoftmaxCall:
         self.one, self.zero = dnn.floats(1.0, 0.0)
 
     def __call__(self, ins: list[Any], outs: list[Any]) -> None:
-        if self.device is None:
-            raise RunError(f"cudnn: {self.plan.name} is not loaded on a GPU")
-        h = dnn.Handle.of(self.device)
-        self.device.context()
+        h = _handle(self.device, self.plan)
         algo = dnn.SOFTMAX_LOG if self.plan.log else dnn.SOFTMAX_ACCURATE
         with h.lock:
             dnn.call("cudnnSoftmaxForward", h.ptr, algo, dnn.SOFTMAX_MODE_CHANNEL,

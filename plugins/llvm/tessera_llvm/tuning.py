@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from tessera.autotune.measure import TuningCandidate
+from tessera.autotune.measure import TuningCandidate, random_array
 from tessera.errors import CompileError
 from tessera.ir.graph import Function
 from tessera.ir.types import TensorType
@@ -31,18 +31,6 @@ WINOGRAD_TOLERANCE = 1e-4
 #: Prepared regions of this process: id(region) -> (region, fused groups, kernel names).
 _PREPARED: dict[tuple[int, str], tuple[Function, list[Any], list[str], dict[str, TensorType]]] \
     = {}
-
-
-def random_array(t: TensorType, rng: np.random.Generator) -> np.ndarray:
-    """Seeded data of type ``t``: standard normal floats, small integers, random booleans."""
-    dtype = np.dtype(t.dtype.numpy)
-    shape = tuple(int(d) for d in t.shape)
-    if dtype.kind == "f":
-        return rng.standard_normal(shape).astype(dtype)
-    if dtype.kind == "b":
-        return rng.integers(0, 2, shape).astype(dtype)
-    info = np.iinfo(dtype)
-    return rng.integers(max(info.min, -8), min(info.max, 8), shape, endpoint=True).astype(dtype)
 
 
 def llvm_candidate(region: Function, kernel: str, overrides: dict[str, dict[str, Any]],
