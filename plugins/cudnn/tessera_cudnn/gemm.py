@@ -16,6 +16,7 @@ result, as its epilogue wants.
 from __future__ import annotations
 
 import ctypes
+import threading
 from dataclasses import dataclass
 from math import prod
 from typing import Any
@@ -232,8 +233,6 @@ class GemmCall:
         self.handle = lt.Handle.of(device)
         self.alpha = ctypes.c_float(plan.alpha)
         self.beta = ctypes.c_float(plan.beta)
-        import threading
-
         self.lock = threading.Lock()  # the bias pointer lives in the shared descriptor
 
     def launch(self, a: int, b: int, bias: int | None, c: int | None, y: int, ws: int,
