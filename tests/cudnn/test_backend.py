@@ -200,3 +200,21 @@ def test_the_partition_picture_shows_why_a_library_declined() -> None:
     mod = tessera.compile(m, target=CROSS)
     page = to_html(mod.graph, report=mod.partition_report())
     assert "declined by cudnn: ceil_mode output size [3, 3]" in page
+
+
+def test_one_handle_per_device_and_library() -> None:
+    made = []
+
+    class A(libs.PerDevice):
+        def __init__(self, device: object) -> None:
+            made.append(("A", device))
+
+    class B(libs.PerDevice):
+        def __init__(self, device: object) -> None:
+            made.append(("B", device))
+
+    d0, d1 = object(), object()
+    assert A.of(d0) is A.of(d0) and A.of(d1) is not A.of(d0)
+    assert isinstance(B.of(d0), B)
+    assert made == [("A", d0), ("A", d1), ("B", d0)]
+

@@ -294,7 +294,24 @@ class _Worker:
         self.kill()
 
 
-class Measurer:
+class BatchMeasurer:
+    """What the local and the Ray measurers share: ``measure`` of one config is a batch of
+    one (subclasses implement ``measure_batch``)."""
+
+    def measure_batch(self, kernel: str, key: str, configs: Sequence[dict[str, Any]]
+                      ) -> Iterator[tuple[int, MeasureResult]]:
+        raise NotImplementedError
+
+    def measure(self, kernel: str, key: str, config: dict[str, Any]) -> MeasureResult:
+        """Build and time ``kernel`` with ``config`` for workload ``key``."""
+        batch = self.measure_batch(kernel, key, [config])
+        try:
+            return next(batch)[1]
+        finally:
+            batch.close()
+
+
+class Measurer(BatchMeasurer):
     """Worker processes measuring candidates of one region's kernels: up to ``parallel``
     built at once, timed one at a time (module doc)."""
 
@@ -342,14 +359,6 @@ class Measurer:
         w.kill()
         if self._workers[i] is w:
             self._workers[i] = None
-
-    def measure(self, kernel: str, key: str, config: dict[str, Any]) -> MeasureResult:
-        """Build and time ``kernel`` with ``config`` for workload ``key``."""
-        batch = self.measure_batch(kernel, key, [config])
-        try:
-            return next(batch)[1]
-        finally:
-            batch.close()
 
     def measure_batch(self, kernel: str, key: str, configs: Sequence[dict[str, Any]]
                       ) -> Iterator[tuple[int, MeasureResult]]:

@@ -50,6 +50,7 @@ from typing import Any, TextIO
 
 from tessera.autotune.measure import (
     STARTUP_S,
+    BatchMeasurer,
     Measurer,
     MeasureResult,
     measurement_payload,
@@ -251,7 +252,7 @@ class RayPool:
         self._owns = False
 
 
-class RayMeasurer:
+class RayMeasurer(BatchMeasurer):
     """One region's candidates measured on a :class:`RayPool`'s actors."""
 
     def __init__(self, pool: RayPool, payload: bytes, timeout: float, number: int,
@@ -281,14 +282,6 @@ class RayMeasurer:
             slot.abandoned = None
         else:
             self.pool._restart(slot)
-
-    def measure(self, kernel: str, key: str, config: dict[str, Any]) -> MeasureResult:
-        """Build and time one candidate on one of the actors."""
-        batch = self.measure_batch(kernel, key, [config])
-        try:
-            return next(batch)[1]
-        finally:
-            batch.close()
 
     def measure_batch(self, kernel: str, key: str, configs: Sequence[dict[str, Any]]
                       ) -> Iterator[tuple[int, MeasureResult]]:

@@ -9,13 +9,12 @@ handle, the algorithm heuristics and ``cublasLtMatmul`` need one. Enum values ar
 from __future__ import annotations
 
 import ctypes
-import threading
 import weakref
 from typing import Any
 
 from tessera.errors import RunError
 
-from .libs import Functions
+from .libs import Functions, PerDevice
 
 VP = ctypes.c_void_p
 
@@ -168,23 +167,12 @@ class Preference(_Object):
              ctypes.c_uint64(max_workspace), "max workspace")
 
 
-class Handle:
+class Handle(PerDevice):
     """One cuBLASLt handle per device (cuBLASLt handles are thread safe; the stream is passed
     to each call)."""
-
-    _handles: dict[int, Handle] = {}
-    _lock = threading.Lock()
 
     def __init__(self, device: Any) -> None:
         device.context()
         self.ptr = VP()
         call("cublasLtCreate", ctypes.byref(self.ptr), what=f"cublasLtCreate on {device.key}")
         self.device = device
-
-    @classmethod
-    def of(cls, device: Any) -> Handle:
-        with cls._lock:
-            handle = cls._handles.get(id(device))
-            if handle is None:
-                handle = cls._handles[id(device)] = cls(device)
-            return handle

@@ -17,7 +17,7 @@ from typing import Any
 
 from tessera.errors import RunError
 
-from .libs import Functions
+from .libs import Functions, PerDevice
 
 c_int_p = ctypes.POINTER(ctypes.c_int)
 VP = ctypes.c_void_p
@@ -232,12 +232,9 @@ class _DescError(RunError):
 DescriptorError = _DescError
 
 
-class Handle:
+class Handle(PerDevice):
     """One cuDNN handle per device, bound to the device's stream. cuDNN calls on one handle are
     serialized with ``lock`` (they only queue work on the stream, so the lock is short)."""
-
-    _handles: dict[int, Handle] = {}
-    _lock = threading.Lock()
 
     def __init__(self, device: Any) -> None:
         device.context()
@@ -247,14 +244,6 @@ class Handle:
         self.device = device
         self.lock = threading.Lock()
 
-    @classmethod
-    def of(cls, device: Any) -> Handle:
-        """The handle of ``device`` (a ``tessera_cuda`` CUDADevice), created on first use."""
-        with cls._lock:
-            handle = cls._handles.get(id(device))
-            if handle is None:
-                handle = cls._handles[id(device)] = cls(device)
-            return handle
 
 
 def floats(*values: float) -> list[ctypes.c_float]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import threading
 from dataclasses import dataclass
+from typing import Self
 
 from tessera.errors import TesseraError
 
@@ -143,3 +144,26 @@ class Functions:
         f.restype = ctypes.c_char_p
         f.argtypes = [ctypes.c_int]
         return (f(status) or b"?").decode()
+
+
+class PerDevice:
+    """A library handle made once per device (``of``): each subclass keeps its own table."""
+
+    _handles: dict[int, PerDevice]
+    _table_lock: threading.Lock
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._handles, cls._table_lock = {}, threading.Lock()
+
+    def __init__(self, device: object) -> None:
+        raise NotImplementedError
+
+    @classmethod
+    def of(cls, device: object) -> Self:
+        """The handle of ``device`` (a ``tessera_cuda`` CUDADevice), created on first use."""
+        with cls._table_lock:
+            handle = cls._handles.get(id(device))
+            if handle is None:
+                handle = cls._handles[id(device)] = cls(device)
+            return handle
