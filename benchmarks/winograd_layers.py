@@ -10,6 +10,7 @@ reference relative to the output's largest magnitude.
 
     python benchmarks/winograd_layers.py                 # ResNet-50's 3x3 stride-1 layers
     python benchmarks/winograd_layers.py --layers 1x64x56x64,2x128x28x128 --rounds 15
+    python benchmarks/winograd_layers.py --mcpu znver3   # AVX2 code (8 lanes, 16 registers)
 """
 
 from __future__ import annotations
@@ -64,7 +65,8 @@ def layer(n: int, c: int, size: int, o: int, pad: int, seed: int = 0) -> dict[st
     return {"fn": fn, "x": xb, "ref": ref, "flops": 2 * n * o * oh * oh * c * 9}
 
 
-def build(fn: Any, knobs: dict[str, Any] | None, cpu: Any) -> tuple[Any, dict[str, Any]]:
+def build(fn: Any, knobs: dict[str, Any] | None, cpu: Any,
+          mcpu: str | None = None) -> tuple[Any, dict[str, Any]]:
     """The layer's kernel lowered with ``knobs`` (None: the defaults), loaded; its config."""
     from tessera.passes.fuse_ops import fuse_ops
     from tessera.topi.from_graph import build_te
@@ -78,7 +80,7 @@ def build(fn: Any, knobs: dict[str, Any] | None, cpu: Any) -> tuple[Any, dict[st
     gte = build_te(group.nodes, [v for v in group.inputs if not v.is_constant], group.outputs)
     key = conv_space(find_conv(compute_ops(list(gte.outputs))), cpu).default_config().key()
     kernel, consts = lower_group(group, "layer", cpu, {key: knobs} if knobs else None)
-    f = build_module([kernel.func], "layer").load().get("layer")
+    f = build_module([kernel.func], "layer", mcpu=mcpu).load().get("layer")
     data = {v.name: np.ascontiguousarray(v.data) for v in consts}
     return (f, kernel, data), dict(kernel.config)
 
@@ -112,6 +114,8 @@ def main() -> None:
                     help="least duration of each kernel's measurement per round")
     ap.add_argument("--threads", type=int, default=0, help="threads (default: all cores)")
     ap.add_argument("--json", metavar="PATH", help="also save the results as JSON")
+    ap.add_argument("--mcpu", help="compile for this CPU (llvm's -mcpu, e.g. znver3 for AVX2 "
+                                   "code on an AVX-512 host); default: the host")
     args = ap.parse_args()
 
     from tessera_llvm.cpu import cpu_info
@@ -119,7 +123,7 @@ def main() -> None:
 
     if args.threads:
         set_num_threads(args.threads)
-    cpu = cpu_info(num_threads=args.threads or None)
+    cpu = cpu_info(args.mcpu, num_threads=args.threads or None)
     print(f"llvm on {cpu.name}, {cpu.num_threads} thread(s); median / min of {args.rounds} "
           f"interleaved rounds; err = max |y - y64| / max |y64|")
     print(f"{'layer':<18} {'variant':<8} {'ms median':>9} {'ms min':>8} {'GFLOP/s':>8} "
@@ -132,7 +136,7 @@ def main() -> None:
         lay = layer(n, c, size, o, pad)
         calls, configs, errors = {}, {}, {}
         for name, knobs in VARIANTS.items():
-            (f, kernel, data), configs[name] = build(lay["fn"], knobs, cpu)
+            (f, kernel, data), configs[name] = build(lay["fn"], knobs, cpu, args.mcpu)
             out = np.empty(tuple(lay["fn"].outputs[0].type.shape), np.float32)
             # the workspace (padded input, transformed tiles) allocated once, as the runtime
             # does per execution state
@@ -160,8 +164,8 @@ def main() -> None:
                             "speedup": base / med, "error": errors[name], "config": cfg})
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump({"cpu": cpu.name, "threads": cpu.num_threads, "rounds": args.rounds,
-                       "results": results}, fh, indent=1, default=str)
+            json.dump({"cpu": cpu.name, "mcpu": args.mcpu, "threads": cpu.num_threads,
+                       "rounds": args.rounds, "results": results}, fh, indent=1, default=str)
 
 
 if __name__ == "__main__":

@@ -204,8 +204,10 @@ def test_template_switches_the_lowered_code() -> None:
 
 
 def test_default_template_follows_the_measured_rule() -> None:
-    """ResNet-50's shapes default to Winograd (F(4x4) from 16x16 outputs up, F(2x2) below);
-    few channels, strides and 1x1 kernels stay direct."""
+    """ResNet-50's shapes default to Winograd (F(4x4) from 16x16 outputs up, F(2x2) below;
+    on AVX2 F(4x4) also below 16x16 with fewer than 256 input channels, and from 32
+    channels); few channels, strides and 1x1 kernels stay direct; NEON's 4 lanes (not
+    measured) stay direct."""
     from tessera_llvm.schedules.common import CPUInfo
     from tessera_llvm.schedules.winograd import default_reg_n, default_template, default_tile
 
@@ -214,12 +216,19 @@ def test_default_template_follows_the_measured_rule() -> None:
     assert default_template(1, 32, 7, 7, 16, 512, avx512) == "winograd"
     assert default_template(1, 2, 56, 56, 16, 32, avx512) == "direct"
     assert default_template(1, 4, 56, 56, 16, 16, avx512) == "direct"
-    assert default_template(1, 8, 56, 56, 8, 64, avx2) == "direct"  # not measured there
+    assert default_template(1, 8, 56, 56, 8, 64, avx2) == "winograd"
+    assert default_template(1, 4, 56, 56, 8, 32, avx2) == "winograd"
+    assert default_template(1, 2, 56, 56, 8, 16, avx2) == "direct"
+    assert default_template(1, 4, 56, 56, 8, 16, avx2) == "direct"  # 16 input channels
+    neon = CPUInfo(vector_lanes=4, vector_registers=32)
+    assert default_template(1, 16, 56, 56, 4, 64, neon) == "direct"
     # tiles per register tile: the least rounding from half the limit up, all when fewer
     assert [default_reg_n(t, 8) for t in (196, 49, 16, 4, 200)] == [7, 7, 8, 4, 8]
     assert default_reg_n(49, 6) == 5
     assert (default_tile(56, 56), default_tile(28, 28), default_tile(14, 14),
             default_tile(7, 7)) == (4, 4, 2, 2)
+    assert [default_tile(s, s, c, 8) for s, c in [(56, 64), (14, 128), (7, 64), (14, 256),
+                                                  (7, 512)]] == [4, 4, 4, 2, 2]
     for shape, strides, kernel in [((1, 16, 12, 12, 16, 1), 1, 3), ((1, 64, 12, 12, 64, 1), 2, 3),
                                    ((1, 64, 12, 12, 64, 0), 1, 1)]:
         _check_not_eligible(shape, strides, kernel)

@@ -99,27 +99,61 @@ def default_reg_n(tiles: int, limit: int) -> int:
 # Winograd's transformed tiles (up to 4 times the input for F(2x2), 2.25 times for F(4x4))
 # pass through L3: in periods when other jobs on the machine loaded the caches and memory,
 # the 64 x 56 x 64 layer took 0.75 to 0.9 ms with F(4x4) against 1.2 ms direct, and layers
-# with fewer than 64 channels lost to the direct convolution. The rule: Winograd where the
-# input and the output have at least 64 channels (it won on every such shape measured, in
-# quiet and busy periods), F(4x4) where the output is at least 16 x 16 (no tile wasted at 28
-# and 56, and the 2.25 times larger transformed weights are shared by many tiles), F(2x2)
-# below (at 7 x 7 F(4x4) computes 8 x 8 and streams 36 transformed weight matrices for 4
-# tiles; at 14 x 14 the two are even).
+# with fewer than 64 channels lost to the direct convolution. The rule on 16-lane CPUs:
+# Winograd where the input and the output have at least 64 channels (it won on every such
+# shape measured, in quiet and busy periods), F(4x4) where the output is at least 16 x 16 (no
+# tile wasted at 28 and 56, and the 2.25 times larger transformed weights are shared by many
+# tiles), F(2x2) below (at 7 x 7 F(4x4) computes 8 x 8 and streams 36 transformed weight
+# matrices for 4 tiles; at 14 x 14 the two are even).
+#
+# AVX2 code (8 lanes, 16 registers: -mcpu=znver3 on the same Zen 4, which runs 256-bit FMAs
+# at the rate a Zen 3 does; benchmarks/winograd_layers.py --mcpu znver3, medians of 9-11
+# interleaved rounds, ms):
+#
+#   in x size x out     direct    F(2x2)   F(4x4)
+#   64 x 56 x 64         1.140     0.722    0.402
+#   128 x 28 x 128       1.116     0.558    0.346
+#   256 x 14 x 256       1.118     0.512    0.507
+#   512 x 7 x 512        1.139     0.701    0.670
+#   64 x 7 x 64          0.024     0.022    0.015
+#   64 x 14 x 64         0.078     0.057    0.052
+#   64 x 28 x 64         0.291     0.188    0.109
+#   128 x 14 x 128       0.294     0.148    0.147
+#   48 x 28 x 48         0.168     0.126    0.075
+#   32 x 56 x 32         0.319     0.209    0.133
+#   64 x 56 x 32         0.622     0.422    0.226
+#   128 x 56 x 128       4.403     2.385    1.412
+#   256 x 28 x 256       4.397     2.116    1.283
+#   512 x 14 x 512       4.488     2.145    2.387
+#
+# The direct convolution reaches about 90% of the AVX2 peak, half the AVX-512 rate, so the
+# transforms' memory traffic weighs less against the product's saving: Winograd won on every
+# shape measured with at least 32 channels, and F(4x4) on all but 512 channels at 14 x 14.
+# The rule on 8-lane CPUs: Winograd from 32 channels in and out; F(4x4) except below 16 x 16
+# with 256 or more input channels. Narrower vectors (NEON's 4 lanes) are not measured: they
+# keep the direct convolution unless tuning records choose Winograd.
+
+#: The fewest input and output channels for which a CPU of this many float32 lanes gets
+#: Winograd by default (measurements above); lane counts not listed keep the direct
+#: convolution.
+MIN_CHANNELS = {16: 64, 8: 32}
 
 
 def default_template(n: int, occ: int, oh: int, ow: int, ob: int, channels_in: int,
                      cpu: CPUInfo) -> str:
-    """The template a shape gets without tuning records (measurements above). Measured with
-    16-lane vectors only: CPUs with narrower ones (AVX2, NEON) keep the direct convolution
-    unless tuning records choose Winograd."""
-    if cpu.vector_lanes < 16:
+    """The template a shape gets without tuning records (measurements above)."""
+    least = MIN_CHANNELS.get(cpu.vector_lanes)
+    if least is None:
         return "direct"
-    return "winograd" if channels_in >= 64 and occ * ob >= 64 else "direct"
+    return "winograd" if channels_in >= least and occ * ob >= least else "direct"
 
 
-def default_tile(oh: int, ow: int) -> int:
-    """The output tile m a Winograd convolution gets without tuning records."""
-    return 4 if min(oh, ow) >= 16 else 2
+def default_tile(oh: int, ow: int, channels_in: int = 0, lanes: int = 16) -> int:
+    """The output tile m a Winograd convolution gets without tuning records (measurements
+    above)."""
+    if min(oh, ow) >= 16:
+        return 4
+    return 4 if lanes < 16 and channels_in < 256 else 2
 
 
 def define_knobs(space: ConfigSpace, n: int, occ: int, oh: int, ow: int, ob: int,
@@ -128,7 +162,7 @@ def define_knobs(space: ConfigSpace, n: int, occ: int, oh: int, ow: int, ob: int
     space.define("template", ["direct", "winograd"],
                  default_template(n, occ, oh, ow, ob, channels_in, cpu),
                  "direct convolution or Winograd F(m x m, 3 x 3) (3x3, stride 1 only)")
-    m = default_tile(oh, ow)
+    m = default_tile(oh, ow, channels_in, cpu.vector_lanes)
     space.define("winograd_tile", [2, 4], m, "Winograd output tile m (F(m x m, 3 x 3))")
     lanes = cpu.lanes_for("float32")
     vectors = max(1, -(-ob // lanes))
