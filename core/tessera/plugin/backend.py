@@ -228,6 +228,21 @@ class Backend(ABC):
         tuned)."""
         return None
 
+    def tuning_features(self, region: Function, kernel: str, configs: list[dict[str, Any]],
+                        key: str, target: TargetKind, options: CompileOptions
+                        ) -> list[list[float] | None] | None:
+        """Features of the loop nest kernel ``kernel`` of ``region`` lowers to under each of
+        ``configs`` (knob values of the workload ``key``, the task's), for the ``xgb`` tuner's
+        cost model: one vector per config, in order, of the same length for every config of
+        a task (:func:`tessera.autotune.features.loop_features` of the lowered TIR function
+        is what a backend that lowers to TIR returns), or None for a config that does not
+        lower (the tuner then ranks it by its knob values alone). ``region`` and ``options``
+        are what ``compile`` got. The tuner calls it in the process that tunes, not in a
+        measurement worker, a few dozen configs per proposal: it must not need the device,
+        and should keep what configs share (the prepared region) between calls. Default:
+        None (no loop-nest features; the tuner uses the knob values alone)."""
+        return None
+
     def peak_gflops(self, target: TargetKind) -> tuple[float, str] | None:
         """The float32 rate (GFLOP/s) the device reaches at best with code compiled under
         ``target`` and the threads its kernels use, with a one-line description of how it was

@@ -270,6 +270,18 @@ class CUDABackend(Backend):
 
         return cuda_candidate(self, region, kernel, overrides, target, options)
 
+    def tuning_features(self, region: Function, kernel: str, configs: list[dict[str, Any]],
+                        key: str, target: TargetKind, options: CompileOptions
+                        ) -> list[list[float] | None]:
+        """The loop-nest features of the group lowered to TIR with each config
+        (:func:`tessera_cuda.tuning.cuda_features`); no GPU needed (without one, the GPU's
+        facts come from the target: ``-arch``)."""
+        from .tuning import cuda_features
+
+        device = self.device_instance(options) if driver_missing() is None else None
+        return cuda_features(region, kernel, configs, key, gpu_info(target, device),
+                             options.opt_level)
+
     def compile(self, region: Function, target: TargetKind,
                 options: CompileOptions) -> CompiledRegion:
         device = self.device_instance(options)

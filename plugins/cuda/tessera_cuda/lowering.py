@@ -17,6 +17,8 @@ from tessera import te
 from tessera.ir.graph import Function, Node, Value
 from tessera.passes.fuse_ops import fuse_ops
 from tessera.tir.gpu_verifier import GPULimits
+from tessera.tir.stmt import PrimFunc
+from tessera.tir.transform import Pipeline
 from tessera.topi.from_graph import build_te, group_error, kernel_names
 
 from .codegen import CudaSource, GroupKernels
@@ -24,7 +26,7 @@ from .computes import CUDA_COMPUTES
 from .pipeline import gpu_pipeline
 from .schedules import GPUInfo, schedule_group
 
-__all__ = ["LoweredGroup", "LoweredRegion", "lower_region", "group_flops"]
+__all__ = ["LoweredGroup", "LoweredRegion", "group_flops", "lower_group_tir", "lower_region"]
 
 
 @dataclass
@@ -82,6 +84,23 @@ def _limits(gpu: GPUInfo) -> GPULimits:
                      max_shared_bytes=gpu.max_shared_bytes, warp_size=gpu.warp_size)
 
 
+def lower_group_tir(group: Any, name: str, gpu: GPUInfo,
+                    overrides: dict[str, dict[str, Any]] | None = None,
+                    pipeline: Pipeline | None = None) -> tuple[PrimFunc, Any, Any]:
+    """One fused group scheduled (with ``overrides``) and lowered through the cuda TIR
+    pipeline to a function named ``name`` (no CUDA C yet); with its tensor expression and
+    schedule."""
+    try:
+        gte = build_te(group.nodes, [v for v in group.inputs if not v.is_constant],
+                       group.outputs, computes=CUDA_COMPUTES)
+        sched = schedule_group(list(gte.outputs), gpu, overrides)
+        prim = te.lower(sched.schedule, list(gte.placeholders) + list(gte.outputs), name)
+        prim = (pipeline or gpu_pipeline()).run(prim)
+    except Exception as err:  # noqa: BLE001 - name the group that failed
+        raise group_error("cuda", group, err) from err
+    return prim, gte, sched
+
+
 def lower_region(region: Function, gpu: GPUInfo, opt_level: int = 3, prefix: str = "",
                  fast_math: bool = False,
                  overrides: dict[str, dict[str, Any]] | None = None) -> LoweredRegion:
@@ -93,12 +112,8 @@ def lower_region(region: Function, gpu: GPUInfo, opt_level: int = 3, prefix: str
     lowered: list[LoweredGroup] = []
     constants: dict[str, Value] = {}
     for group, name in zip(groups, kernel_names(groups, prefix)):
+        prim, gte, sched = lower_group_tir(group, name, gpu, overrides, pipeline)
         try:
-            gte = build_te(group.nodes, [v for v in group.inputs if not v.is_constant],
-                           group.outputs, computes=CUDA_COMPUTES)
-            sched = schedule_group(list(gte.outputs), gpu, overrides)
-            prim = te.lower(sched.schedule, list(gte.placeholders) + list(gte.outputs), name)
-            prim = pipeline.run(prim)
             kernels = source.add(prim)
         except Exception as err:  # noqa: BLE001 - name the group that failed
             raise group_error("cuda", group, err) from err

@@ -6,19 +6,61 @@ the fused group named ``kernel`` bound to buffers of its own: the group's consta
 random data of its other inputs, copied to the device once. ``run()`` launches the group's
 kernels on the device's stream and waits for them; the tuner times ``timer(n)``: n launches
 between two events on the stream, as the GPU's clock measures them.
+
+:func:`cuda_features` (``CUDABackend.tuning_features``) lowers the group to TIR with each
+config, through the same schedules and cuda pipeline, and reads its loop-nest features
+(:func:`tessera.autotune.features.loop_features`); that needs neither NVRTC nor a GPU.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
 
+from tessera.autotune.features import loop_features
 from tessera.autotune.measure import TuningCandidate, random_array
 from tessera.errors import CompileError, RunError
 from tessera.ir.graph import Function
 from tessera.plugin.backend import CompileOptions
 from tessera.plugin.target import TargetKind
+
+#: Fused regions of this process: (id(region), opt_level) -> (region, groups, kernel names).
+_FUSED: dict[tuple[int, int], tuple[Function, list[Any], list[str]]] = {}
+
+
+def cuda_features(region: Function, kernel: str, configs: list[dict[str, Any]], key: str,
+                  gpu: Any, opt_level: int) -> list[list[float] | None]:
+    """The loop-nest features of the group ``kernel`` lowered with each config (knob values of
+    workload ``key``) for ``gpu``; None for a config that does not lower (a block too large
+    for the GPU, say)."""
+    from tessera.passes.fuse_ops import fuse_ops
+    from tessera.topi.from_graph import kernel_names
+
+    from .lowering import lower_group_tir
+    from .pipeline import gpu_pipeline
+
+    ident = (id(region), opt_level)
+    fused = _FUSED.get(ident)
+    if fused is None or fused[0] is not region:
+        groups = fuse_ops(region.copy(), opt_level=opt_level)
+        fused = _FUSED[ident] = (region, groups, kernel_names(groups, f"{region.name}_"))
+    _, groups, names = fused
+    if kernel not in names:
+        raise CompileError(f"cuda: region {region.name} has no kernel {kernel!r}")
+    group = groups[names.index(kernel)]
+    pipeline = gpu_pipeline()
+    out: list[list[float] | None] = []
+    for config in configs:
+        try:
+            with warnings.catch_warnings():  # a knob value that is not a candidate
+                warnings.simplefilter("ignore")
+                prim, _, _ = lower_group_tir(group, kernel, gpu, {key: config}, pipeline)
+            out.append(loop_features(prim))
+        except Exception:  # noqa: BLE001 - this config has no features; the tuner goes on
+            out.append(None)
+    return out
 
 
 def cuda_candidate(backend: Any, region: Function, kernel: str,

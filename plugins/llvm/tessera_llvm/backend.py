@@ -266,6 +266,17 @@ class LLVMBackend(Backend):
         return llvm_candidate(region, kernel, overrides, cpu_info(mcpu, threads, triple),
                               options.opt_level, mcpu, target.get("mattr"))
 
+    def tuning_features(self, region: Function, kernel: str, configs: list[dict[str, Any]],
+                        key: str, target: TargetKind, options: CompileOptions
+                        ) -> list[list[float] | None]:
+        """The loop-nest features of the kernel lowered to TIR with each config, for the CPU
+        ``target`` describes (:func:`tessera_llvm.tuning.llvm_features`); nothing is
+        compiled, so any architecture's target works."""
+        from .tuning import llvm_features
+
+        cpu = cpu_info(target.get("mcpu"), self._threads(target), target.get("mtriple") or None)
+        return llvm_features(region, kernel, configs, key, cpu, options.opt_level)
+
     def compile(self, region: Function, target: TargetKind,
                 options: CompileOptions) -> CompiledRegion:
         from .build import build_module

@@ -1,17 +1,21 @@
-"""One llvm kernel built alone for the tuner (``LLVMBackend.tuning_candidate``).
+"""One llvm kernel built alone for the tuner (``LLVMBackend.tuning_candidate``), and the
+loop-nest features of its configs (``LLVMBackend.tuning_features``).
 
 The region is prepared as ``compile`` prepares it (layouts, packed weights, fused groups;
-once per region object in the worker process), the kernel's group is scheduled with the
+once per region object in the process), the kernel's group is scheduled with the
 candidate's knobs, lowered, compiled for the host and linked; its inputs are the group's
-constants and seeded random data of the other inputs' types.
+constants and seeded random data of the other inputs' types. For features, the group is only
+lowered to TIR (no LLVM), and :func:`tessera.autotune.features.loop_features` reads it.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
 
+from tessera.autotune.features import loop_features
 from tessera.autotune.measure import TuningCandidate, random_array
 from tessera.errors import CompileError
 from tessera.ir.graph import Function
@@ -33,9 +37,10 @@ _PREPARED: dict[tuple[int, str], tuple[Function, list[Any], list[str], dict[str,
     = {}
 
 
-def llvm_candidate(region: Function, kernel: str, overrides: dict[str, dict[str, Any]],
-                   cpu: CPUInfo, opt_level: int, mcpu: str | None,
-                   mattr: str | None) -> TuningCandidate:
+def _group(region: Function, kernel: str, cpu: CPUInfo, opt_level: int
+           ) -> tuple[Any, dict[str, TensorType]]:
+    """The fused group that ``kernel`` runs, of ``region`` prepared once per region object
+    and CPU (the value types of the prepared region with it)."""
     ident = (id(region), repr((cpu, opt_level)))
     prepared = _PREPARED.get(ident)
     if prepared is None or prepared[0] is not region:
@@ -47,7 +52,30 @@ def llvm_candidate(region: Function, kernel: str, overrides: dict[str, dict[str,
     _, groups, names, types = prepared
     if kernel not in names:
         raise CompileError(f"llvm: region {region.name} has no kernel {kernel!r}")
-    group = groups[names.index(kernel)]
+    return groups[names.index(kernel)], types
+
+
+def llvm_features(region: Function, kernel: str, configs: list[dict[str, Any]], key: str,
+                  cpu: CPUInfo, opt_level: int) -> list[list[float] | None]:
+    """The loop-nest features of kernel ``kernel`` lowered with each config (knob values of
+    workload ``key``); None for a config that does not lower."""
+    group, _ = _group(region, kernel, cpu, opt_level)
+    out: list[list[float] | None] = []
+    for config in configs:
+        try:
+            with warnings.catch_warnings():  # a knob value that is not a candidate
+                warnings.simplefilter("ignore")
+                lowered, _ = lower_group(group, kernel, cpu, {key: config})
+            out.append(loop_features(lowered.func))
+        except Exception:  # noqa: BLE001 - this config has no features; the tuner goes on
+            out.append(None)
+    return out
+
+
+def llvm_candidate(region: Function, kernel: str, overrides: dict[str, dict[str, Any]],
+                   cpu: CPUInfo, opt_level: int, mcpu: str | None,
+                   mattr: str | None) -> TuningCandidate:
+    group, types = _group(region, kernel, cpu, opt_level)
     lowered, consts = lower_group(group, kernel, cpu, overrides)
     fn = build_module([lowered.func], f"{kernel}_tune", mcpu=mcpu, mattr=mattr).load() \
         .get(kernel)
