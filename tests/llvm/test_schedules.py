@@ -319,22 +319,26 @@ def test_every_conv_knob_candidate_is_correct(case: str) -> None:
                  "pad_parallel"):
         if knob not in space.knobs:
             continue
+        # with the values of other knobs under which it has an effect (flat_tiles for
+        # tile_group, the direct template where Winograd is eligible)
+        enable = {other: values[0] for other, values in space.knobs[knob].when.items()}
         for value in space.knobs[knob].candidates:
             what = f"{case}: {knob}={value}"
-            cfg = group.check({key: {knob: value}}, f"conv_{knob}_{tried}", what)
+            cfg = group.check({key: {**enable, knob: value}}, f"conv_{knob}_{tried}", what)
             assert cfg is not None and cfg[knob] == value, what
             tried += 1
     assert tried >= 4
     # several knobs at once, none of them defaults
+    direct = {"template": "direct"} if "template" in space.knobs else {}
     reg = [c for c in space.knobs["reg_n"].candidates if c != space.knobs["reg_n"].default]
-    combo = {"reg_n": reg[-1], "unroll_kw": True, "pad_parallel": False}
+    combo = {**direct, "reg_n": reg[-1], "unroll_kw": True, "pad_parallel": False}
     if "ic_block" in space.knobs:
         combo["ic_block"] = space.knobs["ic_block"].candidates[0]
     cfg = group.check({key: combo}, "conv_combo", f"{case}: {combo}")
     assert cfg is not None and all(cfg[k] == v for k, v in combo.items())
     if space.knobs["flat_tiles"].candidates == [False, True] and \
             4 in space.knobs["oc_tile"].candidates:
-        narrow = {"oc_tile": 4, "reg_n": 3, "flat_tiles": True}  # AVX2's default tile
+        narrow = {**direct, "oc_tile": 4, "reg_n": 3, "flat_tiles": True}  # AVX2's tile
         cfg = group.check({key: narrow}, "conv_narrow", f"{case}: {narrow}")
         assert cfg is not None and all(cfg[k] == v for k, v in narrow.items())
         # AVX2's cache-blocked tile: groups of tiles, one input-channel block at a time

@@ -12,9 +12,10 @@ task whose ``weight`` counts them, so a tuner spends its trials where the model'
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
+
+from tessera.autotune.knobspace import Conditions, KnobSpace
 
 __all__ = ["Task", "extract_tasks", "tasks_of_module"]
 
@@ -33,10 +34,19 @@ class Task:
     #: The kernels that run it (region kernel names) and their floating-point work each.
     kernels: list[str] = field(default_factory=list)
     flops: int = 0
+    #: The conditional knobs (knob -> (other knob -> values)): a knob has an effect only
+    #: under those values (:mod:`tessera.autotune.knobspace`); empty in older reports.
+    when: Conditions = field(default_factory=dict)
+
+    @property
+    def space(self) -> KnobSpace:
+        """The knobs as tuners search them (inactive knobs at their value in ``default``)."""
+        return KnobSpace(self.knobs, self.when, self.default)
 
     @property
     def space_size(self) -> int:
-        return math.prod(len(c) for c in self.knobs.values()) if self.knobs else 1
+        """How many distinct (canonical) configs the task has."""
+        return self.space.size()
 
     @property
     def tunable(self) -> bool:
@@ -59,7 +69,9 @@ def tasks_of_module(module: Any) -> list[Task]:
                         key=c["key"], template=c["template"], backend=cr.backend,
                         target=target, knobs={k: list(v) for k, v in c["knobs"].items()},
                         default=dict(c["config"]), weight=0,
-                        flops=flops.get(kernel, 0))
+                        flops=flops.get(kernel, 0),
+                        when={k: {o: list(v) for o, v in conds.items()}
+                              for k, conds in (c.get("when") or {}).items()})
                 task.weight += 1
                 task.kernels.append(kernel)
     return sorted(tasks.values(), key=lambda t: -(t.weight * max(t.flops, 1)))

@@ -10,9 +10,11 @@ configs, which are built in up to ``parallel`` processes at once and then timed 
 instead, a batch of ``parallel`` per node (:mod:`tessera.autotune.ray_measure`). Every result,
 success or failure, is appended to ``output`` as soon as it is known, so an interrupted run
 (Ctrl-C) keeps all of them and running again resumes: configs the file already holds for a task
-are not measured again. A task stops early after ``early_stopping`` trials without a better
-config (the rest of its batch is not measured). Progress goes to stderr, one line per task:
-trials, the best GFLOP/s and time, elapsed seconds.
+are not measured again (nor configs that differ from them only in knobs without effect: the
+tuners search canonical configs, :mod:`tessera.autotune.knobspace`). A task stops early after
+``early_stopping`` trials without a better config (the rest of its batch is not measured).
+Progress goes to stderr, one line per task: trials, the best GFLOP/s and time, elapsed
+seconds.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from tessera.autotune.measure import Measurer, MeasureResult
 from tessera.autotune.records import TuningRecord, append_records, load_records, record_for
 from tessera.autotune.space import ScheduleConfig
 from tessera.autotune.tasks import Task, tasks_of_module
-from tessera.autotune.tuners import config_key, make_tuner
+from tessera.autotune.tuners import make_tuner
 
 __all__ = ["TuneSummary", "tune"]
 
@@ -92,8 +94,8 @@ class _TaskState:
 
     def propose(self) -> dict[str, Any] | None:
         while self.first:
-            config = {**self.task.default, **self.first.pop(0)}
-            if config_key(config) not in self.search.visited:
+            config = self.search.canonical({**self.task.default, **self.first.pop(0)})
+            if not self.search.seen(config):
                 self.search.mark(config)
                 return config
         return self.search.next()
@@ -182,9 +184,9 @@ def tune(model: Any, target: str | None = "auto", output: str | Path = "tuning.j
     # what the output already holds (not measured again), then the prior file: measured
     # configs per template and workload, the xgb tuner's transfer learning
     history_rows: list[TuningRecord] = list(load_records(out)) if out.is_file() else []
-    measured: dict[str, set[str]] = {}
+    measured: dict[str, list[dict[str, Any]]] = {}
     for r in history_rows:
-        measured.setdefault(r.key, set()).add(config_key(r.config))
+        measured.setdefault(r.key, []).append(r.config)
     prior: dict[str, dict[str, Any]] = {}
     if prior_records is not None:
         from tessera.autotune.records import TuningHistory
@@ -203,9 +205,10 @@ def tune(model: Any, target: str | None = "auto", output: str | Path = "tuning.j
         for r in history_rows:
             if r.ok and r.template == task.template and r.backend == task.backend:
                 related.setdefault(r.key, []).append((r.config, r.mean_cost))
-        search = make_tuner(tuner, task.knobs, seed, prior=related) if task.tunable else None
-        if search is not None:
-            search.visited |= measured.get(task.key, set())
+        search = make_tuner(tuner, task.knobs, seed, prior=related, when=task.when,
+                            default=task.default) if task.tunable else None
+        for config in measured.get(task.key, []) if search is not None else []:
+            search.mark(config)  # canonically: a config named otherwise is measured too
         states.append(_TaskState(n, task, search,
                                  [c for c in (prior.get(task.key), task.default) if c]))
     measurers: dict[int, Any] = {}

@@ -3,8 +3,11 @@ XGBoost-guided search (``TUNERS``: ``gridsearch``, ``random``, ``ga``, ``xgb``).
 
 A tuner proposes configs (knob name -> value) of one :class:`~tessera.autotune.tasks.Task`,
 never one it has already proposed or was told is measured (``visited``: resumed records), and
-``update`` tells it the results. Configs are points of the knobs' mixed-radix product, so a
-space of any size is enumerated (grid) or sampled (random) without being built.
+``update`` tells it the results. It searches a :class:`~tessera.autotune.knobspace.KnobSpace`:
+configs are canonical (a knob that has no effect under the other knobs' values, ``when``, at
+its default) and ``visited`` holds canonical configs, so a kernel is never measured twice
+under two names. The canonical configs are numbered (``KnobSpace.config_at``), so a space of
+any size is enumerated (grid) or sampled (random) without being built.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ import json
 import math
 import random
 from typing import Any
+
+from tessera.autotune.knobspace import Conditions, KnobSpace
 
 __all__ = ["GATuner", "GridSearchTuner", "RandomTuner", "TUNERS", "Tuner", "XGBTuner",
            "config_key", "make_tuner"]
@@ -23,28 +28,47 @@ def config_key(config: dict[str, Any]) -> str:
     return json.dumps(config, sort_keys=True, default=str)
 
 
-class Tuner:
-    """Base: the task's knobs, the configs already proposed or measured, results."""
+def _space(knobs: dict[str, list[Any]] | KnobSpace) -> KnobSpace:
+    return knobs if isinstance(knobs, KnobSpace) else KnobSpace(knobs)
 
-    def __init__(self, knobs: dict[str, list[Any]], seed: int = 0) -> None:
-        self.knobs = list(knobs.items())
-        self.size = math.prod(len(c) for _, c in self.knobs) if self.knobs else 1
+
+class Tuner:
+    """Base: the task's space (knobs, or a :class:`KnobSpace` with conditions), the canonical
+    configs already proposed or measured, results."""
+
+    def __init__(self, knobs: dict[str, list[Any]] | KnobSpace, seed: int = 0) -> None:
+        self.space = _space(knobs)
+        self.knobs = list(self.space.knobs.items())
+        self.size = self.space.size()
         self.visited: set[str] = set()
+        #: How many configs of the space ``visited`` holds (it may hold others: records of
+        #: another version of the template).
+        self.covered = 0
         self.rng = random.Random(seed)
         self.results: list[tuple[dict[str, Any], float]] = []
 
     def config_at(self, index: int) -> dict[str, Any]:
-        config = {}
-        for name, cands in reversed(self.knobs):
-            index, k = divmod(index, len(cands))
-            config[name] = cands[k]
-        return dict(reversed(list(config.items())))
+        """The ``index``-th canonical config (``0 <= index < size``)."""
+        return self.space.config_at(index)
+
+    def canonical(self, config: dict[str, Any]) -> dict[str, Any]:
+        return self.space.canonical(config) if self.space.conditional else config
+
+    def key(self, config: dict[str, Any]) -> str:
+        """The identity of ``config``'s kernel: its canonical config's key."""
+        return config_key(self.canonical(config))
+
+    def seen(self, config: dict[str, Any]) -> bool:
+        return self.key(config) in self.visited
 
     def mark(self, config: dict[str, Any]) -> None:
-        self.visited.add(config_key(config))
+        key = self.key(config)
+        if key not in self.visited:
+            self.visited.add(key)
+            self.covered += int(self.space.contains(self.canonical(config)))
 
     def has_next(self) -> bool:
-        return len(self.visited) < self.size
+        return self.covered < self.size
 
     def next(self) -> dict[str, Any] | None:
         """The next config to measure, None when the space is exhausted."""
@@ -58,7 +82,7 @@ class Tuner:
 class GridSearchTuner(Tuner):
     """Every config in order (the last knob varying fastest)."""
 
-    def __init__(self, knobs: dict[str, list[Any]], seed: int = 0) -> None:
+    def __init__(self, knobs: dict[str, list[Any]] | KnobSpace, seed: int = 0) -> None:
         super().__init__(knobs, seed)
         self._index = 0
 
@@ -66,7 +90,7 @@ class GridSearchTuner(Tuner):
         while self._index < self.size:
             config = self.config_at(self._index)
             self._index += 1
-            if config_key(config) not in self.visited:
+            if not self.seen(config):
                 self.mark(config)
                 return config
         return None
@@ -80,15 +104,14 @@ class RandomTuner(Tuner):
             return None
         if self.size <= 4 * max(len(self.visited), 1):
             # a mostly visited space: draw among what is left
-            left = [i for i in range(self.size)
-                    if config_key(self.config_at(i)) not in self.visited]
+            left = [i for i in range(self.size) if not self.seen(self.config_at(i))]
             if not left:
                 return None
             config = self.config_at(self.rng.choice(left))
         else:
             while True:
                 config = self.config_at(self.rng.randrange(self.size))
-                if config_key(config) not in self.visited:
+                if not self.seen(config):
                     break
         self.mark(config)
         return config
@@ -98,13 +121,18 @@ TUNERS: dict[str, type[Tuner]] = {"random": RandomTuner, "gridsearch": GridSearc
 
 
 def make_tuner(name: str, knobs: dict[str, list[Any]], seed: int = 0,
-               prior: dict[str, list[tuple[dict[str, Any], float]]] | None = None) -> Tuner:
-    """A tuner by name; ``prior`` (workload key -> configs and costs measured for other
+               prior: dict[str, list[tuple[dict[str, Any], float]]] | None = None,
+               when: Conditions | None = None, default: dict[str, Any] | None = None
+               ) -> Tuner:
+    """A tuner by name over ``knobs`` (name -> candidates); ``when`` and ``default``: the
+    task's conditional knobs and the values they keep where they have no effect
+    (:class:`KnobSpace`); ``prior`` (workload key -> configs and costs measured for other
     workloads of the template) is what ``xgb`` learns from before the first measurement."""
     if name not in TUNERS:
         from tessera.errors import TesseraError
 
         raise TesseraError(f"unknown tuner {name!r}; available: {', '.join(TUNERS)}")
+    space = KnobSpace(knobs, when, default)
     if name == "xgb":
         try:
             import xgboost  # noqa: F401
@@ -113,16 +141,27 @@ def make_tuner(name: str, knobs: dict[str, list[Any]], seed: int = 0,
 
             raise TesseraError("the xgb tuner needs XGBoost: pip install 'tessera[tune]' "
                                "(or xgboost)") from None
-        return XGBTuner(knobs, seed, prior=prior)
-    return TUNERS[name](knobs, seed)
+        return XGBTuner(space, seed, prior=prior)
+    return TUNERS[name](space, seed)
 
 
-def _knob_features(knobs: list[tuple[str, list[Any]]], config: dict[str, Any]) -> list[float]:
+def _knob_features(knobs: list[tuple[str, list[Any]]], config: dict[str, Any],
+                   active: dict[str, bool] | None = None) -> list[float]:
     """A config as numbers: per knob, the value (log2 for positive numbers, so that tile sizes
     compare by ratio), its position among the candidates, and a one-hot of the position for
-    knobs of few candidates (booleans, strings)."""
+    knobs of few candidates (booleans, strings).
+
+    A knob without effect in ``config`` (``active`` false) gives NaN for all of these:
+    XGBoost takes NaN as a missing value and learns at each split which side such configs
+    go, so the default value an inactive knob holds (``reg_n`` of a Winograd convolution)
+    is not read as if it had been chosen, and splits learned on the configs where the knob
+    matters do not sort the others by it."""
     out: list[float] = []
     for name, cands in knobs:
+        n = 2 + (len(cands) if len(cands) <= 4 else 0)
+        if active is not None and not active[name]:
+            out.extend([math.nan] * n)
+            continue
         v = config[name]
         pos = cands.index(v) if v in cands else -1
         if isinstance(v, bool) or not isinstance(v, int | float):
@@ -140,8 +179,8 @@ class GATuner(Tuner):
     the best ``elite`` and breeds the rest from parents drawn by fitness (knob-wise uniform
     crossover, then each knob mutated with probability ``mutation``)."""
 
-    def __init__(self, knobs: dict[str, list[Any]], seed: int = 0, population: int = 16,
-                 elite: int = 3, mutation: float = 0.1) -> None:
+    def __init__(self, knobs: dict[str, list[Any]] | KnobSpace, seed: int = 0,
+                 population: int = 16, elite: int = 3, mutation: float = 0.1) -> None:
         super().__init__(knobs, seed)
         self.population, self.elite, self.mutation = population, elite, mutation
         self._pending: list[dict[str, Any]] = []
@@ -159,18 +198,18 @@ class GATuner(Tuner):
             for n, cands in self.knobs:
                 if self.rng.random() < self.mutation:
                     child[n] = self.rng.choice(cands)
-            children.append(child)
+            children.append(self.canonical(child))
         return children
 
     def next(self) -> dict[str, Any] | None:
         while True:
             while self._pending:
                 config = self._pending.pop(0)
-                if config_key(config) not in self.visited:
+                if not self.seen(config):
                     self.mark(config)
                     return config
             bred = self._breed()
-            fresh = [c for c in bred if config_key(c) not in self.visited]
+            fresh = list({self.key(c): c for c in bred if not self.seen(c)}.values())
             if fresh:
                 self._pending = fresh[:self.population]
                 continue
@@ -186,20 +225,29 @@ class XGBTuner(Tuner):
     scored; a fraction ``epsilon`` of proposals stays random. The first ``warmup`` proposals,
     before there is anything to learn from, are random."""
 
-    def __init__(self, knobs: dict[str, list[Any]], seed: int = 0, warmup: int = 8,
-                 pool: int = 512, epsilon: float = 0.1,
+    def __init__(self, knobs: dict[str, list[Any]] | KnobSpace, seed: int = 0,
+                 warmup: int = 8, pool: int = 512, epsilon: float = 0.1,
                  prior: dict[str, list[tuple[dict[str, Any], float]]] | None = None) -> None:
         super().__init__(knobs, seed)
         self.warmup, self.pool, self.epsilon = warmup, pool, epsilon
-        #: Measured configs of other workloads, per workload (each is ranked on its own).
-        self.prior = {k: [(c, cost) for c, cost in rows
-                          if all(n in c and c[n] in cands for n, cands in self.knobs)
+        #: Measured configs of other workloads, per workload (each is ranked on its own):
+        #: those whose knobs that matter are all candidates here.
+        self.prior = {k: [(c, cost) for c, cost in rows if self._comparable(c)
                           and math.isfinite(cost)]
                       for k, rows in (prior or {}).items()}
         self.prior = {k: rows for k, rows in self.prior.items() if len(rows) >= 2}
         self._n_prior = sum(len(rows) for rows in self.prior.values())
         self._model: Any = None
         self._trained_on = -1
+
+    def _comparable(self, config: dict[str, Any]) -> bool:
+        active = self.space.active(config)
+        return all(n in config and config[n] in cands
+                   for n, cands in self.knobs if active[n])
+
+    def _features(self, config: dict[str, Any]) -> list[float]:
+        active = self.space.active(config) if self.space.conditional else None
+        return _knob_features(self.knobs, config, active)
 
     def _train(self) -> None:
         import numpy as np
@@ -213,7 +261,7 @@ class XGBTuner(Tuner):
         rows = [r for part in parts for r in part]
         if len(rows) < 2:
             return
-        x = np.array([_knob_features(self.knobs, c) for c, _ in rows], dtype=np.float64)
+        x = np.array([self._features(c) for c, _ in rows], dtype=np.float64)
         # rank within each group (each prior workload, then this one): faster configs get
         # higher labels
         labels, groups = [], []
@@ -235,9 +283,12 @@ class XGBTuner(Tuner):
         pool: dict[str, dict[str, Any]] = {}
         best = sorted((c for c in self.results if math.isfinite(c[1])), key=lambda x: x[1])[:8]
         for config, _ in best:
+            active = self.space.active(config)
             for name, cands in self.knobs:
+                if not active[name]:  # changing it changes nothing
+                    continue
                 for v in cands:
-                    child = {**config, name: v}
+                    child = self.canonical({**config, name: v})
                     pool.setdefault(config_key(child), child)
         tries = 0
         while len(pool) < self.pool and tries < 4 * self.pool:
@@ -260,7 +311,7 @@ class XGBTuner(Tuner):
         import xgboost as xgb
 
         scores = self._model.predict(xgb.DMatrix(np.array(
-            [_knob_features(self.knobs, c) for c in pool], dtype=np.float64)))
+            [self._features(c) for c in pool], dtype=np.float64)))
         config = pool[int(np.argmax(scores))]
         self.mark(config)
         return config

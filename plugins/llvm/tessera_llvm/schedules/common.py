@@ -93,9 +93,12 @@ def injective_space(op: te.ComputeOp, cpu: CPUInfo, template: str = "injective")
                  "innermost split vectorized (divides the last dimension)")
     space.define("parallel_min_elems", PARALLEL_MIN_ELEMS, 16384,
                  "smallest output that is worth a parallel launch")
+    # read only where the output is parallel: at least parallel_min_elems elements
+    total = math.prod(shape)
     space.define("parallel_tasks", [2, 4, 8, 16], 4 * cpu.num_threads,
                  "outer iterations wanted in the parallel loop (fewer fused axes, no div/mod "
-                 "in the rest)")
+                 "in the rest)",
+                 when={"parallel_min_elems": [v for v in PARALLEL_MIN_ELEMS if v <= total]})
     return space
 
 

@@ -142,7 +142,13 @@ def _block_weight_bytes(conv: te.ComputeOp) -> int:
 def conv_space(conv: te.ComputeOp, cpu: CPUInfo) -> ConfigSpace:
     """The knobs of a blocked convolution; the flat-tile choice is made before the compute is
     built (:func:`tile_plan` sets the ConvNCHWc node's ``flat_spatial``), so a compute over
-    flattened pixels offers both tilings and one over rows only row tiles."""
+    flattened pixels offers both tilings and one over rows only row tiles.
+
+    A convolution that Winograd can compute has the knob ``template`` first; this template's
+    knobs then have an effect only with ``template=direct`` (:func:`schedule_conv` and
+    :func:`prefetch_plan` read them, :func:`~.winograd.schedule_winograd` none of them: it
+    pads in parallel always), the Winograd knobs only with ``template=winograd``; and
+    ``tile_group`` only with ``flat_tiles`` (row tiles are never grouped)."""
     n, occ, oh, ow, ob = out_extents(conv)
     red = _reduce_extents(conv)
     space = ConfigSpace(TAG, ((n, occ, oh, ow, ob), tuple(red.values()),
@@ -153,15 +159,20 @@ def conv_space(conv: te.ComputeOp, cpu: CPUInfo) -> ConfigSpace:
     flat = bool(conv.attrs.get("flat_spatial"))
     oc_tile, reg_n = (plan.oc_tile, plan.reg_n) if flat else (plan.row_oc_tile, plan.row_n)
     blocked = flat and plan.flat and plan.cache_blocked
+    wino = winograd.eligible(conv)
+    if wino:
+        winograd.define_template(space, n, occ, oh, ow, ob, red["icc"] * red["ib"], cpu)
+    direct = dict(winograd.DIRECT_ONLY) if wino else {}
     cands = sorted({d for d in divisors(ow) if d <= 32} | {reg_n}
                    | ({NARROW_PIXELS} if flat else set()))
     space.define("reg_n", cands, reg_n, "output columns per register tile (pixels with "
-                 "flat_tiles)")
+                 "flat_tiles)", when=direct)
     space.define("flat_tiles", [False, True] if flat else [False], flat and plan.flat,
                  "register tiles of consecutive pixels across output rows (a tile may span "
-                 "two rows) instead of pieces of one row")
+                 "two rows) instead of pieces of one row", when=direct)
     space.define("oc_tile", [d for d in (1, 2, 4) if occ % d == 0], oc_tile,
-                 "output-channel blocks per register tile (they share each input broadcast)")
+                 "output-channel blocks per register tile (they share each input broadcast)",
+                 when=direct)
     if flat:
         tiles = -(-oh * ow // reg_n)
         group = 1
@@ -172,7 +183,8 @@ def conv_space(conv: te.ComputeOp, cpu: CPUInfo) -> ConfigSpace:
         space.define("tile_group", sorted({g for g in (1, 2, 4, 8) if g <= tiles}
                                           | {group, tiles}),
                      group, "flat register tiles per parallel task; they share each "
-                     "input-channel block's weights (ic_block)")
+                     "input-channel block's weights (ic_block)",
+                     when={**direct, "flat_tiles": [True]})
     if "icc" in red:
         icc = red["icc"]
         # Measured on Zen 1: no gain from blocks whose weights fill half of L1 where a task's
@@ -184,16 +196,18 @@ def conv_space(conv: te.ComputeOp, cpu: CPUInfo) -> ConfigSpace:
             ic_block = largest_divisor(icc, max(1, cpu.l2_bytes // 4 // max(1, per_icc)))
         space.define("ic_block", divisors(icc), ic_block, "input-channel blocks per cache "
                      "block: a task's tiles accumulate one block at a time, in memory between "
-                     "blocks (all: no blocking)")
-    space.define("unroll_kw", [False, True], False, "unroll the kernel-column loop")
+                     "blocks (all: no blocking)", when=direct)
+    space.define("unroll_kw", [False, True], False, "unroll the kernel-column loop",
+                 when=direct)
     # a cache-blocked task's slice of weights fills L2 already: prefetching the next one
     # evicts it (measured on Zen 1: ResNet-50's 7x7 3x3 conv 74 -> 59 GFLOP/s)
     space.define("prefetch_weights", [False, True],
                  occ * block_bytes > (2 << 20) and not blocked,
                  "prefetch the next output-channel slice's weights (weights that stream from "
-                 "memory: more than 2 MiB, unless cache-blocked)")
-    space.define("pad_parallel", [True, False], True, "materialise padding with a parallel loop")
-    if winograd.eligible(conv):
+                 "memory: more than 2 MiB, unless cache-blocked)", when=direct)
+    space.define("pad_parallel", [True, False], True, "materialise padding with a parallel loop",
+                 when=direct)
+    if wino:
         winograd.define_knobs(space, n, occ, oh, ow, ob, red["icc"] * red["ib"], cpu)
     return space
 

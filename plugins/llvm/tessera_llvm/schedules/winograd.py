@@ -3,7 +3,10 @@ template choice of the blocked convolution's config space (knob ``template``).
 
 Eligible convolutions: ``conv2d_NCHWc``, 3x3, stride 1, dilation 1, one group, float32, data
 blocked like the weights' input channels. Their space (:func:`~.conv2d.conv_space`) gets the
-knobs of :func:`define_knobs` on top of the direct template's; with ``template=winograd`` the
+knob ``template`` first (:func:`define_template`), the direct template's knobs, which have an
+effect only with ``template=direct``, and the knobs of :func:`define_knobs`, which have one
+only with ``template=winograd`` (``when``: a tuner does not measure one kernel under the
+other template's knobs' values); with ``template=winograd`` the
 llvm lowering (:func:`tessera_llvm.lowering.lower_group`) rebuilds the group with the weights
 transformed at compile time and this schedule applies:
 
@@ -156,25 +159,39 @@ def default_tile(oh: int, ow: int, channels_in: int = 0, lanes: int = 16) -> int
     return 4 if lanes < 16 and channels_in < 256 else 2
 
 
-def define_knobs(space: ConfigSpace, n: int, occ: int, oh: int, ow: int, ob: int,
-                 channels_in: int, cpu: CPUInfo) -> None:
-    """The Winograd knobs of an eligible convolution's space."""
+#: The condition of the knobs that only the direct template reads, and of the Winograd knobs.
+DIRECT_ONLY = {"template": ["direct"]}
+WINOGRAD_ONLY = {"template": ["winograd"]}
+
+
+def define_template(space: ConfigSpace, n: int, occ: int, oh: int, ow: int, ob: int,
+                    channels_in: int, cpu: CPUInfo) -> None:
+    """The knob that chooses the template of an eligible convolution (before the knobs of
+    either template: their conditions name it)."""
     space.define("template", ["direct", "winograd"],
                  default_template(n, occ, oh, ow, ob, channels_in, cpu),
                  "direct convolution or Winograd F(m x m, 3 x 3) (3x3, stride 1 only)")
+
+
+def define_knobs(space: ConfigSpace, n: int, occ: int, oh: int, ow: int, ob: int,
+                 channels_in: int, cpu: CPUInfo) -> None:
+    """The Winograd knobs of an eligible convolution's space (after ``template``): only
+    :func:`schedule_winograd` and the Winograd lowering read them."""
     m = default_tile(oh, ow, channels_in, cpu.vector_lanes)
-    space.define("winograd_tile", [2, 4], m, "Winograd output tile m (F(m x m, 3 x 3))")
+    space.define("winograd_tile", [2, 4], m, "Winograd output tile m (F(m x m, 3 x 3))",
+                 when=WINOGRAD_ONLY)
     lanes = cpu.lanes_for("float32")
     vectors = max(1, -(-ob // lanes))
     oc_tile = 2 if occ % 2 == 0 and vectors == 1 else 1
     space.define("winograd_oc_tile", [d for d in (1, 2, 4) if occ % d == 0], oc_tile,
-                 "output-channel blocks per register tile of the Winograd product")
+                 "output-channel blocks per register tile of the Winograd product",
+                 when=WINOGRAD_ONLY)
     weights = oc_tile * vectors
     limit = max(1, cpu.max_accumulators(weights + 1, cap=MAX_ACCUMULATORS) // weights)
     reg_n = default_reg_n(tile_count(n, oh, ow, m), limit)
     space.define("winograd_reg_n", sorted({2, 4, 6, 8, 12, 14, 16, reg_n}), reg_n,
                  "tiles per register tile of the Winograd product (the tile count is rounded "
-                 "up to a multiple)")
+                 "up to a multiple)", when=WINOGRAD_ONLY)
 
 
 def find_winograd(ops: list[te.ComputeOp]) -> te.ComputeOp | None:
