@@ -331,7 +331,10 @@ def test_every_conv_knob_candidate_is_correct(case: str) -> None:
     # several knobs at once, none of them defaults
     direct = {"template": "direct"} if "template" in space.knobs else {}
     reg = [c for c in space.knobs["reg_n"].candidates if c != space.knobs["reg_n"].default]
-    combo = {**direct, "reg_n": reg[-1], "unroll_kw": True, "pad_parallel": False}
+    combo = {**direct, "reg_n": reg[-1]}
+    for knob, value in (("unroll_kw", True), ("pad_parallel", False)):
+        if value in space.knobs[knob].candidates:  # not on a depthwise or unpadded conv
+            combo[knob] = value
     if "ic_block" in space.knobs:
         combo["ic_block"] = space.knobs["ic_block"].candidates[0]
     cfg = group.check({key: combo}, "conv_combo", f"{case}: {combo}")
@@ -451,3 +454,19 @@ def test_tuning_records_reach_the_compiled_model(tmp_path) -> None:  # noqa: ANN
     np.testing.assert_allclose(got["y"], want, rtol=1e-5, atol=1e-5)
 
 
+
+
+def test_knobs_a_workload_never_reads_offer_one_value() -> None:
+    """A depthwise convolution's kernel-column unrolling and weight prefetching, and an
+    unpadded convolution's padding loop, are not searched: their one candidate is the
+    default."""
+    depthwise = conv_space(CONV_GROUPS["depthwise"]().anchor(), CPU)
+    assert depthwise.knobs["unroll_kw"].candidates == [False]
+    assert depthwise.knobs["prefetch_weights"].candidates == [False]
+    plain = conv_space(conv_nchwc_group().anchor(), CPU)  # 3x3, pad 1
+    assert plain.knobs["unroll_kw"].candidates == [False, True]
+    assert plain.knobs["prefetch_weights"].candidates == [False, True]
+    assert plain.knobs["pad_parallel"].candidates == [True, False]
+    pointwise = conv_space(conv_nchwc_group(kernel=1).anchor(), CPU)  # 1x1, no padding
+    assert pointwise.knobs["unroll_kw"].candidates == [False]
+    assert pointwise.knobs["pad_parallel"].candidates == [True]

@@ -197,16 +197,19 @@ def conv_space(conv: te.ComputeOp, cpu: CPUInfo) -> ConfigSpace:
         space.define("ic_block", divisors(icc), ic_block, "input-channel blocks per cache "
                      "block: a task's tiles accumulate one block at a time, in memory between "
                      "blocks (all: no blocking)", when=direct)
-    space.define("unroll_kw", [False, True], False, "unroll the kernel-column loop",
-                 when=direct)
+    # knobs a workload never reads offer their one value: the kernel-column loop of a
+    # depthwise or 1-column kernel, weight prefetching of a depthwise convolution, padding of
+    # an unpadded input
+    space.define("unroll_kw", [False, True] if not depthwise and red.get("kw", 1) > 1
+                 else [False], False, "unroll the kernel-column loop", when=direct)
     # a cache-blocked task's slice of weights fills L2 already: prefetching the next one
     # evicts it (measured on Zen 1: ResNet-50's 7x7 3x3 conv 74 -> 59 GFLOP/s)
-    space.define("prefetch_weights", [False, True],
-                 occ * block_bytes > (2 << 20) and not blocked,
+    space.define("prefetch_weights", [False] if depthwise else [False, True],
+                 occ * block_bytes > (2 << 20) and not blocked and not depthwise,
                  "prefetch the next output-channel slice's weights (weights that stream from "
                  "memory: more than 2 MiB, unless cache-blocked)", when=direct)
-    space.define("pad_parallel", [True, False], True, "materialise padding with a parallel loop",
-                 when=direct)
+    space.define("pad_parallel", [True, False] if any(conv.attrs.get("pads") or ()) else [True],
+                 True, "materialise padding with a parallel loop", when=direct)
     if wino:
         winograd.define_knobs(space, n, occ, oh, ow, ob, red["icc"] * red["ib"], cpu)
     return space
