@@ -11,7 +11,11 @@ What is read. The *main body* is the body of the innermost loop that does most o
 the statements directly under one loop (or under no loop), grouped by that loop, each group
 weighted by its trip count times its floating-point operations (plus one per store); the
 heaviest group wins (the first on ties). Its enclosing loops, innermost first, are the
-*innermost loops* (up to :data:`K_LOOPS`).
+*innermost loops* (up to :data:`K_LOOPS`). Loops of extent 1 are no loops and are skipped.
+Backends featurise the loop nest ``te.lower`` makes of a schedule, before the TIR pipeline
+(loops still marked vectorized or unrolled, buffers multi-dimensional), which is several
+times cheaper to make than the fully lowered function; both forms are read alike (vector
+ramps and broadcasts of a lowered function count by their lanes).
 
 Features, in order (every count or size is scaled by ``log2(1 + x)``; flags are 0 or 1):
 
@@ -40,7 +44,8 @@ Features, in order (every count or size is scaled by ``log2(1 + x)``; flags are 
   multiply feeding an add or subtract, or an ``fma`` call), ``fadd``, ``fmul``, ``fother``
   (other float arithmetic, min/max, selects and calls), ``int_ops`` (integer arithmetic,
   address computation included), ``loads``, ``stores``, ``load_bytes``, ``store_bytes``
-  (per execution of the body), ``branches`` (ifs and selects), ``lanes`` (the widest vector).
+  (per execution of the body), ``branches`` (ifs and selects), ``lanes`` (the widest vector:
+  a vector expression's lanes or a vectorized loop's extent).
 * Whole function: ``trip`` (executions of the main body), ``flops`` (every store's float
   operations times its trip count; a fused multiply-add counts two), ``bytes`` (bytes loaded
   and stored, times trip counts), ``intensity`` (flops per byte), ``nests`` (top-level loop
@@ -238,7 +243,9 @@ class _Walk:
 
     def stmt(self, s: Any, stack: tuple[_Loop, ...], loop: S.For | None,
              lets: dict[E.Var, E.PrimExpr]) -> None:
-        if isinstance(s, S.For):
+        if isinstance(s, S.For) and _extent(s.extent) == 1:  # no loop at all
+            self.stmt(s.body, stack, loop, lets)
+        elif isinstance(s, S.For):
             self.loops += 1
             self.nests += int(not stack)
             if s.kind in (S.ForKind.PARALLEL, S.ForKind.THREAD_BINDING):
@@ -385,7 +392,9 @@ def loop_features(func: S.PrimFunc) -> list[float]:
     for accs in slots:
         out += _buffer_features(accs, loops)
     out += [0.0] * ((N_BUFFERS - len(slots)) * per_buffer)
-    c = main.ops.counts
+    c = dict(main.ops.counts)
+    c["lanes"] = max([c["lanes"]] + [lp.extent for lp in main.stack
+                                     if lp.kind == S.ForKind.VECTORIZED])
     out += [_log(c[n]) for n in _OPS]
     out += [_log(main.trip), _log(walk.flops), _log(walk.bytes),
             _log(walk.flops / walk.bytes) if walk.bytes else 0.0, _log(walk.nests),

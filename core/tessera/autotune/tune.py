@@ -13,6 +13,8 @@ success or failure, is appended to ``output`` as soon as it is known, so an inte
 are not measured again (nor configs that differ from them only in knobs without effect: the
 tuners search canonical configs, :mod:`tessera.autotune.knobspace`). A task stops early after
 ``early_stopping`` trials without a better config (the rest of its batch is not measured).
+The ``xgb`` tuner also sees the loop nests its best candidates lower to, through the task's
+backend's ``Backend.tuning_features`` called here (:mod:`tessera.autotune.loop_ranker`).
 Progress goes to stderr, one line per task: trials, the best GFLOP/s and time, elapsed
 seconds.
 """
@@ -27,6 +29,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from tessera.autotune.loop_ranker import Featurize
 from tessera.autotune.measure import Measurer, MeasureResult
 from tessera.autotune.records import TuningRecord, append_records, load_records, record_for
 from tessera.autotune.space import ScheduleConfig
@@ -43,6 +46,10 @@ class TuneSummary:
         self.tasks: list[tuple[Task, int, float]] = []
         self.interrupted = False
         self.records: list[TuningRecord] = []
+        #: Seconds the xgb tuner spent in the backends' ``tuning_features`` (lowering configs
+        #: to featurise their loop nests), and how many configs it featurised.
+        self.feature_seconds = 0.0
+        self.featurized = 0
 
     @property
     def trials(self) -> int:
@@ -65,6 +72,26 @@ def _region_of(module: Any, task: Task) -> Any:
         if task.kernels[0] in {k.name for k in cr.kernels}:
             return cr
     raise KeyError(task.kernels[0])
+
+
+def _featurizer(module: Any, task: Task) -> Featurize | None:
+    """The loop-nest features of ``task``'s configs, from its backend's
+    ``tuning_features`` (in this process; the region ``compile`` got), or None for a backend
+    without the hook."""
+    from tessera.plugin.target import Target
+
+    cr = _region_of(module, task)
+    backend = module.backends[cr.backend]
+    hook = getattr(backend, "tuning_features", None)
+    if hook is None:
+        return None
+    kind = Target.parse(task.target).kinds[0]
+
+    def featurize(configs: list[dict[str, Any]]) -> Any:
+        return hook(cr.region, task.kernels[0], configs, task.key, kind,
+                    module.compile_options)
+
+    return featurize
 
 
 def _progress(out: TextIO | None, index: int, total: int, task: Task, done: int, budget: int,
@@ -146,7 +173,7 @@ def tune(model: Any, target: str | None = "auto", output: str | Path = "tuning.j
          input_shapes: dict[str, list[int]] | None = None, seed: int = 0,
          progress: TextIO | None = sys.stderr, time_budget: float | None = None,
          on_task: Callable[[Task], None] | None = None, parallel: int = 1,
-         ray_address: str | None = None) -> TuneSummary:
+         ray_address: str | None = None, loop_features: bool = True) -> TuneSummary:
     """Tune ``model`` for ``target``, appending records to ``output`` (module doc).
 
     ``tasks`` selects tasks by their index in :func:`tessera.autotune.tasks_of_module`'s
@@ -156,7 +183,10 @@ def tune(model: Any, target: str | None = "auto", output: str | Path = "tuning.j
     the model spends most time in (weight x best time), until the budget is spent; ``trials``
     still caps each task. ``parallel``: candidates built at once (each then timed alone);
     ``ray_address`` (``HOST:PORT``, ``auto``; needs ``tessera[distributed]``): measure on that
-    Ray cluster's nodes, ``parallel`` candidates per node at a time."""
+    Ray cluster's nodes, ``parallel`` candidates per node at a time. ``loop_features``: the
+    ``xgb`` tuner also ranks its best candidates by the loop nests they lower to, where the
+    backend has ``tuning_features`` (:class:`~tessera.autotune.tuners.XGBTuner`); False: by
+    knob values alone."""
     import tessera
     from tessera.errors import TesseraError
     from tessera.plugin.target import Target
@@ -205,8 +235,11 @@ def tune(model: Any, target: str | None = "auto", output: str | Path = "tuning.j
         for r in history_rows:
             if r.ok and r.template == task.template and r.backend == task.backend:
                 related.setdefault(r.key, []).append((r.config, r.mean_cost))
+        featurize = _featurizer(module, task) if loop_features and tuner == "xgb" \
+            and task.tunable else None
         search = make_tuner(tuner, task.knobs, seed, prior=related, when=task.when,
-                            default=task.default) if task.tunable else None
+                            default=task.default, featurize=featurize,
+                            rerank=min(32, max(16, 4 * parallel))) if task.tunable else None
         for config in measured.get(task.key, []) if search is not None else []:
             search.mark(config)  # canonically: a config named otherwise is measured too
         states.append(_TaskState(n, task, search,
@@ -273,4 +306,9 @@ def tune(model: Any, target: str | None = "auto", output: str | Path = "tuning.j
         if pool is not None:
             pool.close()
     summary.tasks = [(st.task, st.done, st.best) for st in states if st.done or st.finished]
+    for st in states:
+        ranker = getattr(st.search, "ranker", None)
+        if ranker is not None:
+            summary.feature_seconds += ranker.seconds
+            summary.featurized += ranker.featurized
     return summary

@@ -18,6 +18,7 @@ import random
 from typing import Any
 
 from tessera.autotune.knobspace import Conditions, KnobSpace
+from tessera.autotune.loop_ranker import Featurize, LoopFeatureRanker, rank_model
 
 __all__ = ["GATuner", "GridSearchTuner", "RandomTuner", "TUNERS", "Tuner", "XGBTuner",
            "config_key", "make_tuner"]
@@ -122,12 +123,13 @@ TUNERS: dict[str, type[Tuner]] = {"random": RandomTuner, "gridsearch": GridSearc
 
 def make_tuner(name: str, knobs: dict[str, list[Any]], seed: int = 0,
                prior: dict[str, list[tuple[dict[str, Any], float]]] | None = None,
-               when: Conditions | None = None, default: dict[str, Any] | None = None
-               ) -> Tuner:
+               when: Conditions | None = None, default: dict[str, Any] | None = None,
+               featurize: Featurize | None = None, rerank: int = 16) -> Tuner:
     """A tuner by name over ``knobs`` (name -> candidates); ``when`` and ``default``: the
     task's conditional knobs and the values they keep where they have no effect
     (:class:`KnobSpace`); ``prior`` (workload key -> configs and costs measured for other
-    workloads of the template) is what ``xgb`` learns from before the first measurement."""
+    workloads of the template) is what ``xgb`` learns from before the first measurement;
+    ``featurize`` and ``rerank``: ``xgb``'s loop-nest features (:class:`XGBTuner`)."""
     if name not in TUNERS:
         from tessera.errors import TesseraError
 
@@ -141,7 +143,7 @@ def make_tuner(name: str, knobs: dict[str, list[Any]], seed: int = 0,
 
             raise TesseraError("the xgb tuner needs XGBoost: pip install 'tessera[tune]' "
                                "(or xgboost)") from None
-        return XGBTuner(space, seed, prior=prior)
+        return XGBTuner(space, seed, prior=prior, featurize=featurize, rerank=rerank)
     return TUNERS[name](space, seed)
 
 
@@ -223,13 +225,24 @@ class XGBTuner(Tuner):
     ``prior`` records of other workloads of the template: transfer learning), score a pool of
     unmeasured configs (random ones and mutations of the best so far), and propose the best
     scored; a fraction ``epsilon`` of proposals stays random. The first ``warmup`` proposals,
-    before there is anything to learn from, are random."""
+    before there is anything to learn from, are random.
+
+    With ``featurize`` (configs -> a loop-nest feature vector each, None for one that does
+    not lower; ``tessera.autotune.tune`` builds it from ``Backend.tuning_features``) the
+    ranking has two stages: the knob model ranks the pool, and the ``rerank`` best (at most
+    32) are featurised and ranked again by a second model trained on knob and loop features
+    of the measured configs (:class:`~tessera.autotune.loop_ranker.LoopFeatureRanker`:
+    cached by config; a callback that fails leaves the knob model alone)."""
 
     def __init__(self, knobs: dict[str, list[Any]] | KnobSpace, seed: int = 0,
                  warmup: int = 8, pool: int = 512, epsilon: float = 0.1,
-                 prior: dict[str, list[tuple[dict[str, Any], float]]] | None = None) -> None:
+                 prior: dict[str, list[tuple[dict[str, Any], float]]] | None = None,
+                 featurize: Featurize | None = None, rerank: int = 16) -> None:
         super().__init__(knobs, seed)
         self.warmup, self.pool, self.epsilon = warmup, pool, epsilon
+        #: The second stage (None without ``featurize``).
+        self.ranker = LoopFeatureRanker(featurize, rerank, warmup) \
+            if featurize is not None else None
         #: Measured configs of other workloads, per workload (each is ranked on its own):
         #: those whose knobs that matter are all candidates here.
         self.prior = {k: [(c, cost) for c, cost in rows if self._comparable(c)
@@ -251,7 +264,6 @@ class XGBTuner(Tuner):
 
     def _train(self) -> None:
         import numpy as np
-        import xgboost as xgb
 
         data = [(c, cost) for c, cost in self.results if math.isfinite(cost)]
         if len(data) + self._n_prior == self._trained_on:
@@ -262,22 +274,8 @@ class XGBTuner(Tuner):
         if len(rows) < 2:
             return
         x = np.array([self._features(c) for c, _ in rows], dtype=np.float64)
-        # rank within each group (each prior workload, then this one): faster configs get
-        # higher labels
-        labels, groups = [], []
-        for part in parts:
-            order = sorted(range(len(part)), key=lambda i: part[i][1])
-            rank = [0] * len(part)
-            for r, i in enumerate(order):
-                rank[i] = len(part) - r
-            labels.extend(rank)
-            groups.append(len(part))
-        dtrain = xgb.DMatrix(x, label=np.array(labels, dtype=np.float64))
-        dtrain.set_group(groups)
-        params = {"objective": "rank:pairwise", "max_depth": 6, "eta": 0.3, "gamma": 1e-4,
-                  "min_child_weight": 1, "subsample": 1.0, "nthread": 1, "seed": 0,
-                  "verbosity": 0}
-        self._model = xgb.train(params, dtrain, num_boost_round=60)
+        # ranked within each group (each prior workload, then this one)
+        self._model = rank_model(x, [[cost for _, cost in part] for part in parts])
 
     def _candidates(self) -> list[dict[str, Any]]:
         pool: dict[str, dict[str, Any]] = {}
@@ -312,9 +310,25 @@ class XGBTuner(Tuner):
 
         scores = self._model.predict(xgb.DMatrix(np.array(
             [self._features(c) for c in pool], dtype=np.float64)))
-        config = pool[int(np.argmax(scores))]
+        order = np.argsort(-scores, kind="stable")
+        config = pool[int(order[0])]
+        if self.ranker is not None and self._train_loops():
+            top = [pool[int(i)] for i in order[:self.ranker.top]]
+            best = self.ranker.pick([self._features(c) for c in top],
+                                    [self.key(c) for c in top], top)
+            if best is not None:
+                config = top[best]
         self.mark(config)
         return config
+
+    def _train_loops(self) -> bool:
+        """(Re)train the second stage on this workload's measured configs; whether it is
+        ready."""
+        assert self.ranker is not None
+        data = [(c, cost) for c, cost in self.results if math.isfinite(cost)]
+        return self.ranker.train([self._features(c) for c, _ in data],
+                                 [self.key(c) for c, _ in data], [c for c, _ in data],
+                                 [cost for _, cost in data])
 
 
 TUNERS.update({"ga": GATuner, "xgb": XGBTuner})

@@ -86,16 +86,19 @@ def _limits(gpu: GPUInfo) -> GPULimits:
 
 def lower_group_tir(group: Any, name: str, gpu: GPUInfo,
                     overrides: dict[str, dict[str, Any]] | None = None,
-                    pipeline: Pipeline | None = None) -> tuple[PrimFunc, Any, Any]:
+                    pipeline: Pipeline | None = None, passes: bool = True
+                    ) -> tuple[PrimFunc, Any, Any]:
     """One fused group scheduled (with ``overrides``) and lowered through the cuda TIR
-    pipeline to a function named ``name`` (no CUDA C yet); with its tensor expression and
-    schedule."""
+    pipeline (``pipeline``, by default :func:`gpu_pipeline`; none with ``passes=False``: the
+    loop nest ``te.lower`` makes, what the tuner featurises) to a function named ``name``
+    (no CUDA C yet); with its tensor expression and schedule."""
     try:
         gte = build_te(group.nodes, [v for v in group.inputs if not v.is_constant],
                        group.outputs, computes=CUDA_COMPUTES)
         sched = schedule_group(list(gte.outputs), gpu, overrides)
         prim = te.lower(sched.schedule, list(gte.placeholders) + list(gte.outputs), name)
-        prim = (pipeline or gpu_pipeline()).run(prim)
+        if passes:
+            prim = (pipeline or gpu_pipeline()).run(prim)
     except Exception as err:  # noqa: BLE001 - name the group that failed
         raise group_error("cuda", group, err) from err
     return prim, gte, sched

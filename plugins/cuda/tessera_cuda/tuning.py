@@ -7,8 +7,9 @@ random data of its other inputs, copied to the device once. ``run()`` launches t
 kernels on the device's stream and waits for them; the tuner times ``timer(n)``: n launches
 between two events on the stream, as the GPU's clock measures them.
 
-:func:`cuda_features` (``CUDABackend.tuning_features``) lowers the group to TIR with each
-config, through the same schedules and cuda pipeline, and reads its loop-nest features
+:func:`cuda_features` (``CUDABackend.tuning_features``) lowers the group's schedule with
+each config to its loop nest (``te.lower``, before the cuda TIR pipeline) and reads its
+features
 (:func:`tessera.autotune.features.loop_features`); that needs neither NVRTC nor a GPU.
 """
 
@@ -39,7 +40,6 @@ def cuda_features(region: Function, kernel: str, configs: list[dict[str, Any]], 
     from tessera.topi.from_graph import kernel_names
 
     from .lowering import lower_group_tir
-    from .pipeline import gpu_pipeline
 
     ident = (id(region), opt_level)
     fused = _FUSED.get(ident)
@@ -50,13 +50,12 @@ def cuda_features(region: Function, kernel: str, configs: list[dict[str, Any]], 
     if kernel not in names:
         raise CompileError(f"cuda: region {region.name} has no kernel {kernel!r}")
     group = groups[names.index(kernel)]
-    pipeline = gpu_pipeline()
     out: list[list[float] | None] = []
     for config in configs:
         try:
             with warnings.catch_warnings():  # a knob value that is not a candidate
                 warnings.simplefilter("ignore")
-                prim, _, _ = lower_group_tir(group, kernel, gpu, {key: config}, pipeline)
+                prim, _, _ = lower_group_tir(group, kernel, gpu, {key: config}, passes=False)
             out.append(loop_features(prim))
         except Exception:  # noqa: BLE001 - this config has no features; the tuner goes on
             out.append(None)

@@ -4,8 +4,10 @@ loop-nest features of its configs (``LLVMBackend.tuning_features``).
 The region is prepared as ``compile`` prepares it (layouts, packed weights, fused groups;
 once per region object in the process), the kernel's group is scheduled with the
 candidate's knobs, lowered, compiled for the host and linked; its inputs are the group's
-constants and seeded random data of the other inputs' types. For features, the group is only
-lowered to TIR (no LLVM), and :func:`tessera.autotune.features.loop_features` reads it.
+constants and seeded random data of the other inputs' types. For features, the group's
+schedule is only lowered to its loop nest (``te.lower``, before the TIR pipeline: 6 ms for
+a direct ResNet-50 convolution, 36 ms for a Winograd one, against 50 and 230 ms through the
+pipeline), and :func:`tessera.autotune.features.loop_features` reads it.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from tessera.topi.from_graph import kernel_names
 
 from .build import build_module
 from .cpu import CPUInfo
-from .lowering import lower_group, prepare_region
+from .lowering import lower_group, prepare_region, scheduled_loop_nest
 
 #: How far a Winograd convolution's outputs may be from the direct convolution's, relative
 #: to their largest magnitude (``TuningCandidate.tolerance``): F(4x4, 3x3) was observed at
@@ -57,16 +59,17 @@ def _group(region: Function, kernel: str, cpu: CPUInfo, opt_level: int
 
 def llvm_features(region: Function, kernel: str, configs: list[dict[str, Any]], key: str,
                   cpu: CPUInfo, opt_level: int) -> list[list[float] | None]:
-    """The loop-nest features of kernel ``kernel`` lowered with each config (knob values of
-    workload ``key``); None for a config that does not lower."""
+    """The loop-nest features of kernel ``kernel`` scheduled with each config (knob values
+    of workload ``key``; :func:`~tessera_llvm.lowering.scheduled_loop_nest`); None for a
+    config that does not lower."""
     group, _ = _group(region, kernel, cpu, opt_level)
     out: list[list[float] | None] = []
     for config in configs:
         try:
             with warnings.catch_warnings():  # a knob value that is not a candidate
                 warnings.simplefilter("ignore")
-                lowered, _ = lower_group(group, kernel, cpu, {key: config})
-            out.append(loop_features(lowered.func))
+                nest = scheduled_loop_nest(group, kernel, cpu, {key: config})
+            out.append(loop_features(nest))
         except Exception:  # noqa: BLE001 - this config has no features; the tuner goes on
             out.append(None)
     return out
