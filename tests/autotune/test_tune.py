@@ -203,3 +203,27 @@ def test_time_budget_measures_every_default_then_the_heaviest(tmp_path: Path) ->
     # the rest went to the task the model spends most time in (the two convolutions)
     conv = next(n for t, n in tunable if t.template == "conv2d_NCHWc")
     assert conv == max(n for _, n in tunable)
+
+
+def test_progress_line_ends_before_another_tasks_trials() -> None:
+    """Under a time budget tasks take turns: each task's trials go on a line of its own
+    (rewritten in place while that task goes on), never over another task's line."""
+    import io
+
+    from tessera.autotune.tasks import Task
+    from tessera.autotune.tune import _ProgressLine
+
+    out = io.StringIO()
+    line = _ProgressLine(out)
+    a = Task(key="a", template="conv_a", backend="llvm", target="llvm", knobs={}, default={})
+    b = Task(key="b", template="dense_b", backend="llvm", target="llvm", knobs={}, default={})
+    line.write(1, 2, a, 1, 10, 0.002, 0.0)
+    line.write(1, 2, a, 2, 10, 0.001, 0.0)
+    line.write(2, 2, b, 1, 10, 0.003, 0.0)
+    line.write(1, 2, a, 3, 10, 0.001, 0.0, "\n")  # a finishes
+    line.write(2, 2, b, 2, 10, 0.003, 0.0)
+    shown = [row.split("\r")[-1] for row in out.getvalue().split("\n")]
+    assert [row.split()[1] for row in shown if row] == ["conv_a", "dense_b", "conv_a",
+                                                        "dense_b"]
+    assert "trials    2/10" in out.getvalue().split("\n")[0].split("\r")[-1]
+    assert "" not in shown[:-1]  # no empty line after a finished one

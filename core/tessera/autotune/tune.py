@@ -94,17 +94,29 @@ def _featurizer(module: Any, task: Task) -> Featurize | None:
     return featurize
 
 
-def _progress(out: TextIO | None, index: int, total: int, task: Task, done: int, budget: int,
-              best: float, start: float, end: str = "") -> None:
-    if out is None:
-        return
-    gflops = task.flops / best / 1e9 if math.isfinite(best) and task.flops else 0.0
-    best_text = f"{gflops:8.1f} GFLOP/s ({best * 1e3:.3f} ms)" if math.isfinite(best) \
-        else "       - GFLOP/s"
-    out.write(f"\r[{index}/{total}] {task.template:<22} x{task.weight:<3} trials "
-              f"{done:>4}/{budget:<4} best {best_text}  {time.perf_counter() - start:6.1f} s"
-              f"{end}")
-    out.flush()
+class _ProgressLine:
+    """The progress line on ``out`` (None: none): a task's line is rewritten in place while it
+    is measured; when another task's trials come next (``--time-budget`` moves between
+    tasks), the line is ended first, so every line names the task whose trials it counts."""
+
+    def __init__(self, out: TextIO | None) -> None:
+        self.out = out
+        self.index: int | None = None  # the task the unfinished line shows
+
+    def write(self, index: int, total: int, task: Task, done: int, budget: int, best: float,
+              start: float, end: str = "") -> None:
+        if self.out is None:
+            return
+        if self.index is not None and self.index != index:
+            self.out.write("\n")
+        gflops = task.flops / best / 1e9 if math.isfinite(best) and task.flops else 0.0
+        best_text = f"{gflops:8.1f} GFLOP/s ({best * 1e3:.3f} ms)" if math.isfinite(best) \
+            else "       - GFLOP/s"
+        self.out.write(f"\r[{index}/{total}] {task.template:<22} x{task.weight:<3} trials "
+                       f"{done:>4}/{budget:<4} best {best_text}  "
+                       f"{time.perf_counter() - start:6.1f} s{end}")
+        self.out.flush()
+        self.index = None if end.endswith("\n") else index
 
 
 class _TaskState:
@@ -141,11 +153,10 @@ class _TaskState:
         rec.key = self.task.key  # the workload exactly as the template wrote it
         return rec
 
-    def show(self, out: TextIO | None, total: int, budget: int, end: str = "") -> None:
-        _progress(out, self.index, total, self.task, self.done, budget, self.best, self.start,
-                  end)
+    def show(self, out: _ProgressLine, total: int, budget: int, end: str = "") -> None:
+        out.write(self.index, total, self.task, self.done, budget, self.best, self.start, end)
 
-    def finish(self, out: TextIO | None, total: int, note: str = "\n") -> None:
+    def finish(self, out: _ProgressLine, total: int, note: str = "\n") -> None:
         self.finished = True
         self.show(out, total, self.done, note)
 
@@ -247,6 +258,7 @@ def tune(model: Any, target: str | None = "auto", output: str | Path = "tuning.j
     measurers: dict[int, Any] = {}
     pool: Any = None
     deadline = None if time_budget is None else time.perf_counter() + time_budget
+    line = _ProgressLine(progress)
     try:
         if ray_address is not None:
             from tessera.autotune.ray_measure import RayPool
@@ -259,7 +271,7 @@ def tune(model: Any, target: str | None = "auto", output: str | Path = "tuning.j
             if state.done == 0 and on_task is not None:
                 on_task(state.task)
             if state.search is None:
-                state.finish(progress, len(states), "  (nothing to tune)\n")
+                state.finish(line, len(states), "  (nothing to tune)\n")
                 continue
             cr = _region_of(module, state.task)
             m = measurers.get(id(cr))
@@ -277,7 +289,7 @@ def tune(model: Any, target: str | None = "auto", output: str | Path = "tuning.j
                     break
                 configs.append(config)
             if not configs:
-                state.finish(progress, len(states))
+                state.finish(line, len(states))
                 continue
             plugins = _plugin_versions(module.backends[cr.backend])
             results = m.measure_batch(state.task.kernels[0], state.task.key, configs)
@@ -286,10 +298,10 @@ def tune(model: Any, target: str | None = "auto", output: str | Path = "tuning.j
                     rec = state.record(configs[i], result, plugins)
                     append_records(out, [rec])
                     summary.records.append(rec)
-                    state.show(progress, len(states), trials)
+                    state.show(line, len(states), trials)
                     if state.done >= trials or \
                             (early_stopping and state.since_best >= early_stopping):
-                        state.finish(progress, len(states))
+                        state.finish(line, len(states))
                         break
                     if deadline is not None and time.perf_counter() > deadline:
                         break
