@@ -1,11 +1,11 @@
 """Tuning's effect on the CPU: untuned and tuned Tessera against onnxruntime, in one run.
 
 For each model (``--models``, default ResNet-50; the keys of ``cpu_vs_onnxruntime.py``):
-measure Tessera with the default schedules against onnxruntime, tune it with ``tessera tune``
-(``--tuner``, ``--trials`` per task, ``--time-budget`` per model; records in ``--records``,
-resumed when the file exists), measure the tuned module against onnxruntime, and print the
-untuned and tuned ratios (Tessera over onnxruntime: below 1 is faster), the tuning wall time
-and the trials. Both measurements use ``cpu_vs_onnxruntime``'s interleaved method.
+tune it with ``tessera tune`` (``--tuner``, ``--trials`` per task, ``--time-budget`` per
+model; records in ``--records``, resumed when the file exists), then measure the module with
+the default schedules and the tuned one against onnxruntime, in turn (``--rounds``), and print
+the untuned and tuned ratios (Tessera over onnxruntime: below 1 is faster), the tuning wall
+time and the trials. The measurements use ``cpu_vs_onnxruntime``'s interleaved method.
 
 ``--convergence N`` also runs each of xgb, ga and random for N trials on the three heaviest
 convolution tasks of the first model and prints, per task and tuner, the trials it took to
@@ -40,6 +40,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="folder of the records files (default: a temporary one)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=5, help="measurements per runtime (default 5)")
+    ap.add_argument("--rounds", type=int, default=2,
+                    help="untuned and tuned measured in turn this many times each (default 2)")
+    ap.add_argument("--cache-flush", action=argparse.BooleanOptionalAction, default=True,
+                    help="tune with the kernels' constants evicted from the caches before each "
+                         "timed run (tessera tune --cache-flush; default on)")
     ap.add_argument("--convergence", type=int, default=0, metavar="N",
                     help="trials per tuner for the convergence table (0: none)")
     args = ap.parse_args(argv)
@@ -60,7 +65,8 @@ def convergence(work, args: argparse.Namespace, folder: Path) -> None:  # noqa: 
             out = folder / f"conv{i}_{tuner}.jsonl"
             out.unlink(missing_ok=True)
             tune(work.model, target=args.target, output=out, trials=args.convergence,
-                 tuner=tuner, tasks=[i], input_shapes=work.input_shapes, progress=None)
+                 tuner=tuner, tasks=[i], input_shapes=work.input_shapes, progress=None,
+                 cache_flush=args.cache_flush)
             best, curve = math.inf, []
             for r in load_records(out):
                 best = min(best, r.mean_cost)
@@ -80,6 +86,28 @@ def convergence(work, args: argparse.Namespace, folder: Path) -> None:  # noqa: 
         print(f"{key:<58} {row[0]:>6} {row[1]:>6} {row[2]:>7}")
 
 
+def measure_both(work, args: argparse.Namespace, records: Path, measure):  # noqa: ANN001, ANN201
+    """The untuned and the tuned module against onnxruntime, ``--rounds`` times in turn
+    (each time both compiled again), their measurements pooled: this machine's speed drifts
+    over minutes, so measuring one before tuning and the other after would compare two
+    machine states."""
+    results = []
+    for r in range(max(1, args.rounds)):
+        for recs in (None, str(records)) if r % 2 == 0 else (str(records), None):
+            args.tuning_records = recs
+            got, _ = measure(work, args)
+            results.append((recs is not None, got))
+    pooled = []
+    for tuned in (False, True):
+        parts = [g for t, g in results if t == tuned]
+        first = parts[0]
+        for g in parts[1:]:
+            first.tessera_ms += g.tessera_ms
+            first.ort_ms += g.ort_ms
+        pooled.append(first)
+    return pooled[0], pooled[1]
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     limit_threads(args.threads)
@@ -97,16 +125,14 @@ def main(argv: list[str] | None = None) -> int:
     keys = [k.strip() for k in args.models.split(",") if k.strip()]
     for key in keys:
         work = load_workload(key, 0)
-        args.tuning_records = None
-        untuned, _ = measure(work, args)
         out = folder / f"{key}.jsonl"
         start = time.perf_counter()
         summary = tune(work.model, target=args.target, output=out, trials=args.trials,
                        tuner=args.tuner, early_stopping=args.early_stopping,
-                       time_budget=args.time_budget, input_shapes=work.input_shapes)
+                       time_budget=args.time_budget, input_shapes=work.input_shapes,
+                       cache_flush=args.cache_flush)
         tuning_s = time.perf_counter() - start
-        args.tuning_records = str(out)
-        tuned, _ = measure(work, args)
+        untuned, tuned = measure_both(work, args, out, measure)
         rows.append((work.label, untuned, tuned, tuning_s, summary.trials))
         print(f"  {work.label}: untuned {untuned.ratio:.2f}, tuned {tuned.ratio:.2f}, "
               f"{tuning_s:.0f} s, {summary.trials} trials", file=sys.stderr, flush=True)

@@ -4,6 +4,8 @@ worker comes back for the next; timing and the output check."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 from autotune.toy_tuning import MisbehavingBackend
@@ -71,3 +73,34 @@ def test_deep_regions_reach_the_worker() -> None:
     back = _unpack_region(_pack_region(fn))
     assert len(back.nodes) == 1500 and [n.op for n in back.nodes[:2]] == ["Relu", "Add"]
     np.testing.assert_array_equal(back.nodes[1].inputs[1].data, np.arange(4))
+
+
+def test_cache_flush_runs_before_each_timed_run_outside_the_time() -> None:
+    events: list[str] = []
+
+    def flush() -> None:
+        events.append("flush")
+        time.sleep(0.005)
+
+    c = TuningCandidate(lambda: events.append("run"), lambda: [], flush=flush)
+    costs = time_candidate(c, number=2, repeat=3, cache_flush=True)
+    assert events == ["run"] + ["flush", "run"] * 6  # one untimed run, then flushed ones
+    assert len(costs) == 3 and max(costs) < 0.004  # the flush's 5 ms are not timed
+    events.clear()
+    time_candidate(c, number=2, repeat=3)
+    assert "flush" not in events  # only when asked
+    events.clear()
+    time_candidate(TuningCandidate(lambda: events.append("run"), lambda: []), 2, 3,
+                   cache_flush=True)  # a candidate without a flush is timed as it is
+    assert events == ["run"] * 7
+
+
+def test_measurer_passes_cache_flush_to_the_worker() -> None:
+    region = {"scale": 2.0}
+    with Measurer(MisbehavingBackend(), region, None, None, timeout=10.0, repeat=2) as warm, \
+            Measurer(MisbehavingBackend(), region, None, None, timeout=10.0, repeat=2,
+                     cache_flush=True) as cold:
+        hot = warm.measure("k", "key", {"mode": "cold"})
+        flushed = cold.measure("k", "key", {"mode": "cold"})
+    assert hot.error is None and flushed.error is None
+    assert flushed.mean >= 0.003 > hot.mean

@@ -121,7 +121,7 @@ def test_cli_tune(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rc = cli_main(["tune", str(model), "--target", "llvm", "--tasks", "0", "--trials", "2",
                    "--tuner", "gridsearch", "--repeat", "1", "--number", "2",
                    "--min-repeat-ms", "1", "--timeout", "30", "--early-stopping", "5",
-                   "-o", str(out)])
+                   "--cache-flush", "-o", str(out)])
     assert rc == 0 and len(list(load_records(out))) == 2
     assert "2 trial(s) in 1 task(s)" in capsys.readouterr().out
     assert cli_main(["tune", str(model), "--target", "llvm", "--tasks", "7"]) != 0

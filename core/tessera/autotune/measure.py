@@ -4,7 +4,11 @@ A backend builds a candidate (``Backend.tuning_candidate``): one kernel of a reg
 with a config, on buffers of its own filled with seeded random data (constants keep their
 values). :func:`time_candidate` runs it ``number`` times per measurement (more while a
 measurement lasts under ``min_repeat_ms``), ``repeat`` measurements, and returns seconds per
-run; before that, :func:`check_outputs` compares its outputs with the default config's.
+run; before that, :func:`check_outputs` compares its outputs with the default config's. With
+``cache_flush`` (TVM's ``enable_cpu_cache_flush``), the candidate's ``flush`` runs before each
+timed run, outside the time: in a model, a kernel finds its input in the caches (the kernel
+before it wrote it) but not its weights (every other layer's went through the caches since
+its last run), and measured alone, over and over, it would find everything there.
 
 :class:`Measurer` does this in worker processes (``spawn``), so the process that tunes survives
 any candidate. As tvmc's ``--parallel``, it splits a candidate's build from its measurement:
@@ -57,13 +61,16 @@ class TuningCandidate:
     by another algorithm, which rounds differently (a Winograd convolution). ``timer``:
     for a device with its own clock (a GPU's events), ``timer(n)`` runs the kernel ``n`` times
     and returns the seconds per run the device measured; None: the host's clock times
-    ``run()``."""
+    ``run()``. ``flush``: puts the caches in the state a run inside a model finds them in
+    (its constants evicted, its other inputs loaded), for ``cache_flush`` measurements;
+    None: the backend cannot (such a candidate is timed without it)."""
 
     run: Callable[[], None]
     outputs: Callable[[], list[np.ndarray]]
     flops: int = 0
     tolerance: float = 0.0
     timer: Callable[[int], float] | None = None
+    flush: Callable[[], None] | None = None
 
 
 @dataclass
@@ -96,9 +103,11 @@ def random_array(t: Any, rng: np.random.Generator) -> np.ndarray:
 
 
 def time_candidate(c: TuningCandidate, number: int = 1, repeat: int = 3,
-                   min_repeat_ms: float = 0.0) -> list[float]:
+                   min_repeat_ms: float = 0.0, cache_flush: bool = False) -> list[float]:
     """Seconds per run of ``repeat`` measurements, each of ``number`` runs (more when that
-    lasts under ``min_repeat_ms``), after one untimed run."""
+    lasts under ``min_repeat_ms``), after one untimed run; with ``cache_flush`` (and a
+    candidate with a ``flush``), each run is timed alone after ``flush()`` (module doc)."""
+    flush = c.flush if cache_flush and c.timer is None else None
     c.run()
     n = max(1, number)
     if min_repeat_ms > 0:
@@ -110,6 +119,15 @@ def time_candidate(c: TuningCandidate, number: int = 1, repeat: int = 3,
     for _ in range(max(1, repeat)):
         if c.timer is not None:
             costs.append(float(c.timer(n)))
+            continue
+        if flush is not None:
+            total = 0.0
+            for _ in range(n):
+                flush()
+                start = time.perf_counter()
+                c.run()
+                total += time.perf_counter() - start
+            costs.append(total / n)
             continue
         start = time.perf_counter()
         for _ in range(n):
@@ -219,12 +237,12 @@ def _worker(conn: Any, payload: bytes, parent: int = 0) -> None:
         if request is None:
             return
         if request[0] == "run":
-            _, number, repeat, min_ms = request
+            _, number, repeat, min_ms, flush = request
             cand, built = built, None
             try:
                 if cand is None:
                     raise RuntimeError("no candidate was built")
-                conn.send((time_candidate(cand, number, repeat, min_ms), None))
+                conn.send((time_candidate(cand, number, repeat, min_ms, flush), None))
             except Exception as err:  # noqa: BLE001 - a failed run is a result
                 conn.send(([], _error_text(err)))
             continue
@@ -317,27 +335,29 @@ class Measurer(BatchMeasurer):
 
     def __init__(self, backend: Any, region: Any, target: Any, options: Any,
                  timeout: float = 10.0, number: int = 1, repeat: int = 3,
-                 min_repeat_ms: float = 0.0, parallel: int = 1) -> None:
+                 min_repeat_ms: float = 0.0, parallel: int = 1,
+                 cache_flush: bool = False) -> None:
         self.payload = measurement_payload(backend, region, target, options)
-        self._setup(timeout, number, repeat, min_repeat_ms, parallel)
+        self._setup(timeout, number, repeat, min_repeat_ms, parallel, cache_flush)
 
     @classmethod
     def from_payload(cls, payload: bytes, timeout: float = 10.0, number: int = 1,
                      repeat: int = 3, min_repeat_ms: float = 0.0,
-                     parallel: int = 1) -> Measurer:
+                     parallel: int = 1, cache_flush: bool = False) -> Measurer:
         """A measurer of another measurer's :attr:`payload` (the backend, region, target
         and options, pickled): how a Ray worker gets the tuning process's region."""
         m = cls.__new__(cls)
         m.payload = payload
-        m._setup(timeout, number, repeat, min_repeat_ms, parallel)
+        m._setup(timeout, number, repeat, min_repeat_ms, parallel, cache_flush)
         return m
 
     def _setup(self, timeout: float, number: int, repeat: int, min_repeat_ms: float,
-               parallel: int) -> None:
+               parallel: int, cache_flush: bool = False) -> None:
         if parallel < 1:
             raise ValueError(f"parallel must be at least 1, not {parallel}")
         self.timeout = timeout
         self.number, self.repeat, self.min_repeat_ms = number, repeat, min_repeat_ms
+        self.cache_flush = cache_flush
         self.parallel = parallel
         self._ctx = mp.get_context("spawn")
         self._workers: list[_Worker | None] = [None] * parallel
@@ -426,7 +446,8 @@ class Measurer(BatchMeasurer):
 
     def _run(self, i: int, w: _Worker, busy: set[int]) -> MeasureResult:
         try:
-            w.conn.send(("run", self.number, self.repeat, self.min_repeat_ms))
+            w.conn.send(("run", self.number, self.repeat, self.min_repeat_ms,
+                         self.cache_flush))
             busy.add(i)
             if not w.conn.poll(self.timeout):
                 self._drop(i, w)

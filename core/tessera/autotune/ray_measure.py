@@ -106,7 +106,8 @@ class _MeasureActor:
 
         return socket.gethostname(), cpu_name()
 
-    def measure(self, region: str, payload: list[Any], params: tuple[float, int, int, float],
+    def measure(self, region: str, payload: list[Any],
+                params: tuple[float, int, int, float, bool],
                 kernel: str, key: str, configs: list[dict[str, Any]]
                 ) -> list[tuple[list[float], str | None]]:
         """(costs, error) of each config; ``payload`` is ``[ObjectRef]`` of the region's
@@ -116,10 +117,10 @@ class _MeasureActor:
         if m is None:
             import ray
 
-            timeout, number, repeat, min_repeat_ms = params
+            timeout, number, repeat, min_repeat_ms, cache_flush = params
             m = self.measurers[region] = Measurer.from_payload(
                 ray.get(payload[0]), timeout=timeout, number=number, repeat=repeat,
-                min_repeat_ms=min_repeat_ms, parallel=self.parallel)
+                min_repeat_ms=min_repeat_ms, parallel=self.parallel, cache_flush=cache_flush)
         out: list[tuple[list[float], str | None]] = [([], "error: not measured")] * len(configs)
         for i, result in m.measure_batch(kernel, key, configs):
             out[i] = (list(result.costs), result.error)
@@ -231,11 +232,11 @@ class RayPool:
 
     def measurer(self, backend: Any, region: Any, target: Any, options: Any,
                  timeout: float = 10.0, number: int = 1, repeat: int = 3,
-                 min_repeat_ms: float = 0.0) -> RayMeasurer:
+                 min_repeat_ms: float = 0.0, cache_flush: bool = False) -> RayMeasurer:
         """A measurer of ``region``'s candidates on this pool's actors (what
         :class:`~tessera.autotune.measure.Measurer` is on this machine)."""
         return RayMeasurer(self, measurement_payload(backend, region, target, options),
-                           timeout, number, repeat, min_repeat_ms)
+                           timeout, number, repeat, min_repeat_ms, cache_flush)
 
     def close(self) -> None:
         """Stop the actors (an idle one closes its worker processes first) and disconnect
@@ -256,12 +257,12 @@ class RayMeasurer(BatchMeasurer):
     """One region's candidates measured on a :class:`RayPool`'s actors."""
 
     def __init__(self, pool: RayPool, payload: bytes, timeout: float, number: int,
-                 repeat: int, min_repeat_ms: float) -> None:
+                 repeat: int, min_repeat_ms: float, cache_flush: bool = False) -> None:
         self.pool = pool
         self.region = uuid.uuid4().hex
         self._payload = [pool._ray.put(payload)]
         self.timeout = timeout
-        self.params = (timeout, number, repeat, min_repeat_ms)
+        self.params = (timeout, number, repeat, min_repeat_ms, cache_flush)
 
     @property
     def batch_size(self) -> int:

@@ -184,7 +184,8 @@ def tune(model: Any, target: str | None = "auto", output: str | Path = "tuning.j
          input_shapes: dict[str, list[int]] | None = None, seed: int = 0,
          progress: TextIO | None = sys.stderr, time_budget: float | None = None,
          on_task: Callable[[Task], None] | None = None, parallel: int = 1,
-         ray_address: str | None = None, loop_features: bool = True) -> TuneSummary:
+         ray_address: str | None = None, loop_features: bool = True,
+         cache_flush: bool = False) -> TuneSummary:
     """Tune ``model`` for ``target``, appending records to ``output`` (module doc).
 
     ``tasks`` selects tasks by their index in :func:`tessera.autotune.tasks_of_module`'s
@@ -197,7 +198,10 @@ def tune(model: Any, target: str | None = "auto", output: str | Path = "tuning.j
     Ray cluster's nodes, ``parallel`` candidates per node at a time. ``loop_features``: the
     ``xgb`` tuner also ranks its best candidates by the loop nests they lower to, where the
     backend has ``tuning_features`` (:class:`~tessera.autotune.tuners.XGBTuner`); False: by
-    knob values alone."""
+    knob values alone. ``cache_flush``: every timed run starts with the kernel's constants
+    evicted from the caches and its other inputs loaded, as in a model whose weights do not
+    stay in the caches between runs (``TuningCandidate.flush``; TVM's
+    ``enable_cpu_cache_flush``)."""
     import tessera
     from tessera.errors import TesseraError
     from tessera.plugin.target import Target
@@ -279,7 +283,7 @@ def tune(model: Any, target: str | None = "auto", output: str | Path = "tuning.j
                 args = (module.backends[cr.backend], cr.region,
                         Target.parse(state.task.target).kinds[0], module.compile_options)
                 params = dict(timeout=timeout, number=number, repeat=repeat,
-                              min_repeat_ms=min_repeat_ms)
+                              min_repeat_ms=min_repeat_ms, cache_flush=cache_flush)
                 m = measurers[id(cr)] = pool.measurer(*args, **params) if pool is not None \
                     else Measurer(*args, **params, parallel=parallel)
             configs: list[dict[str, Any]] = []

@@ -76,6 +76,10 @@ def add_parser(subparsers: Any) -> None:
                         help="runs per measurement (default 1)")
     parser.add_argument("--min-repeat-ms", type=float, default=0.0, metavar="MS",
                         help="more runs per measurement until it lasts this long")
+    parser.add_argument("--cache-flush", action="store_true",
+                        help="time each run with the kernel's weights evicted from the CPU "
+                             "caches and its inputs loaded, as in a large model (TVM's "
+                             "enable_cpu_cache_flush)")
     parser.add_argument("--parallel", type=int, default=1, metavar="N",
                         help="candidates built at once, in N worker processes; each is then "
                              "measured alone (default 1)")
@@ -139,7 +143,8 @@ def run_tune(args: argparse.Namespace) -> int:
                    early_stopping=args.early_stopping, tasks=tasks,
                    prior_records=args.prior_records, input_shapes=shapes, seed=args.seed,
                    progress=sys.stderr, time_budget=args.time_budget,
-                   parallel=args.parallel, ray_address=args.ray)
+                   parallel=args.parallel, ray_address=args.ray,
+                   cache_flush=args.cache_flush)
     for task, n, best in summary.tasks:
         best_text = f"{best * 1e3:.3f} ms" if math.isfinite(best) else "no success"
         print(f"{task.template:<22} x{task.weight:<3} {n:>4} trial(s)  best {best_text}")

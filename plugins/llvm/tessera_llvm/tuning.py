@@ -95,6 +95,34 @@ def llvm_candidate(region: Function, kernel: str, overrides: dict[str, dict[str,
     def run() -> None:
         fn(args + outs + scratch)
 
+    inputs = [a for n, a in zip(lowered.inputs, args) if n not in constants]
+
+    def flush() -> None:
+        evict_caches()
+        for a in inputs:  # the kernel before it in a model just wrote them
+            a.reshape(-1).view(np.uint8).max()
+
     tolerance = WINOGRAD_TOLERANCE if lowered.config.get("template") == "winograd" else 0.0
     return TuningCandidate(run, lambda: [o.copy() for o in outs], lowered.flops,
-                           tolerance=tolerance)
+                           tolerance=tolerance, flush=flush)
+
+
+#: The buffer :func:`evict_caches` streams through (made on first use, one per process).
+_EVICTION: list[np.ndarray] = []
+
+
+def eviction_bytes(cpu: CPUInfo) -> int:
+    """Twice what this machine's caches hold (every core's L2, the L3), at least 8 MiB: what
+    streaming through leaves none of the data before it in the caches."""
+    return max(8 << 20, 2 * (cpu.l3_bytes + cpu.l2_bytes * max(1, cpu.num_threads)))
+
+
+def evict_caches() -> None:
+    """Evict every cache line of this machine (the host's cache sizes, read from the OS) by
+    reading and writing a buffer of :func:`eviction_bytes`, as a model's other layers do to a
+    kernel's weights between two of its runs."""
+    if not _EVICTION:
+        from .cpu import cpu_info
+
+        _EVICTION.append(np.zeros(eviction_bytes(cpu_info()) // 8, np.uint64))
+    _EVICTION[0] += np.uint64(1)
