@@ -95,7 +95,7 @@ def llvm_candidate(region: Function, kernel: str, overrides: dict[str, dict[str,
     def run() -> None:
         fn(args + outs + scratch)
 
-    inputs = [a for n, a in zip(lowered.inputs, args) if n not in constants]
+    inputs = [a for n, a in zip(lowered.inputs, args) if n not in constants and a.size]
 
     def flush() -> None:
         evict_caches()
