@@ -3,9 +3,10 @@
 For each model (``--models``, default ResNet-50; the keys of ``cpu_vs_onnxruntime.py``):
 tune it with ``tessera tune`` (``--tuner``, ``--trials`` per task, ``--time-budget`` per
 model; records in ``--records``, resumed when the file exists), then measure the module with
-the default schedules and the tuned one against onnxruntime, in turn (``--rounds``), and print
-the untuned and tuned ratios (Tessera over onnxruntime: below 1 is faster), the tuning wall
-time and the trials. The measurements use ``cpu_vs_onnxruntime``'s interleaved method.
+the default schedules, the tuned one and onnxruntime, each built once and timed in turn for
+``--rounds`` rounds (``tuned_vs_untuned.measure_three``: this machine's speed drifts over
+minutes, so modules measured minutes apart do not compare), and print the untuned and tuned
+ratios (Tessera over onnxruntime: below 1 is faster), the tuning wall time and the trials.
 
 ``--convergence N`` also runs each of xgb, ga and random for N trials on the three heaviest
 convolution tasks of the first model and prints, per task and tuner, the trials it took to
@@ -39,18 +40,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--records", default=None,
                     help="folder of the records files (default: a temporary one)")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--repeat", type=int, default=5, help="measurements per runtime (default 5)")
-    ap.add_argument("--rounds", type=int, default=2,
-                    help="untuned and tuned measured in turn this many times each (default 2)")
+    ap.add_argument("--rounds", type=int, default=9,
+                    help="rounds of the untuned, tuned and onnxruntime measurements in turn "
+                         "(default 9)")
     ap.add_argument("--cache-flush", action=argparse.BooleanOptionalAction, default=True,
                     help="tune with the kernels' constants evicted from the caches before each "
                          "timed run (tessera tune --cache-flush; default on)")
     ap.add_argument("--convergence", type=int, default=0, metavar="N",
                     help="trials per tuner for the convergence table (0: none)")
-    args = ap.parse_args(argv)
-    # what cpu_vs_onnxruntime.measure reads
-    args.number, args.min_ms, args.warmup, args.opt_level, args.seed = 3, 40.0, 2, 3, 0
-    return args
+    return ap.parse_args(argv)
 
 
 def convergence(work, args: argparse.Namespace, folder: Path) -> None:  # noqa: ANN001
@@ -86,32 +84,11 @@ def convergence(work, args: argparse.Namespace, folder: Path) -> None:  # noqa: 
         print(f"{key:<58} {row[0]:>6} {row[1]:>6} {row[2]:>7}")
 
 
-def measure_both(work, args: argparse.Namespace, records: Path, measure):  # noqa: ANN001, ANN201
-    """The untuned and the tuned module against onnxruntime, ``--rounds`` times in turn
-    (each time both compiled again), their measurements pooled: this machine's speed drifts
-    over minutes, so measuring one before tuning and the other after would compare two
-    machine states."""
-    results = []
-    for r in range(max(1, args.rounds)):
-        for recs in (None, str(records)) if r % 2 == 0 else (str(records), None):
-            args.tuning_records = recs
-            got, _ = measure(work, args)
-            results.append((recs is not None, got))
-    pooled = []
-    for tuned in (False, True):
-        parts = [g for t, g in results if t == tuned]
-        first = parts[0]
-        for g in parts[1:]:
-            first.tessera_ms += g.tessera_ms
-            first.ort_ms += g.ort_ms
-        pooled.append(first)
-    return pooled[0], pooled[1]
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     limit_threads(args.threads)
-    from cpu_vs_onnxruntime import load_workload, measure
+    from cpu_vs_onnxruntime import load_workload
+    from tuned_vs_untuned import measure_three
 
     import tessera
     from tessera.autotune import tune
@@ -132,18 +109,17 @@ def main(argv: list[str] | None = None) -> int:
                        time_budget=args.time_budget, input_shapes=work.input_shapes,
                        cache_flush=args.cache_flush)
         tuning_s = time.perf_counter() - start
-        untuned, tuned = measure_both(work, args, out, measure)
-        rows.append((work.label, untuned, tuned, tuning_s, summary.trials))
-        print(f"  {work.label}: untuned {untuned.ratio:.2f}, tuned {tuned.ratio:.2f}, "
-              f"{tuning_s:.0f} s, {summary.trials} trials", file=sys.stderr, flush=True)
-    print(f"\n{'model':<18} {'untuned ms':>10} {'ort ms':>8} {'untuned':>8} {'tuned ms':>9} "
-          f"{'ort ms':>8} {'tuned':>6} {'tuning s':>9} {'trials':>7}")
-    for label, u, t, secs, trials in rows:
-        print(f"{label:<18} {u.tessera_median:>10.2f} {u.ort_median:>8.2f} {u.ratio:>8.2f} "
-              f"{t.tessera_median:>9.2f} {t.ort_median:>8.2f} {t.ratio:>6.2f} {secs:>9.0f} "
-              f"{trials:>7}")
-    print(f"{'geomean':<18} {'':>10} {'':>8} {geomean(r[1].ratio for r in rows):>8.2f} "
-          f"{'':>9} {'':>8} {geomean(r[2].ratio for r in rows):>6.2f}")
+        u, t, o = measure_three(work, out, args.target, args.threads, args.rounds)
+        rows.append((work.label, u, t, o, tuning_s, summary.trials))
+        print(f"  {work.label}: untuned {u / o:.2f}, tuned {t / o:.2f}, {tuning_s:.0f} s, "
+              f"{summary.trials} trials", file=sys.stderr, flush=True)
+    print(f"\n{'model':<18} {'untuned ms':>10} {'tuned ms':>9} {'ort ms':>8} {'untuned':>8} "
+          f"{'tuned':>6} {'tuning s':>9} {'trials':>7}")
+    for label, u, t, o, secs, trials in rows:
+        print(f"{label:<18} {u:>10.2f} {t:>9.2f} {o:>8.2f} {u / o:>8.2f} {t / o:>6.2f} "
+              f"{secs:>9.0f} {trials:>7}")
+    print(f"{'geomean':<18} {'':>10} {'':>9} {'':>8} {geomean(r[1] / r[3] for r in rows):>8.2f} "
+          f"{geomean(r[2] / r[3] for r in rows):>6.2f}")
     if args.convergence:
         convergence(load_workload(keys[0], 0), args, folder)
     return 0

@@ -20,7 +20,7 @@ import time
 import warnings
 from pathlib import Path
 
-from _common import cpu_name, geomean, limit_threads
+from _common import cpu_name, geomean, limit_threads, ort_session
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,7 +34,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args(argv)
     limit_threads(args.threads)
-    from _common import ort_session
     from cpu_vs_onnxruntime import load_workload
 
     import tessera
@@ -46,33 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for key in [k.strip() for k in args.models.split(",") if k.strip()]:
         work = load_workload(key, 0)
-        records = Path(args.records) / f"{key}.jsonl"
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            mods = [tessera.compile(work.model, target=args.target,
-                                    input_shapes=work.input_shapes,
-                                    tuning_records=str(records) if tuned else None)
-                    for tuned in (False, True)]
-        session = ort_session(work.model, args.threads)
-        calls = []
-        for m in mods:
-            for name, value in work.inputs.items():
-                m.set_input(name, value)
-            calls.append(m.run)
-        calls.append(functools.partial(session.run, None, work.inputs))
-        for call in calls:
-            call()
-            call()
-        once = max(min(_time(c, 1) for _ in range(3)) for c in calls)
-        number = max(1, int(args.min_ms / 1e3 / max(once, 1e-6)))
-        times: list[list[float]] = [[] for _ in calls]
-        for r in range(args.rounds):
-            order = range(len(calls)) if r % 2 == 0 else reversed(range(len(calls)))
-            for i in order:
-                time.sleep(0.05)  # the other runtime's spinning threads go to sleep
-                calls[i]()
-                times[i].append(_time(calls[i], number) * 1e3)
-        u, t, o = (statistics.median(ts) for ts in times)
+        u, t, o = measure_three(work, Path(args.records) / f"{key}.jsonl", args.target,
+                                args.threads, args.rounds, args.min_ms)
         rows.append((work.label, u, t, o))
         print(f"{work.label:<18} {u:>8.2f} {t:>8.2f} {o:>8.2f} {t / u:>14.3f} {u / o:>12.2f} "
               f"{t / o:>10.2f}", flush=True)
@@ -81,6 +55,40 @@ def main(argv: list[str] | None = None) -> int:
           f"{geomean(r[1] / r[3] for r in rows):>12.2f} "
           f"{geomean(r[2] / r[3] for r in rows):>10.2f}")
     return 0
+
+
+def measure_three(work, records: Path, target: str, threads: int, rounds: int = 9,  # noqa: ANN001
+                  min_ms: float = 40.0) -> tuple[float, float, float]:
+    """Median ms per run of ``work``'s model with the default schedules, with ``records``,
+    and in onnxruntime: each built once, then timed in turn for ``rounds`` rounds (the order
+    reversed every other round), each measurement lasting ``min_ms``."""
+    import tessera
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mods = [tessera.compile(work.model, target=target, input_shapes=work.input_shapes,
+                                tuning_records=str(records) if tuned else None)
+                for tuned in (False, True)]
+    session = ort_session(work.model, threads)
+    calls = []
+    for m in mods:
+        for name, value in work.inputs.items():
+            m.set_input(name, value)
+        calls.append(m.run)
+    calls.append(functools.partial(session.run, None, work.inputs))
+    for call in calls:
+        call()
+        call()
+    once = max(min(_time(c, 1) for _ in range(3)) for c in calls)
+    number = max(1, int(min_ms / 1e3 / max(once, 1e-6)))
+    times: list[list[float]] = [[] for _ in calls]
+    for r in range(rounds):
+        for i in (range(len(calls)) if r % 2 == 0 else reversed(range(len(calls)))):
+            time.sleep(0.05)  # the other runtime's spinning threads go to sleep
+            calls[i]()
+            times[i].append(_time(calls[i], number) * 1e3)
+    u, t, o = (statistics.median(ts) for ts in times)
+    return u, t, o
 
 
 def _time(call, number: int) -> float:  # noqa: ANN001
