@@ -62,6 +62,24 @@ def geomean(values: Iterable[float]) -> float:
     return math.exp(sum(math.log(v) for v in vals) / len(vals))
 
 
+def best_so_far(records: Any) -> list[float]:
+    """The best mean cost after each record of a records file (``tessera.autotune`` records
+    path), in the order they were measured."""
+    from tessera.autotune import load_records
+
+    best, curve = math.inf, []
+    for r in load_records(records):
+        best = min(best, r.mean_cost)
+        curve.append(best)
+    return curve
+
+
+def trials_to_within(curve: list[float], target: float, within: float = 0.05) -> int | None:
+    """The trials a best-so-far ``curve`` took to come within ``within`` of ``target`` (None:
+    it never did)."""
+    return next((n + 1 for n, v in enumerate(curve) if v <= target * (1 + within)), None)
+
+
 def fmt_bytes(n: int) -> str:
     """Bytes as MiB with one decimal."""
     return f"{n / (1 << 20):.1f} MiB"

@@ -19,13 +19,12 @@ come within 5% of the best time any of them found.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from _common import cpu_name, geomean, limit_threads
+from _common import best_so_far, cpu_name, geomean, limit_threads, trials_to_within
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -53,7 +52,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def convergence(work, args: argparse.Namespace, folder: Path) -> None:  # noqa: ANN001
     """Trials to within 5% of the best, per conv task and tuner."""
-    from tessera.autotune import extract_tasks, load_records, tune
+    from tessera.autotune import extract_tasks, tune
 
     tasks = extract_tasks(work.model, target=args.target, input_shapes=work.input_shapes)
     convs = [i for i, t in enumerate(tasks) if "conv" in t.template and t.tunable][:3]
@@ -65,11 +64,7 @@ def convergence(work, args: argparse.Namespace, folder: Path) -> None:  # noqa: 
             tune(work.model, target=args.target, output=out, trials=args.convergence,
                  tuner=tuner, tasks=[i], input_shapes=work.input_shapes, progress=None,
                  cache_flush=args.cache_flush)
-            best, curve = math.inf, []
-            for r in load_records(out):
-                best = min(best, r.mean_cost)
-                curve.append(best)
-            curves[(i, tuner)] = curve
+            curves[(i, tuner)] = best_so_far(out)
     print(f"\ntrials to within 5% of the best time found ({args.convergence} trials per "
           f"tuner, {work.label}):")
     print(f"{'task':<58} {'xgb':>6} {'ga':>6} {'random':>7}")
@@ -78,7 +73,7 @@ def convergence(work, args: argparse.Namespace, folder: Path) -> None:  # noqa: 
         row = []
         for tuner in ("xgb", "ga", "random"):
             curve = curves[(i, tuner)]
-            hit = next((n + 1 for n, v in enumerate(curve) if v <= best * 1.05), None)
+            hit = trials_to_within(curve, best)
             row.append(str(hit) if hit else "-")
         key = tasks[i].key if len(tasks[i].key) <= 56 else tasks[i].key[:53] + "..."
         print(f"{key:<58} {row[0]:>6} {row[1]:>6} {row[2]:>7}")

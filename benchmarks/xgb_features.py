@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import cpu_name, limit_threads
+from _common import best_so_far, cpu_name, limit_threads, trials_to_within
 
 
 def conv_model(channels: int, size: int) -> tuple[Any, dict[str, list[int]]]:
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     limit_threads(args.threads)
     import tessera
-    from tessera.autotune import extract_tasks, load_records, tune
+    from tessera.autotune import extract_tasks, tune
 
     if args.model == "conv":
         model, shapes = conv_model(args.channels, args.size)
@@ -93,11 +93,8 @@ def main(argv: list[str] | None = None) -> int:
                            tasks=[args.task], input_shapes=shapes, seed=seed, progress=None,
                            repeat=args.repeat, loop_features=loops)
             wall = time.perf_counter() - start
-            best, curve = math.inf, []
-            for r in load_records(out):
-                best = min(best, r.mean_cost)
-                curve.append(best)
-            curves[(loops, seed)] = curve
+            curve = curves[(loops, seed)] = best_so_far(out)
+            best = curve[-1] if curve else math.inf
             o = overhead[loops]
             o[0] += summary.feature_seconds
             o[1] += summary.trials
@@ -114,8 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         row = []
         for loops in (False, True):
             curve = curves[(loops, seed)]
-            hit = next((n + 1 for n, v in enumerate(curve) if v <= best * 1.05),
-                       args.trials + 1)
+            hit = trials_to_within(curve, best) or args.trials + 1
             hits[loops].append(hit)
             row.append(str(hit) if hit <= args.trials else f">{args.trials}")
         print(f"{seed:>6} {row[0]:>10} {row[1]:>10}")

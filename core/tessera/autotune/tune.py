@@ -252,8 +252,7 @@ def tune(model: Any, target: str | None = "auto", output: str | Path = "tuning.j
                 related.setdefault(r.key, []).append((r.config, r.mean_cost))
         featurize = _featurizer(module, task) if loop_features and tuner == "xgb" \
             and task.tunable else None
-        search = make_tuner(tuner, task.knobs, seed, prior=related, when=task.when,
-                            default=task.default, featurize=featurize,
+        search = make_tuner(tuner, task.space, seed, prior=related, featurize=featurize,
                             rerank=min(32, max(16, 4 * parallel))) if task.tunable else None
         for config in measured.get(task.key, []) if search is not None else []:
             search.mark(config)  # canonically: a config named otherwise is measured too

@@ -121,20 +121,21 @@ class RandomTuner(Tuner):
 TUNERS: dict[str, type[Tuner]] = {"random": RandomTuner, "gridsearch": GridSearchTuner}
 
 
-def make_tuner(name: str, knobs: dict[str, list[Any]], seed: int = 0,
+def make_tuner(name: str, knobs: dict[str, list[Any]] | KnobSpace, seed: int = 0,
                prior: dict[str, list[tuple[dict[str, Any], float]]] | None = None,
                when: Conditions | None = None, default: dict[str, Any] | None = None,
                featurize: Featurize | None = None, rerank: int = 16) -> Tuner:
-    """A tuner by name over ``knobs`` (name -> candidates); ``when`` and ``default``: the
-    task's conditional knobs and the values they keep where they have no effect
-    (:class:`KnobSpace`); ``prior`` (workload key -> configs and costs measured for other
-    workloads of the template) is what ``xgb`` learns from before the first measurement;
+    """A tuner by name over ``knobs`` (name -> candidates, or a :class:`KnobSpace` such as
+    ``Task.space``); ``when`` and ``default`` (with a dict of knobs): the task's conditional
+    knobs and the values they keep where they have no effect; ``prior`` (workload key ->
+    configs and costs measured for other workloads of the template) is what ``xgb`` learns
+    from before the first measurement;
     ``featurize`` and ``rerank``: ``xgb``'s loop-nest features (:class:`XGBTuner`)."""
     if name not in TUNERS:
         from tessera.errors import TesseraError
 
         raise TesseraError(f"unknown tuner {name!r}; available: {', '.join(TUNERS)}")
-    space = KnobSpace(knobs, when, default)
+    space = knobs if isinstance(knobs, KnobSpace) else KnobSpace(knobs, when, default)
     if name == "xgb":
         try:
             import xgboost  # noqa: F401
