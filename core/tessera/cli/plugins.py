@@ -55,6 +55,12 @@ def backend_details(name: str, backend: Any) -> list[str]:
     lines.append(f"  class: {type(backend).__module__}.{type(backend).__qualname__}")
     lines.append(f"  artifact version: {backend.artifact_version}; default rank: "
                  f"{backend.default_rank}")
+    try:
+        threads = backend.host_threads()
+    except Exception as e:  # noqa: BLE001 - a listing never fails
+        threads = f"host_threads() raised {type(e).__name__}: {e}"
+    if threads:
+        lines.append(f"  host threads: {threads}")
     if backend.options:
         lines.append("  options:")
         lines += [f"    -{k}: {d}" for k, d in backend.options.items()]

@@ -250,6 +250,16 @@ class Backend(ABC):
         It may take a moment (a measurement) and should be cached."""
         return None
 
+    def host_threads(self) -> str | None:
+        """How many host threads this backend's kernels run on and where that number came from
+        (``"2 threads (CPU affinity (2 of 8 CPUs))"``), for ``tessera plugins -v`` and
+        profiles; None when its kernels run no threads of their own on the host (the
+        default). A backend with a host thread pool picks its default count with
+        :func:`tessera.plugin.threads.default_thread_count` (the CPU affinity and cgroup
+        quota, or ``TESSERA_NUM_THREADS``), and its parallel work must not wait for a thread
+        the OS has descheduled (see ``docs/writing-a-backend.md``)."""
+        return None
+
     def version(self) -> str:
         """The version of the distribution that provides this backend."""
         from tessera.plugin.manager import distribution_version

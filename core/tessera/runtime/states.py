@@ -11,19 +11,20 @@ arenas freed), so a burst of concurrency does not pin memory for ever.
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Generic, TypeVar
 
+from tessera.plugin.threads import affinity_cpus
+
 State = TypeVar("State")
 
 
 def default_max_idle() -> int:
-    """Idle states a pool keeps: the CPU count, at least 2 (services rarely run more calls
-    at once than there are cores to run them)."""
-    return max(2, os.cpu_count() or 1)
+    """Idle states a pool keeps: the CPUs this process may run on, at least 2 (services rarely
+    run more calls at once than there are cores to run them)."""
+    return max(2, affinity_cpus())
 
 
 class StatePool(Generic[State]):
