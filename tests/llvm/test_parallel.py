@@ -181,8 +181,8 @@ def test_thread_count_api(threads):
     assert parallel.get_num_threads() == 3
     with pytest.raises(ValueError):
         parallel.set_num_threads(0)
-    before = parallel.get_spin_count()
-    parallel.set_spin_count(0)  # workers sleep at once: exercises the futex path
+    before = parallel.get_spin_us()
+    parallel.set_spin_us(0)  # waiting threads sleep at once: exercises the futex paths
     try:
         lib = build_module([_count_func(64)], "m").load()
         c = np.zeros(64, "int32")
@@ -190,7 +190,10 @@ def test_thread_count_api(threads):
             lib.get("count_64_1")([c])
         np.testing.assert_array_equal(c, np.full(64, 20, "int32"))
     finally:
-        parallel.set_spin_count(before)
+        parallel.set_spin_us(before)
+    assert parallel.get_spin_us() == before
+    with pytest.raises(ValueError):
+        parallel.set_chunks_per_thread(0)
     assert parallel.measure_launch_overhead(launches=200) > 0
 
 
@@ -255,3 +258,21 @@ def test_int32_parallel_loop_variable(threads):
     b = np.zeros(20, "int32")
     build_module([tir.PrimFunc("p32", [B], body)], "m").load().get("p32")([b])
     np.testing.assert_array_equal(b, np.arange(20) * 3)
+
+
+def test_plugins_verbose_shows_the_thread_count_and_its_source(capsys):
+    from tessera.cli.main import main
+
+    assert main(["plugins", "-v"]) == 0
+    out = capsys.readouterr().out
+    llvm = out[out.index("\nllvm:"):]
+    n = parallel.get_num_threads()
+    assert f"host threads: {n} thread" in llvm
+    assert f"({parallel.thread_count_source()})" in llvm
+    env = dict(os.environ, TESSERA_NUM_THREADS="3")
+    result = subprocess.run([sys.executable, "-m", "tessera.cli.main", "plugins", "-v"],
+                            env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "host threads: 3 threads (TESSERA_NUM_THREADS=3)" in result.stdout
+    ref = result.stdout[result.stdout.index("\nref:"):].split("\n\n")[0]
+    assert "host threads: numpy's BLAS limited to 1 thread while its kernels run" in ref

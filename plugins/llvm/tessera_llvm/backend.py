@@ -232,6 +232,21 @@ class LLVMBackend(Backend):
             return None
         return peak.gflops, peak.describe()
 
+    def host_threads(self) -> str | None:
+        """The kernel pool's thread count and its source, and what the pool does under load
+        (:mod:`.parallel`)."""
+        from . import parallel
+
+        n = parallel.get_num_threads()
+        text = f"{n} thread{'s' if n != 1 else ''} ({parallel.thread_count_source()})"
+        cap = parallel.load_cap()
+        if cap:
+            text += f"; {cap} while other tasks keep cores busy"
+        sit_outs = parallel.sit_outs()
+        if sit_outs:
+            text += f"; {sit_outs} straggler sit-out{'s' if sit_outs != 1 else ''} so far"
+        return text
+
     def claims(self, target: TargetKind) -> list[Pattern]:
         return list(_patterns())
 

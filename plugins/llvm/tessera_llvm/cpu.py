@@ -11,10 +11,11 @@ CPU from :data:`KNOWN_CPUS` (by prefix), else from the ISA level the name implie
 
 from __future__ import annotations
 
-import os
 import platform
 from dataclasses import replace
 from pathlib import Path
+
+from tessera.plugin.threads import default_thread_count
 
 from .schedules.common import CPUInfo
 
@@ -149,8 +150,7 @@ def cpu_info(mcpu: str | None = None, num_threads: int | None = None,
     and no ``mcpu``, for that architecture's generic CPU."""
     from .triple import is_foreign, triple_arch
 
-    threads = num_threads or int(os.environ.get("TESSERA_NUM_THREADS", "0") or 0) \
-        or os.cpu_count() or 1
+    threads = num_threads or default_thread_count()[0]
     host = mcpu is None or mcpu in ("native", "host")
     if host and is_foreign(triple):
         lanes, registers, arch = _generic_isa(triple_arch(str(triple)))

@@ -1,29 +1,48 @@
-"""The native thread pool that parallel loops run on.
+"""The native thread pool that parallel loops run on, built for machines that are not idle.
 
 Kernels launch a parallel loop with ``tessera_parallel_for(fn, closure, extent, grain)``, where
-``fn`` is ``void fn(i64 begin, i64 end, ptr closure)``. The pool splits ``[0, extent)`` into
-contiguous chunks of near-equal size, at most one per thread and at least ``grain`` iterations
-each; the calling thread runs chunk 0, workers the others, and the call returns when all are
-done.
+``fn`` is ``void fn(i64 begin, i64 end, ptr closure)``; the call returns when every iteration
+of ``[0, extent)`` has run exactly once. The pool is native code, written in LLVM IR
+(:mod:`tessera_llvm.pool_ir`) and JIT-compiled once per process; ``tessera_parallel_for`` is
+registered with ``llvmlite.binding.add_symbol`` so the object code of kernels links to it.
+Workers are POSIX threads created on first use; they block all signals.
 
-The pool is native code, written here in LLVM IR with ``llvmlite.ir`` and JIT-compiled once per
-process; its symbols are registered with ``llvmlite.binding.add_symbol`` so the object code of
-kernels links to it. Workers are POSIX threads created on first use. Each has a cache-line slot
-holding a job sequence number: the caller publishes the job and bumps the sequence numbers of
-the workers it needs; a worker spins on its slot with ``pause`` for a while
-(:func:`set_spin_count`) and then sleeps on it with ``futex``; the caller wakes sleeping workers
-and waits for a pending counter the same way (spin, then futex). Workers block all signals.
+A service's machine has neighbours (other processes, a CPU quota, another library's threads in
+the same process), and the OS deschedules any thread for a whole time slice when one of them
+wants its core. The pool is built so that a loop waits for a descheduled thread as little as
+possible:
+
+- **Chunks claimed dynamically.** The loop is split into up to ``chunks_per_thread`` chunks per
+  thread taking part (at least ``grain`` iterations each). Each thread owns a contiguous range
+  of chunks in a slot of its own (one cache line: the range as ``hi << 32 | lo``, changed by
+  compare-and-swap) and runs it front to back; then it takes the other slots' chunks from
+  their backs. The calling thread works too and claims until no chunk is left, so a worker the
+  OS has not run yet costs nothing: nobody waits for a chunk that nobody started. Without
+  stealing, thread ``t`` gets the same range loop after loop, and works on data its caches
+  hold.
+- **Stragglers sit out.** The caller then waits only for chunks already running. A worker that
+  finishes its last one long after the caller ran out of chunks (``straggler_us`` and three of
+  the caller's chunks) was descheduled in the middle of it; it sits out the next loops (it is
+  neither given chunks nor woken) for 10 ms, doubling up to 320 ms while it keeps straggling.
+- **Load.** :func:`adapt_to_load`, called before each region's kernels run, caps the threads
+  taking part while other runnable tasks leave fewer free cores than threads
+  (:func:`tessera.plugin.threads.threads_under_load`).
+- **Waiting.** A waiting thread (a worker between loops, the caller at the end of one) spins
+  with ``pause`` for at most ``spin_us`` of wall time (the clock is read every 16 pauses) and
+  then sleeps on a futex; the caller wakes exactly the workers taking part, each on its own
+  word. Nothing calls ``sched_yield``: with a CPU-bound neighbour on the core, yielding hands
+  it the core for the rest of a time slice.
 
 - Nesting and concurrency: a launch while the pool is busy (from inside a worker, or from a
   second Python thread) runs its whole range serially in the calling thread.
-- Thread count: ``TESSERA_NUM_THREADS``, else ``os.cpu_count()``; :func:`set_num_threads`.
+- Thread count: ``TESSERA_NUM_THREADS``, else the CPU affinity mask capped by a cgroup CPU
+  quota (:func:`tessera.plugin.threads.default_thread_count`); :func:`set_num_threads`.
 - Exit: workers are never joined; the process exits with them asleep or spinning, and the JIT
   memory holding the pool is never freed.
 - ``fork``: the child resets the pool (its workers did not survive the fork) and starts new ones.
 
-Launch cost of an empty body (:func:`measure_launch_overhead`, 2-core Zen 5 VM): 0.15-0.9 us
-with 2 threads and the workers awake; about 50 us when they sleep (futex wake-up in this VM);
-16 us with 4 threads on the 2 cores (oversubscribed, spinning threads yield).
+Launch cost of an empty body (:func:`measure_launch_overhead`, 2-core Zen 5 VM): about 0.3 us
+with 2 threads and the workers awake; tens of us when they must be woken.
 """
 
 from __future__ import annotations
@@ -33,430 +52,19 @@ import os
 import platform
 import threading
 import time
+import warnings
 from collections.abc import Callable
 
 import llvmlite.binding as llvm
-from llvmlite import ir
 
+from tessera.plugin.threads import (
+    affinity_cpus,
+    default_thread_count,
+    runnable_tasks,
+    threads_under_load,
+)
 from tessera_llvm import build
-
-#: Most worker threads the pool starts (the caller is one more thread).
-MAX_WORKERS = 255
-#: Default spin iterations (each one ``pause``, about 25 ns on Zen 5) before a waiting thread
-#: sleeps: about 100 us, longer than the Python overhead between two kernel launches.
-DEFAULT_SPIN = 4000
-#: A spinning thread calls ``sched_yield`` every this many iterations, so that when there are
-#: more threads than free cores a descheduled worker gets the core back quickly.
-YIELD_EVERY = 256
-
-_SLOT_WORDS = 16  # 64-byte slots: [0] sequence number, [1] sleeping flag
-_FUTEX_WAIT_PRIVATE = 128
-_FUTEX_WAKE_PRIVATE = 129
-_SYS_FUTEX = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98, "ppc64le": 221}
-
-I8 = ir.IntType(8)
-I32 = ir.IntType(32)
-I64 = ir.IntType(64)
-PTR = ir.PointerType()
-VOID = ir.VoidType()
-BODY_TY = ir.FunctionType(VOID, [I64, I64, PTR])
-#: A pointer to a loop body. llvmlite needs the typed form to call through it; LLVM reads
-#: ``void (i64, i64, ptr)*`` as a plain ``ptr``.
-BODY_PTR = BODY_TY.as_pointer()
-
-
-class _PoolIR:
-    """Builds the pool module. Every function and global is named ``tessera_*``."""
-
-    def __init__(self, triple: str, data_layout: str, machine: str) -> None:
-        self.module = ir.Module(name="tessera_pool")
-        self.module.triple = triple
-        self.module.data_layout = data_layout
-        self.machine = machine
-        self._allocas: dict[ir.Function, tuple[ir.IRBuilder, ir.Block]] = {}
-        m = self.module
-        self.nthreads = self._global("tessera_pool_nthreads", I32, 1)
-        self.started = self._global("tessera_pool_started", I32, 0)
-        self.busy = self._global("tessera_pool_busy", I32, 0)
-        self.spin = self._global("tessera_pool_spin", I32, DEFAULT_SPIN)
-        self.pending = self._global("tessera_pool_pending", I32, 0)
-        self.caller_sleeping = self._global("tessera_pool_caller_sleeping", I32, 0)
-        self.job_fn = self._global("tessera_pool_job_fn", PTR, None)
-        self.job_closure = self._global("tessera_pool_job_closure", PTR, None)
-        self.job_extent = self._global("tessera_pool_job_extent", I64, 0)
-        self.job_chunks = self._global("tessera_pool_job_chunks", I64, 1)
-        self.slot_ty = ir.ArrayType(I32, _SLOT_WORDS)
-        self.slots_ty = ir.ArrayType(self.slot_ty, MAX_WORKERS)
-        self.slots = ir.GlobalVariable(m, self.slots_ty, "tessera_pool_slots")
-        self.slots.initializer = ir.Constant(self.slots_ty, None)
-        self.slots.align = 64
-        self.slots.linkage = "internal"
-        opaque(self.slots)
-        sys_futex = _SYS_FUTEX.get(machine)
-        if sys_futex is None:
-            raise RuntimeError(f"tessera-llvm's thread pool does not know the futex system call "
-                               f"number on {machine!r}")
-        self.sys_futex = sys_futex
-        self.syscall = ir.Function(m, ir.FunctionType(I64, [I64], var_arg=True), "syscall")
-        self.pthread_create = ir.Function(m, ir.FunctionType(I32, [PTR, PTR, PTR, PTR]),
-                                          "pthread_create")
-        self.sched_yield = ir.Function(m, ir.FunctionType(I32, []), "sched_yield")
-        self.sigfillset = ir.Function(m, ir.FunctionType(I32, [PTR]), "sigfillset")
-        self.pthread_sigmask = ir.Function(m, ir.FunctionType(I32, [I32, PTR, PTR]),
-                                           "pthread_sigmask")
-
-    def _global(self, name: str, ty: ir.Type, init: int | None) -> ir.GlobalVariable:
-        g = ir.GlobalVariable(self.module, ty, name)
-        g.initializer = ir.Constant(ty, init)
-        g.linkage = "internal"
-        g.align = 64
-        return opaque(g)
-
-    def _function(self, name: str, fnty: ir.FunctionType,
-                  internal: bool = True) -> tuple[ir.Function, ir.IRBuilder]:
-        fn = ir.Function(self.module, fnty, name)
-        if internal:
-            fn.linkage = "internal"
-        fn.attributes.add("nounwind")
-        entry = fn.append_basic_block("entry")
-        start = fn.append_basic_block("start")
-        self._allocas[fn] = (ir.IRBuilder(entry), start)
-        return fn, ir.IRBuilder(start)
-
-    def alloca(self, fn: ir.Function, ty: ir.Type) -> ir.Value:
-        """A stack slot of ``ty`` in ``fn``'s entry block (so loops do not grow the stack)."""
-        return opaque(self._allocas[fn][0].alloca(ty))
-
-    # -- primitives ---------------------------------------------------------------------------
-    @staticmethod
-    def load(b: ir.IRBuilder, ptr: ir.Value, ty: ir.Type, order: str = "seq_cst") -> ir.Value:
-        """An atomic load."""
-        return b.load_atomic(ptr, order, _size(ty), typ=ty)
-
-    @staticmethod
-    def store(b: ir.IRBuilder, value: ir.Value, ptr: ir.Value, order: str = "seq_cst") -> None:
-        """An atomic store, written as an exchange (llvmlite's ``store_atomic`` needs typed
-        pointers; on x86 a sequentially consistent store is an ``xchg`` anyway)."""
-        b.atomic_rmw("xchg", ptr, value, order)
-
-    def pause(self, b: ir.IRBuilder) -> None:
-        """A spin-wait hint (``pause`` on x86, ``yield`` on ARM)."""
-        if self.machine in ("x86_64", "amd64"):
-            fn = self.module.globals.get("llvm.x86.sse2.pause")
-            if fn is None:
-                fn = ir.Function(self.module, ir.FunctionType(VOID, []), "llvm.x86.sse2.pause")
-            b.call(fn, [])
-        elif self.machine in ("aarch64", "arm64"):
-            b.asm(ir.FunctionType(VOID, []), "yield", "~{memory}", [], side_effect=True)
-
-    def futex(self, b: ir.IRBuilder, addr: ir.Value, op: int, value: ir.Value) -> None:
-        """``syscall(SYS_futex, addr, op, value, NULL)`` (every vararg passed as 64 bits)."""
-        b.call(self.syscall, [ir.Constant(I64, self.sys_futex), addr, ir.Constant(I64, op),
-                              b.zext(value, I64), ir.Constant(PTR, None)])
-
-    def slot_word(self, b: ir.IRBuilder, index: ir.Value, word: int) -> ir.Value:
-        """The address of word ``word`` of worker slot ``index``."""
-        return b.gep(self.slots, [ir.Constant(I64, 0), index, ir.Constant(I64, word)],
-                     inbounds=True, source_etype=self.slots_ty)
-
-    def spin_then(self, b: ir.IRBuilder, fn: ir.Function,
-                  ready: Callable[[ir.IRBuilder], ir.Value],
-                  sleep: Callable[[ir.IRBuilder], None]) -> None:
-        """Emit: loop { if ready(): break; if spins < limit: pause; else sleep() }; the builder
-        ends in the block after the loop."""
-        counter = self.alloca(fn, I32)
-        b.store(ir.Constant(I32, 0), counter)
-        check = fn.append_basic_block("check")
-        spin = fn.append_basic_block("spin")
-        do_pause = fn.append_basic_block("pause")
-        do_sleep = fn.append_basic_block("sleep")
-        done = fn.append_basic_block("done")
-        b.branch(check)
-        b.position_at_end(check)
-        b.cbranch(ready(b), done, spin)
-        b.position_at_end(spin)
-        n = b.load(counter, typ=I32)
-        limit = b.load(self.spin, typ=I32)
-        b.cbranch(b.icmp_signed("<", n, limit), do_pause, do_sleep)
-        b.position_at_end(do_pause)
-        self.pause(b)
-        every = ir.Constant(I32, YIELD_EVERY - 1)
-        with b.if_then(b.icmp_unsigned("==", b.and_(n, every), every)):
-            b.call(self.sched_yield, [])
-        b.store(b.add(n, ir.Constant(I32, 1)), counter)
-        b.branch(check)
-        b.position_at_end(do_sleep)
-        sleep(b)
-        b.branch(check)
-        b.position_at_end(done)
-
-    # -- the pool -------------------------------------------------------------------------------
-    def build(self) -> ir.Module:
-        run_chunk = self._run_chunk()
-        worker = self._worker(run_chunk)
-        self._parallel_for(run_chunk, worker)
-        self._accessors()
-        self._half_conversions()
-        for builder, start in self._allocas.values():
-            builder.branch(start)
-        return self.module
-
-    def _run_chunk(self) -> ir.Function:
-        """``run_chunk(k)``: run chunk k of the published job."""
-        fn, b = self._function("tessera_pool_run_chunk", ir.FunctionType(VOID, [I64]))
-        k = fn.args[0]
-        body = b.load(self.job_fn, typ=BODY_PTR)
-        closure = b.load(self.job_closure, typ=PTR)
-        extent = b.load(self.job_extent, typ=I64)
-        n = b.load(self.job_chunks, typ=I64)
-        base = b.udiv(extent, n)
-        rem = b.urem(extent, n)
-        lt = b.icmp_unsigned("<", k, rem)
-        begin = b.add(b.mul(k, base), b.select(lt, k, rem))
-        end = b.add(b.add(begin, base), b.zext(lt, I64))
-        b.call(body, [begin, end, closure])
-        b.ret_void()
-        return fn
-
-    def _worker(self, run_chunk: ir.Function) -> ir.Function:
-        """``void *worker(void *id)``: wait for jobs on slot ``id - 1`` forever."""
-        fn, b = self._function("tessera_pool_worker", ir.FunctionType(PTR, [PTR]))
-        wid = b.ptrtoint(fn.args[0], I64)
-        index = b.sub(wid, ir.Constant(I64, 1))
-        seq_ptr = self.slot_word(b, index, 0)
-        sleep_ptr = self.slot_word(b, index, 1)
-        sigset = self.alloca(fn, ir.ArrayType(I8, 128))
-        b.call(self.sigfillset, [sigset])
-        b.call(self.pthread_sigmask, [ir.Constant(I32, 0), sigset, ir.Constant(PTR, None)])
-        seen = self.alloca(fn, I32)
-        b.store(ir.Constant(I32, 0), seen)
-        loop = fn.append_basic_block("loop")
-        b.branch(loop)
-        b.position_at_end(loop)
-
-        def ready(bb: ir.IRBuilder) -> ir.Value:
-            cur = self.load(bb, seq_ptr, I32, "acquire")
-            return bb.icmp_unsigned("!=", cur, bb.load(seen, typ=I32))
-
-        def sleep(bb: ir.IRBuilder) -> None:
-            self.store(bb, ir.Constant(I32, 1), sleep_ptr)
-            old = bb.load(seen, typ=I32)
-            cur = self.load(bb, seq_ptr, I32)
-            with bb.if_then(bb.icmp_unsigned("==", cur, old)):
-                self.futex(bb, seq_ptr, _FUTEX_WAIT_PRIVATE, old)
-            self.store(bb, ir.Constant(I32, 0), sleep_ptr)
-
-        self.spin_then(b, fn, ready, sleep)
-        b.store(self.load(b, seq_ptr, I32, "acquire"), seen)
-        b.call(run_chunk, [wid])
-        old = b.atomic_rmw("sub", self.pending, ir.Constant(I32, 1), "seq_cst")
-        with b.if_then(b.icmp_unsigned("==", old, ir.Constant(I32, 1))):
-            sleeping = self.load(b, self.caller_sleeping, I32)
-            with b.if_then(b.icmp_unsigned("!=", sleeping, ir.Constant(I32, 0))):
-                self.futex(b, self.pending, _FUTEX_WAKE_PRIVATE, ir.Constant(I32, 1))
-        b.branch(loop)
-        return fn
-
-    def _parallel_for(self, run_chunk: ir.Function, worker: ir.Function) -> None:
-        fn, b = self._function("tessera_parallel_for",
-                               ir.FunctionType(VOID, [BODY_PTR, PTR, I64, I64]),
-                               internal=False)
-        body, closure, extent, grain = fn.args
-        serial = fn.append_basic_block("serial")
-        ret = fn.append_basic_block("ret")
-        tid = self.alloca(fn, I64)
-        with b.if_then(b.icmp_signed("<=", extent, ir.Constant(I64, 0))):
-            b.ret_void()
-        g = b.select(b.icmp_signed("<", grain, ir.Constant(I64, 1)), ir.Constant(I64, 1), grain)
-        nthreads = b.zext(self.load(b, self.nthreads, I32, "monotonic"), I64)
-        nthreads = b.select(b.icmp_unsigned(">", nthreads, ir.Constant(I64, MAX_WORKERS + 1)),
-                            ir.Constant(I64, MAX_WORKERS + 1), nthreads)
-        want = b.sdiv(extent, g)
-        chunks = b.select(b.icmp_signed("<", want, nthreads), want, nthreads)
-        pool = fn.append_basic_block("pool")
-        b.cbranch(b.icmp_signed("<=", chunks, ir.Constant(I64, 1)), serial, pool)
-
-        b.position_at_end(pool)
-        pair = b.cmpxchg(self.busy, ir.Constant(I32, 0), ir.Constant(I32, 1), "acquire",
-                         "monotonic")
-        locked = fn.append_basic_block("locked")
-        b.cbranch(b.extract_value(pair, 1), locked, serial)
-
-        # Start workers up to nthreads - 1 (stop at the first failure).
-        b.position_at_end(locked)
-        spawn_check = fn.append_basic_block("spawn_check")
-        spawn = fn.append_basic_block("spawn")
-        spawned = fn.append_basic_block("spawned")
-        b.branch(spawn_check)
-        b.position_at_end(spawn_check)
-        started = b.zext(b.load(self.started, typ=I32), I64)
-        need = b.icmp_signed("<", started, b.sub(nthreads, ir.Constant(I64, 1)))
-        b.cbranch(need, spawn, spawned)
-        b.position_at_end(spawn)
-        wid = b.add(started, ir.Constant(I64, 1))
-        rc = b.call(self.pthread_create, [tid, ir.Constant(PTR, None), worker,
-                                          b.inttoptr(wid, PTR)])
-        ok = fn.append_basic_block("spawn_ok")
-        b.cbranch(b.icmp_signed("==", rc, ir.Constant(I32, 0)), ok, spawned)
-        b.position_at_end(ok)
-        b.store(b.trunc(wid, I32), self.started)
-        b.branch(spawn_check)
-
-        b.position_at_end(spawned)
-        started = b.zext(b.load(self.started, typ=I32), I64)
-        avail = b.add(started, ir.Constant(I64, 1))
-        chunks = b.select(b.icmp_signed("<", avail, chunks), avail, chunks)
-        publish = fn.append_basic_block("publish")
-        unlock_serial = fn.append_basic_block("unlock_serial")
-        b.cbranch(b.icmp_signed("<=", chunks, ir.Constant(I64, 1)), unlock_serial, publish)
-        b.position_at_end(unlock_serial)
-        self.store(b, ir.Constant(I32, 0), self.busy, "release")
-        b.branch(serial)
-
-        b.position_at_end(publish)
-        b.store(body, self.job_fn)
-        b.store(closure, self.job_closure)
-        b.store(extent, self.job_extent)
-        b.store(chunks, self.job_chunks)
-        nworkers = b.sub(chunks, ir.Constant(I64, 1))
-        self.store(b, b.trunc(nworkers, I32), self.pending)
-        post_check = fn.append_basic_block("post_check")
-        post = fn.append_basic_block("post")
-        posted = fn.append_basic_block("posted")
-        counter = self.alloca(fn, I64)
-        b.store(ir.Constant(I64, 0), counter)
-        b.branch(post_check)
-        b.position_at_end(post_check)
-        w = b.load(counter, typ=I64)
-        b.cbranch(b.icmp_signed("<", w, nworkers), post, posted)
-        b.position_at_end(post)
-        seq_ptr = self.slot_word(b, w, 0)
-        b.atomic_rmw("add", seq_ptr, ir.Constant(I32, 1), "seq_cst")
-        sleeping = self.load(b, self.slot_word(b, w, 1), I32)
-        with b.if_then(b.icmp_unsigned("!=", sleeping, ir.Constant(I32, 0))):
-            self.futex(b, seq_ptr, _FUTEX_WAKE_PRIVATE, ir.Constant(I32, 1))
-        b.store(b.add(w, ir.Constant(I64, 1)), counter)
-        b.branch(post_check)
-
-        b.position_at_end(posted)
-        b.call(run_chunk, [ir.Constant(I64, 0)])
-
-        def ready(bb: ir.IRBuilder) -> ir.Value:
-            left = self.load(bb, self.pending, I32, "acquire")
-            return bb.icmp_unsigned("==", left, ir.Constant(I32, 0))
-
-        def sleep(bb: ir.IRBuilder) -> None:
-            self.store(bb, ir.Constant(I32, 1), self.caller_sleeping)
-            left = self.load(bb, self.pending, I32)
-            with bb.if_then(bb.icmp_unsigned("!=", left, ir.Constant(I32, 0))):
-                self.futex(bb, self.pending, _FUTEX_WAIT_PRIVATE, left)
-            self.store(bb, ir.Constant(I32, 0), self.caller_sleeping)
-
-        self.spin_then(b, fn, ready, sleep)
-        self.store(b, ir.Constant(I32, 0), self.busy, "release")
-        b.branch(ret)
-
-        b.position_at_end(serial)
-        b.call(body, [ir.Constant(I64, 0), extent, closure])
-        b.branch(ret)
-        b.position_at_end(ret)
-        b.ret_void()
-
-    def _accessors(self) -> None:
-        for name, g in (("threads", self.nthreads), ("spin", self.spin)):
-            fn, b = self._function(f"tessera_pool_set_{name}", ir.FunctionType(VOID, [I32]),
-                                   internal=False)
-            self.store(b, fn.args[0], g)
-            b.ret_void()
-            fn, b = self._function(f"tessera_pool_get_{name}", ir.FunctionType(I32, []),
-                                   internal=False)
-            b.ret(self.load(b, g, I32))
-        fn, b = self._function("tessera_pool_started_workers", ir.FunctionType(I32, []),
-                               internal=False)
-        b.ret(self.load(b, self.started, I32))
-
-        # After fork: the child has no workers; forget them and every job in flight.
-        fn, b = self._function("tessera_pool_after_fork", ir.FunctionType(VOID, []),
-                               internal=False)
-        for g in (self.started, self.busy, self.pending, self.caller_sleeping):
-            b.store(ir.Constant(I32, 0), g)
-        b.store(ir.Constant(self.slots_ty, None), self.slots)
-        b.ret_void()
-
-        # An empty loop body and a native launch loop, to measure the launch cost.
-        noop, b = self._function("tessera_pool_noop", BODY_TY)
-        b.ret_void()
-        fn, b = self._function("tessera_pool_bench", ir.FunctionType(VOID, [I64, I64]),
-                               internal=False)
-        launch = self.module.globals["tessera_parallel_for"]
-        counter = self.alloca(fn, I64)
-        b.store(ir.Constant(I64, 0), counter)
-        check = fn.append_basic_block("check")
-        loop = fn.append_basic_block("loop")
-        done = fn.append_basic_block("done")
-        b.branch(check)
-        b.position_at_end(check)
-        i = b.load(counter, typ=I64)
-        b.cbranch(b.icmp_signed("<", i, fn.args[0]), loop, done)
-        b.position_at_end(loop)
-        b.call(launch, [noop, ir.Constant(PTR, None), fn.args[1], ir.Constant(I64, 1)])
-        b.store(b.add(i, ir.Constant(I64, 1)), counter)
-        b.branch(check)
-        b.position_at_end(done)
-        b.ret_void()
-
-
-    def _half_conversions(self) -> None:
-        """``float tessera_extendhfsf2(half)`` and ``half tessera_truncsfhf2(float)``
-        (round to nearest even), in integer arithmetic: LLVM calls ``__extendhfsf2`` /
-        ``__truncsfhf2`` for float16 on CPUs without F16C, and a Python process may not have
-        them (they live in compiler-rt / libgcc)."""
-        f32, f16, i16 = ir.FloatType(), ir.HalfType(), ir.IntType(16)
-
-        def c(v: int) -> ir.Constant:
-            return ir.Constant(I32, v)
-
-        fn, b = self._function("tessera_extendhfsf2", ir.FunctionType(f32, [f16]),
-                               internal=False)
-        h = b.zext(b.bitcast(fn.args[0], i16), I32)
-        bits = b.shl(b.and_(h, c(0x7FFF)), c(13))
-        exp = b.and_(bits, c(0x7C00 << 13))
-        bits = b.add(bits, c((127 - 15) << 23))
-        special = b.add(bits, c((128 - 16) << 23))  # inf / NaN
-        tiny = b.fsub(b.bitcast(b.add(bits, c(1 << 23)), f32),
-                      ir.Constant(f32, 2.0 ** -14))  # zero / subnormal
-        out = b.select(b.icmp_unsigned("==", exp, c(0x7C00 << 13)), special, bits)
-        out = b.select(b.icmp_unsigned("==", exp, c(0)), b.bitcast(tiny, I32), out)
-        out = b.or_(out, b.shl(b.and_(h, c(0x8000)), c(16)))
-        b.ret(b.bitcast(out, f32))
-
-        fn, b = self._function("tessera_truncsfhf2", ir.FunctionType(f16, [f32]),
-                               internal=False)
-        bits = b.bitcast(fn.args[0], I32)
-        sign = b.and_(bits, c(0x80000000))
-        mag = b.xor(bits, sign)
-        inf_nan = b.select(b.icmp_unsigned(">", mag, c(255 << 23)), c(0x7E00), c(0x7C00))
-        magic = ir.Constant(f32, 0.5)  # ((127 - 15) + (23 - 10) + 1) << 23 as a float
-        sub = b.sub(b.bitcast(b.fadd(b.bitcast(mag, f32), magic), I32), c(126 << 23))
-        odd = b.and_(b.lshr(mag, c(13)), c(1))
-        normal = b.lshr(b.add(b.add(mag, c(((15 - 127) << 23) + 0xFFF)), odd), c(13))
-        out = b.select(b.icmp_unsigned("<", mag, c(113 << 23)), sub, normal)
-        out = b.select(b.icmp_unsigned(">=", mag, c((127 + 16) << 23)), inf_nan, out)
-        out = b.or_(out, b.lshr(sign, c(16)))
-        b.ret(b.bitcast(b.trunc(out, i16), f16))
-
-
-def _size(ty: ir.Type) -> int:
-    if isinstance(ty, ir.IntType):
-        return ty.width // 8
-    return 8
-
-
-def opaque(value: ir.Value) -> ir.Value:
-    """``value`` (an alloca or global) typed as an opaque ``ptr``: llvmlite types them as
-    typed pointers, which makes its builder reject stores through GEPs of another type."""
-    value.type = PTR
-    return value
+from tessera_llvm.pool_ir import DEFAULT_SPIN_US, MAX_WORKERS, PoolIR
 
 
 class _Runtime:
@@ -464,16 +72,17 @@ class _Runtime:
 
     def __init__(self) -> None:
         tm = build.target_machine()
-        pool = _PoolIR(tm.triple, str(tm.target_data), platform.machine().lower()).build()
+        pool = PoolIR(tm.triple, str(tm.target_data), platform.machine().lower()).build()
+        names = ["tessera_parallel_for", "tessera_pool_started_workers",
+                 "tessera_pool_after_fork", "tessera_pool_bench", "tessera_extendhfsf2",
+                 "tessera_truncsfhf2", "tessera_pool_get_sit_outs", "tessera_pool_awake_workers"]
+        for knob in _KNOBS:
+            names += [f"tessera_pool_set_{knob}", f"tessera_pool_get_{knob}"]
         with build.LLVM_LOCK:
             mod = build.compile_ir(pool, tm, speed_level=2)
             engine = llvm.create_mcjit_compiler(mod, tm)
             engine.finalize_object()
-            addr = {name: engine.get_function_address(name) for name in (
-                "tessera_parallel_for", "tessera_pool_set_threads", "tessera_pool_get_threads",
-                "tessera_pool_set_spin", "tessera_pool_get_spin", "tessera_pool_started_workers",
-                "tessera_pool_after_fork", "tessera_pool_bench", "tessera_extendhfsf2",
-                "tessera_truncsfhf2")}
+            addr = {name: engine.get_function_address(name) for name in names}
             # Kernels and workers run this code until the process ends: never free it.
             engine.detach()
             mod.detach()
@@ -485,33 +94,39 @@ class _Runtime:
                     llvm.add_symbol(libcall, addr[ours])
         self.addresses = addr
         self.parallel_for = addr["tessera_parallel_for"]
-        self._set_threads = ctypes.CFUNCTYPE(None, ctypes.c_int32)(
-            addr["tessera_pool_set_threads"])
-        self._get_threads = ctypes.CFUNCTYPE(ctypes.c_int32)(addr["tessera_pool_get_threads"])
-        self._set_spin = ctypes.CFUNCTYPE(None, ctypes.c_int32)(addr["tessera_pool_set_spin"])
-        self._get_spin = ctypes.CFUNCTYPE(ctypes.c_int32)(addr["tessera_pool_get_spin"])
+        self.set: dict[str, Callable[[int], None]] = {}
+        self.get: dict[str, Callable[[], int]] = {}
+        for knob, ctype in _KNOBS.items():
+            self.set[knob] = ctypes.CFUNCTYPE(None, ctype)(addr[f"tessera_pool_set_{knob}"])
+            self.get[knob] = ctypes.CFUNCTYPE(ctype)(addr[f"tessera_pool_get_{knob}"])
         self.started_workers = ctypes.CFUNCTYPE(ctypes.c_int32)(
             addr["tessera_pool_started_workers"])
         self.after_fork = ctypes.CFUNCTYPE(None)(addr["tessera_pool_after_fork"])
+        self.sit_outs = ctypes.CFUNCTYPE(ctypes.c_int64)(addr["tessera_pool_get_sit_outs"])
+        self.awake_workers = ctypes.CFUNCTYPE(ctypes.c_int32)(addr["tessera_pool_awake_workers"])
+        self.cores = affinity_cpus()
+        self.load_aware = os.environ.get("TESSERA_LOAD_AWARE", "1").strip() not in ("0", "")
+        self.next_sample = 0
+        #: Other runnable tasks in the last samples of adapt_to_load.
+        self.others: list[int] = []
         self.bench = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64)(
             addr["tessera_pool_bench"])
-        self._set_threads(_default_threads())
-        spin = os.environ.get("TESSERA_SPIN_COUNT")
+        threads, source = default_thread_count()
+        self.thread_source = source
+        self.set["nthreads"](min(threads, MAX_WORKERS + 1))
+        spin = os.environ.get("TESSERA_SPIN_US", "").strip()
         if spin:
-            self._set_spin(max(0, int(spin)))
+            try:
+                self.set["spin_ns"](max(0, int(float(spin) * 1000)))
+            except ValueError:
+                warnings.warn(f"TESSERA_SPIN_US={spin!r} is not a number of microseconds; "
+                              f"using {DEFAULT_SPIN_US}", stacklevel=2)
 
 
-def _default_threads() -> int:
-    env = os.environ.get("TESSERA_NUM_THREADS", "").strip()
-    if env:
-        try:
-            n = int(env)
-        except ValueError:
-            n = 0
-        if n >= 1:
-            return min(n, MAX_WORKERS + 1)
-    return max(1, min(os.cpu_count() or 1, MAX_WORKERS + 1))
-
+#: The pool's settable words and their C types.
+_KNOBS = {"nthreads": ctypes.c_int32, "spin_ns": ctypes.c_int64,
+          "chunks_per_thread": ctypes.c_int32, "straggler_ns": ctypes.c_int64,
+          "worker_delay_ns": ctypes.c_int64, "cap": ctypes.c_int32}
 
 _runtime: _Runtime | None = None
 _runtime_lock = threading.Lock()
@@ -543,22 +158,106 @@ def set_num_threads(n: int) -> None:
     """Use ``n`` threads (the caller included) for later parallel loops."""
     if n < 1:
         raise ValueError(f"number of threads must be at least 1, got {n}")
-    runtime()._set_threads(min(int(n), MAX_WORKERS + 1))
+    rt = runtime()
+    rt.set["nthreads"](min(int(n), MAX_WORKERS + 1))
+    rt.thread_source = "set_num_threads"
 
 
 def get_num_threads() -> int:
     """The number of threads parallel loops use (the caller included)."""
-    return int(runtime()._get_threads())
+    return int(runtime().get["nthreads"]())
 
 
-def set_spin_count(n: int) -> None:
-    """Spin ``n`` ``pause`` iterations before a waiting thread sleeps (0: sleep at once)."""
-    runtime()._set_spin(max(0, int(n)))
+def thread_count_source() -> str:
+    """Where the thread count in use came from (``TESSERA_NUM_THREADS``, the CPU affinity, a
+    cgroup quota, ``set_num_threads``...)."""
+    return runtime().thread_source
 
 
-def get_spin_count() -> int:
-    """The spin iterations before a waiting thread sleeps."""
-    return int(runtime()._get_spin())
+def set_spin_us(us: float) -> None:
+    """Spin up to ``us`` microseconds before a waiting thread sleeps (0: sleep at once)."""
+    runtime().set["spin_ns"](max(0, int(us * 1000)))
+
+
+def get_spin_us() -> float:
+    """The time a waiting thread spins before it sleeps, in microseconds."""
+    return runtime().get["spin_ns"]() / 1000.0
+
+
+def set_chunks_per_thread(n: int) -> None:
+    """Split parallel loops into up to ``n`` chunks per thread (at least 1)."""
+    if n < 1:
+        raise ValueError(f"chunks per thread must be at least 1, got {n}")
+    runtime().set["chunks_per_thread"](int(n))
+
+
+def get_chunks_per_thread() -> int:
+    """The most chunks per thread a parallel loop is split into."""
+    return int(runtime().get["chunks_per_thread"]())
+
+
+def set_straggler_us(us: float) -> None:
+    """A worker that finishes ``us`` microseconds (and three of the caller's chunks) after the
+    caller ran out of chunks sits out the next loops for a while (0: workers never sit out)."""
+    runtime().set["straggler_ns"](max(0, int(us * 1000)))
+
+
+def get_straggler_us() -> float:
+    """The straggler time in microseconds (0: off)."""
+    return runtime().get["straggler_ns"]() / 1000.0
+
+
+def sit_outs() -> int:
+    """How many times a straggling worker was made to sit out, since the process started."""
+    return int(runtime().sit_outs())
+
+
+def inject_worker_delay(us: float) -> None:
+    """For tests: every worker sleeps ``us`` microseconds after it sees a job and before it
+    claims a chunk (0: no delay), as a worker the OS has descheduled would."""
+    runtime().set["worker_delay_ns"](max(0, int(us * 1000)))
+
+
+#: How often :func:`adapt_to_load` samples the machine's runnable tasks.
+LOAD_SAMPLE_NS = 5_000_000
+#: Samples a task must be seen in, in a row, to count as a neighbour (the fewest others over
+#: the last samples decide): a task that runs for a moment does not cost the pool its threads.
+LOAD_WINDOW = 3
+
+
+def adapt_to_load() -> None:
+    """Cap the threads parallel loops use while other tasks keep this machine's cores busy:
+    :func:`tessera.plugin.threads.threads_under_load` of the fewest other runnable tasks in the
+    last :data:`LOAD_WINDOW` samples (``/proc/loadavg``'s runnable count less this thread and
+    the pool's awake workers), sampled at most every 5 ms; cheap to call before every model
+    run (one clock read otherwise). ``TESSERA_LOAD_AWARE=0`` or :func:`set_load_aware`
+    turns it off."""
+    rt = runtime()
+    now = time.monotonic_ns()
+    if now < rt.next_sample or not rt.load_aware:
+        return
+    rt.next_sample = now + LOAD_SAMPLE_NS
+    running = runnable_tasks()
+    if running is None:
+        rt.load_aware = False
+        return
+    rt.others = (rt.others + [running - 1 - rt.awake_workers()])[-LOAD_WINDOW:]
+    threads = rt.get["nthreads"]()
+    want = threads_under_load(rt.cores, threads, min(rt.others))
+    rt.set["cap"](0 if want >= threads else want)
+
+
+def set_load_aware(on: bool) -> None:
+    """Turn :func:`adapt_to_load` on or off (off also lifts its cap)."""
+    rt = runtime()
+    rt.load_aware = bool(on)
+    rt.set["cap"](0)
+    rt.others = []
+
+
+def load_cap() -> int:
+    """The threads :func:`adapt_to_load` currently allows (0: no cap)."""
+    return int(runtime().get["cap"]())
 
 
 def measure_launch_overhead(launches: int = 10000, extent: int | None = None) -> float:

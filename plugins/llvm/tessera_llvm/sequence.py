@@ -27,6 +27,7 @@ from llvmlite import ir
 from tessera.errors import RunError
 from tessera_llvm import build
 from tessera_llvm.loader import KernelFunction, pack_pointers
+from tessera_llvm.parallel import adapt_to_load
 
 _I64 = ir.IntType(64)
 _PTR = ir.PointerType()
@@ -111,6 +112,7 @@ class KernelSequence:
         return self._n
 
     def __call__(self) -> None:
+        adapt_to_load()
         self._run(self._n, self._fns, self._args)
 
 
