@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from tessera.backends.reference.blas import BLAS_THREADS
 from tessera.errors import RunError
 from tessera.ir.graph import Function, Node
 from tessera.ops.registry import all_ops, get_schema
@@ -53,6 +54,24 @@ def _node_kernel(node: Node) -> Kernel:
                   outputs=[v.name for v in node.outputs], op=node.op, concat_offsets=offsets)
 
 
+def _sequence_binder(kernels: list[Kernel]) -> Any:
+    """``CompiledRegion.bind_sequence``: the region's kernels in order in one call, with numpy's
+    BLAS threads limited meanwhile (:mod:`.blas`); kernels given None are skipped (the runtime
+    does their work)."""
+
+    def bind(calls: list[tuple[list[Any], list[Any]] | None]) -> Any:
+        bound = [(k.fn, c[0], c[1]) for k, c in zip(kernels, calls) if c is not None]
+
+        def run() -> None:
+            with BLAS_THREADS:
+                for fn, ins, outs in bound:
+                    fn(ins, outs)
+
+        return run
+
+    return bind
+
+
 @lru_cache(maxsize=1)
 def _all_op_patterns() -> tuple[Pattern, ...]:
     # the registry is complete once imported; building ~300 patterns per compile showed up in
@@ -79,4 +98,8 @@ class ReferenceBackend(Backend):
             for out in node.outputs:
                 tensors[out.name] = out.type
         return CompiledRegion(self.name, region, kernels, tensors, constants,
-                              {"kernels": len(kernels)})
+                              {"kernels": len(kernels)},
+                              bind_sequence=_sequence_binder(kernels))
+
+    def host_threads(self) -> str | None:
+        return BLAS_THREADS.describe()
