@@ -6,10 +6,13 @@ concurrent call its own execution state, and ``InferenceSession.run`` is thread 
 each model and number of calling threads, every thread calls ``run`` on an input of its own in
 a loop for ``--seconds``; the table gives completed inferences per second for both runtimes,
 the ratio of their mean time per inference (Tessera over onnxruntime: below 1 is faster) and
-each runtime's scaling over one calling thread. Every result a thread gets is checked against
-the single-threaded output for its input. Both runtimes' kernels use ``--threads`` threads
-(``TESSERA_NUM_THREADS``; onnxruntime's intra-op threads); with more calling threads than
-cores the calls compete for them, so scaling past the core count is not expected.
+each runtime's scaling over one calling thread, the per-call latency (p50, p99) of both, and
+Tessera's median latency over the lone caller's ("T slow") against the most the share of the
+machine each caller gets allows ("share": n callers, 1/n of the machine each). Every result a
+thread gets is checked against the single-threaded output for its input. Both runtimes'
+kernels use ``--threads`` threads (``TESSERA_NUM_THREADS``; onnxruntime's intra-op threads);
+with more calling threads than cores the calls compete for them, so scaling past the core
+count is not expected.
 
     python benchmarks/concurrency_throughput.py                       # llvm, squeezenet,resnet50
     python benchmarks/concurrency_throughput.py --models squeezenet --callers 1,2,4,8 --seconds 5
@@ -27,17 +30,22 @@ from _common import cpu_name, limit_threads, ort_session
 
 
 def _throughput(call: Callable[[int], Any], check: Callable[[int, Any], bool], callers: int,
-                seconds: float) -> tuple[float, int]:
-    """(inferences per second, wrong results) with ``callers`` threads calling ``call(i)``."""
+                seconds: float) -> tuple[float, int, list[float]]:
+    """(inferences per second, wrong results, every call's latency in ms) with ``callers``
+    threads calling ``call(i)``."""
     start = threading.Barrier(callers + 1)
     stop = threading.Event()
     counts = [0] * callers
     wrong = [0] * callers
+    latencies: list[list[float]] = [[] for _ in range(callers)]
 
     def worker(t: int) -> None:
         start.wait()
         while not stop.is_set():
-            if not check(t, call(t)):
+            t0 = time.perf_counter()
+            out = call(t)
+            latencies[t].append((time.perf_counter() - t0) * 1e3)
+            if not check(t, out):
                 wrong[t] += 1
             counts[t] += 1
 
@@ -50,7 +58,8 @@ def _throughput(call: Callable[[int], Any], check: Callable[[int, Any], bool], c
     stop.set()
     for th in threads:
         th.join()
-    return sum(counts) / (time.perf_counter() - began), sum(wrong)
+    return (sum(counts) / (time.perf_counter() - began), sum(wrong),
+            [x for lat in latencies for x in lat])
 
 
 def _model_rows(key: str, target: str, threads: int, callers: list[int],
@@ -73,15 +82,24 @@ def _model_rows(key: str, target: str, threads: int, callers: list[int],
     wrong = 0
     base: dict[str, float] = {}
     for n in callers:
-        ours, bad = _throughput(lambda i: mod.run(**{name: xs[i]})[out],
-                                lambda i, y: np.array_equal(y, want[i]), n, seconds)
-        theirs, bad_ort = _throughput(lambda i: session.run(None, {name: xs[i]})[0],
-                                      lambda i, y: np.array_equal(y, want_ort[i]), n, seconds)
+        ours, bad, lat = _throughput(lambda i: mod.run(**{name: xs[i]})[out],
+                                     lambda i, y: np.array_equal(y, want[i]), n, seconds)
+        theirs, bad_ort, lat_ort = _throughput(
+            lambda i: session.run(None, {name: xs[i]})[0],
+            lambda i, y: np.array_equal(y, want_ort[i]), n, seconds)
+        p50, p99 = np.percentile(lat, [50, 99])
+        o50, o99 = np.percentile(lat_ort, [50, 99])
         base.setdefault("t", ours)
         base.setdefault("o", theirs)
+        base.setdefault("p50", p50)
+        # n callers share the machine: each gets 1/n of it, so its median latency may grow
+        # by n over a lone caller's (which has every core), no more
+        allowed = float(n)
         wrong += bad
         print(f"{key:<12} {n:>7} {ours:>13.1f} {theirs:>10.1f} {theirs / ours:>6.2f} "
-              f"{ours / base['t']:>7.2f}x {theirs / base['o']:>8.2f}x {bad:>3}/{bad_ort}")
+              f"{ours / base['t']:>7.2f}x {theirs / base['o']:>8.2f}x {p50:>7.2f} {p99:>7.2f} "
+              f"{o50:>7.2f} {o99:>7.2f} {p50 / base['p50']:>6.2f}x {allowed:>5.1f}x "
+              f"{bad:>3}/{bad_ort}")
     return wrong
 
 
@@ -99,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {cpu_name()}; target {args.target!r}; {args.threads} kernel threads per "
           f"runtime; {args.seconds:g} s per measurement")
     header = (f"{'model':<12} {'callers':>7} {'Tessera inf/s':>13} {'ort inf/s':>10} "
-              f"{'ratio':>6} {'T scale':>8} {'ort scale':>9} {'wrong':>6}")
+              f"{'ratio':>6} {'T scale':>8} {'ort scale':>9} {'T p50':>7} {'T p99':>7} "
+              f"{'ort p50':>7} {'ort p99':>7} {'T slow':>7} {'share':>6} {'wrong':>6}")
     print(header)
     print("-" * len(header))
     total_wrong = 0

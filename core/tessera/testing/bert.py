@@ -131,7 +131,9 @@ class _GraphBuilder:
         return self.node("Add", [scaled, beta], f"{name}/Add")
 
 
-def _attention(g: _GraphBuilder, x: str, mask: str, cfg: BertConfig, name: str) -> str:
+def _attention(g: _GraphBuilder, x: str, mask: str | None, cfg: BertConfig, name: str) -> str:
+    """Multi-head self-attention of ``x``; ``mask`` (an additive mask) is added to the scores
+    when given."""
     b, s, h, nh, hd = cfg.batch, cfg.seq_len, cfg.hidden, cfg.heads, cfg.head_dim
     heads_shape = g.const(f"{name}.heads_shape", np.array([b, s, nh, hd], np.int64))
     merged_shape = g.const(f"{name}.merged_shape", np.array([b, s, h], np.int64))
@@ -146,7 +148,8 @@ def _attention(g: _GraphBuilder, x: str, mask: str, cfg: BertConfig, name: str) 
     scores = g.node("MatMul", [q, k], f"{name}/MatMul_qk")
     scale = g.const(f"{name}.sqrt_head_dim", np.array(math.sqrt(hd), np.float32))
     scores = g.node("Div", [scores, scale], f"{name}/Div")
-    scores = g.node("Add", [scores, mask], f"{name}/Add_mask")
+    if mask is not None:
+        scores = g.node("Add", [scores, mask], f"{name}/Add_mask")
     probs = g.node("Softmax", [scores], f"{name}/Softmax", axis=-1)
     context = g.node("MatMul", [probs, v], f"{name}/MatMul_pv")
     context = g.node("Transpose", [context], f"{name}/context/Transpose", perm=[0, 2, 1, 3])
