@@ -256,7 +256,8 @@ def tessera_threads() -> str:
     from tessera.plugin import get_backends
 
     backend = get_backends().get("llvm")
-    return (backend.host_threads() or "?") if backend is not None else "?"
+    describe = getattr(backend, "host_threads", None)  # older Tessera releases lack it
+    return (describe() or "?") if describe is not None else "?"
 
 
 # -- main -----------------------------------------------------------------------------------------

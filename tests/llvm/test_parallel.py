@@ -179,6 +179,11 @@ def test_concurrent_launches_from_python_threads(threads, rng):
 def test_thread_count_api(threads):
     threads(3)
     assert parallel.get_num_threads() == 3
+    before = (parallel.get_num_threads(), parallel.thread_count_source())
+    with parallel.num_threads(5):
+        assert parallel.get_num_threads() == 5
+        assert parallel.thread_count_source() == "set_num_threads(5)"
+    assert (parallel.get_num_threads(), parallel.thread_count_source()) == before
     with pytest.raises(ValueError):
         parallel.set_num_threads(0)
     before = parallel.get_spin_us()

@@ -11,6 +11,9 @@ nothing exactly when the caller ran every chunk itself.
 from __future__ import annotations
 
 import ctypes
+import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -72,7 +75,8 @@ def no_sit_outs(pool) -> None:
 def pool():
     """The pool with its settings restored after the test (and no injected delay)."""
     saved = (parallel.get_num_threads(), parallel.get_spin_us(),
-             parallel.get_chunks_per_thread(), parallel.get_straggler_us())
+             parallel.get_chunks_per_thread(), parallel.get_straggler_us(),
+             parallel.is_load_aware())
     parallel.set_load_aware(False)
     yield parallel
     parallel.inject_worker_delay(0)
@@ -80,7 +84,7 @@ def pool():
     parallel.set_spin_us(saved[1])
     parallel.set_chunks_per_thread(saved[2])
     parallel.set_straggler_us(saved[3])
-    parallel.set_load_aware(True)
+    parallel.set_load_aware(saved[4])
 
 
 @pytest.mark.parametrize("nthreads", [2, 3, 4])
@@ -258,3 +262,20 @@ def test_concurrent_launches_while_workers_are_delayed(pool):
     for t in threads:
         t.join()
     assert not failures
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or (os.cpu_count() or 1) < 2,
+                    reason="needs CPU affinity and two CPUs")
+def test_load_awareness_is_off_under_an_affinity_mask():
+    """With the process pinned to some CPUs, /proc/loadavg's runnable tasks may be on others:
+    the pool then never caps its threads from it, and uses the pinned CPUs' count."""
+    cpu = sorted(os.sched_getaffinity(0))[0]
+    code = ("from tessera_llvm import parallel; "
+            "print(parallel.is_load_aware(), parallel.get_num_threads(), "
+            "parallel.thread_count_source())")
+    env = {k: v for k, v in os.environ.items() if k != "TESSERA_NUM_THREADS"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120, preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[:2] == ["False", "1"]
+    assert "CPU affinity (1 of" in out.stdout

@@ -53,7 +53,8 @@ import platform
 import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import llvmlite.binding as llvm
 
@@ -105,7 +106,10 @@ class _Runtime:
         self.sit_outs = ctypes.CFUNCTYPE(ctypes.c_int64)(addr["tessera_pool_get_sit_outs"])
         self.awake_workers = ctypes.CFUNCTYPE(ctypes.c_int32)(addr["tessera_pool_awake_workers"])
         self.cores = affinity_cpus()
-        self.load_aware = os.environ.get("TESSERA_LOAD_AWARE", "1").strip() not in ("0", "")
+        # /proc/loadavg counts the runnable tasks of every CPU: they compete with this
+        # process's threads only when it may run on every CPU (no taskset, no cpuset)
+        self.load_aware = (os.environ.get("TESSERA_LOAD_AWARE", "1").strip() not in ("0", "")
+                           and self.cores >= (os.cpu_count() or 0))
         self.next_sample = 0
         #: Other runnable tasks in the last samples of adapt_to_load.
         self.others: list[int] = []
@@ -159,8 +163,23 @@ def set_num_threads(n: int) -> None:
     if n < 1:
         raise ValueError(f"number of threads must be at least 1, got {n}")
     rt = runtime()
-    rt.set["nthreads"](min(int(n), MAX_WORKERS + 1))
-    rt.thread_source = "set_num_threads"
+    n = min(int(n), MAX_WORKERS + 1)
+    if n != rt.get["nthreads"]():  # setting the count in use again keeps its source
+        rt.set["nthreads"](n)
+        rt.thread_source = f"set_num_threads({n})"
+
+
+@contextmanager
+def num_threads(n: int) -> Iterator[None]:
+    """``n`` threads inside the block; the count and its source are restored after it."""
+    rt = runtime()
+    saved = rt.get["nthreads"](), rt.thread_source
+    set_num_threads(n)
+    try:
+        yield
+    finally:
+        rt.set["nthreads"](saved[0])
+        rt.thread_source = saved[1]
 
 
 def get_num_threads() -> int:
@@ -230,9 +249,10 @@ def adapt_to_load() -> None:
     :func:`tessera.plugin.threads.threads_under_load` of the fewest other runnable tasks in the
     last :data:`LOAD_WINDOW` samples (``/proc/loadavg``'s runnable count less this thread and
     the pool's awake workers), sampled at most every 5 ms; cheap to call before every model
-    run (one clock read otherwise). ``TESSERA_LOAD_AWARE=0`` or :func:`set_load_aware`
-    turns it off."""
-    rt = runtime()
+    run (one clock read otherwise). Off where the process may not run on every CPU (the
+    runnable count would include other CPUs' tasks), where there is no ``/proc/loadavg``, and
+    with ``TESSERA_LOAD_AWARE=0`` or :func:`set_load_aware`."""
+    rt = _runtime or runtime()
     now = time.monotonic_ns()
     if now < rt.next_sample or not rt.load_aware:
         return
@@ -253,6 +273,11 @@ def set_load_aware(on: bool) -> None:
     rt.load_aware = bool(on)
     rt.set["cap"](0)
     rt.others = []
+
+
+def is_load_aware() -> bool:
+    """Whether :func:`adapt_to_load` caps the threads."""
+    return runtime().load_aware
 
 
 def load_cap() -> int:

@@ -170,13 +170,9 @@ def _measure(threads: int, mcpu: str | None) -> PeakResult:
     x = np.concatenate([np.full(lanes, 0.999, np.float32), np.full(lanes, 1e-3, np.float32)])
     per_iter = 2 * lanes * k
     single = _best_gflops(lib.get("fma_peak_1"), x, np.zeros(lanes, np.float32), per_iter)
-    previous = parallel.get_num_threads()
-    parallel.set_num_threads(threads)
-    try:
+    with parallel.num_threads(threads):
         multi = _best_gflops(lib.get("fma_peak_n"), x, np.zeros(threads * lanes, np.float32),
                              per_iter * threads)
-    finally:
-        parallel.set_num_threads(previous)
     info = cpu_info(mcpu)
     return PeakResult(gflops=multi, per_thread_gflops=single, threads=threads, lanes=lanes,
                       accumulators=k, cpu=info.name, flops_per_cycle=info.peak_flops_per_cycle)

@@ -474,29 +474,41 @@ class PoolIR:
         self.store(b, chunks, self.job_chunks, "monotonic")
         self.store(b, nslots, self.job_slots, "monotonic")
         self.store(b, ir.Constant(I32, 0), self.done, "monotonic")
+        # Participant p (the caller is 0) of the first min(parts, chunks) gets chunks
+        # [p * chunks / used, (p + 1) * chunks / used); the others get none and are not woken.
+        used = smin(parts, chunks)
         nth = self.alloca(fn, I64)
-        b.store(zero, nth)
+
+        def ranked(bb: ir.IRBuilder, t: ir.Value) -> ir.Value:
+            """Whether slot t gets chunks (counting participants in ``nth``)."""
+            p = bb.load(nth, typ=I64)
+            part = bb.or_(bb.icmp_signed("==", t, zero), takes_part(bb, t))
+            gets = bb.and_(part, bb.icmp_signed("<", p, used))
+            bb.store(bb.add(p, bb.zext(gets, I64)), nth)
+            return gets
 
         def fill(bb: ir.IRBuilder, t: ir.Value) -> None:
             p = bb.load(nth, typ=I64)
-            part = bb.or_(bb.icmp_signed("==", t, zero), takes_part(bb, t))
-            lo = bb.udiv(bb.mul(p, chunks), parts)
-            hi = bb.select(part, bb.udiv(bb.mul(bb.add(p, one), chunks), parts), lo)
+            gets = ranked(bb, t)
+            lo = bb.udiv(bb.mul(p, chunks), used)
+            hi = bb.select(gets, bb.udiv(bb.mul(bb.add(p, one), chunks), used), lo)
             self.store(bb, bb.or_(bb.shl(hi, ir.Constant(I64, 32)), lo),
                        self.slot(bb, t, "range"))
-            bb.store(bb.add(p, bb.zext(part, I64)), nth)
 
+        b.store(zero, nth)
         self.loop(fn, b, zero, nslots, fill)
 
         def wake(bb: ir.IRBuilder, t: ir.Value) -> None:
-            with bb.if_then(takes_part(bb, t)):
+            gets = ranked(bb, t)
+            with bb.if_then(bb.and_(gets, bb.icmp_signed(">", t, zero))):
                 word = self.slot(bb, t, "wake")
                 bb.atomic_rmw("add", word, ir.Constant(I32, 1), "seq_cst")
                 asleep = self.load(bb, self.slot(bb, t, "sleeping"), I32)
                 with bb.if_then(bb.icmp_unsigned("!=", asleep, ir.Constant(I32, 0))):
                     self.futex(bb, word, _FUTEX_WAKE_PRIVATE, ir.Constant(I32, 1))
 
-        self.loop(fn, b, one, nslots, wake)
+        b.store(zero, nth)
+        self.loop(fn, b, zero, nslots, wake)
 
         # The caller works too, then waits for the chunks other threads still run.
         own = b.zext(b.call(work, [zero]), I64)
