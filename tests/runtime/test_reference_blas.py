@@ -14,7 +14,10 @@ from tessera.backends.reference import blas
 
 
 def _blas_threads() -> list[int]:
-    return [lib["num_threads"] for lib in ThreadpoolController().select(user_api="blas").info()]
+    """The thread counts of numpy's own BLAS libraries (others, such as scipy's, may be
+    loaded later and are not the reference kernels' concern)."""
+    return [lib["num_threads"] for lib in ThreadpoolController().select(user_api="blas").info()
+            if "numpy" in lib["filepath"]]
 
 
 def _matmul_model() -> object:

@@ -7,9 +7,9 @@ two BLAS threads against 149 ms with one, with 100+ ms outliers on small models 
 machine was otherwise idle, and far worse beside CPU-bound neighbours. So while a reference
 region runs, numpy's BLAS is limited to ``TESSERA_REF_BLAS_THREADS`` threads (default 1; 0
 leaves numpy's own setting alone), through ``threadpoolctl`` (which finds and sets the BLAS
-libraries loaded in the process: OpenBLAS, MKL or BLIS). The limit is process-wide while any
-reference region runs (numpy in other threads of the process is limited meanwhile too) and
-restored when the last one ends.
+libraries loaded in the process when the first reference region runs, numpy's among them:
+OpenBLAS, MKL or BLIS). The limit is process-wide while any reference region runs (numpy in
+other threads of the process is limited meanwhile too) and restored when the last one ends.
 """
 
 from __future__ import annotations
