@@ -11,7 +11,26 @@ import math
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
+
+
+@dataclass
+class Workload:
+    """A model to benchmark with its inputs."""
+
+    key: str
+    label: str
+    model: Any  # onnx.ModelProto
+    inputs: dict[str, Any]
+
+    @property
+    def input_shapes(self) -> dict[str, list[int]]:
+        return {k: list(v.shape) for k, v in self.inputs.items()}
+
+    @property
+    def output_names(self) -> list[str]:
+        return [o.name for o in self.model.graph.output]
 
 
 def limit_threads(threads: int) -> None:

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from _common import cpu_name, limit_threads, ort_session
+from _common import Workload, cpu_name, limit_threads, ort_session
 
 MODELS = ("encoder", "vit", "squeezenet", "shufflenet")
 CONDITIONS = ("quiet", "busy", "full", "session", "quota")
@@ -57,14 +57,6 @@ FULL_P50_VS_QUIET = 2.0
 FULL_P50_VS_ORT = 1.1
 FULL_P99_VS_QUIET = 4.0
 ONE_OF_TWO_P50_VS_QUIET = 1.5
-
-
-@dataclass
-class Workload:
-    key: str
-    label: str
-    model: Any  # onnx.ModelProto
-    inputs: dict[str, Any]
 
 
 @dataclass

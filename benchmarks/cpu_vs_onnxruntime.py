@@ -35,7 +35,15 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from _common import cpu_name, geomean, limit_threads, max_abs_diff, ort_session, time_ms
+from _common import (
+    Workload,
+    cpu_name,
+    geomean,
+    limit_threads,
+    max_abs_diff,
+    ort_session,
+    time_ms,
+)
 from _roofline import print_roofline
 
 #: Benchmark key -> label in the table; light models are loaded as ``light_<key>``.
@@ -52,18 +60,6 @@ MODELS: dict[str, str] = {
 RESNET_MAX_RATIO = 1.0
 GEOMEAN_MAX_RATIO = 1.2
 RESNET_MAX_COMPILE_S = 20.0
-
-
-@dataclass
-class Workload:
-    """A model to benchmark with its inputs."""
-
-    key: str
-    label: str
-    model: Any  # onnx.ModelProto
-    inputs: dict[str, Any]
-    input_shapes: dict[str, list[int]]
-    output_names: list[str]
 
 
 @dataclass
@@ -160,8 +156,7 @@ def load_workload(key: str, seed: int) -> Workload:
 
         light = load_light_model(key, seed=seed)
         model, inputs, label = light.model, light.inputs, MODELS[key]
-    return Workload(key, label, model, inputs, {k: list(v.shape) for k, v in inputs.items()},
-                    [o.name for o in model.graph.output])
+    return Workload(key, label, model, inputs)
 
 
 def measure(work: Workload, args: argparse.Namespace) -> tuple[Result, Any]:

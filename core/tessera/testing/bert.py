@@ -86,6 +86,17 @@ class _GraphBuilder:
         self.initializers: list[onnx.TensorProto] = []
         self._count = 0
 
+    def model(self, name: str, inputs: list[onnx.ValueInfoProto],
+              outputs: list[onnx.ValueInfoProto], producer: str) -> onnx.ModelProto:
+        """The nodes and initializers as a checked opset-:data:`OPSET` model."""
+        graph = helper.make_graph(self.nodes, name, inputs=inputs, outputs=outputs,
+                                  initializer=self.initializers)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
+                                  producer_name=producer)
+        model.ir_version = 8
+        onnx.checker.check_model(model)
+        return model
+
     def fresh(self, prefix: str) -> str:
         self._count += 1
         return f"{prefix}_{self._count}"
@@ -220,18 +231,12 @@ def make_bert_encoder(config: BertConfig | None = None, seed: int = 0) -> onnx.M
     assert last.output[0] == x
     last.output[0] = "last_hidden_state"
 
-    graph = helper.make_graph(
-        g.nodes, f"bert_encoder_{cfg.layers}x{h}",
-        inputs=[helper.make_tensor_value_info("input_ids", TensorProto.INT64, [b, s]),
-                helper.make_tensor_value_info("attention_mask", TensorProto.INT64, [b, s])],
-        outputs=[helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT,
-                                               [b, s, h])],
-        initializer=g.initializers)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
-                              producer_name="tessera.testing.bert")
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    return model
+    return g.model(
+        f"bert_encoder_{cfg.layers}x{h}",
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [b, s]),
+         helper.make_tensor_value_info("attention_mask", TensorProto.INT64, [b, s])],
+        [helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT, [b, s, h])],
+        "tessera.testing.bert")
 
 
 def bert_inputs(config: BertConfig | None = None, seed: int = 0) -> dict[str, np.ndarray]:

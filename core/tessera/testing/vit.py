@@ -22,7 +22,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from tessera.testing.bert import OPSET, BertConfig, _attention, _gelu, _GraphBuilder
+from tessera.testing.bert import BertConfig, _attention, _gelu, _GraphBuilder
 
 
 @dataclass(frozen=True)
@@ -41,15 +41,15 @@ class ViTConfig:
     eps: float = 1e-12
 
     def __post_init__(self) -> None:
-        if self.image % self.patch:
-            raise ValueError(f"image {self.image} is not a multiple of patch {self.patch}")
-        if self.hidden % self.heads:
-            raise ValueError(f"hidden {self.hidden} is not a multiple of heads {self.heads}")
         for name in ("image", "patch", "channels", "hidden", "heads", "intermediate", "batch"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be positive")
         if self.layers < 0:
             raise ValueError("layers must be non-negative")
+        if self.image % self.patch:
+            raise ValueError(f"image {self.image} is not a multiple of patch {self.patch}")
+        if self.hidden % self.heads:
+            raise ValueError(f"hidden {self.hidden} is not a multiple of heads {self.heads}")
 
     @property
     def tokens(self) -> int:
@@ -99,18 +99,12 @@ def make_vit(config: ViTConfig | None = None, seed: int = 0) -> onnx.ModelProto:
     x = g.layer_norm(x, "layernorm", h, cfg.eps, "op")
     g.nodes[-1].output[0] = "last_hidden_state"
 
-    graph = helper.make_graph(
-        g.nodes, f"vit_{cfg.layers}x{h}_{cfg.image}px",
-        inputs=[helper.make_tensor_value_info("pixel_values", TensorProto.FLOAT,
-                                              [b, cfg.channels, cfg.image, cfg.image])],
-        outputs=[helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT,
-                                               [b, n, h])],
-        initializer=g.initializers)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
-                              producer_name="tessera.testing.vit")
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    return model
+    return g.model(
+        f"vit_{cfg.layers}x{h}_{cfg.image}px",
+        [helper.make_tensor_value_info("pixel_values", TensorProto.FLOAT,
+                                       [b, cfg.channels, cfg.image, cfg.image])],
+        [helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT, [b, n, h])],
+        "tessera.testing.vit")
 
 
 def vit_inputs(config: ViTConfig | None = None, seed: int = 0) -> dict[str, np.ndarray]:
