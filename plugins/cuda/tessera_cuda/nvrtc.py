@@ -66,11 +66,18 @@ def _check(result: tuple, what: str) -> tuple:
     return result[1:]
 
 
+def _out_buffer(size: int) -> bytearray:
+    """A writable buffer NVRTC fills. Never ``b" " * size``: for size 1 (an empty log is its
+    terminating NUL) that is CPython's cached one-byte ``b" "``, and NVRTC writing into it made
+    every later ``" ".encode()`` in the process return ``b"\\x00"``."""
+    return bytearray(size)
+
+
 def _log(nvrtc, prog) -> str:  # noqa: ANN001
     (size,) = _check(nvrtc.nvrtcGetProgramLogSize(prog), "log size")
-    buf = b" " * size
+    buf = _out_buffer(size)
     _check(nvrtc.nvrtcGetProgramLog(prog, buf), "log")
-    return buf.rstrip(b"\0 ").decode(errors="replace")
+    return bytes(buf).rstrip(b"\0 ").decode(errors="replace")
 
 
 def compile_cuda(source: str, arch: str = "sm_90", name: str = "tessera_kernels.cu",
@@ -95,14 +102,14 @@ def compile_cuda(source: str, arch: str = "sm_90", name: str = "tessera_kernels.
             raise CompileError(f"cuda: NVRTC could not compile the generated kernels for "
                                f"{arch} ({status}):\n{log[-6000:]}")
         (size,) = _check(nvrtc.nvrtcGetCUBINSize(prog), "cubin size")
-        cubin = b" " * size
+        cubin = _out_buffer(size)
         _check(nvrtc.nvrtcGetCUBIN(prog, cubin), "cubin")
         ptx = None
         if want_ptx:
             (psize,) = _check(nvrtc.nvrtcGetPTXSize(prog), "PTX size")
-            pbuf = b" " * psize
+            pbuf = _out_buffer(psize)
             _check(nvrtc.nvrtcGetPTX(prog, pbuf), "PTX")
-            ptx = pbuf.rstrip(b"\0").decode()
+            ptx = bytes(pbuf).rstrip(b"\0").decode()
         return NvrtcResult(arch, bytes(cubin), ptx, log)
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
