@@ -329,7 +329,12 @@ class PoolIR:
         b.position_at_end(finish)
         mine = b.load(count, typ=I32)
         with b.if_then(b.icmp_unsigned("!=", mine, ir.Constant(I32, 0))):
-            with b.if_then(b.icmp_unsigned("!=", own, ir.Constant(I64, 0))):
+            # Only while the caller sleeps (it waited past its spin budget) may this worker be
+            # a straggler, and only then is the clock read.
+            waited = self.load(b, self.caller_sleeping, I32, "monotonic")
+            late = b.and_(b.icmp_unsigned("!=", own, ir.Constant(I64, 0)),
+                          b.icmp_unsigned("!=", waited, ir.Constant(I32, 0)))
+            with b.if_then(late):
                 self.store(b, self.now_ns(b, fn), self.slot(b, own, "finished"), "monotonic")
             old = b.atomic_rmw("add", self.done, mine, "acq_rel")
             n = b.trunc(self.load(b, self.job_chunks, I64, "monotonic"), I32)
@@ -518,7 +523,11 @@ class PoolIR:
         def ready(bb: ir.IRBuilder) -> ir.Value:
             return bb.icmp_unsigned("==", self.load(bb, self.done, I32, "acquire"), n32)
 
+        slept = self.alloca(fn, I32)
+        b.store(ir.Constant(I32, 0), slept)
+
         def sleep(bb: ir.IRBuilder) -> None:
+            bb.store(ir.Constant(I32, 1), slept)
             self.store(bb, ir.Constant(I32, 1), self.caller_sleeping)
             left = self.load(bb, self.done, I32)
             with bb.if_then(bb.icmp_unsigned("!=", left, n32)):
@@ -533,20 +542,23 @@ class PoolIR:
         # loops for a while, doubling while it keeps straggling (a busy neighbour keeps
         # taking its core), so the others stop waiting for it; it comes back when that time
         # is over.
+        # (A straggler wait is longer than the spin budget: only a caller that slept checks.)
         floor = self.load(b, self.straggler_ns, I64, "monotonic")
-        per_chunk = b.sdiv(b.sub(t_own, t_publish), smax(own, one))
-        limit = smax(floor, b.mul(per_chunk, ir.Constant(I64, 3)))
-        t_done = self.now_ns(b, fn)
         check = b.and_(b.icmp_signed(">", floor, zero),
-                       b.icmp_signed(">", b.sub(t_done, t_own), limit))
+                       b.icmp_unsigned("!=", b.load(slept, typ=I32), ir.Constant(I32, 0)))
         with b.if_then(check):
+            per_chunk = b.sdiv(b.sub(t_own, t_publish), smax(own, one))
+            limit = smax(floor, b.mul(per_chunk, ir.Constant(I64, 3)))
+            t_done = self.now_ns(b, fn)
+
             def judge(bb: ir.IRBuilder, t: ir.Value) -> None:
                 finished = self.load(bb, self.slot(bb, t, "finished"), I64, "monotonic")
                 late = bb.icmp_signed(">", bb.sub(finished, t_own), limit)
                 with bb.if_then(bb.and_(takes_part(bb, t), late)):
                     self._sit_out(bb, t, t_done)
 
-            self.loop(fn, b, one, nslots, judge)
+            with b.if_then(b.icmp_signed(">", b.sub(t_done, t_own), limit)):
+                self.loop(fn, b, one, nslots, judge)
         self.store(b, ir.Constant(I32, 0), self.busy, "release")
         b.branch(ret)
 
