@@ -69,7 +69,7 @@ from tessera.plugin.threads import (
     threads_under_load,
 )
 from tessera_llvm import build
-from tessera_llvm.pool_ir import DEFAULT_SPIN_US, MAX_WORKERS, PoolIR
+from tessera_llvm.pool_ir import DEFAULT_SPIN_US, KNOB_TYPES, MAX_WORKERS, PoolIR
 
 
 class _Runtime:
@@ -132,9 +132,8 @@ class _Runtime:
 
 
 #: The pool's settable words and their C types.
-_KNOBS = {"nthreads": ctypes.c_int32, "spin_ns": ctypes.c_int64,
-          "chunks_per_thread": ctypes.c_int32, "straggler_ns": ctypes.c_int64,
-          "worker_delay_ns": ctypes.c_int64, "cap": ctypes.c_int32}
+_KNOBS = {name: ctypes.c_int32 if ty.width == 32 else ctypes.c_int64
+          for name, ty in KNOB_TYPES.items()}
 
 _runtime: _Runtime | None = None
 _runtime_lock = threading.Lock()

@@ -47,7 +47,7 @@ BODY_TY = ir.FunctionType(VOID, [I64, I64, PTR])
 #: ``void (i64, i64, ptr)*`` as a plain ``ptr``.
 BODY_PTR = BODY_TY.as_pointer()
 #: The settable words of the pool (``tessera_pool_set_<name>`` / ``_get_<name>``).
-_KNOB_TYPES = {"nthreads": I32, "spin_ns": I64, "chunks_per_thread": I32, "straggler_ns": I64,
+KNOB_TYPES = {"nthreads": I32, "spin_ns": I64, "chunks_per_thread": I32, "straggler_ns": I64,
                "worker_delay_ns": I64, "cap": I32}
 
 
@@ -586,7 +586,7 @@ class PoolIR:
         b.atomic_rmw("add", self.sit_outs, ir.Constant(I64, 1), "monotonic")
 
     def _accessors(self) -> None:
-        for name, ty in _KNOB_TYPES.items():
+        for name, ty in KNOB_TYPES.items():
             g = getattr(self, name)
             fn, b = self._function(f"tessera_pool_set_{name}", ir.FunctionType(VOID, [ty]),
                                    internal=False)
