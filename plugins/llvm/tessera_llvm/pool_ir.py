@@ -298,7 +298,6 @@ class PoolIR:
         own = fn.args[0]
         chunk = self.alloca(fn, I64)
         count = self.alloca(fn, I32)
-        victim = self.alloca(fn, I64)
         b.store(ir.Constant(I32, 0), count)
         run = fn.append_basic_block("run")
         own_loop = fn.append_basic_block("own")
@@ -307,19 +306,14 @@ class PoolIR:
         self._take(fn, b, own, True, run, chunk)
 
         # Steal: slots own+1, own+2, ... (mod slots), each from its back.
-        b.store(ir.Constant(I64, 1), victim)
-        steal_check = fn.append_basic_block("steal_check")
-        steal = fn.append_basic_block("steal")
-        finish = fn.append_basic_block("finish")
-        b.branch(steal_check)
-        b.position_at_end(steal_check)
-        i = b.load(victim, typ=I64)
         nslots = self.load(b, self.job_slots, I64, "monotonic")
-        b.cbranch(b.icmp_unsigned("<", i, nslots), steal, finish)
-        b.position_at_end(steal)
-        b.store(b.add(i, ir.Constant(I64, 1)), victim)
-        self._take(fn, b, b.urem(b.add(own, i), nslots), False, run, chunk)
-        b.branch(steal_check)
+        finish = fn.append_basic_block("finish")
+
+        def steal(bb: ir.IRBuilder, i: ir.Value) -> None:
+            self._take(fn, bb, bb.urem(bb.add(own, i), nslots), False, run, chunk)
+
+        self.loop(fn, b, ir.Constant(I64, 1), nslots, steal)
+        b.branch(finish)
 
         b.position_at_end(run)
         b.call(run_chunk, [b.load(chunk, typ=I64)])
