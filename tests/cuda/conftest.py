@@ -42,3 +42,26 @@ def _gpu_missing() -> str | None:
 
 
 needs_gpu = pytest.mark.skipif(_gpu_missing() is not None, reason=f"no GPU: {_gpu_missing()}")
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201 - yields a FakeDriver
+    """tessera-cuda on a fake driver (:mod:`cuda.fake_driver`): memory, streams, capture and
+    graphs modelled on the host, and the kernels of every region compiled in the block run as
+    host code (their CUDA C through ``cuda_host.h``)."""
+    from cuda.fake_driver import FakeDriver
+
+    from tessera_cuda import backend
+    from tessera_cuda.driver import use_driver
+
+    fake = FakeDriver()
+    real = backend.build_region
+
+    def build(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        built = real(*args, **kwargs)
+        fake.programs[bytes(built.cubin)] = built.lowered.source
+        return built
+
+    monkeypatch.setattr(backend, "build_region", build)
+    with use_driver(fake):
+        yield fake

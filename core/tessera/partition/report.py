@@ -15,6 +15,9 @@ class RegionInfo:
     ops: list[str]
     inputs: list[str]
     outputs: list[str]
+    #: How the compiled region's kernels run, where its backend says
+    #: (``CompiledRegion.info["execution"]``, e.g. "one CUDA graph (12 kernels)").
+    execution: str = ""
 
 
 @dataclass
@@ -60,6 +63,10 @@ class PartitionReport:
             lines.append("  ".join(c.ljust(w) for c, w in zip(row[:4], widths)) + "  " + row[4])
             if i == 0:
                 lines.append("-" * (sum(widths) + 8 + len(row[4]) + 10))
+        said = [r for r in self.regions if r.execution]
+        if said:
+            lines.append("execution:")
+            lines.extend(f"  {r.name}: {r.execution}" for r in said)
         totals = ", ".join(f"{b}: {n}" for b, n in sorted(self.backend_counts().items()))
         lines.append(f"{len(self.regions)} region(s); nodes per backend: {totals or 'none'}")
         if self.copies:

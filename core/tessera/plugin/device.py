@@ -5,11 +5,18 @@ planned offsets, and hands those views to kernels; it never reads a buffer itsel
 whose memory the host cannot address (a GPU) has buffers numpy cannot read, and the runtime
 only ever moves them through the methods below.
 
-**One stream.** A device may queue work (copies, kernels) and return before it is done, as
-long as it runs it in the order it was queued, as a CUDA stream does. The runtime calls
-:meth:`Device.synchronize` at the edges of a run (before outputs are read), not after every
-kernel; the memory plan reuses a buffer only after the last step that reads it was queued, so
-one in-order stream keeps every plan correct.
+**Streams.** A device may queue work (copies, kernels) and return before it is done, as long
+as it runs it in the order it was queued, as a CUDA stream does. A device with streams gives
+each execution state one of its own (:meth:`Device.create_stream`), so that concurrent runs of
+a module overlap on the device as they do on the host's cores; the runtime makes a state's
+stream current in the calling thread while it uses the state (:meth:`Device.use_stream`), and
+every queued call (copies, kernels a backend launches, events, :meth:`Device.synchronize`)
+goes to the calling thread's current stream, or to the device's default stream when none is
+current. The runtime calls :meth:`Device.synchronize` at the edges of a run (before outputs
+are read), not after every kernel; the memory plan reuses a buffer only after the last step
+that reads it was queued, so one in-order stream per state keeps every plan correct.
+Constants (:meth:`Device.from_host`) are shared by every state: their upload is complete when
+``from_host`` returns, so any stream may read them.
 
 **Sharing.** Backends that run on one device (``cuda`` and ``cudnn``) return the same
 :class:`Device` object from ``Backend.device_api()``, and a compiled module then has one arena
@@ -24,6 +31,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import numpy as np
@@ -115,9 +123,24 @@ class Device(ABC):
         self.synchronize()
         self.copy_from_host(dst, stage)
 
-    # -- stream and timing ------------------------------------------------------------------
+    # -- streams and timing -----------------------------------------------------------------
+    def create_stream(self) -> Any:
+        """A new in-order stream for one execution state's work, or None for a device that
+        has one queue (the default: synchronous devices, simulators). The runtime destroys it
+        with :meth:`destroy_stream` when the state is dropped."""
+        return None
+
+    def destroy_stream(self, stream: Any) -> None:  # noqa: B027 - nothing to release
+        """Wait for ``stream``'s work and release it (a stream from :meth:`create_stream`;
+        may be called from any thread, e.g. by the garbage collector)."""
+
+    def use_stream(self, stream: Any) -> AbstractContextManager[Any]:
+        """A context manager making ``stream`` the calling thread's current stream on this
+        device for its block (None: the default stream); blocks nest."""
+        return nullcontext()
+
     def synchronize(self) -> None:  # noqa: B027 - synchronous devices have nothing to wait for
-        """Wait until all queued work is done."""
+        """Wait until the work queued on the calling thread's current stream is done."""
 
     def record_event(self) -> Any:
         """A marker of this point in the stream, for :meth:`elapsed_ms`. Synchronous devices

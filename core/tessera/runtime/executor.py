@@ -2,10 +2,13 @@
 
 An :class:`Executor` owns the arenas of one run (one per device) and the kernel calls and
 sequences bound to them; the compiled regions' constants are shared. It is used by one thread
-at a time: ``Module`` gives each concurrent call its own (:mod:`tessera.runtime.states`).
+at a time: ``Module`` gives each concurrent call its own (:mod:`tessera.runtime.states`). On a
+device with streams (``Device.create_stream``) a state has a stream of its own, current in the
+calling thread while the state binds, runs, takes inputs and gives outputs, so concurrent runs
+overlap on the device too.
 Kernels of regions that are not thread safe (``CompiledRegion.thread_safe``) run under their
 region's lock, which every state of a module shares. Its arenas go back to their devices
-(``Device.free``) when it is closed or garbage-collected.
+(``Device.free``) and its streams are destroyed when it is closed or garbage-collected.
 
 The executor never reads a buffer itself. A copy between devices is one call into the device
 that is not the host's (``copy_from_host`` into it, or ``copy_to_host`` out of it straight into
@@ -20,6 +23,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 from typing import Any
 
 import numpy as np
@@ -54,11 +58,17 @@ def _copy_fn(src: Device, dst: Device, info: TensorInfo) -> Callable[[list[Any],
     return staged
 
 
-def _free_arenas(devices: dict[str, Device], arenas: dict[str, Any]) -> None:
+def _release(devices: dict[str, Device], arenas: dict[str, Any], streams: dict[str, Any]) -> None:
+    """Wait for a state's work, free its arenas and destroy its streams."""
     for dev, arena in arenas.items():
-        devices[dev].synchronize()
-        devices[dev].free(arena)
+        device = devices[dev]
+        with device.use_stream(streams.get(dev)):
+            device.synchronize()
+        device.free(arena)
     arenas.clear()
+    for dev, stream in streams.items():
+        devices[dev].destroy_stream(stream)
+    streams.clear()
 
 
 def _nothing(ins: list[Any], outs: list[Any]) -> None:
@@ -97,9 +107,15 @@ class Executor:
         self.plan = plan
         self.devices = devices
         self.arenas: dict[str, Any] = {}
-        self._finalizer = weakref.finalize(self, _free_arenas, devices, self.arenas)
+        #: The state's own stream per device that has streams (``Device.create_stream``).
+        self.streams: dict[str, Any] = {}
+        self._finalizer = weakref.finalize(self, _release, devices, self.arenas, self.streams)
         for dev, dp in memory.devices.items():
             self.arenas[dev] = devices[dev].allocate(dp.total_bytes)
+        for dev, device in devices.items():
+            stream = device.create_stream()
+            if stream is not None:
+                self.streams[dev] = stream
         self.buffers: dict[str, Any] = {}
         for name, info in plan.tensors.items():
             dev, offset = memory.offset(name)
@@ -118,7 +134,20 @@ class Executor:
                 fn = _locked_kernel(fn, plan.locks[step.region])
             self.calls.append((step, fn, [self.buffers[n] for n in step.inputs],
                                [self.buffers[n] for n in step.outputs]))
-        self.runs = self._bind_runs()
+        with self.on_streams():
+            self.runs = self._bind_runs()
+
+    def on_streams(self) -> AbstractContextManager[Any]:
+        """A context manager making this state's streams current in the calling thread."""
+        if not self.streams:
+            return nullcontext()
+        if len(self.streams) == 1:
+            (dev, stream), = self.streams.items()
+            return self.devices[dev].use_stream(stream)
+        stack = ExitStack()
+        for dev, stream in self.streams.items():
+            stack.enter_context(self.devices[dev].use_stream(stream))
+        return stack
 
     def _bind_runs(self) -> list[_Run]:
         """Per step, or per run of consecutive steps of one sequence-bound region: the step
@@ -155,7 +184,12 @@ class Executor:
 
     def set_input(self, name: str, array: np.ndarray) -> None:
         info = self.plan.tensors[name]
-        self.devices[info.device].copy_from_host(self.buffers[name], array)
+        device = self.devices[info.device]
+        if device.host_memory:
+            device.copy_from_host(self.buffers[name], array)
+            return
+        with self.on_streams():
+            device.copy_from_host(self.buffers[name], array)
 
     @staticmethod
     def _call(step: Step, fn: Callable[[list[Any], list[Any]], None], ins: list[Any],
@@ -180,6 +214,13 @@ class Executor:
                 step.region, PluginRunError)
 
     def run(self) -> None:
+        if self.streams:
+            with self.on_streams():
+                self._run()
+        else:
+            self._run()
+
+    def _run(self) -> None:
         for step, fn, ins, outs, bound in self.runs:
             if bound is None:
                 self._call(step, fn, ins, outs)
@@ -201,6 +242,8 @@ class Executor:
         self.synchronize()
 
     def synchronize(self) -> None:
+        """Wait for this state's work on every device (its streams are current in the
+        calling thread)."""
         for dev in self.devices.values():
             dev.synchronize()
 
@@ -222,6 +265,10 @@ class Executor:
         """Run once, step by step, timing each step (milliseconds) with its device's own
         markers (``Device.record_event``: events on a device with a stream, the host clock
         on a synchronous one); the devices are synchronized once, at the end."""
+        with self.on_streams():
+            return self._run_timed()
+
+    def _run_timed(self) -> list[float]:
         marks: list[tuple[Device, Any, Any]] = []
         for step, fn, ins, outs in self.calls:
             device = self._device_of(step)
@@ -243,6 +290,11 @@ class Executor:
         if out is None:
             out = np.empty(info.type.shape, dtype=info.type.dtype.numpy)
         device = self.devices[info.device]
-        device.copy_to_host(self.buffers[name], out)
-        device.synchronize()
+        if device.host_memory:
+            device.copy_to_host(self.buffers[name], out)
+            device.synchronize()
+            return out
+        with self.on_streams():
+            device.copy_to_host(self.buffers[name], out)
+            device.synchronize()
         return out

@@ -269,7 +269,9 @@ class Module:
                 agg = counters.setdefault(cr.backend, {})
                 for k, v in c.items():
                     agg[k] = agg.get(k, 0) + v
-        return Profile(kernels, total_ms, counters)
+        execution = {name: str(cr.info["execution"]) for name, cr in self.compiled.items()
+                     if cr.info.get("execution")}
+        return Profile(kernels, total_ms, counters, execution)
 
     # -- reports --------------------------------------------------------------------------------
     def memory_report(self) -> MemoryReport:
@@ -279,6 +281,12 @@ class Module:
         return MemoryReport(rows)
 
     def partition_report(self) -> PartitionReport:
+        """The partition, with how each compiled region's kernels run where its backend says
+        (``info["execution"]``: filled in when the first execution state is bound)."""
+        for r in self.report.regions:
+            cr = self.compiled.get(r.name)
+            if cr is not None and cr.info.get("execution"):
+                r.execution = str(cr.info["execution"])
         return self.report
 
     # -- artifacts ------------------------------------------------------------------------------

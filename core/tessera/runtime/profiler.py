@@ -59,6 +59,9 @@ class Profile:
     kernels: list[KernelProfile]
     total_ms: float
     counters: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: Region -> how its kernels run in ``Module.run`` (``CompiledRegion.info["execution"]``);
+    #: a profile itself times them one by one.
+    execution: dict[str, str] = field(default_factory=dict)
 
     def by_backend(self) -> dict[str, float]:
         out: dict[str, float] = defaultdict(float)
@@ -93,6 +96,10 @@ class Profile:
             lines.append(f"counters ({backend}):")
             for key, value in counters.items():
                 lines.append(f"  {key:<28} {value:,.0f}")
+        if self.execution:
+            lines.append("execution in runs (the profile times kernels one by one):")
+            for region, how in self.execution.items():
+                lines.append(f"  {region}: {how}")
         lines.append(f"total {self.total_ms:.3f} ms")
         return "\n".join(lines)
 

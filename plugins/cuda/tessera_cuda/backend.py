@@ -6,7 +6,8 @@ GPU schedules, the cuda TIR pipeline, CUDA C), compiles the translation unit wit
 cubin for the target architecture (:mod:`.nvrtc`), loads it into the device's context and
 returns one Kernel per fused group, launching its kernels on the device's stream
 (:mod:`.driver`). A region's kernels are bound as one CUDA graph per execution state
-(``bind_sequence``): one launch per region and run instead of one per kernel.
+(``bind_sequence``): one launch per region and run instead of one per kernel; the region's
+``info["cuda_graph"]`` says whether it does (True) or why not.
 
 Target options: ``-arch=sm_90`` (the GPU architecture cubin is built for; default: the GPU's
 own, sm_90 without one), ``-max_threads_per_block=N`` (default 1024; schedules never use more),
@@ -188,7 +189,8 @@ def _make_kernel(module: LoadedModule, entry: dict[str, Any]) -> tuple[Kernel, G
     group = GroupLaunches(
         [(module.functions[x["kernel"]], tuple(x["grid"]), tuple(x["block"]), x["params"],
           x["kernel"]) for x in entry["launches"]],
-        len(entry["inputs"]) + len(entry["outputs"]), bool(entry.get("workspace")))
+        len(entry["inputs"]) + len(entry["outputs"]), bool(entry.get("workspace")),
+        owner=module)
 
     def run(ins: list[Any], outs: list[Any]) -> None:
         for (function, grid, block, _p, name), args in zip(group.launches,
@@ -335,9 +337,9 @@ class CUDABackend(Backend):
         on_device = {k: device.from_host(v) for k, v in constants.items()}
         handle = CUDAHandle(source, cubin, arch, table, constants, module)
         info: dict[str, Any] = {"kernels": len(table), "device": device.key}
+        binder = make_graph_binder(device, [g for _, g in made], region.name, info)
         return CompiledRegion(self.name, region, kernels, tensors, on_device, info,
-                              bind_sequence=make_graph_binder(device, [g for _, g in made]),
-                              handle=handle)
+                              bind_sequence=binder, handle=handle)
 
     # -- artifacts ------------------------------------------------------------------------
     def save(self, compiled: CompiledRegion) -> dict[str, bytes]:

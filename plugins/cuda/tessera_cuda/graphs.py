@@ -2,32 +2,54 @@
 
 The runtime binds a region's kernels once per execution state, with that state's buffers, and
 then calls the bound sequence every run. Here the launches are captured into a CUDA graph on a
-private stream (capturing launches nothing, and other threads' work on the device's stream is
-never captured) and instantiated; a run is then one ``cuGraphLaunch`` on the device's stream
-instead of one launch per kernel. Kernels the runtime elides (a concatenation placed in place)
-are left out. Where capture fails (an old driver), the kernels are launched one by one.
+private stream (capturing launches nothing, and other threads' work is never captured) and
+instantiated; a run is then one ``cuGraphLaunch`` on the calling thread's current stream (the
+state's own) instead of one launch per kernel. Kernels the runtime elides (a concatenation
+placed in place) are left out.
+
+Every handle has an owner: the capture stream and the graph live only while the executable is
+made (the executable is a snapshot of the graph), and the executable is destroyed when the
+bound sequence is dropped (its execution state is). A capture is always ended, also when a
+launch fails inside it, so the thread never stays in capture mode. Where capture or
+instantiation fails, the kernels are launched one by one, with a warning naming the cause; the
+region's ``info["cuda_graph"]`` is True when its kernels run as a graph, else why not, and
+``info["execution"]`` says the same for reports. ``TESSERA_CUDA_GRAPHS=0`` turns graphs off.
 """
 
 from __future__ import annotations
 
+import os
+import warnings
+import weakref
 from collections.abc import Callable
 from typing import Any
 
-from .driver import CUDADevice, LaunchArgs, _check, _cu, launch
+from .driver import CUDADevice, LaunchArgs, _check, launch
 
-__all__ = ["GroupLaunches", "make_graph_binder"]
+__all__ = ["GroupLaunches", "graphs_enabled", "make_graph_binder"]
 
 #: One device kernel launch: (function, grid, block, parameter references, name).
 Launch = tuple[Any, tuple[int, ...], tuple[int, ...], list[Any], str]
 
 
-class GroupLaunches:
-    """The device kernels of one fused group and their parameter arrays per buffer list."""
+def graphs_enabled() -> str | None:
+    """None when regions may run as CUDA graphs, else why not (``TESSERA_CUDA_GRAPHS=0``)."""
+    value = os.environ.get("TESSERA_CUDA_GRAPHS", "1").strip().lower()
+    if value in ("0", "false", "off", "no"):
+        return f"turned off by TESSERA_CUDA_GRAPHS={value}"
+    return None
 
-    def __init__(self, launches: list[Launch], n_args: int, has_workspace: bool) -> None:
+
+class GroupLaunches:
+    """The device kernels of one fused group and their parameter arrays per buffer list.
+    ``owner`` is what must outlive the launches (the loaded module of their functions)."""
+
+    def __init__(self, launches: list[Launch], n_args: int, has_workspace: bool,
+                 owner: Any = None) -> None:
         self.launches = launches
         self.n_args = n_args
         self.has_workspace = has_workspace
+        self.owner = owner
         self._cache: dict[tuple[int, ...], list[LaunchArgs]] = {}
 
     def bind(self, ins: list[Any], outs: list[Any]) -> list[LaunchArgs]:
@@ -49,43 +71,104 @@ class GroupLaunches:
         return hit
 
 
-def make_graph_binder(device: CUDADevice, groups: list[GroupLaunches]) -> Callable[..., Any]:
-    """The ``bind_sequence`` of a region whose kernels are ``groups``, in order."""
-    def bind(calls: list[tuple[list[Any], list[Any]] | None]) -> Callable[[], None]:
-        plan = []
-        for group, call in zip(groups, calls):
-            if call is None:
-                continue
-            ins, outs = call
-            plan.extend(zip(group.launches, group.bind(ins, outs)))
+#: A bound launch: the launch and its parameter array.
+Planned = tuple[Launch, LaunchArgs]
 
-        def direct() -> None:
-            for (function, grid, block, _p, name), a in plan:
-                launch(device, function, grid, block, a, name)
 
-        cu = _cu()
-        device.context()
+def capture(device: CUDADevice, plan: list[Planned]) -> Any:
+    """The executable CUDA graph of ``plan``'s launches (captured on a private stream). The
+    capture is ended and the stream and graph destroyed whatever happens; on failure the
+    error names the step that failed."""
+    cu = device.cu
+    device.context()
+    stream = _check(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING.value),
+                    "cuStreamCreate (capture)")
+    graph = None
+    try:
+        mode = cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+        _check(cu.cuStreamBeginCapture(stream, mode), "cuStreamBeginCapture")
         try:
-            stream = _check(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING.value),
-                            "cuStreamCreate")
-            mode = cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
-            _check(cu.cuStreamBeginCapture(stream, mode), "cuStreamBeginCapture")
             for (function, grid, block, _p, name), a in plan:
                 if 0 in grid or 0 in block:
                     continue
                 _check(cu.cuLaunchKernel(function, *grid, *block, 0, stream, a.address, 0),
                        f"capture of kernel {name}")
-            graph = _check(cu.cuStreamEndCapture(stream), "cuStreamEndCapture")
-            executable = _check(cu.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
-            cu.cuStreamDestroy(stream)
-        except Exception:  # noqa: BLE001 - fall back to plain launches
-            return direct
+        finally:
+            ended = cu.cuStreamEndCapture(stream)  # always: the thread leaves capture mode
+            if int(ended[0]) == 0 and ended[1] is not None:
+                graph = ended[1]
+        _check(ended, "cuStreamEndCapture")
+        return _check(cu.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+    finally:
+        if graph is not None:
+            cu.cuGraphDestroy(graph)  # the executable does not need it
+        cu.cuStreamDestroy(stream)
 
-        def run() -> None:
-            device.context()
-            _check(cu.cuGraphLaunch(executable, device.stream), "cuGraphLaunch")
 
-        run.keep = (plan, graph)  # type: ignore[attr-defined] - alive as long as the call
-        return run
+def _destroy_exec(device: CUDADevice, executable: Any) -> None:
+    try:
+        device.context()
+        device.cu.cuGraphExecDestroy(executable)
+    except Exception:  # noqa: BLE001 - at exit the context may be gone
+        pass
+
+
+class GraphRun:
+    """A bound sequence run as one executable graph, destroyed with this object."""
+
+    def __init__(self, device: CUDADevice, executable: Any, plan: list[Planned]) -> None:
+        self.device = device
+        self.executable = executable
+        self.plan = plan  # the functions' modules and parameter arrays stay alive
+        self._finalizer = weakref.finalize(self, _destroy_exec, device, executable)
+
+    def __call__(self) -> None:
+        _check(self.device.cu.cuGraphLaunch(self.executable, self.device.stream),
+               "cuGraphLaunch")
+
+    def destroy(self) -> None:
+        self._finalizer()
+
+
+class DirectRun:
+    """A bound sequence launched kernel by kernel."""
+
+    def __init__(self, device: CUDADevice, plan: list[Planned]) -> None:
+        self.device = device
+        self.plan = plan
+
+    def __call__(self) -> None:
+        for (function, grid, block, _p, name), a in self.plan:
+            launch(self.device, function, grid, block, a, name)
+
+
+def make_graph_binder(device: CUDADevice, groups: list[GroupLaunches], region: str = "",
+                      info: dict[str, Any] | None = None) -> Callable[..., Any]:
+    """The ``bind_sequence`` of region ``region`` whose kernels are ``groups``, in order; it
+    records in ``info`` whether the region runs as a graph."""
+    info = info if info is not None else {}
+
+    def bind(calls: list[tuple[list[Any], list[Any]] | None]) -> Callable[[], None]:
+        plan: list[Planned] = []
+        for group, call in zip(groups, calls):
+            if call is None:
+                continue
+            ins, outs = call
+            plan.extend(zip(group.launches, group.bind(ins, outs)))
+        why = graphs_enabled()
+        if why is None:
+            try:
+                run = GraphRun(device, capture(device, plan), plan)
+            except Exception as err:  # noqa: BLE001 - fall back to plain launches, said
+                why = f"capture failed: {err}"
+                warnings.warn(f"cuda region {region}: its kernels run one by one, not as a CUDA "
+                              f"graph ({why})", RuntimeWarning, stacklevel=2)
+            else:
+                info["cuda_graph"] = True
+                info["execution"] = f"one CUDA graph ({len(plan)} kernels)"
+                return run
+        info["cuda_graph"] = why
+        info["execution"] = f"{len(plan)} kernel launches ({why})"
+        return DirectRun(device, plan)
 
     return bind
