@@ -42,7 +42,7 @@ from . import cublaslt_api as lt
 from . import cudnn_api as dnn
 from . import libs
 from .common import Plan, tf32, workspace_limit
-from .conv import ConvCall, ConvDescriptors, ConvPlan, conv_unsupported, plan_conv
+from .conv import ConvCall, ConvDescriptors, ConvPlan, conv_unsupported, plan_conv, unchecked_fused
 from .conv import add_unsupported as conv_add_unsupported
 from .conv import choose_algorithm as choose_conv
 from .conv import patterns as conv_patterns
@@ -191,7 +191,7 @@ class LibraryBackend(Backend):
         on_device = {k: device.from_host(v) for k, v in constants.items()}
         kernels = []
         for p, d in zip(plans, descriptors):
-            if stale or getattr(p, "algo", "n/a") is None:
+            if stale or getattr(p, "algo", "n/a") is None or unchecked_fused(p):
                 self._choose(p, d, device, on_device)
             kernels.append(self._kernel(p, self._call(p, d, device)))
         info["algorithms"] = {p.name: p.algo_source for p in plans if hasattr(p, "algo")}

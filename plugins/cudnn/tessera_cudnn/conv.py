@@ -9,12 +9,16 @@ without activation: ``cudnnConvolutionForward`` then ``cudnnAddTensor``).
 The algorithm is chosen by measurement (``cudnnFindConvolutionForwardAlgorithmEx``) where the
 GPU is, within the workspace budget; compiled without a GPU, the plan keeps the budget as its
 workspace and the algorithm is measured when the module is loaded on the GPU. Either way the
-choice is stored in the artifact.
+choice is stored in the artifact. The search measures the plain convolution; for a plan run by
+the fused call, the measured algorithms are then tried with that call (fastest first) and the
+first it accepts is kept, else IMPLICIT_PRECOMP_GEMM (see :func:`choose_algorithm`).
 """
 
 from __future__ import annotations
 
 import ctypes
+import threading
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -207,36 +211,186 @@ class ConvDescriptors:
                                       f"{plan.y_shape}")
 
 
+#: cuDNN 9 statuses are a category plus a specific error (``cudnn_graph.h``): 2000-2999
+#: BAD_PARAM and its variants, 3000-3999 NOT_SUPPORTED and its variants (CUDNN_STATUS_NOT_SUPPORTED
+#: is 3000 in cuDNN 9; 9 was cuDNN 8's number)
+STATUS_BAD_PARAM, STATUS_NOT_SUPPORTED = 2000, 3000
+FUSED = "cudnnConvolutionBiasActivationForward"
+
+
+def refuses(status: int) -> bool:
+    """Whether a cuDNN status says the call does not run this configuration (the NOT_SUPPORTED
+    or BAD_PARAM category; the legacy fused call answers an algorithm it does not implement
+    with one of them), rather than that the library or the GPU failed."""
+    return status // 1000 * 1000 in (STATUS_BAD_PARAM, STATUS_NOT_SUPPORTED)
+
+
+def _nbytes(dims: list[int]) -> int:
+    return int(np.prod(dims)) * 4
+
+
+class ZeroBuffer:
+    """A read-only device buffer of ``nbytes`` zero bytes (the ``z`` of a fused convolution
+    without a residual, which then adds ``0 * z``: ``z`` must hold numbers, never the
+    uninitialised output)."""
+
+    __slots__ = ("buffer", "nbytes", "__weakref__")
+
+    def __init__(self, buffer: Any, nbytes: int) -> None:
+        self.buffer, self.nbytes = buffer, nbytes
+
+    @property
+    def ptr(self) -> int:
+        return pointer(self.buffer)
+
+
+_zeros_lock = threading.Lock()
+_zeros: weakref.WeakKeyDictionary[Any, weakref.ref[ZeroBuffer]] = weakref.WeakKeyDictionary()
+
+
+def zeros_for(device: Any, nbytes: int) -> ZeroBuffer:
+    """The device's shared buffer of zeros, at least ``nbytes`` long.
+
+    One buffer per device, shared by every plan, call and execution state that needs one; it
+    is uploaded once with ``device.from_host`` (complete when that returns, so any stream may
+    read it) when a plan is bound, never per run, and nothing writes it. A need larger than
+    the current buffer uploads a new one of at least twice its size; calls keep the buffer
+    they were given, and a buffer is freed when no call holds it (the table holds it weakly).
+    Memory: normally one buffer of the largest such output (rounded up to 256 bytes, at most
+    twice it after growth); while calls bound to smaller, older buffers live, those too --
+    the sizes at least double, so in all less than four times the largest output.
+    """
+    with _zeros_lock:
+        ref = _zeros.get(device)
+        current = ref() if ref is not None else None
+        if current is not None and current.nbytes >= nbytes:
+            return current
+        size = align(max(int(nbytes), 2 * current.nbytes if current is not None else 0, 4))
+        zeros = ZeroBuffer(device.from_host(np.zeros(size // 4, np.float32)), size)
+        _zeros[device] = weakref.ref(zeros)
+        return zeros
+
+
+def _fused_args(ptr: Any, plan: ConvPlan, d: ConvDescriptors, algo: int,
+                scalars: tuple[Any, Any], x: int, w: int, ws: int, ws_bytes: int, z: int, b: int,
+                y: int) -> tuple[Any, ...]:
+    """The arguments of ``cudnnConvolutionBiasActivationForward`` for ``plan`` (alpha2 is 1
+    with a residual ``z``, else 0 and ``z`` a zero buffer): one list for the call and for the
+    validation of its algorithm."""
+    one, zero = scalars
+    return (ptr, one, d.x.ptr, dnn.VP(x), d.w.ptr, dnn.VP(w), d.conv.ptr, int(algo),
+            dnn.VP(ws or None), ws_bytes, one if plan.residual else zero, d.y.ptr, dnn.VP(z),
+            d.bias.ptr, dnn.VP(b), d.act.ptr, d.y.ptr, dnn.VP(y))
+
+
+def unchecked_fused(plan: Any) -> bool:
+    """Whether ``plan`` is a fused convolution whose algorithm was chosen without validating
+    it for the fused call (an artifact saved before that check): it is measured again."""
+    return isinstance(plan, ConvPlan) and plan.activation == "relu" and \
+        plan.algo is not None and "validated" not in plan.algo_source and \
+        "fallback" not in plan.algo_source
+
+
 def choose_algorithm(plan: ConvPlan, d: ConvDescriptors, device: Any, weights: Any) -> None:
     """Measure cuDNN's algorithms for ``plan`` on ``device`` within the plan's workspace and
-    keep the fastest that succeeds."""
+    keep the fastest that succeeds.
+
+    The search times the plain convolution (``cudnnConvolutionForward``). A plan run by the
+    fused call (ReLU) keeps the fastest measured algorithm that the fused call itself accepts
+    on these scratch buffers (:func:`_validate_fused`)."""
     handle = dnn.Handle.of(device)
     limit = plan.workspace - plan.prepad_bytes
-    x = device.allocate(int(np.prod(plan.padded_shape)) * 4)
-    y = device.allocate(int(np.prod(plan.y_shape)) * 4)
+    fused = plan.activation == "relu"
+    x = device.allocate(_nbytes(plan.padded_shape))
+    y = device.allocate(_nbytes(plan.y_shape))
     ws = device.allocate(max(limit, 1))
     try:
         perf = (dnn.FwdAlgoPerf * len(dnn.FWD_ALGOS))()
         count = ctypes.c_int(0)
-        with handle.lock:
-            dnn.call("cudnnFindConvolutionForwardAlgorithmEx", handle.ptr, d.x.ptr,
+        with handle.on(device.stream) as ptr:
+            dnn.call("cudnnFindConvolutionForwardAlgorithmEx", ptr, d.x.ptr,
                      dnn.VP(x.ptr), d.w.ptr, dnn.VP(pointer(weights)), d.conv.ptr, d.y.ptr,
                      dnn.VP(y.ptr), len(perf), ctypes.byref(count), perf, dnn.VP(ws.ptr), limit,
                      what=f"algorithm search for {plan.name}")
         usable = [p for p in perf[:count.value] if p.status == 0 and p.memory <= limit]
+        if fused:
+            _validate_fused(plan, d, device, handle, usable, x.ptr, pointer(weights), y.ptr,
+                            ws.ptr, limit)
+            return
         if not usable:
             raise RunError(f"cudnn: no convolution algorithm for {plan.name} fits the "
                            f"{limit}-byte workspace (raise -workspace_mb)")
         plan.algo = int(usable[0].algo)
         plan.algo_source = f"measured {usable[0].time:.3f} ms on {device.key}"
     finally:
-        for arena in (x, y, ws):
-            device.free(arena)
+        try:
+            if fused:  # the validation calls queued work on these buffers
+                device.synchronize()
+        finally:
+            for arena in (x, y, ws):
+                device.free(arena)
+
+
+def _algo_name(algo: int) -> str:
+    return dnn.FWD_ALGOS[algo] if 0 <= algo < len(dnn.FWD_ALGOS) else str(algo)
+
+
+def _validate_fused(plan: ConvPlan, d: ConvDescriptors, device: Any, handle: Any,
+                    measured: list[Any], x: int, w: int, y: int, ws: int, limit: int) -> None:
+    """Set ``plan.algo`` to the first of the ``measured`` algorithms (fastest first) that
+    ``cudnnConvolutionBiasActivationForward`` runs, made once as the plan's call makes it on
+    the search's scratch buffers (``z`` and the bias read the device's zero buffer); when it
+    refuses them all, IMPLICIT_PRECOMP_GEMM (the algorithm cuDNN documents for the fused call),
+    which must fit the workspace budget. A failure that is not a refusal is raised."""
+    zeros = zeros_for(device, _nbytes(plan.y_shape))  # y's size: enough for the bias too
+    scalars = tuple(ctypes.byref(v) for v in dnn.floats(1.0, 0.0))
+    refused: dict[int, str] = {}
+
+    def accepts(algo: int) -> bool:
+        with handle.on(device.stream) as ptr:
+            status = int(dnn.fn(FUSED)(*_fused_args(ptr, plan, d, algo, scalars, x, w, ws,
+                                                    limit, zeros.ptr, zeros.ptr, y)))
+        if status == dnn.STATUS_SUCCESS:
+            return True
+        text = f"{_algo_name(algo)}: {dnn.error_string(status)} ({status})"
+        if not refuses(status):
+            raise RunError(f"cudnn: fused convolution {plan.name} with algorithm {text}")
+        refused[algo] = text
+        return False
+
+    for p in measured:
+        if int(p.algo) not in refused and accepts(int(p.algo)):
+            plan.algo = int(p.algo)
+            plan.algo_source = f"measured {p.time:.3f} ms on {device.key}, validated for the " \
+                               f"fused call"
+            return
+    tried = "; ".join(refused.values()) or "none fits the workspace"
+    algo = dnn.IMPLICIT_PRECOMP_GEMM
+    need = ctypes.c_size_t(0)
+    with handle.on(device.stream) as ptr:
+        dnn.call("cudnnGetConvolutionForwardWorkspaceSize", ptr, d.x.ptr, d.w.ptr, d.conv.ptr,
+                 d.y.ptr, algo, ctypes.byref(need),
+                 what=f"workspace size of IMPLICIT_PRECOMP_GEMM for {plan.name}")
+    if need.value > limit:
+        mb = -(-need.value // (1 << 20))  # the budget excludes the pre-padding
+        raise RunError(f"cudnn: fused convolution {plan.name}: the fused call refused the "
+                       f"measured algorithms ({tried}) and IMPLICIT_PRECOMP_GEMM needs "
+                       f"{need.value} bytes of workspace, more than the {limit}-byte budget: "
+                       f"raise -workspace_mb (to at least {mb})")
+    if algo not in refused and accepts(algo):
+        plan.algo = algo
+        plan.algo_source = f"IMPLICIT_PRECOMP_GEMM: fallback, the fused call refused the " \
+                           f"measured algorithms ({tried}); workspace {need.value} bytes, on " \
+                           f"{device.key}"
+        return
+    raise RunError(f"cudnn: the fused call (convolution, bias, ReLU) refuses every algorithm "
+                   f"for {plan.name}: {'; '.join(refused.values())}")
 
 
 class ConvCall:
     """The kernel function of a bound plan: ``(ins, outs)`` with ins = [x, w, b, (z)] and outs
-    = [y, (workspace)]."""
+    = [y, (workspace)]. A fused plan without a residual reads the device's zero buffer as
+    ``z`` (:func:`zeros_for`, taken here, when the plan is bound)."""
 
     def __init__(self, plan: ConvPlan, d: ConvDescriptors, device: Any) -> None:
         if plan.algo is None:
@@ -244,9 +398,11 @@ class ConvCall:
         self.plan, self.d, self.device = plan, d, device
         self.handle = dnn.Handle.of(device)
         self.one, self.zero = dnn.floats(1.0, 0.0)
+        self.zeros = zeros_for(device, _nbytes(plan.y_shape)) \
+            if plan.activation == "relu" and not plan.residual else None
 
     def _prepad(self, x: int, ws: int) -> None:
-        from cuda.bindings import driver as cu
+        cu = self.device.cu  # the driver API of tessera-cuda's device
 
         n, c, h, w = self.plan.x_shape
         _, _, hp, wp = self.plan.padded_shape
@@ -276,21 +432,20 @@ class ConvCall:
         ws_bytes = plan.workspace - plan.prepad_bytes
         h = self.handle
         one, zero = ctypes.byref(self.one), ctypes.byref(self.zero)
-        with h.lock:
+        with h.on(self.device.stream) as ptr:
             if plan.activation == "relu":
-                dnn.call("cudnnConvolutionBiasActivationForward", h.ptr, one, d.x.ptr,
-                         dnn.VP(x), d.w.ptr, dnn.VP(w), d.conv.ptr, plan.algo, dnn.VP(ws or None),
-                         ws_bytes, one if z is not None else zero, d.y.ptr,
-                         dnn.VP(z if z is not None else y), d.bias.ptr, dnn.VP(b), d.act.ptr,
-                         d.y.ptr, dnn.VP(y), what=f"fused convolution {plan.name}")
+                zin = z if z is not None else self.zeros.ptr  # never y: it is uninitialised
+                dnn.call(FUSED, *_fused_args(ptr, plan, d, plan.algo, (one, zero), x, w, ws,
+                                             ws_bytes, zin, b, y),
+                         what=f"fused convolution {plan.name}")
                 return
-            dnn.call("cudnnConvolutionForward", h.ptr, one, d.x.ptr, dnn.VP(x), d.w.ptr,
+            dnn.call("cudnnConvolutionForward", ptr, one, d.x.ptr, dnn.VP(x), d.w.ptr,
                      dnn.VP(w), d.conv.ptr, plan.algo, dnn.VP(ws or None), ws_bytes, zero,
                      d.y.ptr, dnn.VP(y), what=f"convolution {plan.name}")
-            dnn.call("cudnnAddTensor", h.ptr, one, d.bias.ptr, dnn.VP(b), one, d.y.ptr,
+            dnn.call("cudnnAddTensor", ptr, one, d.bias.ptr, dnn.VP(b), one, d.y.ptr,
                      dnn.VP(y), what=f"bias of {plan.name}")
             if z is not None:
-                dnn.call("cudnnAddTensor", h.ptr, one, d.y.ptr, dnn.VP(z), one, d.y.ptr,
+                dnn.call("cudnnAddTensor", ptr, one, d.y.ptr, dnn.VP(z), one, d.y.ptr,
                          dnn.VP(y), what=f"residual of {plan.name}")
 
 

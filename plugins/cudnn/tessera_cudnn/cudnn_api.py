@@ -12,7 +12,8 @@ from __future__ import annotations
 import ctypes
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from tessera.errors import RunError
@@ -233,17 +234,30 @@ DescriptorError = _DescError
 
 
 class Handle(PerDevice):
-    """One cuDNN handle per device, bound to the device's stream. cuDNN calls on one handle are
-    serialized with ``lock`` (they only queue work on the stream, so the lock is short)."""
+    """One cuDNN handle per device. A cuDNN call queues its work on the stream its handle is
+    bound to, and each execution state runs on a stream of its own (``device.stream`` is the
+    calling thread's current one), so a call binds the handle to that stream first:
+    ``with handle.on(device.stream) as ptr:`` holds the handle's lock (calls on one handle are
+    serialized; they only queue work, so the lock is short) and rebinds it only when the
+    stream changed."""
 
     def __init__(self, device: Any) -> None:
         device.context()
         self.ptr = VP()
         call("cudnnCreate", ctypes.byref(self.ptr), what=f"cudnnCreate on {device.key}")
-        call("cudnnSetStream", self.ptr, VP(int(device.stream)), what="cudnnSetStream")
         self.device = device
         self.lock = threading.Lock()
+        self._stream: int | None = None
 
+    @contextmanager
+    def on(self, stream: Any) -> Iterator[VP]:
+        """The handle's pointer, bound to ``stream``, for the calls of the block."""
+        with self.lock:
+            address = int(stream) if stream is not None else 0
+            if address != self._stream:
+                call("cudnnSetStream", self.ptr, VP(address), what="cudnnSetStream")
+                self._stream = address
+            yield self.ptr
 
 
 def floats(*values: float) -> list[ctypes.c_float]:

@@ -142,8 +142,8 @@ class PoolCall:
 
     def __call__(self, ins: list[Any], outs: list[Any]) -> None:
         h = _handle(self.device, self.plan)
-        with h.lock:
-            dnn.call("cudnnPoolingForward", h.ptr, self.pool.ptr, ctypes.byref(self.one),
+        with h.on(self.device.stream) as ptr:
+            dnn.call("cudnnPoolingForward", ptr, self.pool.ptr, ctypes.byref(self.one),
                      self.x.ptr, dnn.VP(pointer(ins[0])), ctypes.byref(self.zero), self.y.ptr,
                      dnn.VP(pointer(outs[0])), what=f"pooling {self.plan.name}")
 
@@ -158,8 +158,8 @@ class SoftmaxCall:
     def __call__(self, ins: list[Any], outs: list[Any]) -> None:
         h = _handle(self.device, self.plan)
         algo = dnn.SOFTMAX_LOG if self.plan.log else dnn.SOFTMAX_ACCURATE
-        with h.lock:
-            dnn.call("cudnnSoftmaxForward", h.ptr, algo, dnn.SOFTMAX_MODE_CHANNEL,
+        with h.on(self.device.stream) as ptr:
+            dnn.call("cudnnSoftmaxForward", ptr, algo, dnn.SOFTMAX_MODE_CHANNEL,
                      ctypes.byref(self.one), self.desc.ptr, dnn.VP(pointer(ins[0])),
                      ctypes.byref(self.zero), self.desc.ptr, dnn.VP(pointer(outs[0])),
                      what=f"softmax {self.plan.name}")
