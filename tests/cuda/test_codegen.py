@@ -209,3 +209,82 @@ def test_vector_loads_and_stores(dtype: str, offset: int, lanes: int, load: str 
     y = np.zeros(64, dtype)
     HostModule(src).run_group(group, {"x": x, "y": y})
     np.testing.assert_array_equal(y, x[offset:] * 2 + x[0])
+
+
+def _index_kernel(n: int, index, factor: int = 256, x_size: int | None = None,  # noqa: ANN001
+                  reduce: int = 0) -> tuple:
+    """y[i] = x[index(i)] over ``n`` elements (plus x[index(r)] summed over a serial ``r`` of
+    extent ``reduce``), ``factor`` threads per block."""
+    x = te.placeholder((x_size or n,), "float32", name="x")
+    if reduce:
+        r = te.reduce_axis((0, reduce), name="r")
+        y = te.compute((n,), lambda i: te.sum(x[index(i)] + x[index(r)], axis=r), name="y")
+    else:
+        y = te.compute((n,), lambda i: x[index(i)], name="y")
+    s = te.create_schedule(y.op)
+    bx, tx = s[y].split(y.op.axis[0], factor=factor)
+    s[y].bind(bx, te.thread_axis("blockIdx.x"))
+    s[y].bind(tx, te.thread_axis("threadIdx.x"))
+    src = CudaSource()
+    group = src.add(gpu_pipeline().run(te.lower(s, [x, y], "idx")))
+    return src, group
+
+
+@pytest.mark.parametrize("n,index,factor,reduce", [
+    (2**31 - 1, lambda i: i, 256, 0),  # grid x block = 2^31 exactly: the padded thread index
+    (2**31 - 100, lambda i: i, 1000, 0),  # the padded index passes 2^31 before the guard
+    (2**15, lambda i: (i * 100000) % 97, 256, 0),  # an index expression passes 2^31
+    (64, lambda i: (i * 40000) % 97, 64, 2**16),  # a serial loop's var times a stride
+], ids=["launch-2^31", "padded-index", "index-expression", "serial-loop"])
+def test_index_type_is_64_bit_when_an_index_passes_2_31(n: int, index, factor: int,  # noqa: ANN001
+                                                         reduce: int) -> None:
+    """Every buffer has fewer than 2^31 elements, but the launch (grid x block) or an index
+    expression reaches 2^31: the index arithmetic is ``long long``."""
+    _, group = _index_kernel(n, index, factor, reduce=reduce)
+    (kern,) = group.kernels
+    assert all(b.shape[0].value < 2**31 for b in kern.params)
+    text = kern.text
+    assert "const long long" in text and "(long long)blockIdx.x" in text
+    assert "const int " not in text and "(int)" not in text
+
+
+def test_index_type_stays_32_bit_for_small_kernels() -> None:
+    _, group = _index_kernel(1000, lambda i: i)
+    text = group.kernels[0].text
+    assert "const int i_outer = (int)blockIdx.x;" in text and "long long" not in text
+    # a large tensor whose indices stay below 2^31 (grid x block = 2^31 - 256)
+    _, group = _index_kernel(2**31 - 256, lambda i: i)
+    assert "long long" not in group.kernels[0].text
+    # float coordinates cast back to indices (a resize) are bounded too
+    from tessera.tir import expr as E
+
+    def coord(i):  # noqa: ANN001, ANN202
+        return E.Min(E.Cast("int64", E.Call("floor", [E.Cast("float32", i) * 0.5], "float32")),
+                     E.convert(499))
+
+    _, group = _index_kernel(1000, coord)
+    text = group.kernels[0].text
+    assert "ts_f2i<long long, float>" in text  # the cast itself is to int64
+    assert "const int i_outer = (int)blockIdx.x;" in text and "const long long" not in text
+    # shared-memory tiles, a serial loop over k
+    _, mm = _build()
+    assert "for (int " in mm.kernels[0].text and "long long" not in mm.kernels[0].text
+
+
+def test_index_type_is_64_bit_for_a_buffer_of_2_31_elements() -> None:
+    """The launch and the index expressions are small, but a buffer has 2^31 elements."""
+    _, group = _index_kernel(64, lambda i: i, 64, x_size=2**31)
+    text = group.kernels[0].text
+    assert "const long long i_outer = (long long)blockIdx.x;" in text
+    assert "const int " not in text
+
+
+@needs_cxx
+def test_index_expression_past_2_31_computes_on_host() -> None:
+    """(i * 100000) % 97 with i up to 2^15 passes 2^31: computed in 32 bits it wraps around
+    and reads the wrong elements."""
+    src, group = _index_kernel(2**15, lambda i: (i * 100000) % 97)
+    x = RNG.standard_normal(2**15).astype(np.float32)
+    y = np.zeros(2**15, np.float32)
+    HostModule(src).run_group(group, {"x": x, "y": y})
+    np.testing.assert_array_equal(y, x[(np.arange(2**15, dtype=np.int64) * 100000) % 97])

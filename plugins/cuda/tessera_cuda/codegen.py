@@ -16,8 +16,9 @@ In a kernel:
 * a barrier is ``__syncthreads()``; unrolled loops are ``#pragma unroll`` (nvcc unrolls them,
   which keeps a register tile in registers), other loops are serial;
 * ``__launch_bounds__`` is the block's thread count, so the compiler budgets registers for it;
-* loop variables are ``int`` (``long long`` when a buffer has 2^31 elements or more), so index
-  arithmetic is 32-bit;
+* loop variables are ``int``, so index arithmetic is 32-bit, unless an index can leave the
+  32-bit range (:func:`needs_64bit_index`: a buffer of 2^31 elements or more, a grid axis of
+  2^31 threads or more, an index expression whose bound does not fit): then ``long long``;
 * ``fast_math`` maps ``exp``/``log``/``pow``/``tanh``/division to the hardware approximations
   (``__expf``, ``__logf``, ``__powf``, ``__fdividef``) -- an intrinsic rule as in TVM, not a
   compiler flag, so it changes only the functions it names.
@@ -38,11 +39,13 @@ import numpy as np
 from tessera.errors import CompileError
 from tessera.tir import expr as E
 from tessera.tir import stmt as S
+from tessera.tir.arith import const_int_bound
 from tessera.tir.buffer import Buffer
-from tessera.tir.functor import post_order_visit
+from tessera.tir.functor import IRMutator, children, post_order_visit
 from tessera.tir.gpu_verifier import BLOCK_TAGS, THREAD_TAGS, GPULimits, LaunchConfig, verify_gpu
 
-__all__ = ["DeviceKernel", "GroupKernels", "CudaSource", "c_type", "split_kernels"]
+__all__ = ["DeviceKernel", "GroupKernels", "CudaSource", "c_type", "needs_64bit_index",
+           "split_kernels"]
 
 _C_TYPES = {
     "bool": "bool", "int8": "signed char", "uint8": "unsigned char", "int16": "short",
@@ -287,6 +290,139 @@ def _multiple_of(e: E.PrimExpr, n: int) -> bool:
     return False
 
 
+#: The range of a C ``int``, the index type of kernels whose indices fit in it.
+_INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
+
+_Range = tuple[int | None, int | None]
+
+
+def _fits_int(lo: int | None, hi: int | None) -> bool:
+    return lo is not None and hi is not None and _INT_MIN <= lo and hi <= _INT_MAX
+
+
+def _float_range(e: E.PrimExpr, bounds: dict[E.Var, _Range]) -> tuple[float, float] | None:
+    """Bounds of a float expression computed from indices (a resize's source coordinate):
+    constants, casts of integers, ``+ - * /``, min, max, select, floor/ceil/round; else
+    None."""
+    r: tuple[float, float] | None = None
+    if isinstance(e, E.FloatImm):
+        r = e.value, e.value
+    elif isinstance(e, E.Cast) and E.is_float(e.value.dtype):
+        r = _float_range(e.value, bounds)
+    elif isinstance(e, E.Cast):
+        lo, hi = const_int_bound(e.value, bounds)
+        r = None if lo is None or hi is None else (float(lo), float(hi))
+    elif isinstance(e, E.Call) and e.name in ("floor", "ceil", "round") and len(e.args) == 1:
+        a = _float_range(e.args[0], bounds)
+        r = None if a is None else (math.floor(a[0]), math.ceil(a[1]))
+    elif isinstance(e, E.Select | E.BinaryOp):
+        x, y = (e.true_value, e.false_value) if isinstance(e, E.Select) else (e.a, e.b)
+        a, b = _float_range(x, bounds), _float_range(y, bounds)
+        if a is None or b is None:
+            return None
+        if isinstance(e, E.Add):
+            r = a[0] + b[0], a[1] + b[1]
+        elif isinstance(e, E.Sub):
+            r = a[0] - b[1], a[1] - b[0]
+        elif isinstance(e, E.Select):
+            r = min(a[0], b[0]), max(a[1], b[1])
+        elif isinstance(e, E.Min | E.Max):
+            f = min if isinstance(e, E.Min) else max
+            r = f(a[0], b[0]), f(a[1], b[1])
+        elif isinstance(e, E.Mul) or (isinstance(e, E.Div) and (b[0] > 0 or b[1] < 0)):
+            op = (lambda u, v: u * v) if isinstance(e, E.Mul) else (lambda u, v: u / v)
+            c = [op(u, v) for u in a for v in b]
+            r = min(c), max(c)
+    if r is None or not all(math.isfinite(v) for v in r):
+        return None
+    return r
+
+
+def needs_64bit_index(kern: S.PrimFunc, launch: LaunchConfig) -> bool:
+    """Whether ``kern``, launched as ``launch``, needs ``long long`` index arithmetic rather
+    than ``int``: a parameter buffer has 2^31 elements or more, a launch axis has 2^31 threads
+    or more (grid x block, the padded thread index), or an index may leave the ``int`` range.
+
+    The last is decided on the ranges of the kernel's variables: a thread-bound loop's over
+    ``[0, extent - 1]``, a serial or unrolled loop's over ``[min_lo, min_hi + extent_hi - 1]``
+    (its end ``min + extent`` must fit too; the body of an empty loop never runs), a let's
+    over its value's bound. With those, every integer index expression (dtype
+    :data:`~tessera.tir.expr.INDEX_DTYPE`, reading no memory: what
+    :meth:`_KernelWriter.op_type` computes in the index type), every sub-expression included,
+    is bounded by :func:`~tessera.tir.arith.const_int_bound`, a float-to-integer cast by
+    :func:`_float_range`; an unknown bound counts as not fitting."""
+    if any(_elements(b) >= 2**31 for b in kern.params):
+        return True
+    if any(g * b >= 2**31 for g, b in zip(launch.grid, launch.block, strict=True)):
+        return True
+    bounds: dict[E.Var, _Range] = {}
+
+    class _Casts(IRMutator):
+        """Float-to-integer casts of bounded values as variables of that bound (the integer
+        bound of a cast of a float is the whole type)."""
+
+        def visit_Cast(self, e: E.Cast) -> E.PrimExpr:
+            scalar = e.lanes == 1 and E.is_int(e.dtype) and E.is_float(e.value.dtype)
+            r = _float_range(e.value, bounds) if scalar else None
+            if r is None:
+                return self.generic_visit(e)
+            pad = 1 + int(max(abs(r[0]), abs(r[1])) * 2**-16)  # float rounding
+            v = E.Var("f2i", e.dtype)
+            bounds[v] = (math.floor(r[0]) - pad, math.ceil(r[1]) + pad)
+            return v
+
+    def expr_fits(root: E.PrimExpr) -> bool:
+        """Whether every index sub-expression of ``root`` fits in an ``int``."""
+        e = _Casts().visit(root)
+        lets: list[E.Let] = []
+        post_order_visit(e, lambda n: lets.append(n) if isinstance(n, E.Let) else None)
+        for let in reversed(lets):  # outer lets first
+            bounds[let.var] = const_int_bound(let.value, bounds)
+        reads: dict[int, bool] = {}
+        fits = True
+
+        def check(n: object) -> None:
+            nonlocal fits
+            reads[id(n)] = isinstance(n, E.BufferLoad) or any(reads.get(id(c), False)
+                                                              for c in children(n))
+            # a variable alone is declared in a type that holds it (loops: checked apart)
+            if fits and isinstance(n, E.PrimExpr) and n.dtype == E.INDEX_DTYPE and \
+                    not reads[id(n)] and not isinstance(n, E.Var | E.IntImm):
+                fits = _fits_int(*const_int_bound(n, bounds))
+
+        post_order_visit(e, check)
+        return fits
+
+    def stmt_fits(s: S.Stmt) -> bool:
+        """Whether the indices of ``s`` fit in an ``int``, bounding the variables it binds."""
+        if isinstance(s, S.For):
+            if not (expr_fits(s.min) and expr_fits(s.extent)):
+                return False
+            ext_lo, ext_hi = const_int_bound(s.extent, bounds)
+            if s.kind == S.ForKind.THREAD_BINDING:
+                min_lo, min_hi = 0, 0
+            else:
+                min_lo, min_hi = const_int_bound(s.min, bounds)
+            if ext_hi is not None and ext_hi <= 0:
+                return True  # the body never runs
+            last = None if min_hi is None or ext_hi is None else min_hi + ext_hi
+            rng = (min_lo, None if last is None else last - 1)
+            end = (None if min_lo is None or ext_lo is None else min_lo + ext_lo, last)
+            if not (_fits_int(*rng) and _fits_int(*end)):
+                return False
+            bounds[s.loop_var] = rng
+            return stmt_fits(s.body)
+        if isinstance(s, S.LetStmt):
+            if not expr_fits(s.value):
+                return False
+            bounds[s.var] = const_int_bound(_Casts().visit(s.value), bounds)
+            return stmt_fits(s.body)
+        return all(stmt_fits(c) if isinstance(c, S.Stmt) else expr_fits(c)
+                   for c in children(s) if c is not None)
+
+    return not stmt_fits(kern.body)
+
+
 class _KernelWriter:
     """Writes one kernel's body."""
 
@@ -298,8 +434,7 @@ class _KernelWriter:
         self.shared: list[str] = []
         self.names: dict[int, str] = {}
         self.used_names: set[str] = set()
-        big = any(_elements(b) >= 2**31 for b in kern.params)
-        self.index_type = "long long" if big else "int"
+        self.index_type = "long long" if needs_64bit_index(kern, launch) else "int"
         #: While a vector store is written: the lane being printed, and the names of the
         #: vector registers its contiguous loads were read into (id of the load -> name).
         self.lane: int | None = None
