@@ -305,7 +305,7 @@ def module_devices(backends: dict[str, Backend],
                    indices: dict[str, int] | None = None) -> dict[str, Device]:
     """Device name -> the one device object the module's backends on it share (the host's
     always included). Backends on one device must return the same object from
-    ``device_api()``, so that they share one arena and one stream. ``indices`` picks the
+    ``device_api()``, so that they share one arena and one stream per execution state. ``indices`` picks the
     instance of a device kind (``{"cuda": 1}`` runs the cuda regions on ``cuda:1``)."""
     devices: dict[str, Device] = {"cpu": CPU}
     owner: dict[str, str] = {}
