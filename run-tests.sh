@@ -4,16 +4,20 @@
 # Installs the Debian packages the plugins' tests need when missing (verilator, via apt-get when
 # run as root or with password-less sudo), creates .venv (if absent), installs Tessera with its
 # test extras in editable mode together with every plugin under plugins/*/ (with their test
-# extras; see scripts/setup-env.sh), then runs python -m pytest -q (extra arguments are passed
-# on, e.g. tests/cli -x). pytest's exit code 5 ("no tests collected") counts as success.
-# Environment: PYTHON (default python3), VENV (default .venv).
+# extras and the GPU plugins' NVIDIA libraries, the "libs" extra, so that NVRTC code generation
+# and cuDNN descriptors are tested without a GPU; see scripts/setup-env.sh), then runs
+# python -m pytest -q (extra arguments are passed on, e.g. tests/cli -x; a -q or -v of theirs
+# replaces the -q). pytest's exit code 5 ("no tests collected") counts as success.
+# Environment: PYTHON (default python3), VENV (default .venv), WITH_SYSTEM_DEPS (default 1;
+# 0: no apt-get).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 source scripts/setup-env.sh
-WITH_SYSTEM_DEPS=1 setup_env "[test]"
+WITH_SYSTEM_DEPS="${WITH_SYSTEM_DEPS:-1}" setup_env "test,libs"
 
 status=0
-"$VENV/bin/python" -m pytest -q "$@" || status=$?
+# -q, unless the arguments set the verbosity (scripts/setup-env.sh: pytest_quiet)
+"$VENV/bin/python" -m pytest $(pytest_quiet "$@") "$@" || status=$?
 if [[ $status -eq 5 ]]; then
     echo "run-tests.sh: no tests collected" >&2
     status=0

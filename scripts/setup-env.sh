@@ -1,8 +1,11 @@
 # Shared set-up for run-demo.sh and run-tests.sh (sourced, not run).
 #
 # setup_env EXTRAS: creates $VENV (default .venv) with $PYTHON -m venv if absent, then installs
-# Tessera in editable mode with EXTRAS (e.g. "[test]") together with every plugin under
-# plugins/*/ that has a pyproject.toml (with the same extras where the plugin defines them).
+# Tessera in editable mode together with every plugin under plugins/*/ that has a
+# pyproject.toml, each with those of EXTRAS (comma-separated: "test,libs"; "" for none) that it
+# defines (scripts/install_set.py lists them). "libs" is the GPU plugins' NVIDIA libraries
+# (NVRTC, cuDNN, cuBLAS: about 1.6 GB), which run-tests.sh installs and run-demo.sh does not.
+# pip's progress is shown as one line per package (stderr). Callers set -o pipefail.
 # Every package is installed at the exact version constraints.txt names (pip -c), so runs are
 # reproducible; the install is skipped while the pyproject.toml files, constraints.txt and the
 # package list are unchanged. With LATEST=1 (scripts/test-latest.sh) constraints.txt is not used
@@ -39,6 +42,61 @@ install_system_deps() {
     fi
 }
 
+# pytest_quiet ARGS...: prints -q unless ARGS set pytest's verbosity themselves (-q, -v, -vv,
+# -xq, --verbose, --verbosity=N): a second -q would hide pytest's summary line, and -q -v would
+# cancel out, so the user's flag wins.
+pytest_quiet() {
+    local arg
+    for arg in "$@"; do
+        if [[ "$arg" =~ ^-[xslqv]*[qv][xslqv]*$ ||
+              "$arg" =~ ^--(quiet|verbose|verbosity)(=.*)?$ ]]; then
+            return 0
+        fi
+    done
+    echo -q
+}
+
+# pip's stdout -> one short line per package it collects (with the size of what it downloads)
+# and per step, on stderr, prefixed with the script's name ($1); pip's own errors and warnings
+# (its stderr) pass as they are.
+pip_progress() {
+    local name="$1" line wheel words verb size
+    while IFS= read -r line; do
+        line="${line#"${line%%[![:space:]]*}"}"  # no leading blanks
+        case "$line" in
+            "Obtaining file://"*)
+                line="${line#Obtaining file://}"
+                [[ "$line" == "$PWD" ]] && line=.
+                echo "$name:   preparing ${line#"$PWD"/}" >&2 ;;
+            "Collecting "*)
+                echo "$name:   collecting ${line#Collecting }" | sed 's/ (from .*//' >&2 ;;
+            "Processing "*)  # a wheel from a local index or folder: name-version-...whl
+                wheel="${line#Processing }"
+                wheel="${wheel%% *}"
+                wheel="${wheel##*/}"
+                IFS=- read -ra words <<<"$wheel"
+                echo "$name:   collecting ${words[0]}==${words[1]:-?}" >&2 ;;
+            "Downloading "* | "Using cached "*)  # a file name or URL, maybe its size
+                verb=downloading
+                [[ "$line" == "Using cached "* ]] && verb="using cached"
+                line="${line#Downloading }"
+                line="${line#Using cached }"
+                wheel="${line%% *}"
+                size="${line#"$wheel"}"
+                wheel="${wheel##*/}"
+                IFS=- read -ra words <<<"$wheel"
+                echo "$name:     $verb ${words[0]}==${words[1]:-?}$size" >&2 ;;
+            "Building editable for "*": started" | "Building wheel for "*": started")
+                echo "$name:   building ${line#Building }" | sed 's/ (pyproject.toml): started//' >&2 ;;
+            "Installing collected packages: "*)
+                read -ra words <<<"${line#Installing collected packages: }"
+                echo "$name:   installing ${#words[@]} packages into $VENV" >&2 ;;
+            "Successfully installed "*)
+                echo "$name:   done" >&2 ;;
+        esac
+    done
+}
+
 setup_env() {
     local extras="$1"
     local name
@@ -50,34 +108,31 @@ setup_env() {
         echo "$name: creating $VENV" >&2
         "$PYTHON" -m venv "$VENV"
     fi
-    # The core and the plugins in one pip call, so plugins that depend on "tessera" resolve it.
-    local packages=(-e ".${extras}")
-    local manifests=(pyproject.toml constraints.txt)
-    local plugin
-    for plugin in plugins/*/; do
-        if [[ -f "${plugin}pyproject.toml" ]]; then
-            if [[ -n "$extras" ]] && grep -q "^${extras//[\[\]]/} *=" "${plugin}pyproject.toml"; then
-                packages+=(-e "${plugin%/}${extras}")
-            else
-                packages+=(-e "${plugin%/}")
-            fi
-            manifests+=("${plugin}pyproject.toml")
-        fi
-    done
+    # The core and the plugins in one pip call, so plugins that depend on "tessera" resolve it;
+    # each with those of EXTRAS it defines (scripts/install_set.py).
+    local specs spec
+    specs="$("$VENV/bin/python" scripts/install_set.py "$extras")"
+    local packages=()
+    while IFS= read -r spec; do
+        packages+=(-e "$spec")
+    done <<<"$specs"
+    local manifests=(pyproject.toml constraints.txt scripts/install_set.py plugins/*/pyproject.toml)
     local stamp="$VENV/.tessera-install-${name}"
     local wanted
     wanted="$(cat "${manifests[@]}" | sha256sum | cut -d' ' -f1) latest=${LATEST:-0} ${packages[*]}"
     if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$wanted" ]]; then
-        echo "$name: installing ${packages[*]}" >&2
+        echo "$name: installing ${packages[*]} (pip, one line per package)" >&2
         if [[ "${LATEST:-0}" == 1 ]]; then
             # setuptools too, so that the version compared with constraints.txt is the newest
             # (pip's build environments take the newest anyway)
-            "$VENV/bin/python" -m pip install --quiet --upgrade --upgrade-strategy eager \
-                setuptools "${packages[@]}"
+            PYTHONUNBUFFERED=1 "$VENV/bin/python" -m pip install --upgrade \
+                --upgrade-strategy eager setuptools "${packages[@]}" | pip_progress "$name"
+            [[ ${PIPESTATUS[0]} -eq 0 ]] || return 1
         else
             # PIP_CONSTRAINT reaches the isolated build environments too (setuptools)
-            PIP_CONSTRAINT="$PWD/constraints.txt" "$VENV/bin/python" -m pip install --quiet \
-                -c constraints.txt "${packages[@]}"
+            PYTHONUNBUFFERED=1 PIP_CONSTRAINT="$PWD/constraints.txt" "$VENV/bin/python" -m pip \
+                install -c constraints.txt "${packages[@]}" | pip_progress "$name"
+            [[ ${PIPESTATUS[0]} -eq 0 ]] || return 1
         fi
         echo "$wanted" > "$stamp"
     fi

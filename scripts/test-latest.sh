@@ -12,10 +12,10 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 VENV="${VENV:-.venv-latest}"
 source scripts/setup-env.sh
 rm -f "$VENV"/.tessera-install-*
-LATEST=1 setup_env "[test]"
+LATEST=1 setup_env "test,libs"
 
 status=0
-"$VENV/bin/python" -m pytest -q "$@" || status=$?
+"$VENV/bin/python" -m pytest $(pytest_quiet "$@") "$@" || status=$?
 [[ $status -eq 5 ]] && status=0
 
 echo

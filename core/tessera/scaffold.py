@@ -16,6 +16,51 @@ from tessera.errors import TesseraError
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
+#: Names a new backend cannot take, whether or not anything is installed: target keywords, the
+#: built-in backend, and the backends and distributions (``tessera-NAME``) of Tessera's own
+#: plugins, which a package of that name would replace or shadow.
+RESERVED = {
+    "auto": "the target that picks the best installed CPU backend",
+    "ref": "the built-in numpy reference backend",
+    "tessera": "the compiler itself",
+    "llvm": "Tessera's CPU backend (tessera-llvm, plugins/llvm)",
+    "cuda": "Tessera's NVIDIA GPU backend (tessera-cuda, plugins/cuda)",
+    "cudnn": "a backend of tessera-cudnn (plugins/cudnn)",
+    "cublas": "a backend of tessera-cudnn (plugins/cudnn)",
+    "vta": "the distribution tessera-vta (plugins/vta_sim)",
+    "vta_sim": "the VTA simulator backend (tessera-vta, plugins/vta_sim)",
+}
+
+
+def name_taken(name: str) -> str | None:
+    """Why ``name`` cannot be a new plugin's name, or None: a reserved word, the name of an
+    installed backend, or a name whose distribution (``tessera-NAME``) or module
+    (``tessera_NAME``) is installed, which the new package would replace."""
+    import importlib.metadata as md
+    import importlib.util
+
+    if name in RESERVED:
+        return f"{name!r} is reserved: {RESERVED[name]}"
+    try:
+        from tessera.plugin import get_registry
+
+        registry = get_registry()
+        if name in registry.backends:
+            return f"{name!r} is an installed backend (from {registry.owner(name)})"
+    except Exception:  # noqa: BLE001 - a broken plugin must not stop the scaffold
+        pass
+    try:
+        dist = md.distribution(f"tessera-{name}")
+        return f"the distribution tessera-{name} {dist.version} is installed"
+    except md.PackageNotFoundError:
+        pass
+    try:
+        if importlib.util.find_spec(f"tessera_{name}") is not None:
+            return f"a module tessera_{name} is installed"
+    except (ImportError, ValueError):
+        pass
+    return None
+
 PYPROJECT = '''\
 [build-system]
 requires = ["setuptools>=64"]
@@ -264,7 +309,7 @@ README = '''\
 A [Tessera](https://example.invalid/tessera) backend plugin, made with `tessera new-plugin {name}`.
 
 ```bash
-pip install -e .                   # registers the backend through its entry point
+pip install -e ".[test]"          # registers the backend (entry point); pytest for its tests
 tessera plugins -v                 # lists {name}: device, options, what it claims
 tessera compile model.onnx --target "{name}, llvm" -o model.tar
 python -m pytest -q tests          # the backend test kit: contracts, model, conformance
@@ -301,10 +346,15 @@ def _files(name: str, tessera_version: str) -> dict[str, str]:
 
 def new_plugin(name: str, directory: str | Path | None = None, force: bool = False) -> Path:
     """Write the package ``tessera-NAME`` into ``directory`` (default ``./tessera-NAME``);
-    returns its folder. Refuses an existing non-empty folder unless ``force``."""
+    returns its folder. Refuses a name that is taken (:func:`name_taken`) and an existing
+    non-empty folder unless ``force``."""
     if not _NAME.match(name):
         raise TesseraError(f"plugin name {name!r}: expected a lower-case identifier such as "
                            f"'mynpu' (letters, digits, underscores; it becomes the target kind)")
+    taken = name_taken(name)
+    if taken:
+        raise TesseraError(f"plugin name {name!r} is taken: {taken}; a package tessera-{name} "
+                           f"would replace it. Choose another name, e.g. 'my_{name}'")
     import tessera
 
     root = Path(directory) if directory is not None else Path(f"tessera-{name}")

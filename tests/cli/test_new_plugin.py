@@ -7,8 +7,10 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+from cli.support import assert_error
 
 from tessera.cli.main import main
 from tessera.errors import TesseraError
@@ -77,3 +79,49 @@ def test_new_plugin_refuses_bad_names_and_non_empty_folders(tmp_path: Path) -> N
         new_plugin("mynpu", tmp_path / "full")
     assert new_plugin("mynpu", tmp_path / "full", force=True) == tmp_path / "full"
     assert (tmp_path / "full" / "keep.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize("name, fragment", [
+    ("llvm", "'llvm' is reserved: Tessera's CPU backend"),
+    ("ref", "'ref' is reserved: the built-in numpy reference backend"),
+    ("auto", "'auto' is reserved: the target that picks"),
+    ("vta", "'vta' is reserved: the distribution tessera-vta"),
+    ("cublas", "'cublas' is reserved")])
+def test_new_plugin_refuses_names_that_are_taken(name: str, fragment: str, tmp_path: Path,
+                                                 capsys) -> None:  # noqa: ANN001
+    folder = tmp_path / f"tessera-{name}"
+    code = main(["new-plugin", name, "--dir", str(folder), "--force"])
+    line = assert_error(capsys, code, f"plugin name {name!r} is taken", fragment,
+                        f"a package tessera-{name} would replace it")
+    assert "Choose another name" in line
+    assert not folder.exists()
+
+
+def test_new_plugin_refuses_an_installed_backend_or_distribution(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:  # noqa: ANN001
+    import importlib.metadata as md
+
+    import tessera.plugin
+
+    registry = SimpleNamespace(backends={"mynpu": object()}, owner=lambda name: "tessera-acme")
+    monkeypatch.setattr(tessera.plugin, "get_registry", lambda: registry)
+    code = main(["new-plugin", "mynpu", "--dir", str(tmp_path / "a")])
+    assert_error(capsys, code, "'mynpu' is an installed backend (from tessera-acme)")
+
+    monkeypatch.setattr(tessera.plugin, "get_registry", lambda: SimpleNamespace(backends={}))
+    real = md.distribution
+    monkeypatch.setattr(md, "distribution", lambda name: SimpleNamespace(version="2.0")
+                        if name == "tessera-othernpu" else real(name))
+    code = main(["new-plugin", "othernpu", "--dir", str(tmp_path / "b")])
+    assert_error(capsys, code, "the distribution tessera-othernpu 2.0 is installed")
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_generated_readme_installs_the_test_extra(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    assert main(["new-plugin", "mynpu", "--dir", str(tmp_path / "p")]) == 0
+    out = capsys.readouterr().out
+    assert f"next: pip install -e '{tmp_path / 'p'}[test]' && python -m pytest" in out
+    readme = (tmp_path / "p" / "README.md").read_text()
+    assert 'pip install -e ".[test]"' in readme
+    pyproject = (tmp_path / "p" / "pyproject.toml").read_text()
+    assert 'test = ["pytest>=8"]' in pyproject  # the extra the README names

@@ -430,7 +430,7 @@ def test_9_plugins_verbose_lists_device_options_and_claims(npu, capsys) -> None:
     out = capsys.readouterr().out
     block = out[out.index("kitnpu:"):]
     assert "device: cpu (CPUDevice)" in block
-    assert "claims 1 ops: Relu" in block and "composites: AddRelu" in block
+    assert "claims 1 ops: Relu" in block and "composites (1): AddRelu" in block
     if HAS_LLVM:
         assert "-mcpu: LLVM CPU name" in out
 

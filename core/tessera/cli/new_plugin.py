@@ -11,8 +11,9 @@ def add_parser(subparsers: Any) -> None:
         "new-plugin", help="write a new backend plugin package (tessera-NAME)",
         description="Write a complete backend plugin package: pyproject with the entry point, "
                     "a backend claiming Relu and a fused Add -> Relu, save/load, tests using "
-                    "the backend test kit, README. Then: pip install -e tessera-NAME && "
-                    "python -m pytest tessera-NAME/tests")
+                    "the backend test kit, README. Then: pip install -e 'tessera-NAME[test]' && "
+                    "python -m pytest tessera-NAME/tests. NAME may not be a reserved word "
+                    "(auto, ref) or an installed backend's or Tessera plugin's name.")
     parser.add_argument("name", help="the backend's name, which is its target kind (mynpu)")
     parser.add_argument("--dir", default=None,
                         help="folder to write (default: ./tessera-NAME)")
@@ -30,5 +31,5 @@ def run_new_plugin(args: argparse.Namespace) -> int:
     print(f"wrote {root}/ ({len(files)} files, {lines} lines):")
     for p in files:
         print(f"  {p.relative_to(root)}")
-    print(f"next: pip install -e {root} && python -m pytest -q {root}/tests")
+    print(f"next: pip install -e '{root}[test]' && python -m pytest -q {root}/tests")
     return 0

@@ -6,6 +6,7 @@ Broken plugins (an import that failed, a hook that raised) are listed with their
 from __future__ import annotations
 
 import argparse
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,20 +25,56 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
 
-def backend_rows(registry: Any) -> list[list[str]]:
-    """One row per backend: name, device, distribution, version, status."""
+#: Width of the listing: reasons and op lists wrap to it, the status column stays under it.
+WIDTH = 100
+#: Longest reason the status column shows; a longer one is cut there and given in full below.
+STATUS_WIDTH = 60
+
+
+def short_reason(reason: str, limit: int = STATUS_WIDTH) -> str:
+    """The first clause of ``reason`` (up to `` (`` or ``; ``, where the details and advice
+    start), on one line and at most ``limit`` characters: the table's status column."""
+    text = " ".join(reason.split())
+    for stop in (" (", "; "):
+        if stop in text:
+            text = text[:text.index(stop)]
+    if len(text) > limit:
+        text = text[:limit - 4].rsplit(" ", 1)[0] + " ..."
+    return text
+
+
+def _reasons(registry: Any) -> dict[str, str | None]:
+    return {name: backend_unavailable(backend) for name, backend in registry.backends.items()}
+
+
+def backend_rows(registry: Any, reasons: dict[str, str | None] | None = None) -> list[list[str]]:
+    """One row per backend: name, device, distribution, version, status (a short reason)."""
     owner = {b: info for info in registry.plugins for b in info.backends}
+    reasons = _reasons(registry) if reasons is None else reasons
     rows = []
     for name, backend in registry.backends.items():
         info = owner.get(name)
-        reason = backend_unavailable(backend)
+        reason = reasons.get(name)
         try:
             version = backend.version()
         except Exception:  # noqa: BLE001
             version = info.version if info else "?"
-        status = "available" if not reason else f"unavailable: {reason}"
+        status = "available" if not reason else f"unavailable: {short_reason(reason)}"
         rows.append([name, backend.device, info.distribution if info else "?", version, status])
     return rows
+
+
+def unavailable_notes(reasons: dict[str, str | None], width: int = WIDTH) -> list[str]:
+    """The reasons the status column shortened, in full and wrapped, each once (backends with
+    the same reason share a line): ``cudnn, cublas: no CUDA driver ...``."""
+    by_reason: dict[str, list[str]] = {}
+    for name, reason in reasons.items():
+        if reason and short_reason(reason) != " ".join(reason.split()):
+            by_reason.setdefault(" ".join(reason.split()), []).append(name)
+    return [textwrap.fill(f"{', '.join(names)}: {reason}", width, initial_indent="  ",
+                          subsequent_indent="    ", break_long_words=False,
+                          break_on_hyphens=False)
+            for reason, names in by_reason.items()]
 
 
 def backend_details(name: str, backend: Any) -> list[str]:
@@ -63,7 +100,10 @@ def backend_details(name: str, backend: Any) -> list[str]:
         lines.append(f"  host threads: {threads}")
     if backend.options:
         lines.append("  options:")
-        lines += [f"    -{k}: {d}" for k, d in backend.options.items()]
+        lines += [textwrap.fill(f"-{k}: {d}", WIDTH, initial_indent="    ",
+                                subsequent_indent="      ", break_long_words=False,
+                                break_on_hyphens=False)
+                  for k, d in backend.options.items()]
     else:
         lines.append("  options: none")
     if backend.code_forms:
@@ -71,23 +111,27 @@ def backend_details(name: str, backend: Any) -> list[str]:
     try:
         patterns = backend.claims(TargetKind(name))
         singles = sorted({p.op for p in patterns if isinstance(p.op, str) and not p.inputs})
-        composites = [p.name for p in patterns if p.inputs]
-        lines.append(f"  claims {len(singles)} ops: {_wrap(singles)}")
+        # one name per composite: a pattern may come in several forms (both operand orders
+        # of an Add)
+        composites = list(dict.fromkeys(p.name for p in patterns if p.inputs))
+        lines.append(_wrap(f"  claims {len(singles)} ops: ", singles))
         if composites:
-            lines.append(f"  composites: {', '.join(composites)}")
+            lines.append(_wrap(f"  composites ({len(composites)}): ", composites))
     except Exception as e:  # noqa: BLE001
         lines.append(f"  claims: claims() raised {type(e).__name__}: {e}")
     return lines
 
 
-def _wrap(items: list[str], width: int = 88, indent: str = "    ") -> str:
-    out, line = [], ""
-    for item in items:
-        if line and len(line) + len(item) + 2 > width:
-            out.append(line + ",")
-            line = indent + item
+def _wrap(prefix: str, items: list[str], width: int = WIDTH, indent: str = "    ") -> str:
+    """``prefix`` and the comma-separated ``items``, wrapped to ``width`` between items."""
+    out, line = [], prefix
+    for i, item in enumerate(items):
+        text = item + ("," if i < len(items) - 1 else "")
+        if line.strip() and line != prefix and len(line) + 1 + len(text) > width:
+            out.append(line)
+            line = indent + text
         else:
-            line = f"{line}, {item}" if line else item
+            line = f"{line} {text}" if line != prefix else prefix + text
     out.append(line)
     return "\n".join(out)
 
@@ -106,9 +150,14 @@ def run_plugins(args: argparse.Namespace) -> int:
     from tessera.plugin.manager import default_cpu_target
 
     registry = get_registry()
+    reasons = _reasons(registry)
     print("backends:")
     print(format_table(["BACKEND", "DEVICE", "DISTRIBUTION", "VERSION", "STATUS"],
-                       backend_rows(registry)))
+                       backend_rows(registry, reasons)))
+    notes = unavailable_notes(reasons)
+    if notes:
+        print("\nwhy unavailable:")
+        print("\n".join(notes))
     try:
         print(f"\ndefault CPU target (auto): {default_cpu_target()}")
     except Exception as e:  # noqa: BLE001 - report, do not fail the listing

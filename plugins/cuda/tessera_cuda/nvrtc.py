@@ -15,7 +15,12 @@ from functools import lru_cache
 
 from tessera.errors import CompileError
 
-__all__ = ["NvrtcResult", "compile_cuda", "nvrtc_missing", "nvrtc_version"]
+__all__ = ["INSTALL_LIBS", "NvrtcResult", "compile_cuda", "nvrtc_missing", "nvrtc_version"]
+
+#: The wheel with libnvrtc, and how to install it: the plugin's ``libs`` extra (not a plain
+#: dependency, so that a CPU-only install does without its ~140 MB).
+NVRTC_PACKAGE = "nvidia-cuda-nvrtc"
+INSTALL_LIBS = 'pip install "tessera-cuda[libs]"'
 
 
 @lru_cache(maxsize=1)
@@ -35,8 +40,8 @@ def nvrtc_missing() -> str | None:
     try:
         status, _major, _minor = nvrtc.nvrtcVersion()
     except Exception as err:  # noqa: BLE001 - the library itself is missing
-        return (f"the NVRTC library cannot be loaded ({type(err).__name__}: {err}); pip "
-                f"install nvidia-cuda-nvrtc")
+        return (f"NVRTC is missing: {INSTALL_LIBS} (NVIDIA's {NVRTC_PACKAGE} wheel; "
+                f"{type(err).__name__}: {' '.join(str(err).split())})")
     if int(status) != 0:
         return f"NVRTC does not work: nvrtcVersion returned {status}"
     return None

@@ -1,7 +1,9 @@
 """Finding and loading cuDNN and cuBLASLt from NVIDIA's wheels, with version checks.
 
-The libraries come from the ``nvidia-cudnn-cu13`` and ``nvidia-cublas`` wheels (or a CUDA
-installation ``cuda-pathfinder`` knows about: ``CUDNN_PATH``, ``CUDA_HOME``, the loader path).
+The libraries come from the ``nvidia-cudnn-cu13`` and ``nvidia-cublas`` wheels, the plugin's
+``libs`` extra (``pip install "tessera-cudnn[libs]"``; not plain dependencies, so that a CPU-only
+install does without their ~1.4 GB), or a CUDA installation ``cuda-pathfinder`` knows about
+(``CUDNN_PATH``, ``CUDA_HOME``, the loader path).
 They are loaded with ctypes on first use, never at import or registration, so that a machine
 without them can still list the backends and be told what is missing. Neither library needs a
 GPU to load: descriptors can be created and checked on any machine (only handles need one).
@@ -23,6 +25,8 @@ CUDNN_MAJOR = 9
 CUBLAS_MAJOR = 13
 
 _PACKAGES = {"cudnn": "nvidia-cudnn-cu13", "cublasLt": "nvidia-cublas"}
+#: How to install both (with NVRTC for the cuda backend): the plugin's ``libs`` extra.
+INSTALL_LIBS = 'pip install "tessera-cudnn[libs]"'
 
 
 class LibraryMissing(TesseraError):
@@ -58,8 +62,9 @@ def _locate(name: str) -> str:
     try:
         return str(load_nvidia_dynamic_lib(name).abs_path)
     except Exception as err:  # noqa: BLE001 - pathfinder's not-found errors vary by version
-        raise LibraryMissing(f"lib{name} is not installed: pip install {_PACKAGES[name]} "
-                             f"({type(err).__name__}: {err})") from err
+        raise LibraryMissing(f"lib{name} is missing: {INSTALL_LIBS} (NVIDIA's "
+                             f"{_PACKAGES[name]} wheel; {type(err).__name__}: "
+                             f"{' '.join(str(err).split())})") from err
 
 
 def _version(name: str, lib: ctypes.CDLL) -> tuple[int, int, int]:
