@@ -1,8 +1,13 @@
 """``tessera inspect``: how a model is split over backends and how much memory it plans.
 
-For an ONNX model, it compiles with the given compile options first; for a ``.tar`` it loads the
-module. It prints the module summary, the partition table (each region with its backend, device
-and ops, the device copies, the nodes that fell back) and the memory plan per device.
+For an ONNX model, it imports, optimizes and partitions the model with the given compile
+options, without generating code (no backend compiles anything): the memory plan is then an
+estimate (one buffer per node output). ``--compile`` compiles every region as ``tessera
+compile`` does, for the exact memory plan and what only compiled code tells (kernels per
+region, how they run, tuned schedules, compile times); so do ``--dump-code`` and
+``--tuning-records``. A ``.tar`` is loaded. It prints the model summary, the partition table
+(each region with its backend, device and ops, the device copies, the nodes that fell back)
+and the memory plan per device.
 ``--dot`` and ``--html`` also write a picture of the partitioned graph.
 """
 
@@ -10,17 +15,38 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tessera.cli.compile import add_compile_options, load_or_compile, reports, summary
+from tessera.cli.arrays import check_output_file
+from tessera.cli.compile import (
+    add_compile_options,
+    check_model_file,
+    compile_kwargs,
+    is_artifact,
+    load_or_compile,
+    progress,
+    reports,
+    summary,
+)
+
+if TYPE_CHECKING:
+    from tessera.runtime.module import Module
+    from tessera.runtime.partitioned import PartitionedModel
+
+#: ``tessera.compile`` arguments that need code generation (``partition_model`` has none)
+_CODE_ONLY = ("tuning_records", "dump_code", "dump_dir")
 
 
 def add_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "inspect", help="show the partition and memory plan of a model",
         description="Show how a model is partitioned over backends (regions, device copies, "
-                    "fallback nodes) and its memory plan. An ONNX model is compiled first.")
+                    "fallback nodes) and its memory plan. An ONNX model is partitioned, "
+                    "not compiled (the memory plan is then an estimate), unless --compile.")
     parser.add_argument("model", metavar="MODEL", help="ONNX model or module .tar")
+    parser.add_argument("--compile", action="store_true",
+                        help="compile every region (slower): the exact memory plan and the "
+                             "kernels of each region, how they run, compile times")
     parser.add_argument("--dot", metavar="FILE", default=None,
                         help="also write the partitioned graph as a Graphviz picture (regions as "
                              "colored clusters, copies as diamonds); render with "
@@ -34,20 +60,78 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run_inspect(args: argparse.Namespace) -> int:
-    module = load_or_compile(args.model, args)
+    from tessera.runtime.partitioned import PartitionedModel
+
+    for flag, text, example in (("--dot", args.dot, "partition.dot"),
+                                ("--html", args.html, "partition.html")):
+        if text is not None:
+            check_output_file(text, flag, example)
+    module = _inspected(args)
     print(f"model:   {args.model}")
     print(summary(module))
     print()
     print(reports(module))
+    if isinstance(module, PartitionedModel):
+        print("\nkernels: not generated (--compile compiles the regions and shows them)")
+    else:
+        print(f"\n{kernel_report(module)}")
     if args.dot:
         from tessera.partition.dot import to_dot
 
+        Path(args.dot).parent.mkdir(parents=True, exist_ok=True)
         Path(args.dot).write_text(to_dot(module.graph))
         print(f"\npartition picture written to {args.dot}")
     if args.html:
         from tessera.partition.html import to_html
 
+        Path(args.html).parent.mkdir(parents=True, exist_ok=True)
         Path(args.html).write_text(to_html(module.graph, title=Path(args.model).name,
                                            report=module.partition_report()), encoding="utf-8")
         print(f"\npartition page written to {args.html}")
     return 0
+
+
+def _inspected(args: argparse.Namespace) -> Module | PartitionedModel:
+    """The loaded or compiled module (a ``.tar``; ``--compile``, or the flags that only
+    matter to code: ``--dump-code``, ``--tuning-records``), else the partitioned model, with
+    no code generated."""
+    path = check_model_file(args.model)
+    if args.compile or args.dump_code or args.tuning_records or is_artifact(path):
+        return load_or_compile(args.model, args)
+    import tessera
+    from tessera.api import partition_model
+
+    kwargs = {k: v for k, v in compile_kwargs(args).items() if k not in _CODE_ONLY}
+    model: Any = str(path)
+    if args.quantize:
+        from tessera.cli.quantize import read_calibration
+
+        progress(f"quantizing {path} to int8, calibrating on {args.quantize}")
+        model = tessera.quantize(str(path), read_calibration(args.quantize, "--quantize"))
+    progress(f"partitioning {path} for target {kwargs['target']!r} at -O{kwargs['opt_level']} "
+             "(no code generated; --compile compiles)")
+    return partition_model(model, progress=True, **kwargs)
+
+
+def kernel_report(module: Module) -> str:
+    """Per compiled region: its kernels, and the sizes and times its backend reports."""
+    width = max([len(name) for name in module.compiled] + [12])
+    lines = [f"{'region':<{width}}  kernels  backend facts"]
+    for name, cr in module.compiled.items():
+        facts = ", ".join(fact for k, v in cr.info.items() if (fact := _fact(k, v)))
+        lines.append(f"{name:<{width}}  {len(cr.kernels):>7}  {facts}")
+    return "\n".join(lines)
+
+
+def _fact(key: str, value: Any) -> str:
+    """``lower 0.84 s`` for ``lower_s``, ``object 85.0 KiB`` for ``object_bytes``; "" for
+    the other facts a backend reports."""
+    from tessera.ir.types import human_bytes
+
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return ""
+    if key.endswith("_s"):
+        return f"{key[:-2]} {value:.2f} s"
+    if key.endswith("_bytes"):
+        return f"{key[:-6]} {human_bytes(int(value))}"
+    return ""

@@ -64,6 +64,8 @@ class MemoryReport:
     """Planned arena bytes against the no-reuse total, per device."""
 
     rows: list[tuple[str, int, int, int]]  # device, tensors, planned, no reuse
+    #: what the figures are, when they are not the compiled plan's (an estimate)
+    note: str = ""
 
     def __str__(self) -> str:
         lines = ["device  tensors  planned        no-reuse       saved"]
@@ -71,6 +73,8 @@ class MemoryReport:
             saved = 100.0 * (1 - planned / total) if total else 0.0
             lines.append(f"{dev:<7} {count:>7}  {_fmt_bytes(planned):>13}  "
                          f"{_fmt_bytes(total):>13}  {saved:5.1f}%")
+        if self.note:
+            lines.append(f"({self.note})")
         return "\n".join(lines)
 
 

@@ -16,6 +16,7 @@ from typing import Any
 from tessera import te
 from tessera.ir.graph import Function, Node, Value
 from tessera.passes.fuse_ops import fuse_ops
+from tessera.progress import Progress
 from tessera.tir.gpu_verifier import GPULimits
 from tessera.tir.stmt import PrimFunc
 from tessera.tir.transform import Pipeline
@@ -106,15 +107,19 @@ def lower_group_tir(group: Any, name: str, gpu: GPUInfo,
 
 def lower_region(region: Function, gpu: GPUInfo, opt_level: int = 3, prefix: str = "",
                  fast_math: bool = False,
-                 overrides: dict[str, dict[str, Any]] | None = None) -> LoweredRegion:
-    """Lower every node of ``region`` (all of which have topi computes) to CUDA C."""
+                 overrides: dict[str, dict[str, Any]] | None = None,
+                 progress: Progress | None = None) -> LoweredRegion:
+    """Lower every node of ``region`` (all of which have topi computes) to CUDA C, reporting
+    each fused group to ``progress``."""
     func = region.copy()
     groups = fuse_ops(func, opt_level=opt_level)
     source = CudaSource(fast_math=fast_math, limits=_limits(gpu))
     pipeline = gpu_pipeline()
     lowered: list[LoweredGroup] = []
     constants: dict[str, Value] = {}
-    for group, name in zip(groups, kernel_names(groups, prefix)):
+    named = list(zip(groups, kernel_names(groups, prefix)))
+    for group, name in (progress or Progress()).track(named, "lowering fused groups",
+                                                      lambda item: item[0].name):
         prim, gte, sched = lower_group_tir(group, name, gpu, overrides, pipeline)
         try:
             kernels = source.add(prim)

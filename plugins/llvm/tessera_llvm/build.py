@@ -21,6 +21,7 @@ import llvmlite.binding as llvm
 from llvmlite import ir
 
 from tessera.errors import CompileError, RunError
+from tessera.progress import Progress
 from tessera.tir.stmt import PrimFunc
 from tessera_llvm.codegen import CodeGenerator
 from tessera_llvm.triple import host_triple, init_all_targets, is_foreign
@@ -30,6 +31,10 @@ if TYPE_CHECKING:
 
 #: Serialises every use of llvmlite.binding (parsing, optimising, emitting, JIT linking).
 LLVM_LOCK = threading.RLock()
+#: The progress phases of :func:`build_module`: LLVM IR generated per function, then the
+#: module optimised and emitted as object code (two steps LLVM does not count further).
+IR_PHASE = "generating LLVM IR"
+LLVM_PHASE = "LLVM optimize + codegen"
 
 _initialized = False
 
@@ -239,23 +244,30 @@ def _signature(func: PrimFunc, workspace: int) -> list[tuple[str, int | None]]:
 
 
 def build_module(funcs: list[PrimFunc], name: str, mcpu: str | None = None,
-                 mattr: str | None = None, triple: str | None = None) -> BuiltModule:
+                 mattr: str | None = None, triple: str | None = None,
+                 progress: Progress | None = None) -> BuiltModule:
     """Generate, optimise and compile ``funcs`` into one object file (for ``triple``, the
     host's by default; the data layout is the target machine's).
 
     The lifecycle is explicit: a :class:`~tessera_llvm.codegen.CodeGenerator` is created, each
     PrimFunc added, the IR module finalised, then parsed, verified, optimised (O3) and emitted.
-    Raises CompileError naming the PrimFunc and node the code generator cannot handle."""
+    ``progress`` hears of each function generated and of the two LLVM steps (:data:`IR_PHASE`,
+    :data:`LLVM_PHASE`). Raises CompileError naming the PrimFunc and node the code generator
+    cannot handle."""
+    progress = progress or Progress()
     tm = target_machine(mcpu, mattr, triple)
     cpu_name, features = cpu_and_features(mcpu, mattr, triple)
     gen = CodeGenerator(name, tm.triple, str(tm.target_data))
-    for f in funcs:
+    for f in progress.track(funcs, IR_PHASE, lambda f: f.name):
         gen.add_function(f)
     module = gen.finalize()
     source = str(module)
     with LLVM_LOCK:
+        progress.update(LLVM_PHASE, 0, 2, f"optimizing {len(funcs)} function(s) (O3)")
         mod = compile_ir(source, tm)
+        progress.update(LLVM_PHASE, 1, 2, "emitting object code")
         obj = tm.emit_object(mod)
+        progress.update(LLVM_PHASE, 2, 2)
         optimized = str(mod)
     return BuiltModule(name=name, function_names=list(gen.function_names), object_code=obj,
                        llvm_ir=optimized, source_ir=source, mcpu=mcpu, mattr=mattr,

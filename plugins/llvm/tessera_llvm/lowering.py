@@ -24,6 +24,7 @@ from tessera.ops.layout import pack_matmul_weight
 from tessera.passes.alter_layout import alter_conv_layout
 from tessera.passes.fuse_ops import fuse_ops
 from tessera.passes.grouped_pointwise import grouped_pointwise_to_matmul
+from tessera.progress import Progress
 from tessera.tir.stmt import PrimFunc
 from tessera.tir.transform import lower_pipeline
 from tessera.topi.from_graph import build_te, group_error, kernel_names
@@ -234,6 +235,9 @@ def prepare_region(region: Function, cpu: CPUInfo, opt_level: int = 3
     return func, fuse_ops(func, opt_level=opt_level)
 
 
+#: The progress phase of :func:`lower_region`: one unit per fused group lowered to TIR.
+LOWER_PHASE = "lowering fused groups"
+
 #: The last Winograd-transformed weights: (id of the weight value, m) -> (weight value,
 #: transformed), so that the tuner, which lowers one group again and again with different
 #: knobs, transforms its weights once. A few entries only: they hold their arrays (tens of MB
@@ -335,14 +339,22 @@ def lower_group(group: Any, name: str, cpu: CPUInfo,
     return kernel, [v for v in gte.inputs if v.is_constant]
 
 
+def _group_text(item: tuple[Any, str]) -> str:
+    """``fused_n36 (Conv+Add+Relu)``: a group under way, for progress reports."""
+    ops = "+".join(n.op for n in item[0].nodes)
+    return f"{item[0].name} ({ops if len(ops) <= 40 else ops[:37] + '...'})"
+
+
 def lower_region(region: Function, cpu: CPUInfo, opt_level: int = 3,
                  overrides: dict[str, dict[str, Any]] | None = None,
-                 prefix: str = "") -> LoweredRegion:
-    """Lower every node of ``region`` (all of which have topi computes)."""
+                 prefix: str = "", progress: Progress | None = None) -> LoweredRegion:
+    """Lower every node of ``region`` (all of which have topi computes), reporting each fused
+    group to ``progress`` (phase :data:`LOWER_PHASE`)."""
     func, groups = prepare_region(region, cpu, opt_level)
     kernels: list[LoweredKernel] = []
     constants: dict[str, Value] = {}
-    for group, name in zip(groups, kernel_names(groups, prefix)):
+    named = list(zip(groups, kernel_names(groups, prefix)))
+    for group, name in (progress or Progress()).track(named, LOWER_PHASE, _group_text):
         kernel, consts = lower_group(group, name, cpu, overrides)
         kernels.append(kernel)
         constants.update((v.name, v) for v in consts)
