@@ -155,6 +155,29 @@ def test_parameters_kept_apart():
         from_json(text, params=bad)
 
 
+def test_held_constants_round_trip_without_data():
+    """A constant a backend holds in its compiled form (a region loaded from an artifact) is a
+    constant without data: it verifies, prints, copies and round-trips, and reading its data
+    is an IRError naming it and the backend."""
+    fn = build()
+    doc = json.loads(to_json(fn, with_data=False))
+    doc["function"]["constants"]["w"]["held_by"] = "npu"
+    params = {v.name: v.data for v in fn.constants() if v.name != "w"}
+    back = from_json(json.dumps(doc), params=params)
+    (w,) = [v for v in back.constants() if v.name == "w"]
+    assert w.is_constant and w.is_held and w.held_by == "npu"
+    with pytest.raises(IRError, match="constant %w has no data here: backend 'npu' holds it"):
+        _ = w.data
+    verify(back)
+    assert "%w: const float32[2, 3] (held by npu)" in str(back)
+    assert [v.is_held for v in back.copy().constants()] == [v.is_held for v in back.constants()]
+    again = json.loads(to_json(back, with_data=False))["function"]["constants"]["w"]
+    assert again == {"type": {"shape": [2, 3], "dtype": "float32"}, "held_by": "npu"}
+    with pytest.raises(IRError, match="constant 'w' has no data to write"):
+        to_json(back)
+    assert not fn.constants()[0].is_held  # constants with data are not held
+
+
 def test_region_body_round_trip():
     inner = build()
     outer = Function("model")

@@ -114,13 +114,23 @@ def test_tar_holds_object_code_and_kernel_table(exported: tuple) -> None:
     names = [k["name"] for k in table["kernels"]]
     assert len(names) == 4 and all(n.encode() in obj for n in names)  # exported symbols
     assert any(k["op"] == "ConvNCHWc+Add+Relu" for k in table["kernels"])
-    with np.load(io.BytesIO(members[llvm_member(members, "constants.npz")]),
-                 allow_pickle=False) as npz:
-        assert npz.files  # the packed (blocked) weights the lowering created
-        assert any(npz[k].ndim == 6 for k in npz.files)
+    region = llvm_member(members, "kernels.o").split("/")[2]
+    arrays = manifest["arrays"][region]  # the packed (blocked) weights the lowering created
+    assert arrays and all(k.startswith(llvm_backend.CONSTANT_KEY) for k in arrays)
+    packed = [np.load(io.BytesIO(members[f"constants/{h}.npy"])) for h in arrays.values()]
+    assert any(a.ndim == 6 for a in packed)
+    # the region's own constants are not stored again: llvm keeps them (packed)
+    assert manifest["params"] == {}
+    graph = json.loads(members["graph.json"])["function"]
+    (body,) = [n["body"] for n in graph["nodes"] if "body" in n]
+    assert body["constants"] and all(c.get("held_by") == "llvm"
+                                     for c in body["constants"].values())
     for name in members:
-        if name != "manifest.json":
-            assert manifest["files"][name] == hashlib.sha256(members[name]).hexdigest()
+        digest = hashlib.sha256(members[name]).hexdigest()
+        if name.startswith("constants/"):
+            assert name == f"constants/{digest}.npy"
+        elif name != "manifest.json":
+            assert manifest["files"][name] == digest
 
 
 def test_tampered_object_code_is_refused(exported: tuple, tmp_path: Path) -> None:

@@ -20,20 +20,44 @@ from tessera.ir.types import TensorType, oversize
 
 
 class Value:
-    """An SSA value: a graph input, a constant, or one output of one node."""
+    """An SSA value: a graph input, a constant, or one output of one node.
 
-    __slots__ = ("name", "type", "producer", "data")
+    A constant carries its ``data``, or is *held* by a backend (``held_by`` names it): a
+    region loaded from an artifact whose backend keeps that constant in its own compiled form
+    (packed weights), so the artifact stores no other copy. A held constant is a constant
+    like any other, but reading its ``data`` raises :class:`IRError`.
+    """
+
+    __slots__ = ("name", "type", "producer", "_data", "held_by")
 
     def __init__(self, name: str, type: TensorType, producer: Node | None = None,
-                 data: np.ndarray | None = None):
+                 data: np.ndarray | None = None, held_by: str | None = None):
         self.name = name
         self.type = type
         self.producer = producer
-        self.data = data
+        self._data = data
+        self.held_by = held_by
+
+    @property
+    def data(self) -> np.ndarray | None:
+        if self._data is None and self.held_by is not None:
+            raise IRError(f"constant %{self.name} has no data here: backend "
+                          f"{self.held_by!r} holds it in its compiled form (a region loaded "
+                          f"from an artifact); compile the model again to change it")
+        return self._data
+
+    @data.setter
+    def data(self, data: np.ndarray | None) -> None:
+        self._data = data
 
     @property
     def is_constant(self) -> bool:
-        return self.data is not None
+        return self._data is not None or self.held_by is not None
+
+    @property
+    def is_held(self) -> bool:
+        """A constant whose data a backend holds in its compiled form (see the class)."""
+        return self._data is None and self.held_by is not None
 
     def __repr__(self) -> str:
         kind = "const " if self.is_constant else ""
@@ -254,7 +278,7 @@ class Function:
             if v is None:
                 return None
             if id(v) not in mapping:
-                mapping[id(v)] = Value(v.name, v.type, data=v.data)
+                mapping[id(v)] = Value(v.name, v.type, data=v._data, held_by=v.held_by)
             return mapping[id(v)]
 
         new = Function(self.name, dict(self.attrs))

@@ -39,6 +39,8 @@ def _fmt_value(v: Value | None, seen_consts: set[int]) -> str:
         return "_"
     if v.is_constant and id(v) not in seen_consts:
         seen_consts.add(id(v))
+        if v.is_held:
+            return f"%{v.name}: const {v.type} (held by {v.held_by})"
         assert v.data is not None
         if v.data.size <= 4:
             return f"%{v.name}: const {v.type} = {v.data.reshape(-1).tolist()}"

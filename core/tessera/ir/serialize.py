@@ -1,8 +1,9 @@
 """JSON round trip of functions.
 
 Constant data is either inlined (base64 of the raw bytes) or left out and referenced by name so
-an artifact can keep parameters in a separate ``.npz`` file (``with_data=False`` then
-``from_json(..., params=...)``).
+an artifact can keep parameters apart (``with_data=False`` then ``from_json(..., params=...)``).
+A constant a backend holds in its compiled form (``Value.held_by``) is written as
+``{"type": ..., "held_by": backend}`` and read back held, without data.
 """
 
 from __future__ import annotations
@@ -75,7 +76,12 @@ def function_to_dict(fn: Function, with_data: bool = True) -> dict[str, Any]:
     consts: dict[str, dict[str, Any]] = {}
     for v in fn.constants():
         entry: dict[str, Any] = {"type": _type_json(v.type)}
-        if with_data:
+        if v.is_held:
+            if with_data:
+                raise IRError(f"constant {v.name!r} has no data to write: backend "
+                              f"{v.held_by!r} holds it in its compiled form")
+            entry["held_by"] = v.held_by
+        elif with_data:
             assert v.data is not None
             entry["data"] = _encode_array(v.data)
         consts[v.name] = entry
@@ -107,6 +113,10 @@ def function_from_dict(d: dict[str, Any], params: dict[str, np.ndarray] | None =
             env[item["name"]] = fn.add_input(item["name"], _type_from(item["type"]))
         for name, item in d.get("constants", {}).items():
             t = _type_from(item["type"])
+            if "held_by" in item:
+                fn.reserve_name(name)
+                env[name] = Value(name, t, held_by=str(item["held_by"]))
+                continue
             if "data" in item:
                 data = _decode_array(item["data"])
             elif params is not None and name in params:

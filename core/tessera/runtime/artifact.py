@@ -1,93 +1,208 @@
 """Deployable artifacts: ``Module.export("model.tar")`` and ``tessera.load("model.tar")``.
 
-The tar holds ``manifest.json`` (format, Tessera version, target, each backend's distribution
-and version, input/output signature, the SHA-256 of every other member), ``graph.json`` (the
-partitioned graph without parameter data), ``params.npz`` (parameters, read back with
-``allow_pickle=False``), ``report.json`` (the partition report) and ``backends/<backend>/<region>/``
-with each backend's compiled code. Loading reads members into memory (nothing is extracted to
-disk), accepts only regular files with plain relative names, and checks every hash.
+The tar (format 2) holds:
+
+- ``manifest.json``: format, Tessera version, target, each backend's distribution and version,
+  the input/output signature, where each stored array is used (``params``: graph constant
+  name -> array hash; ``arrays``: region -> the key a backend's ``save`` gave -> array hash)
+  and the SHA-256 of every other member (arrays are named by theirs);
+- ``graph.json``: the partitioned graph without constant data; a constant the backend of its
+  region keeps in its compiled form (``Backend.keeps_constants``) is marked ``held_by``;
+- ``report.json``: the partition report;
+- ``backends/<backend>/<region>/``: the files each backend's ``save`` returned;
+- ``constants/<sha256>.npy``: every array, once. An array is named by the SHA-256 of its
+  ``.npy`` bytes, so a graph parameter and a backend's array with the same dtype, shape and
+  bytes (or two regions' arrays) are one member. Graph parameters are stored only where a
+  backend reads them from the region graph (the reference backend), and a backend's packed
+  weights are the only copy of what its kernels read: each weight is stored once, in the form
+  its backend uses.
+
+Loading reads members into memory (nothing is extracted to disk), accepts only regular files
+with plain relative names, checks every hash, and reads arrays with ``allow_pickle=False``.
+Format 1 (parameters in ``params.npz``, backends' constants inside their own files) still
+loads where its backends accept their files. The tar is written atomically with the mode of
+any new file (``0o666`` less the umask).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import io
 import json
 import os
 import posixpath
+import secrets
 import tarfile
-import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
 import tessera
 from tessera.errors import ArtifactError, IRError, PluginArtifactError, TargetError
 from tessera.ir.graph import Function
-from tessera.ir.serialize import from_json, to_json
+from tessera.ir.serialize import FORMAT_VERSION as GRAPH_FORMAT
+from tessera.ir.serialize import from_json, function_to_dict
 from tessera.partition.partitioner import REGION_OP
 from tessera.partition.report import CopyInfo, PartitionReport, RegionInfo
 from tessera.plugin import contract
 from tessera.plugin.backend import Backend, CompileOptions, SavedBackend
 from tessera.plugin.manager import backend_unavailable, get_backend, get_registry
 
-FORMAT = 1
+FORMAT = 2
+#: Artifact formats ``load_module`` reads.
+READS_FORMATS = (1, 2)
 MANIFEST = "manifest.json"
-
-
-def _all_constants(graph: Function) -> dict[str, np.ndarray]:
-    params: dict[str, np.ndarray] = {}
-    fns = [graph] + [n.body for n in graph.nodes if n.body is not None]
-    for fn in fns:
-        for v in fn.constants():
-            assert v.data is not None
-            if v.name in params and params[v.name] is not v.data and not np.array_equal(
-                    params[v.name], v.data):
-                raise ArtifactError(f"two different constants are named {v.name!r}")
-            params[v.name] = v.data
-    return params
+CONSTANTS_DIR = "constants"
 
 
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+class _ConstantStore:
+    """The artifact's content-addressed arrays: each distinct array once, as
+    ``constants/<sha256 of its .npy bytes>.npy``."""
+
+    def __init__(self) -> None:
+        self.members: dict[str, bytes] = {}
+
+    def put(self, array: np.ndarray, what: str) -> str:
+        a = np.asarray(array)
+        if not a.flags.c_contiguous:  # one byte order per content, so one hash
+            a = a.copy(order="C")
+        buf = io.BytesIO()
+        try:
+            np.lib.format.write_array(buf, a, allow_pickle=False)
+        except ValueError as e:
+            raise ArtifactError(f"cannot store {what} ({a.dtype}): {e}") from None
+        data = buf.getvalue()
+        digest = _sha256(data)
+        self.members.setdefault(f"{CONSTANTS_DIR}/{digest}.npy", data)
+        return digest
+
+
+def _regions(graph: Function) -> Iterator[Function]:
+    for node in graph.nodes:
+        if node.op == REGION_OP and node.body is not None:
+            yield node.body
+
+
+def _graph_params(graph: Function, held: dict[str, set[str]]) -> dict[str, np.ndarray]:
+    """The constants stored in graph form: every constant outside regions, and each region's
+    constants except those its backend keeps (``held``: region name -> constant names)."""
+    params: dict[str, np.ndarray] = {}
+    for fn in [graph, *_regions(graph)]:
+        kept = held.get(fn.name, set()) if fn is not graph else set()
+        for v in fn.constants():
+            if v.name in kept:
+                continue
+            if v.is_held:
+                raise ArtifactError(f"constant {v.name!r} of {fn.name} is held by backend "
+                                    f"{v.held_by!r}, which does not keep it any more; compile "
+                                    f"the model again")
+            data = v.data
+            assert data is not None
+            known = params.get(v.name)
+            if known is not None and known is not data and not np.array_equal(known, data):
+                raise ArtifactError(f"two different constants are named {v.name!r}")
+            params[v.name] = data
+    return params
+
+
+def _graph_json(graph: Function, held: dict[str, set[str]], backend_of: dict[str, str]
+                ) -> bytes:
+    """``graph.json``: the graph without data, the constants each backend keeps marked
+    ``held_by`` it."""
+    doc = function_to_dict(graph, with_data=False)
+    for node, entry in zip(graph.nodes, doc["nodes"]):
+        if node.body is None or node.body.name not in held:
+            continue
+        consts = entry["body"]["constants"]
+        for name in held[node.body.name]:
+            consts[name] = {"type": consts[name]["type"],
+                            "held_by": backend_of[node.body.name]}
+    return json.dumps({"format": GRAPH_FORMAT, "function": doc}).encode()
+
+
+def _saved(backend: Backend, cr: Any, name: str) -> dict[str, bytes | np.ndarray]:
+    saved = contract.call(backend, "save()", backend.save, cr, region=name,
+                          cls=PluginArtifactError)
+    if not isinstance(saved, dict) or not all(
+            isinstance(k, str) and isinstance(v, (bytes, np.ndarray))
+            for k, v in saved.items()):
+        raise contract.violation(backend, "save() returns a dict of file name -> bytes and "
+                                 "key -> numpy array", f"save() returned "
+                                 f"{_describe(saved)}", name, PluginArtifactError)
+    return saved
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, dict):
+        bad = next(((k, v) for k, v in value.items() if not isinstance(k, str)
+                    or not isinstance(v, (bytes, np.ndarray))), None)
+        if bad is not None:
+            return f"a dict with {bad[0]!r} -> {type(bad[1]).__name__}"
+    return type(value).__name__
+
+
+def _kept(backend: Backend, cr: Any, body: Function) -> set[str]:
+    kept = contract.call(backend, "keeps_constants()", backend.keeps_constants, cr,
+                         region=body.name, cls=PluginArtifactError)
+    names = {v.name for v in body.constants()}
+    try:
+        out = {str(k) for k in kept}
+    except TypeError:
+        out = None
+    if out is None or not out <= names:
+        raise contract.violation(backend, "keeps_constants() names constants of the region",
+                                 f"keeps_constants() returned {kept!r:.200}", body.name,
+                                 PluginArtifactError)
+    return out
+
+
 def export_module(module: Any, path: Path) -> Path:
     """Write ``module`` to ``path`` atomically (a temp file renamed into place)."""
+    if path.is_dir():
+        raise ArtifactError(f"cannot export to {str(path)!r}: it is a folder; expected a file "
+                            f"name, e.g. {str(path / 'model.tar')!r}")
+    store = _ConstantStore()
     files: dict[str, bytes] = {}
-    files["graph.json"] = to_json(module.graph, with_data=False).encode()
-    buf = io.BytesIO()
-    params = _all_constants(module.graph)
-    np.savez(buf, **params)
-    files["params.npz"] = buf.getvalue()
-    files["report.json"] = json.dumps(dataclasses.asdict(module.report)).encode()
     plugins: dict[str, dict[str, str]] = {}
+    arrays: dict[str, dict[str, str]] = {}
+    held: dict[str, set[str]] = {}
+    backend_of: dict[str, str] = {}
     registry = get_registry()
-    for node in module.graph.nodes:
-        if node.op != REGION_OP or node.body is None:
-            continue
-        name = node.body.name
+    for body in _regions(module.graph):
+        name = body.name
         cr = module.compiled[name]
         backend: Backend = module.backends[cr.backend]
         plugins[backend.name] = {"distribution": registry.owner(backend.name),
                                  "version": registry.plugin_version(backend.name)
                                  or backend.version(),
                                  "artifact_version": str(backend.artifact_version)}
-        saved = contract.call(backend, "save()", backend.save, cr, region=name,
-                              cls=PluginArtifactError)
-        if not isinstance(saved, dict) or not all(
-                isinstance(k, str) and isinstance(v, bytes) for k, v in saved.items()):
-            raise contract.violation(backend, "save() returns a dict of file name -> bytes",
-                                     f"save() returned {type(saved).__name__}", name,
-                                     PluginArtifactError)
-        for rel, data in saved.items():
+        backend_of[name] = backend.name
+        for rel, data in _saved(backend, cr, name).items():
+            if isinstance(data, np.ndarray):
+                key = store.put(data, f"array {rel!r} of {backend.name} region {name}")
+                arrays.setdefault(name, {})[rel] = key
+                continue
             member = posixpath.join("backends", backend.name, name, rel)
             if not _safe_name(member):
                 raise ArtifactError(f"backend {backend.name!r} returned an unsafe file name "
                                     f"{rel!r}")
             files[member] = data
+        kept = _kept(backend, cr, body)
+        if kept:
+            held[name] = kept
+    params = {k: store.put(v, f"constant {k!r}")
+              for k, v in _graph_params(module.graph, held).items()}
+    files = {"graph.json": _graph_json(module.graph, held, backend_of),
+             "report.json": json.dumps(dataclasses.asdict(module.report)).encode(),
+             **files}
     options = module.compile_options or CompileOptions()
     manifest = {
         "format": FORMAT,
@@ -100,24 +215,38 @@ def export_module(module: Any, path: Path) -> Path:
         "options": {"opt_level": options.opt_level,
                     "pass_config": {k: v for k, v in options.pass_config.items()
                                     if isinstance(v, (bool, int, float, str))}},
+        "params": params,
+        "arrays": arrays,
         "files": {name: _sha256(data) for name, data in files.items()},
     }
-    files = {MANIFEST: json.dumps(manifest, indent=2).encode(), **files}
+    files = {MANIFEST: json.dumps(manifest, indent=2).encode(), **files, **store.members}
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tessera-", suffix=".tar", dir=path.parent)
+    with _atomic_file(path) as raw, tarfile.open(fileobj=raw, mode="w") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            info.mode = 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+@contextlib.contextmanager
+def _atomic_file(path: Path) -> Iterator[BinaryIO]:
+    """A new file next to ``path`` that replaces ``path`` when the block ends without an
+    error, and is removed otherwise. It is created like any new file (``0o666`` less the
+    umask, and the folder's default ACL), not ``0o600`` as ``tempfile.mkstemp`` would."""
+    tmp = path.parent / f".tessera-{secrets.token_hex(8)}.tar.part"
     try:
-        with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w") as tar:
-            for name, data in files.items():
-                info = tarfile.TarInfo(name)
-                info.size = len(data)
-                info.mode = 0o644
-                tar.addfile(info, io.BytesIO(data))
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except OSError as e:  # name the user's path, not the temp file's
+        raise ArtifactError(f"cannot write {str(path)!r}: {e.strerror or e}") from None
+    try:
+        with os.fdopen(fd, "wb") as raw:
+            yield raw
         os.replace(tmp, path)
     except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        tmp.unlink(missing_ok=True)
         raise
-    return path
 
 
 def _safe_name(name: str) -> bool:
@@ -148,7 +277,11 @@ def read_members(path: Path) -> dict[str, bytes]:
                 f = tar.extractfile(info)
                 members[info.name] = f.read() if f is not None else b""
     except tarfile.TarError as e:
-        raise ArtifactError(f"{str(path)!r} is not a readable tar artifact: {e}") from None
+        if not tarfile.is_tarfile(path):
+            raise ArtifactError(f"{str(path)!r} is not a Tessera artifact: not a tar file "
+                                f"(tessera compile writes one)") from None
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ArtifactError(f"{str(path)!r} is a damaged tar file: {reason}") from None
     except EOFError:
         raise ArtifactError(f"{str(path)!r} is truncated") from None
     return members
@@ -166,12 +299,26 @@ def load_module(path: Path, devices: dict[str, int] | None = None) -> Any:
         manifest = json.loads(members[MANIFEST])
     except json.JSONDecodeError as e:
         raise ArtifactError(f"{MANIFEST} is not valid JSON: {e}") from None
-    if manifest.get("format") != FORMAT:
-        raise ArtifactError(f"artifact format {manifest.get('format')!r} is not supported "
-                            f"(expected {FORMAT})")
-    listed = manifest.get("files", {})
+    fmt = manifest.get("format")
+    if fmt not in READS_FORMATS:
+        newer = " (written by a newer Tessera)" if isinstance(fmt, int) and fmt > FORMAT else ""
+        raise ArtifactError(f"artifact format {fmt!r}{newer} is not supported: this Tessera "
+                            f"({tessera.__version__}) reads formats "
+                            f"{', '.join(map(str, READS_FORMATS))}; export the model again "
+                            f"with this version")
+    listed = _mapping(manifest, "files")
+    used = _array_hashes(manifest) if fmt != 1 else set()
     for name, data in members.items():
         if name == MANIFEST:
+            continue
+        digest = _stored_hash(name) if fmt != 1 else None
+        if digest is not None:  # constants/<sha256>.npy: named by its hash
+            if digest not in used:
+                raise ArtifactError(f"artifact member {name!r} is not used by the manifest "
+                                    f"(tampered artifact?)")
+            if _sha256(data) != digest:
+                raise ArtifactError(f"artifact member {name!r} does not match the SHA-256 it "
+                                    f"is named by (tampered or corrupted artifact)")
             continue
         if name not in listed:
             raise ArtifactError(f"artifact member {name!r} is not listed in the manifest "
@@ -211,12 +358,21 @@ def load_module(path: Path, devices: dict[str, int] | None = None) -> Any:
                                      f"cannot load this artifact: {refusal}", None,
                                      PluginArtifactError)
         backends[name] = backend
+    store = _StoredArrays(members)
     try:
-        with np.load(io.BytesIO(members["params.npz"]), allow_pickle=False) as npz:
-            params = {k: npz[k] for k in npz.files}
+        if fmt == 1:
+            with np.load(io.BytesIO(members["params.npz"]), allow_pickle=False) as npz:
+                params = {k: npz[k] for k in npz.files}
+        else:
+            params = {str(k): store.get(v) for k, v in _mapping(manifest, "params").items()}
         graph = from_json(members["graph.json"], params)
-    except (IRError, ValueError, OSError) as e:
+    except (IRError, ValueError, OSError, KeyError) as e:
         raise ArtifactError(f"artifact graph or parameters are malformed: {e}") from None
+    for v in graph.constants():
+        if v.is_held:
+            raise ArtifactError(f"graph constant {v.name!r} is marked held by {v.held_by!r} "
+                                f"outside any region (malformed graph.json)")
+    arrays = _mapping(manifest, "arrays") if fmt != 1 else {}
     opts = manifest.get("options", {})
     options = CompileOptions(opt_level=int(opts.get("opt_level", 3)),
                              pass_config=dict(opts.get("pass_config", {})),
@@ -230,8 +386,18 @@ def load_module(path: Path, devices: dict[str, int] | None = None) -> Any:
         if bname not in backends:
             raise ArtifactError(f"region {body.name} names backend {bname!r}, which the "
                                 f"manifest does not list")
+        for v in body.constants():
+            if v.is_held and v.held_by != bname:
+                raise ArtifactError(f"constant {v.name!r} of region {body.name} ({bname}) is "
+                                    f"marked held by {v.held_by!r} (malformed graph.json)")
         prefix = f"backends/{bname}/{body.name}/"
-        files = {k[len(prefix):]: v for k, v in members.items() if k.startswith(prefix)}
+        files: dict[str, bytes | np.ndarray] = {
+            k[len(prefix):]: v for k, v in members.items() if k.startswith(prefix)}
+        region_arrays = arrays.get(body.name, {})
+        if not isinstance(region_arrays, dict):
+            raise ArtifactError(f"manifest arrays of region {body.name} are malformed")
+        for key, digest in region_arrays.items():
+            files[str(key)] = store.get(digest)
         backend = backends[bname]
         loaded = contract.call(backend, "load()", backend.load, body, files,
                                kind_of_region(body), options, region=body.name,
@@ -239,6 +405,63 @@ def load_module(path: Path, devices: dict[str, int] | None = None) -> Any:
         compiled[body.name] = contract.check_compiled(backend, body, loaded)
     report = _report_from(json.loads(members["report.json"]))
     return Module(graph, compiled, backends, manifest.get("target", ""), report, [], options)
+
+
+def _stored_hash(member: str) -> str | None:
+    """The hash of a ``constants/<sha256>.npy`` member, None for any other member."""
+    head, _, tail = member.partition("/")
+    if head != CONSTANTS_DIR or not tail.endswith(".npy"):
+        return None
+    return tail[:-len(".npy")]
+
+
+def _array_hashes(manifest: dict[str, Any]) -> set[str]:
+    """Every array hash the manifest refers to (graph parameters and backends' arrays)."""
+    used = {str(d) for d in _mapping(manifest, "params").values()}
+    for region in _mapping(manifest, "arrays").values():
+        if not isinstance(region, dict):
+            raise ArtifactError("manifest 'arrays' is malformed")
+        used.update(str(d) for d in region.values())
+    return used
+
+
+def _mapping(manifest: dict[str, Any], key: str) -> dict[str, Any]:
+    value = manifest.get(key, {})
+    if not isinstance(value, dict):
+        raise ArtifactError(f"manifest {key!r} is not a mapping (malformed manifest)")
+    return value
+
+
+class _StoredArrays:
+    """The arrays of an artifact's ``constants/`` members, each read once (when first
+    asked for) and shared read-only by every graph constant and region that uses it."""
+
+    def __init__(self, members: dict[str, bytes]) -> None:
+        self.members = members
+        self.arrays: dict[str, np.ndarray] = {}
+
+    def get(self, digest: Any) -> np.ndarray:
+        if not isinstance(digest, str):
+            raise ArtifactError(f"the manifest refers to array {digest!r}, not a hash "
+                                f"(malformed manifest)")
+        array = self.arrays.get(digest)
+        if array is not None:
+            return array
+        member = f"{CONSTANTS_DIR}/{digest}.npy"
+        data = self.members.get(member)
+        if data is None:
+            raise ArtifactError(f"the manifest refers to array {digest!r}, which the artifact "
+                                f"lacks ({member})")
+        try:
+            array = np.load(io.BytesIO(data), allow_pickle=False)
+        except (ValueError, OSError) as e:
+            raise ArtifactError(f"artifact member {member} is not a readable array: "
+                                f"{e}") from None
+        if not isinstance(array, np.ndarray):
+            raise ArtifactError(f"artifact member {member} is not a .npy array")
+        array.flags.writeable = False
+        self.arrays[digest] = array
+        return array
 
 
 def _report_from(d: dict[str, Any]) -> PartitionReport:

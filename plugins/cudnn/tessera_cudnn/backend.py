@@ -22,7 +22,6 @@ GPU or library version measures again.
 
 from __future__ import annotations
 
-import io
 import json
 from collections.abc import Callable
 from typing import Any
@@ -63,9 +62,12 @@ from .pool_softmax import (
 )
 from .pool_softmax import patterns as pool_patterns
 
-ARTIFACT_FORMAT = 1
+#: 2: constants saved as arrays (``constants/<name>``, in the artifact's shared store), not in
+#: a ``constants.npz`` of their own; the region's constants are not stored in graph form
+ARTIFACT_FORMAT = 2
 PLANS_FILE = "plans.json"
-CONSTANTS_FILE = "constants.npz"
+#: Prefix of the keys of the constants ``save`` returns as arrays.
+CONSTANT_KEY = "constants/"
 DEFAULT_ARCH = "sm_90"
 PLAN_TYPES: dict[str, type[Plan]] = {c.kind: c for c in (ConvPlan, PoolPlan, SoftmaxPlan,
                                                           GemmPlan)}
@@ -233,33 +235,39 @@ class LibraryBackend(Backend):
             return f"{self.library} missing"
 
     # -- artifacts -------------------------------------------------------------------------
-    def save(self, compiled: CompiledRegion) -> dict[str, bytes]:
+    def save(self, compiled: CompiledRegion) -> dict[str, bytes | np.ndarray]:
         handle = compiled.handle
         if not isinstance(handle, dict) or "plans" not in handle:
             raise ArtifactError(f"{self.name} region {compiled.region.name}: not compiled by "
                                 f"this backend")
-        buf = io.BytesIO()
-        np.savez(buf, **handle["constants"])
         meta = {"format": ARTIFACT_FORMAT, "arch": handle["arch"],
                 "library": self._version_text(),
                 "plans": [p.to_json() for p in handle["plans"]],
                 "tensors": {k: [list(t.shape), str(t.dtype)]
                             for k, t in compiled.tensors.items()}}
-        return {PLANS_FILE: json.dumps(meta, indent=1).encode(), CONSTANTS_FILE: buf.getvalue()}
+        saved: dict[str, bytes | np.ndarray] = {
+            CONSTANT_KEY + k: np.asarray(v) for k, v in handle["constants"].items()}
+        saved[PLANS_FILE] = json.dumps(meta, indent=1).encode()
+        return saved
 
-    def load(self, region: Function, files: dict[str, bytes], target: TargetKind,
-             options: CompileOptions) -> CompiledRegion:
-        for f in (PLANS_FILE, CONSTANTS_FILE):
-            if f not in files:
-                raise ArtifactError(f"{self.name} region {region.name}: the artifact has no {f}")
+    def keeps_constants(self, compiled: CompiledRegion) -> list[str]:
+        """All of them: the calls read only the saved constants (the plans hold the rest)."""
+        return [v.name for v in compiled.region.constants()]
+
+    def load(self, region: Function, files: dict[str, bytes | np.ndarray],
+             target: TargetKind, options: CompileOptions) -> CompiledRegion:
+        if not isinstance(files.get(PLANS_FILE), bytes):
+            raise ArtifactError(f"{self.name} region {region.name}: the artifact has no "
+                                f"{PLANS_FILE}")
         try:
             meta = json.loads(files[PLANS_FILE])
             if meta.get("format") != ARTIFACT_FORMAT:
                 raise ArtifactError(f"{self.name} region {region.name}: artifact format "
                                     f"{meta.get('format')}, this plugin reads {ARTIFACT_FORMAT}")
             plans = [PLAN_TYPES[p["kind"]].from_json(p) for p in meta["plans"]]
-            with np.load(io.BytesIO(files[CONSTANTS_FILE]), allow_pickle=False) as npz:
-                constants = {k: np.ascontiguousarray(npz[k]) for k in npz.files}
+            constants = {k[len(CONSTANT_KEY):]: np.ascontiguousarray(v)
+                         for k, v in files.items()
+                         if k.startswith(CONSTANT_KEY) and isinstance(v, np.ndarray)}
             tensors = {k: TensorType(tuple(s), d) for k, (s, d) in meta["tensors"].items()}
         except ArtifactError:
             raise

@@ -303,6 +303,13 @@ class VTABackend(Backend):
         files[METADATA] = json.dumps(meta, indent=1).encode()
         return files
 
+    def keeps_constants(self, compiled: CompiledRegion) -> list[str]:
+        """All of them when ``save`` writes the layers (their DRAM images hold the packed
+        weights); none otherwise (``load`` compiles again)."""
+        if not isinstance(compiled, VTACompiledRegion):
+            return []
+        return [v.name for v in compiled.region.constants()]
+
     def load(self, region: Function, files: dict[str, bytes], target: TargetKind,
              options: CompileOptions) -> CompiledRegion:
         if METADATA not in files:
