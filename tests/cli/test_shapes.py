@@ -9,7 +9,7 @@ from tessera.cli.shapes import (
     parse_input_shapes,
     parse_key_value,
     parse_name_list,
-    parse_scalar,
+    parse_switch,
 )
 
 
@@ -57,13 +57,17 @@ def test_parse_key_value() -> None:
 
 
 @pytest.mark.parametrize("text, expected", [
-    ("0", 0), ("12", 12), ("-3", -3), ("1.5", 1.5), ("true", True), ("False", False),
-    ("on", True), ("OFF", False), ("no", False),
-    ("NCHW", "NCHW"),
+    ("0", False), ("1", True), ("true", True), ("False", False), ("on", True), ("OFF", False),
+    ("no", False), (" yes ", True),
 ])
-def test_parse_scalar(text: str, expected: object) -> None:
-    value = parse_scalar(text)
-    assert value == expected and type(value) is type(expected)
+def test_parse_switch(text: str, expected: bool) -> None:
+    assert parse_switch(text, "--pass-config P") is expected
+
+
+@pytest.mark.parametrize("text", ["maybe", "2", "-1", "1.5", ""])
+def test_parse_switch_refuses_other_values(text: str) -> None:
+    with pytest.raises(ArgumentError, match=r"--pass-config P=.*: expected on or off"):
+        parse_switch(text, "--pass-config P")
 
 
 def test_parse_name_list() -> None:

@@ -272,3 +272,16 @@ def test_malformed_input_is_an_ir_error():
     fn.nodes.reverse()
     with pytest.raises(IRError, match="used before"):
         PassManager(verify=True).run(fn)
+
+
+@pytest.mark.parametrize("value", ["maybe", 2, 0.5, None, [True]])
+def test_pass_config_values_must_be_switches(value):
+    with pytest.raises(PassError, match=r"pass config FoldConstants=.*: expected on or off"):
+        PassManager(pass_config={"FoldConstants": value})
+
+
+def test_pass_options_are_not_pass_names():
+    with pytest.raises(PassError, match=r"unknown pass name\(s\) FuseOps\.max_depth; .*passes "
+                                        r"have no options such as 'FuseOps\.max_depth'"):
+        PassManager(pass_config={"FuseOps.max_depth": 4})
+    PassManager(pass_config={"FoldConstants": 0, "Canonicalize": np.True_})

@@ -22,6 +22,7 @@ from tessera.cli import plugins as plugins_cmd
 from tessera.cli import quantize as quantize_cmd
 from tessera.cli import run as run_cmd
 from tessera.cli import tune as tune_cmd
+from tessera.cli.examples import HelpFormatter, epilog
 from tessera.cli.shapes import ArgumentError
 from tessera.errors import TesseraError
 
@@ -45,7 +46,8 @@ def _version() -> str:
 def build_parser() -> argparse.ArgumentParser:
     """The ``tessera`` parser with all subcommands."""
     parser = _Parser(prog="tessera",
-                     description="Tessera: a deep-learning compiler with pip-installable backends.")
+                     description="Tessera: a deep-learning compiler with pip-installable backends.",
+                     epilog=epilog(""), formatter_class=HelpFormatter)
     parser.add_argument("--version", action="version", version=f"tessera {_version()}")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="on an error, also print the traceback and its causes (a "
@@ -55,6 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     for module in (compile_cmd, run_cmd, inspect_cmd, tune_cmd, plugins_cmd, quantize_cmd,
                    new_plugin_cmd):
         module.add_parser(subparsers)
+    for name, sub in subparsers.choices.items():
+        sub.epilog, sub.formatter_class = epilog(name), HelpFormatter
     for sub in subparsers.choices.values():  # also accepted after the command
         sub.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
                          help="print tracebacks on errors (and more detail where a command "
@@ -82,11 +86,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         except SystemExit as e:  # --help and --version
             return e.code if isinstance(e.code, int) else 0
         except (TesseraError, ArgumentError) as e:
-            if args is not None and getattr(args, "verbose", False):
+            verbose = args is not None and getattr(args, "verbose", False)
+            if verbose:
                 traceback.print_exception(e, file=sys.stderr)
-            elif isinstance(e, TesseraError) and e.__cause__ is not None:
+            code = _fail(str(e))
+            if not verbose and isinstance(e, TesseraError) and e.__cause__ is not None:
                 print("(tessera --verbose shows the traceback of the cause)", file=sys.stderr)
-            return _fail(str(e))
+            return code
         except OSError as e:
             return _fail(f"{e.strerror or e}: {e.filename}" if e.filename else str(e))
         except KeyboardInterrupt:

@@ -82,20 +82,19 @@ def parse_key_value(text: str, option: str) -> tuple[str, str]:
     return key.strip(), value.strip()
 
 
-def parse_scalar(text: str) -> bool | int | float | str:
-    """A pass-config value: ``true/false/on/off/yes/no`` -> bool, integers, floats, else the
-    string itself."""
-    lowered = text.lower()
-    if lowered in ("true", "on", "yes"):
-        return True
-    if lowered in ("false", "off", "no"):
-        return False
-    for convert in (int, float):
-        try:
-            return convert(text)
-        except ValueError:
-            pass
-    return text
+_SWITCHES = {"on": True, "true": True, "yes": True, "1": True,
+             "off": False, "false": False, "no": False, "0": False}
+
+
+def parse_switch(text: str, option: str) -> bool:
+    """A pass switch: ``on/off``, ``true/false``, ``yes/no`` or ``1/0`` (any case) -> bool;
+    ``option`` (``"--pass-config FoldConstants"``) names the flag in the error for anything
+    else."""
+    value = _SWITCHES.get(text.strip().lower())
+    if value is None:
+        raise ArgumentError(f"{option}={text}: expected on or off (also true/false, yes/no, "
+                            f"1/0)")
+    return value
 
 
 def parse_name_list(values: list[str] | None) -> list[str]:

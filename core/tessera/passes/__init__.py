@@ -7,7 +7,7 @@ pass lives in its own module and can be switched off by name.
 from tessera.passes.canonicalize import Canonicalize
 from tessera.passes.dce import DeadCodeElimination
 from tessera.passes.fold_constants import FoldConstants
-from tessera.passes.manager import Pass, PassManager, default_passes
+from tessera.passes.manager import Pass, PassManager, check_pass_switches, default_passes
 from tessera.passes.simplify_inference import SimplifyInference
 
 __all__ = [
@@ -17,5 +17,6 @@ __all__ = [
     "Pass",
     "PassManager",
     "SimplifyInference",
+    "check_pass_switches",
     "default_passes",
 ]

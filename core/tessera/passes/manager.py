@@ -22,6 +22,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from tessera.errors import PassError, TesseraError
 from tessera.ir.graph import Function, Node, Value
 
@@ -88,15 +90,45 @@ def _known_pass_names() -> set[str]:
     return {p.name for p in _pipeline()}
 
 
+def check_pass_switches(pass_config: dict[str, Any] | None, disabled: Iterable[str] | None = None,
+                        known: Iterable[str] | None = None) -> None:
+    """Raise :class:`~tessera.errors.PassError` unless every name in ``pass_config`` and
+    ``disabled`` is a known pass and every ``pass_config`` value is a switch (True/False, 1/0).
+
+    ``known`` defaults to the standard pipeline's passes.
+    """
+    names = sorted(set(known) if known is not None else _known_pass_names())
+    config = dict(pass_config or {})
+    unknown = sorted((set(config) | set(disabled or ())) - set(names))
+    if unknown:
+        options = [u for u in unknown if "." in u]
+        note = (f" (a pass config switches a whole pass on or off; passes have no options such "
+                f"as {options[0]!r})" if options else "")
+        raise PassError(f"unknown pass name(s) {', '.join(unknown)}; known passes: "
+                        f"{', '.join(names)}{note}")
+    for name, value in config.items():
+        if not _is_switch(value):
+            raise PassError(f"pass config {name}={value!r}: expected on or off (True/False or "
+                            f"1/0)")
+
+
+def _is_switch(value: Any) -> bool:
+    """True for True/False (numpy's too) and the integers 0 and 1."""
+    if isinstance(value, (bool, np.bool_)):
+        return True
+    return isinstance(value, (int, np.integer)) and value in (0, 1)
+
+
 class PassManager:
     """Runs passes in order over a function.
 
     ``passes`` defaults to the standard pipeline (see :func:`default_passes`). A pass runs when
     ``pass.opt_level <= opt_level`` and it is not switched off: ``pass_config`` maps pass names to
-    ``True``/``False`` (``True`` forces a pass on even below its level), ``disabled`` is a set of
-    pass names to skip. Unknown names in either raise :class:`~tessera.errors.PassError` listing
-    the known passes. A pass that would run twice in a row (because the passes between its two
-    places in the pipeline are off) runs once.
+    ``True``/``False`` (``True`` forces a pass on even below its level; 1/0 too), ``disabled`` is
+    a set of pass names to skip. Unknown names in either, or a switch that is neither on nor off,
+    raise :class:`~tessera.errors.PassError` listing what is allowed
+    (:func:`check_pass_switches`). A pass that would run twice in a row (because the passes
+    between its two places in the pipeline are off) runs once.
     """
 
     def __init__(self, opt_level: int = 3, pass_config: dict[str, Any] | None = None,
@@ -112,11 +144,8 @@ class PassManager:
         #: (pass name, milliseconds) for every pass run by the last :meth:`run`.
         self.timings: list[tuple[str, float]] = []
 
-        known = _known_pass_names() | {p.name for p in self.passes}
-        unknown = sorted((set(self.pass_config) | self.disabled) - known)
-        if unknown:
-            raise PassError(f"unknown pass name(s) {', '.join(unknown)}; known passes: "
-                            f"{', '.join(sorted(known))}")
+        check_pass_switches(self.pass_config, self.disabled,
+                            _known_pass_names() | {p.name for p in self.passes})
 
     def enabled(self, p: Pass) -> bool:
         """Whether ``p`` runs under this manager's level and switches."""

@@ -40,9 +40,23 @@ class ConvertContext:
 
     # -- messages ------------------------------------------------------------------------------
     def error(self, message: str) -> ModelImportError:
-        """An import error naming the current ONNX node."""
+        """An import error naming the current ONNX node (once: a message from the op registry
+        that names the node, or its op, again loses that prefix)."""
         return ModelImportError(f"node {self.node_name!r} ({self.op_type}, opset {self.opset}): "
-                                f"{message}")
+                                f"{self._unprefixed(message)}")
+
+    def _unprefixed(self, message: str) -> str:
+        """``message`` without a leading ``node NAME (OP): `` for this node and ``OP: ``; an
+        IR op other than the ONNX node's stays named."""
+        op = self.op_type
+        prefix = f"node {self.node_name} ("
+        if self.node_name and message.startswith(prefix):
+            inner, sep, rest = message[len(prefix):].partition("): ")
+            if sep and inner and " " not in inner:
+                op, message = inner, rest
+        if message.startswith(f"{op}: "):
+            message = message[len(op) + 2:]
+        return message if op == self.op_type else f"{op}: {message}"
 
     # -- building ------------------------------------------------------------------------------
     def _hint(self, i: int = 0) -> str:

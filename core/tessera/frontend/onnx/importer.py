@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import tarfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,9 @@ MIN_OPSET = 7
 
 ModelSource = str | os.PathLike | bytes | onnx.ModelProto
 
+#: What :func:`tar_kind` calls an exported module.
+ARTIFACT = "a compiled Tessera artifact"
+
 
 def load_model(model: ModelSource) -> onnx.ModelProto:
     """Read a ModelProto from a path, serialized bytes or a ModelProto (external data loaded)."""
@@ -34,6 +39,10 @@ def load_model(model: ModelSource) -> onnx.ModelProto:
             path = Path(model)
             if not path.is_file():
                 raise ModelImportError(f"model file {str(path)!r} does not exist")
+            if (kind := tar_kind(path)) is not None:
+                raise ModelImportError(f"{str(path)!r} is {kind}, not an ONNX model" + (
+                    f"; load it with tessera.load() (CLI: tessera run {path})"
+                    if kind == ARTIFACT else ""))
             proto = onnx.load(str(path), load_external_data=True)
     except ModelImportError:
         raise
@@ -42,6 +51,19 @@ def load_model(model: ModelSource) -> onnx.ModelProto:
     if not proto.graph.node and not proto.graph.output:
         raise ModelImportError("the ONNX model has an empty graph (truncated or not an ONNX file?)")
     return proto
+
+
+def tar_kind(path: Path) -> str | None:
+    """:data:`ARTIFACT` for a Tessera artifact (a tar whose first member is its manifest),
+    ``"a tar archive"`` for another tar file, None for anything else."""
+    try:
+        if not tarfile.is_tarfile(path):
+            return None
+        with tarfile.open(path) as tar:
+            first = tar.next()
+    except (OSError, tarfile.TarError):
+        return None
+    return ARTIFACT if first is not None and first.name == "manifest.json" else "a tar archive"
 
 
 def onnx_dtype(elem_type: int, what: str) -> DType:
@@ -136,6 +158,38 @@ def _check_signature(g: onnx.GraphProto) -> None:
                                        "give its rank at least)")
 
 
+def _check_onnx_ops(g: onnx.GraphProto, opsets: dict[str, int]) -> None:
+    """Name the first default-domain node whose op ONNX does not define at the model's opset
+    (the checker says so in three lines)."""
+    opset = opsets[""]
+    for node in g.node:
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        where = f"node {node.name or '<unnamed>'!r} ({node.op_type})"
+        if not onnx.defs.has(node.op_type):
+            raise ModelImportError(f"{where}: {node.op_type!r} is not an ONNX operator (a custom "
+                                   f"op needs a domain of its own)")
+        try:
+            onnx.defs.get_schema(node.op_type, opset, "")
+        except onnx.defs.SchemaError:
+            since = onnx.defs.get_schema(node.op_type).since_version
+            raise ModelImportError(f"{where}: ONNX defines {node.op_type} from opset {since}; "
+                                   f"the model imports opset {opset}") from None
+
+
+_CHECKER_CONTEXT = re.compile(r"==> Context: Bad node spec for node\. Name: (.*?) OpType: (\S+)")
+
+
+def _checker_message(e: Exception) -> str:
+    """The ONNX checker's message on one line, naming the node first where it names one."""
+    text = str(e).strip()
+    first = text.splitlines()[0].strip() if text else type(e).__name__
+    context = _CHECKER_CONTEXT.search(text)
+    if context is None:
+        return " ".join(text.split())
+    return f"node {context.group(1) or '<unnamed>'!r} ({context.group(2)}): {first}"
+
+
 def _input_type(vi: onnx.ValueInfoProto, override: Sequence[int] | None) -> TensorType:
     t = _declared_type(vi, override)
     if (why := oversize(t)) is not None:
@@ -183,7 +237,10 @@ def import_onnx(model: ModelSource, input_shapes: Mapping[str, Sequence[int]] | 
     if check:
         _check_signature(proto.graph)
         try:
+            _check_onnx_ops(proto.graph, _opsets(proto))
             onnx.checker.check_model(proto)
+        except ModelImportError:
+            raise
         except UnicodeDecodeError as e:
             raise ModelImportError(f"cannot parse the ONNX model: a name or string in it is not "
                                    f"UTF-8 ({e})") from None
@@ -191,7 +248,7 @@ def import_onnx(model: ModelSource, input_shapes: Mapping[str, Sequence[int]] | 
             # The checker refuses ops that newer opsets deprecated (GroupNormalization-18);
             # they are still valid models, and the converters handle them.
             if "deprecated" not in str(e):
-                raise ModelImportError(f"malformed ONNX model: {e}") from None
+                raise ModelImportError(f"malformed ONNX model: {_checker_message(e)}") from None
     opsets = _opsets(proto)
     if opsets[""] < MIN_OPSET:
         raise ModelImportError(f"the model uses default-domain opset {opsets['']}; Tessera "
