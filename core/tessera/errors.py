@@ -43,6 +43,10 @@ class QuantizeError(TesseraError):
     """Quantization failed: a model it cannot quantize, or bad calibration data."""
 
 
+class TuningRecordsError(TesseraError):
+    """A tuning records file is missing or is not one (no line of it is a record)."""
+
+
 class PassError(TesseraError):
     """A graph pass failed or was configured wrongly."""
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from cli.support import assert_error
 from onnx import TensorProto, helper, numpy_helper
 
 import tessera
@@ -25,7 +26,7 @@ from tessera.autotune.records import (
 )
 from tessera.autotune.space import ConfigSpace
 from tessera.cli.main import main as cli_main
-from tessera.errors import TesseraError
+from tessera.errors import TesseraError, TuningRecordsError
 
 RNG = np.random.default_rng(41)
 
@@ -57,7 +58,7 @@ def test_records_round_trip(tmp_path: Path) -> None:
     assert back[1].mean_cost == float("inf")
 
 
-def test_malformed_lines_are_skipped_with_a_warning(tmp_path: Path) -> None:
+def test_malformed_lines_are_skipped_with_one_summary(tmp_path: Path) -> None:
     path = tmp_path / "r.jsonl"
     good = _record(1e-3, 4).to_json()
     lines = [good, "{not json", "[1, 2]", json.dumps({"key": "k"}),
@@ -66,9 +67,34 @@ def test_malformed_lines_are_skipped_with_a_warning(tmp_path: Path) -> None:
     with pytest.warns(UserWarning) as caught:
         back = list(load_records(path))
     assert len(back) == 1 and back[0].config["mr"] == 4
-    messages = [str(w.message) for w in caught]
-    assert len(messages) == 5 and all("r.jsonl:" in m for m in messages)
-    assert any("missing" in m for m in messages)
+    (message,) = [str(w.message) for w in caught]  # one summary, not one warning per line
+    assert "r.jsonl" in message and "skipped 5 line(s) that are not tuning records" in message
+    assert "2 not JSON: lines 2, 7" in message and "1 not a JSON object: line 3" in message
+    assert "1 missing template, config, backend: line 4" in message
+    assert "1 costs is not a list of numbers: line 5" in message
+
+
+def test_a_file_without_records_is_an_error_naming_its_first_line(tmp_path: Path) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("".join(f"hello line {i}\n" for i in range(445)))
+    with pytest.raises(TuningRecordsError, match=r"'.*notes.txt' is not a tuning records "
+                       r"file: line 1: not JSON \('hello line 0'\); expected one JSON object"):
+        load_records(notes)
+    binary = tmp_path / "model.bin"
+    binary.write_bytes(b"\x08\x07\x12\x07pytorch\xbb\xff\n" + b"\x00" * 100)
+    with pytest.raises(TuningRecordsError, match="line 1 is binary data, not text"):
+        TuningHistory.load(binary)
+    with pytest.raises(TuningRecordsError, match="line 3: missing key"):
+        load_records(_write(tmp_path / "other.jsonl", "", "  ", '{"a": 1}'))
+    # a run killed while writing its first record left half a line: a records file, empty
+    half = _record(1e-3, 4).to_json()[:30]
+    with pytest.warns(UserWarning, match="skipped 1 line"):
+        assert list(load_records(_write(tmp_path / "killed.jsonl", half))) == []
+
+
+def _write(path: Path, *lines: str) -> Path:
+    path.write_text("\n".join(lines) + "\n")
+    return path
 
 
 def test_best_config_per_workload_and_backend() -> None:
@@ -158,3 +184,63 @@ def test_cli_tuning_records(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert list(load_records(path)) == []
+
+
+def test_cli_refuses_a_file_that_is_not_records(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """``--tuning-records`` given the model itself (binary) or a text file of notes: one
+    ``error:`` line naming the file and its first line, no traceback, no warning per line;
+    ``tessera tune -o`` such a file refuses to append to it."""
+    model, _ = _matmul_model()
+    src = tmp_path / "mm.onnx"
+    onnx.save(model, src)
+    out = ["-o", str(tmp_path / "mm.tar")]
+    rc = cli_main(["compile", str(src), "--target", "llvm", "--tuning-records", str(src), *out])
+    assert_error(capsys, rc, "mm.onnx' is not a tuning records file",
+                 "line 1 is binary data, not text", "expected one JSON object per line")
+    notes = _write(tmp_path / "notes.txt", *(f"hello world line {i}" for i in range(445)))
+    rc = cli_main(["compile", str(src), "--target", "llvm", "--tuning-records", str(notes),
+                   *out])
+    err = assert_error(capsys, rc, "notes.txt' is not a tuning records file",
+                       "line 1: not JSON ('hello world line 0')")
+    assert "warning" not in err
+    before = src.read_bytes()
+    rc = cli_main(["tune", str(src), "--target", "llvm", "--trials", "1", "-o", str(src)])
+    assert_error(capsys, rc, "mm.onnx' is not a tuning records file")
+    assert src.read_bytes() == before
+
+
+def test_cli_summarizes_bad_and_stale_records_in_one_warning(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A real records file with broken lines and a knob value the template no longer offers:
+    the good records are applied, and ONE warning counts what was skipped and why."""
+    model, _ = _matmul_model()
+    src = tmp_path / "mm.onnx"
+    onnx.save(model, src)
+    (cr,) = tessera.compile(model, target="llvm").compiled.values()
+    (schedule,) = cr.info["schedules"].values()
+    key, template, chosen = _other_config(schedule)
+    good = TuningRecord(key=key, template=template, workload=[], config=chosen,
+                        backend="llvm", target="llvm", costs=[1e-4])
+    stale_knob = next(iter(chosen))
+    stale = TuningRecord(key=key, template=template, workload=[],
+                         config={**chosen, stale_knob: 12345}, backend="llvm",
+                         target="llvm", costs=[1e-5])
+    path = _write(tmp_path / "r.jsonl", good.to_json(), "{half a li", "[1]", "{oops")
+    rc = cli_main(["compile", str(src), "--target", "llvm", "--tuning-records", str(path),
+                   "-o", str(tmp_path / "a.tar")])
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    (warning,) = [ln for ln in captured.err.splitlines() if ln.startswith("warning:")]
+    assert "r.jsonl" in warning and "skipped 3 line(s)" in warning
+    assert "2 not JSON: lines 2, 4" in warning and "1 not a JSON object: line 3" in warning
+    assert "tuning:  1 schedule(s) from the tuning records" in captured.out
+    append_records(path, [stale])  # now the best record has a value the template lacks
+    rc = cli_main(["compile", str(src), "--target", "llvm", "--tuning-records", str(path),
+                   "-o", str(tmp_path / "b.tar")])
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    (warning,) = [ln for ln in captured.err.splitlines() if ln.startswith("warning:")]
+    assert "skipped 3 line(s)" in warning
+    assert (f"ignored 1 knob value(s) of records that the schedule templates no longer offer "
+            f"(1 value not a candidate: {template} {stale_knob}=12345)") in warning

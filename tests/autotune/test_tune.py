@@ -130,6 +130,39 @@ def test_cli_tune(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli_main(["tune", str(model), "--tuner", "annealing"]) != 0
 
 
+def test_cli_tune_says_a_resumed_task_is_already_tuned(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """Resuming a task whose every config the records file holds measures nothing and says
+    it was already tuned, with the best time from the file (not "0 trial(s) best no
+    success"); the header names the target "auto" resolved to."""
+    from tessera.autotune.records import append_records, record_for
+    from tessera.autotune.space import ScheduleConfig
+    from tessera.autotune.tasks import tasks_of_module
+    from tessera.plugin.manager import default_cpu_target
+
+    model, _ = _conv_model(tmp_path)
+    tasks = tasks_of_module(tessera.compile(str(model), target="llvm"))
+    index, task = next((i, t) for i, t in enumerate(tasks) if t.template == "injective")
+    grid = make_tuner("gridsearch", task.space)
+    out = tmp_path / "done.jsonl"
+    records = []
+    for n, config in enumerate(iter(grid.next, None), 1):
+        rec = record_for(ScheduleConfig(task.template, (), config), task.backend, task.target,
+                         costs=[n * 1e-3])
+        rec.key = task.key
+        records.append(rec)
+    append_records(out, records)
+    rc = cli_main(["tune", str(model), "--tasks", str(index), "--trials", "5", "-o", str(out)])
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    assert f"for {default_cpu_target()!r} (auto: the best installed CPU backend)" in captured.err
+    assert "(already tuned: the records hold every config)" in captured.err
+    assert (f"0 trial(s)  already tuned ({len(records)} record(s) before), best 1.000 ms"
+            in captured.out)
+    assert "no success" not in captured.out
+    assert len(list(load_records(out))) == len(records)  # nothing measured again
+
+
 SYNTH = {"a": [1, 2, 4, 8, 16, 32, 64, 3, 6, 12, 24, 48], "b": list(range(10)),
          "c": [True, False], "d": ["p", "q", "r", "s", "t", "u"]}
 
@@ -213,7 +246,11 @@ def test_progress_line_ends_before_another_tasks_trials() -> None:
     from tessera.autotune.tasks import Task
     from tessera.autotune.tune import _ProgressLine
 
-    out = io.StringIO()
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    out = Terminal()
     line = _ProgressLine(out)
     a = Task(key="a", template="conv_a", backend="llvm", target="llvm", knobs={}, default={})
     b = Task(key="b", template="dense_b", backend="llvm", target="llvm", knobs={}, default={})
@@ -227,3 +264,30 @@ def test_progress_line_ends_before_another_tasks_trials() -> None:
                                                         "dense_b"]
     assert "trials    2/10" in out.getvalue().split("\n")[0].split("\r")[-1]
     assert "" not in shown[:-1]  # no empty line after a finished one
+
+
+def test_progress_in_a_log_is_plain_throttled_lines(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Written to a file (not a terminal) the progress has no carriage returns: one plain
+    line per update, at most one a second, and always the line that ends a task."""
+    import io
+
+    import tessera.progress
+    from tessera.autotune.tasks import Task
+    from tessera.autotune.tune import _ProgressLine
+
+    now = [0.0]
+    monkeypatch.setattr(tessera.progress, "_now", lambda: now[0])
+    out = io.StringIO()
+    line = _ProgressLine(out)
+    a = Task(key="a", template="conv_a", backend="llvm", target="llvm", knobs={}, default={})
+    b = Task(key="b", template="dense_b", backend="llvm", target="llvm", knobs={}, default={})
+    for done in range(1, 21):  # 20 trials, 0.25 s apart: 5 s
+        now[0] += 0.25
+        line.write(1, 2, a, done, 20, 0.001, 0.0, "\n" if done == 20 else "")
+    line.write(2, 2, b, 0, 20, float("inf"), 0.0, "  (nothing to tune)\n")
+    text = out.getvalue()
+    assert "\r" not in text and "\x1b" not in text
+    rows = text.splitlines()
+    assert all(row.startswith("[") for row in rows)
+    assert [r.split()[4] for r in rows[:-1]] == ["4/20", "8/20", "12/20", "16/20", "20/20"]
+    assert rows[-1].split()[1] == "dense_b" and rows[-1].endswith("(nothing to tune)")

@@ -97,6 +97,51 @@ def test_calibration_data_errors(rng):
         calibrate(model, ["r1"], {"x": np.zeros((2, 3, 8, 8))})
 
 
+def static_cnn(rng: np.random.Generator, batch: int = 1, side: int = 32) -> onnx.ModelProto:
+    """The float CNN's first two layers with a fixed input shape [batch, 3, side, side]."""
+    w1 = (rng.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32)
+    w2 = (rng.standard_normal((4, 8, 3, 3)) * 0.3).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+         helper.make_node("Conv", ["r1", "w2"], ["y"], name="conv2", pads=[1, 1, 1, 1])],
+        "static", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, side, side])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 4, side, side])],
+        [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_calibration_of_another_shape_is_refused(rng, tmp_path, capsys):
+    """Calibration data 1x3x28x28 for a model fixed at 1x3x32x32 would calibrate (and write
+    the scales of) a different model: refused, naming the input and both shapes, by the
+    Python API (arrays or batches) and by ``tessera quantize``."""
+    model = static_cnn(rng)
+    small = rng.standard_normal((1, 3, 28, 28)).astype(np.float32)
+    want = r"calibration input 'x' has shape \[1, 3, 28, 28\], but the model's input 'x' has " \
+           r"shape \[1, 3, 32, 32\] \(dimension 2 is 28, not 32, dimension 3 is 28, not 32\)"
+    with pytest.raises(QuantizeError, match=want):
+        quantize_model(model, {"x": small})
+    with pytest.raises(QuantizeError, match="has a batch of shape \\[1, 3, 28, 28\\]"):
+        quantize_model(model, [{"x": small}], skip_first_conv=False)
+    with pytest.raises(QuantizeError, match=r"has shape \[4, 3, 32\], .* \(rank 3, not 4\)"):
+        quantize_model(model, {"x": np.zeros((4, 3, 32), np.float32)})
+    # the right shape (several samples along axis 0 for the fixed batch of 1) quantizes
+    quantize_model(model, {"x": rng.standard_normal((3, 3, 32, 32)).astype(np.float32)},
+                   skip_first_conv=False)
+    src, calib = tmp_path / "static.onnx", tmp_path / "calib.npz"
+    onnx.save(model, str(src))
+    np.savez(calib, x=small)
+    out = tmp_path / "q.onnx"
+    code = main(["quantize", str(src), "--calibration", str(calib), "-o", str(out)])
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err and not out.exists()
+    (line,) = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert "calibration input 'x' has shape [1, 3, 28, 28]" in line and \
+        "[1, 3, 32, 32]" in line
+
+
 def test_quantize_writes_power_of_two_qdq(rng):
     model = float_cnn(rng)
     calib = rng.standard_normal((16, 3, 8, 8)).astype(np.float32)

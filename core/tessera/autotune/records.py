@@ -14,11 +14,15 @@ A record says how one config of one workload measured on one target::
 ``tessera tune --ray``) also has ``"host"``, that machine's name (a field written only then,
 which readers that do not know it skip).
 
-:func:`load_records` reads a file line by line: a line that is not JSON, or a record without
-the fields above, is skipped with a warning naming the file and line, never an error (a log
-appended by a crashed run ends with half a line). :func:`best_configs` keeps, per backend and
-workload, the config with the lowest mean cost; :class:`TuningHistory` is what
-``tessera.compile(tuning_records=...)`` hands to backends (``CompileOptions.schedule_overrides``).
+:func:`load_records` reads a file line by line. A file of which no line is a record (a model,
+a binary file, notes) is a :class:`~tessera.errors.TuningRecordsError` naming the first bad line
+and what was expected. In a records file, lines that are not records (a log appended by a
+crashed run ends with half a line) are skipped with ONE warning counting them by reason.
+:func:`best_configs` keeps, per backend and workload, the config with the lowest mean cost;
+:class:`TuningHistory` is what ``tessera.compile(tuning_records=...)`` hands to backends
+(``CompileOptions.schedule_overrides``); the knob values its records give that a template no
+longer offers (``ConfigSpace.pick``) are counted there too, and ``compile`` warns once about
+everything skipped (:meth:`TuningHistory.warn_skipped`).
 """
 
 from __future__ import annotations
@@ -27,13 +31,16 @@ import json
 import math
 import time
 import warnings
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TuningHistory", "TuningRecord", "append_records", "best_configs", "load_records",
-           "record_for"]
+from tessera.errors import TuningRecordsError
+
+__all__ = ["ScheduleOverrides", "TuningHistory", "TuningRecord", "append_records",
+           "best_configs", "load_records", "record_for"]
 
 #: Fields every record must have.
 REQUIRED = ("key", "template", "config", "backend")
@@ -116,7 +123,12 @@ def append_records(path: str | Path, records: Iterable[TuningRecord]) -> None:
 
 
 def _parse(line: str) -> TuningRecord:
-    data = json.loads(line)
+    """The record of one line; ValueError/TypeError saying what is wrong (the reason is the
+    text before any ``:``, what the skip summary groups by)."""
+    try:
+        data = json.loads(line)
+    except ValueError:
+        raise ValueError("not JSON") from None
     if not isinstance(data, dict):
         raise ValueError("not a JSON object")
     missing = [k for k in REQUIRED if k not in data]
@@ -132,19 +144,112 @@ def _parse(line: str) -> TuningRecord:
     return rec
 
 
-def load_records(path: str | Path) -> Iterator[TuningRecord]:
-    """The records of a JSON-lines file, skipping (with a warning) lines that are not
-    records."""
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            text = line.strip()
-            if not text:
+#: What a records file holds, for messages.
+EXPECTED = (f"expected one JSON object per line with the fields {', '.join(REQUIRED)}, "
+            "as 'tessera tune' writes")
+
+
+def _decode(raw: bytes) -> str | None:
+    """A line's text, or None for binary data (a NUL byte, or not UTF-8)."""
+    if b"\0" in raw:
+        return None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _describe(n: int, reason: str, text: str | None) -> str:
+    if text is None:
+        return f"line {n} is binary data, not text"
+    shown = text if len(text) <= 40 else text[:37] + "..."
+    return f"line {n}: {reason} ({shown!r})"
+
+
+def load_records(path: str | Path,
+                 skipped: list[tuple[int, str]] | None = None) -> Iterator[TuningRecord]:
+    """The records of a JSON-lines file.
+
+    A file none of whose lines is a record raises :class:`~tessera.errors.TuningRecordsError`
+    naming the first bad line (a binary file at once, without reading on), unless that line
+    is all it holds and is a cut-off JSON object (a run killed while writing its first
+    record: a file ``tessera tune`` resumes). Otherwise lines
+    that are not records are skipped: ``(line number, reason)`` appended to ``skipped`` when
+    given, else one warning counting them by reason."""
+    records: list[TuningRecord] = []
+    bad: list[tuple[int, str]] = []
+    first_bad: tuple[int, str, str | None] | None = None
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            text = _decode(raw)
+            if text is not None and not text.strip():
                 continue
             try:
-                yield _parse(text)
+                if text is None:
+                    raise ValueError("not text (binary data)")
+                records.append(_parse(text.strip()))
+                continue
             except (ValueError, TypeError) as err:
-                warnings.warn(f"{path}:{n}: not a tuning record, skipped ({err})",
-                              stacklevel=2)
+                bad.append((n, str(err)))
+                if first_bad is None:
+                    first_bad = (n, str(err), None if text is None else text.strip())
+            if text is None and not records:
+                break  # a binary file: not a records file, whatever follows
+    interrupted = len(bad) == 1 and first_bad is not None and first_bad[1] == "not JSON" \
+        and (first_bad[2] or "").startswith('{"')  # a run killed while writing its first
+    if first_bad is not None and not records and not interrupted:
+        raise TuningRecordsError(f"{str(path)!r} is not a tuning records file: "
+                                 f"{_describe(*first_bad)}; {EXPECTED}")
+    if bad:
+        if skipped is not None:
+            skipped.extend(bad)
+        else:
+            warnings.warn(f"tuning records {str(path)!r}: {skip_summary(bad, [])}",
+                          stacklevel=2)
+    return iter(records)
+
+
+def _lines(numbers: list[int]) -> str:
+    shown = ", ".join(str(n) for n in numbers[:3])
+    more = f" and {len(numbers) - 3} more" if len(numbers) > 3 else ""
+    return f"line{'s' if len(numbers) > 1 else ''} {shown}{more}"
+
+
+def skip_summary(lines: list[tuple[int, str]], values: Iterable[tuple[str, str, str]]) -> str:
+    """One sentence on what was skipped: ``lines`` (line number, reason) that are not
+    records, and record ``values`` (reason, ``template knob=value``, workload key) templates
+    did not take."""
+    parts: list[str] = []
+    if lines:
+        by_reason: dict[str, list[int]] = {}
+        for n, reason in lines:
+            by_reason.setdefault(reason.split(":", 1)[0], []).append(n)
+        parts.append(f"skipped {len(lines)} line(s) that are not tuning records ("
+                     + "; ".join(f"{len(ns)} {reason}: {_lines(ns)}"
+                                 for reason, ns in by_reason.items()) + ")")
+    values = sorted(set(values))
+    if values:
+        counts = Counter(reason for reason, _, _ in values)
+        details = sorted({detail for _, detail, _ in values})
+        examples = ", ".join(details[:3]) + (f" and {len(details) - 3} more"
+                                             if len(details) > 3 else "")
+        parts.append(f"ignored {len(values)} knob value(s) of records that the schedule "
+                     f"templates no longer offer ("
+                     f"{', '.join(f'{c} {r}' for r, c in counts.items())}: {examples}); "
+                     f"those knobs kept their defaults")
+    return "; ".join(parts)
+
+
+class ScheduleOverrides(dict[str, dict[str, Any]]):
+    """Workload key -> knob values, as :meth:`TuningHistory.overrides` gives them to
+    backends. ``ConfigSpace.pick`` adds what it could not apply to ``ignored`` (reason,
+    ``template knob=value``, workload key) instead of warning each time; the history says
+    it once."""
+
+    def __init__(self, values: dict[str, dict[str, Any]],
+                 ignored: set[tuple[str, str, str]] | None = None) -> None:
+        super().__init__(values)
+        self.ignored: set[tuple[str, str, str]] = ignored if ignored is not None else set()
 
 
 def best_configs(records: Iterable[TuningRecord], backend: str | None = None,
@@ -167,19 +272,39 @@ class TuningHistory:
     """Tuning records loaded once for a compile: per backend, the best config of each
     workload (``apply_history_best``)."""
 
-    def __init__(self, records: Iterable[TuningRecord], source: str = "") -> None:
+    def __init__(self, records: Iterable[TuningRecord], source: str = "",
+                 skipped_lines: Iterable[tuple[int, str]] = ()) -> None:
         self.records = list(records)
         self.source = source
         self._best: dict[tuple[str, str | None], dict[str, TuningRecord]] = {}
+        #: Lines of the file that are not records (line number, reason), not yet reported.
+        self.skipped_lines: list[tuple[int, str]] = list(skipped_lines)
+        #: Knob values of records that templates did not take (reason, detail, key), not yet
+        #: reported (``ConfigSpace.pick`` fills it through :class:`ScheduleOverrides`).
+        self.ignored_values: set[tuple[str, str, str]] = set()
 
     @classmethod
     def load(cls, path: str | Path) -> TuningHistory:
+        """The records of ``path``; lines that are not records are counted for
+        :meth:`warn_skipped` (a file that is not a records file at all is an error)."""
         p = Path(path)
         if not p.is_file():
-            from tessera.errors import TesseraError
+            raise TuningRecordsError(f"tuning records: file {str(path)!r} does not exist")
+        skipped: list[tuple[int, str]] = []
+        records = list(load_records(p, skipped))
+        return cls(records, str(p), skipped)
 
-            raise TesseraError(f"tuning records: file {str(path)!r} does not exist")
-        return cls(load_records(p), str(p))
+    def warn_skipped(self) -> str | None:
+        """Warn once about the lines and knob values skipped since the last call (what
+        ``compile`` calls when it is done); the message, or None when nothing was."""
+        if not self.skipped_lines and not self.ignored_values:
+            return None
+        message = (f"tuning records {self.source or '(in memory)'!r}: "
+                   f"{skip_summary(self.skipped_lines, self.ignored_values)}")
+        self.skipped_lines.clear()
+        self.ignored_values.clear()  # the set the overrides handed out share
+        warnings.warn(message, stacklevel=2)
+        return message
 
     def best(self, backend: str, target: str | None = None) -> dict[str, TuningRecord]:
         k = (backend, target)
@@ -187,6 +312,9 @@ class TuningHistory:
             self._best[k] = best_configs(self.records, backend, target)
         return self._best[k]
 
-    def overrides(self, backend: str, target: str | None = None) -> dict[str, dict[str, Any]]:
-        """Workload key -> the best knob values (what templates' ``pick`` reads)."""
-        return {k: dict(r.config) for k, r in self.best(backend, target).items()}
+    def overrides(self, backend: str, target: str | None = None) -> ScheduleOverrides:
+        """Workload key -> the best knob values (what templates' ``pick`` reads; values it
+        cannot use are collected for :meth:`warn_skipped`)."""
+        best = self.best(backend, target)
+        return ScheduleOverrides({k: dict(r.config) for k, r in best.items()},
+                                 self.ignored_values)

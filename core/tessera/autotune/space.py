@@ -86,21 +86,27 @@ class ConfigSpace:
         """The default config, with the knob values ``overrides`` (workload key -> knob
         values, from tuning records) gives this workload. Unknown knobs, and values that are
         not among a knob's candidates (a record from another version of the template), are
-        ignored with a warning: that knob keeps its default."""
+        ignored: that knob keeps its default. Overrides from a
+        :class:`~tessera.autotune.records.TuningHistory` collect them (``ignored``: one
+        warning for the whole compile); with a plain dict, each is a warning."""
         cfg = self.default_config()
         cfg.space = self
         chosen = (overrides or {}).get(cfg.key())
+        ignored = getattr(overrides, "ignored", None)
         for name, value in (chosen or {}).items():
             knob = self.knobs.get(name)
             if knob is not None and value in knob.candidates:
                 cfg.values[name] = value
                 cfg.tuned = True
+                continue
+            reason = "unknown knob" if knob is None else "value not a candidate"
+            if ignored is not None:
+                ignored.add((reason, f"{self.template} {name}={value!r}", cfg.key()))
             else:
                 import warnings
 
                 warnings.warn(f"tuning record for {self.template} {list(self.workload)}: "
-                              f"{'unknown knob' if knob is None else 'value not a candidate'}"
-                              f" {name}={value!r} ignored", stacklevel=2)
+                              f"{reason} {name}={value!r} ignored", stacklevel=2)
         if any(k.when for k in self.knobs.values()):
             cfg.values = self.canonical(cfg.values)
         return cfg

@@ -16,7 +16,7 @@ tuners search canonical configs, :mod:`tessera.autotune.knobspace`). A task stop
 The ``xgb`` tuner also sees the loop nests its best candidates lower to, through the task's
 backend's ``Backend.tuning_features`` called here (:mod:`tessera.autotune.loop_ranker`).
 Progress goes to stderr, one line per task: trials, the best GFLOP/s and time, elapsed
-seconds.
+seconds (rewritten in place on a terminal; plain lines, at most one a second, in a log).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from tessera.autotune.records import TuningRecord, append_records, load_records,
 from tessera.autotune.space import ScheduleConfig
 from tessera.autotune.tasks import Task, tasks_of_module
 from tessera.autotune.tuners import make_tuner
+from tessera.progress import StatusLine
 
 __all__ = ["TuneSummary", "tune"]
 
@@ -50,6 +51,15 @@ class TuneSummary:
         #: to featurise their loop nests), and how many configs it featurised.
         self.feature_seconds = 0.0
         self.featurized = 0
+        #: (backend, workload key) of each selected task -> how many records the output file
+        #: held for it before this run and the best mean cost among them (a resumed run).
+        self.earlier: dict[tuple[str, str], tuple[int, float]] = {}
+
+    def best_known(self, task: Task, best: float) -> tuple[int, float]:
+        """How many records of ``task`` the output held before this run, and the best cost of
+        this run's ``best`` and theirs."""
+        count, before = self.earlier.get((task.backend, task.key), (0, math.inf))
+        return count, min(best, before)
 
     @property
     def trials(self) -> int:
@@ -95,28 +105,41 @@ def _featurizer(module: Any, task: Task) -> Featurize | None:
 
 
 class _ProgressLine:
-    """The progress line on ``out`` (None: none): a task's line is rewritten in place while it
-    is measured; when another task's trials come next (``--time-budget`` moves between
-    tasks), the line is ended first, so every line names the task whose trials it counts."""
+    """The progress line on ``out`` (None: none). On a terminal a task's line is rewritten in
+    place while it is measured; when another task's trials come next (``--time-budget``
+    moves between tasks), the line is ended first, so every line names the task whose trials
+    it counts. In a log (a file, a pipe) every update is a plain line of its own, at most one
+    a second, and the line that ends a task always (:class:`tessera.progress.StatusLine`)."""
 
     def __init__(self, out: TextIO | None) -> None:
-        self.out = out
+        self.line = StatusLine(out, tty_interval=0.0) if out is not None else None
         self.index: int | None = None  # the task the unfinished line shows
 
     def write(self, index: int, total: int, task: Task, done: int, budget: int, best: float,
               start: float, end: str = "") -> None:
-        if self.out is None:
+        if self.line is None:
             return
         if self.index is not None and self.index != index:
-            self.out.write("\n")
+            self.line.finish()
         gflops = task.flops / best / 1e9 if math.isfinite(best) and task.flops else 0.0
         best_text = f"{gflops:8.1f} GFLOP/s ({best * 1e3:.3f} ms)" if math.isfinite(best) \
             else "       - GFLOP/s"
-        self.out.write(f"\r[{index}/{total}] {task.template:<22} x{task.weight:<3} trials "
-                       f"{done:>4}/{budget:<4} best {best_text}  "
-                       f"{time.perf_counter() - start:6.1f} s{end}")
-        self.out.flush()
-        self.index = None if end.endswith("\n") else index
+        note = end.rstrip("\n")
+        text = (f"[{index}/{total}] {task.template:<22} x{task.weight:<3} trials "
+                f"{done:>4}/{budget:<4} best {best_text}  "
+                f"{time.perf_counter() - start:6.1f} s{note}")
+        if end.endswith("\n"):
+            self.line.end(text)
+            self.index = None
+        else:
+            self.line.show(text)
+            self.index = index
+
+    def interrupted(self, message: str) -> None:
+        """End the unfinished line and say ``message`` on a line of its own."""
+        if self.line is not None:
+            self.line.finish()
+            self.line.print(message)
 
 
 class _TaskState:
@@ -230,13 +253,17 @@ def tune(model: Any, target: str | None = "auto", output: str | Path = "tuning.j
     # configs per template and workload, the xgb tuner's transfer learning
     history_rows: list[TuningRecord] = list(load_records(out)) if out.is_file() else []
     measured: dict[str, list[dict[str, Any]]] = {}
+    earlier: dict[tuple[str, str], tuple[int, float]] = {}
     for r in history_rows:
         measured.setdefault(r.key, []).append(r.config)
+        count, cost = earlier.get((r.backend, r.key), (0, math.inf))
+        earlier[(r.backend, r.key)] = (count + 1, min(cost, r.mean_cost))
     prior: dict[str, dict[str, Any]] = {}
     if prior_records is not None:
         from tessera.autotune.records import TuningHistory
 
         history = TuningHistory.load(prior_records)
+        history.warn_skipped()
         history_rows += history.records
         for t in all_tasks:
             best = history.overrides(t.backend)
@@ -244,6 +271,7 @@ def tune(model: Any, target: str | None = "auto", output: str | Path = "tuning.j
                 prior[t.key] = best[t.key]
     summary = TuneSummary()
     selected = [all_tasks[i] for i in chosen]
+    summary.earlier = earlier
     states: list[_TaskState] = []
     for n, task in enumerate(selected, 1):
         related: dict[str, list[tuple[dict[str, Any], float]]] = {}
@@ -291,8 +319,9 @@ def tune(model: Any, target: str | None = "auto", output: str | Path = "tuning.j
                 if config is None:
                     break
                 configs.append(config)
-            if not configs:
-                state.finish(line, len(states))
+            if not configs:  # every config measured: in this run, or all before it
+                state.finish(line, len(states), "\n" if state.done else
+                             "  (already tuned: the records hold every config)\n")
                 continue
             plugins = _plugin_versions(module.backends[cr.backend])
             results = m.measure_batch(state.task.kernels[0], state.task.key, configs)
@@ -312,9 +341,8 @@ def tune(model: Any, target: str | None = "auto", output: str | Path = "tuning.j
                 results.close()
     except KeyboardInterrupt:
         summary.interrupted = True
-        if progress is not None:
-            progress.write(f"\ninterrupted: {len(summary.records)} record(s) of this run kept "
-                           f"in {out}\n")
+        line.interrupted(f"interrupted: {len(summary.records)} record(s) of this run kept "
+                         f"in {out}")
     finally:
         for m in measurers.values():
             m.close()

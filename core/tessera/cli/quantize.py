@@ -1,6 +1,7 @@
 """``tessera quantize``: float ONNX model + calibration data -> int8 QDQ ONNX model.
 
-The calibration file is an ``.npz`` with one array per model input (samples along axis 0). The
+The calibration file is an ``.npz`` with one array per model input (samples along axis 0), of the
+shape the model declares in its fixed dimensions (other shapes are refused, naming both). The
 quantized model uses symmetric power-of-two scales (what the ``vta_sim`` backend runs); the
 first convolution and the classifier stay in float unless ``--quantize-first`` /
 ``--quantize-last`` say otherwise. A summary of the quantized layers and scales goes to stdout.
@@ -11,11 +12,11 @@ first convolution and the classifier stay in float unless ``--quantize-first`` /
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from tessera.cli.arrays import check_output_file, read_npz
 from tessera.cli.compile import progress
 from tessera.cli.shapes import ArgumentError, parse_name_list
 
@@ -45,13 +46,7 @@ def add_parser(subparsers: Any) -> None:
 
 def read_calibration(path: str, flag: str = "--calibration") -> dict[str, np.ndarray]:
     """Calibration inputs from an ``.npz`` (one array per model input)."""
-    if not Path(path).is_file():
-        raise ArgumentError(f"{flag}: file {path!r} does not exist")
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            return {name: data[name] for name in data.files}
-    except (ValueError, OSError) as e:
-        raise ArgumentError(f"{flag}: cannot read {path!r} as .npz: {e}") from None
+    return read_npz(path, flag)
 
 
 def run_quantize(args: argparse.Namespace) -> int:
@@ -61,6 +56,7 @@ def run_quantize(args: argparse.Namespace) -> int:
 
     if args.batch_size < 1:
         raise ArgumentError(f"--batch-size must be at least 1, got {args.batch_size}")
+    out = check_output_file(args.output, "--output", "model_int8.onnx")
     calibration = read_calibration(args.calibration)
     exclude = parse_name_list(args.exclude)
     progress(f"calibrating on {args.calibration}")
@@ -68,7 +64,6 @@ def run_quantize(args: argparse.Namespace) -> int:
                                    skip_first_conv=not args.quantize_first,
                                    skip_last_dense=not args.quantize_last, exclude=exclude,
                                    batch_size=args.batch_size)
-    out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
     onnx.save(model, str(out))
     print(report.summary())

@@ -113,6 +113,29 @@ def _list(args: argparse.Namespace, shapes: Any) -> int:
     return 0
 
 
+def resolved_target(target: str | None) -> str:
+    """The target text ``target`` resolves to (``'llvm' (auto: ...)`` for the default), for the
+    header; a bad target is its error here, before anything is compiled."""
+    from tessera.plugin.manager import resolve_target
+
+    text = ", ".join(str(kind) for _, kind in resolve_target(target or "auto"))
+    auto = target is None or target.strip() == "auto"
+    return f"{text!r}" + (" (auto: the best installed CPU backend)" if auto else "")
+
+
+def task_result(summary: Any, task: Any, trials: int, best: float) -> str:
+    """One task's line of the final table: trials and best time, saying when the records
+    file had measured every config before this run (nothing left: already tuned)."""
+    earlier, best = summary.best_known(task, best)
+    best_text = f"{best * 1e3:.3f} ms" if math.isfinite(best) else "no success"
+    if not task.tunable:
+        return f"{trials:>4} trial(s)  (nothing to tune: no knob has a choice)"
+    if trials == 0 and earlier:
+        return f"   0 trial(s)  already tuned ({earlier} record(s) before), best {best_text}"
+    before = f" (with {earlier} record(s) from before)" if earlier else ""
+    return f"{trials:>4} trial(s)  best {best_text}{before}"
+
+
 def run_tune(args: argparse.Namespace) -> int:
     from tessera.autotune.tune import tune
 
@@ -134,7 +157,8 @@ def run_tune(args: argparse.Namespace) -> int:
         check_model_file(args.prior_records)
     tasks = parse_tasks(args.tasks) if args.tasks is not None else None
     where = f" per node, on Ray at {args.ray}" if args.ray is not None else ""
-    progress(f"tuning {args.model} for {args.target or 'auto'}: {args.tuner}, {args.trials} "
+    progress(f"tuning {args.model} for {resolved_target(args.target)}: {args.tuner}, "
+             f"{args.trials} "
              f"trial(s) per task, {args.parallel} built at once{where}, records in "
              f"{args.output}")
     summary = tune(str(args.model), target=args.target or "auto", output=args.output,
@@ -146,8 +170,7 @@ def run_tune(args: argparse.Namespace) -> int:
                    parallel=args.parallel, ray_address=args.ray,
                    cache_flush=args.cache_flush)
     for task, n, best in summary.tasks:
-        best_text = f"{best * 1e3:.3f} ms" if math.isfinite(best) else "no success"
-        print(f"{task.template:<22} x{task.weight:<3} {n:>4} trial(s)  best {best_text}")
+        print(f"{task.template:<22} x{task.weight:<3} {task_result(summary, task, n, best)}")
     print(f"{summary.trials} trial(s) in {len(summary.tasks)} task(s); records in "
           f"{args.output}")
     return 130 if summary.interrupted else 0

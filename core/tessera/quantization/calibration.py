@@ -34,6 +34,34 @@ def _fixed_batch(model: onnx.ModelProto, name: str) -> int | None:
     return None
 
 
+def _declared_shape(model: onnx.ModelProto, name: str) -> list[int | str] | None:
+    """The input's shape as the model declares it (a symbolic dimension by its name), or
+    None when it declares none."""
+    for vi in model.graph.input:
+        if vi.name == name and vi.type.tensor_type.HasField("shape"):
+            return [int(d.dim_value) if d.HasField("dim_value") and d.dim_value >= 0
+                    else (d.dim_param or "?") for d in vi.type.tensor_type.shape.dim]
+    return None
+
+
+def check_shape(model: onnx.ModelProto, name: str, shape: tuple[int, ...],
+                what: str = "has shape", first: int = 0) -> None:
+    """Refuse calibration data for input ``name`` whose ``shape`` does not fit the model's
+    declared one: another rank, or another size in a fixed dimension (from ``first`` on). An
+    input the model declares with a fixed shape is calibrated at that shape only, never
+    re-imported at another (which would calibrate a different model)."""
+    declared = _declared_shape(model, name)
+    if declared is None:
+        return
+    wrong = [i for i, (d, s) in enumerate(zip(declared, shape))
+             if i >= first and isinstance(d, int) and d != s]
+    if len(declared) != len(shape) or wrong:
+        why = (f"rank {len(shape)}, not {len(declared)}" if len(declared) != len(shape) else
+               ", ".join(f"dimension {i} is {shape[i]}, not {declared[i]}" for i in wrong))
+        raise QuantizeError(f"calibration input {name!r} {what} {list(shape)}, but the model's "
+                            f"input {name!r} has shape {declared} ({why})")
+
+
 def iter_batches(model: onnx.ModelProto, data: CalibrationData,
                  batch_size: int = 64) -> Iterator[dict[str, np.ndarray]]:
     """Calibration data as batches of arrays by input name.
@@ -56,6 +84,8 @@ def iter_batches(model: onnx.ModelProto, data: CalibrationData,
             raise QuantizeError(f"calibration data must give every model input "
                                 f"({', '.join(inputs)}); missing: {', '.join(missing) or '-'}, "
                                 f"unknown: {', '.join(unknown) or '-'}")
+        for name, a in arrays.items():  # axis 0 counts samples: cut to the batch below
+            check_shape(model, name, a.shape, "has shape", first=1)
         counts = {a.shape[0] if a.ndim else 0 for a in arrays.values()}
         if len(counts) != 1 or 0 in counts:
             raise QuantizeError("calibration arrays must hold the same number (> 0) of samples "
@@ -92,6 +122,8 @@ def calibrate(model: onnx.ModelProto, tensors: Iterable[str], data: CalibrationD
         key = tuple(sorted((k, v.shape, v.dtype.str) for k, v in batch.items()))
         fn = programs.get(key)
         if fn is None:
+            for name, value in batch.items():
+                check_shape(model, name, value.shape, "has a batch of shape")
             fn = import_onnx(model, input_shapes={k: list(v.shape) for k, v in batch.items()})
             by_name = {v.name: v for v in fn.values()}
             missing = [t for t in wanted if t not in by_name]

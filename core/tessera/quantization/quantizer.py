@@ -77,8 +77,10 @@ def quantize(model: ModelSource, calibration_inputs: CalibrationData, *,
     in ``exclude``. Activation scales come from calibration: the float model runs on the
     reference interpreter over ``calibration_inputs`` (arrays by input name, samples along axis
     0, cut into batches of ``batch_size`` or of the model's fixed batch size; or an iterable of
-    such batches; or one array for a one-input model) and each scale covers the largest
-    magnitude seen. Returns the quantized ``onnx.ModelProto``; ``model`` is left unchanged.
+    such batches; or one array for a one-input model; every fixed dimension as the model
+    declares it, else a ``QuantizeError`` naming the input and both shapes) and each scale
+    covers the largest magnitude seen. Returns the quantized ``onnx.ModelProto``; ``model``
+    is left unchanged.
     """
     return quantize_model(model, calibration_inputs, skip_first_conv=skip_first_conv,
                           skip_last_dense=skip_last_dense, exclude=exclude,
