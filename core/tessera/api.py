@@ -1,9 +1,8 @@
-"""The public entry points: :func:`compile` and :func:`load`."""
+"""The public entry points: :func:`compile`, :func:`partition_model` (no code generated) and
+:func:`load`."""
 
 from __future__ import annotations
 
-import sys
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -15,13 +14,15 @@ from tessera.errors import CompileError, PluginCompileError
 from tessera.frontend.onnx.importer import ModelSource, import_onnx
 from tessera.ir.graph import Function
 from tessera.ir.types import human_bytes
-from tessera.partition.partitioner import REGION_OP, partition
+from tessera.partition.partitioner import REGION_OP, PartitionResult, partition
 from tessera.passes import PassManager
 from tessera.plugin import contract
 from tessera.plugin.backend import Backend, CompiledRegion, CompileOptions
 from tessera.plugin.manager import default_cpu_target, get_backend, resolve_target
 from tessera.plugin.target import Target, TargetKind
+from tessera.progress import Progress, ProgressPrinter, RegionProgress
 from tessera.runtime.module import Module
+from tessera.runtime.partitioned import PartitionedModel
 
 FALLBACK_BACKEND = "ref"
 
@@ -40,45 +41,40 @@ def compile(model: ModelSource | Function, target: str | None = "auto",
     ``target`` is a tvmc-style target string (``"llvm"``, ``"cuda -libs=cudnn, llvm"``);
     ``"auto"``/None picks the best available CPU backend. ``input_shapes`` fixes input shapes,
     ``freeze_inputs`` binds inputs to constant values, ``pass_config``/``disabled_passes`` switch
-    passes, ``dump_ir`` writes the IR after each pass into that folder, ``progress`` prints each
-    stage (and each region compiled) to stderr. ``dump_code`` (``"ll,asm,tir"`` or a list)
-    asks code-generating backends to write those forms of each region's code into
+    passes on or off by name (``{"FoldConstants": False}``, checked before the import),
+    ``dump_ir`` writes the IR after each pass into that folder, ``progress`` prints each stage
+    (and each region compiled, with what its backend reports within it: a bar on a terminal,
+    a line a second in a log) to stderr. ``dump_code`` (``"ll,asm,tir"`` or a list) asks
+    code-generating backends to write those forms of each region's code into
     ``dump_dir`` (default: the current directory) as ``<region>.<form>``. ``devices`` picks
     which device of a kind runs its regions (``{"cuda": 1}``: ``cuda:1``; default: index 0).
     ``tuning_records`` (a JSON-lines file of ``tessera tune``, or a
     :class:`~tessera.autotune.records.TuningHistory`) gives each workload its best measured
     schedule (``apply_history_best``); :meth:`Module.tuning_summary` says how many were tuned.
     """
-    say = _progress_printer(progress)
+    say = ProgressPrinter(progress)
     backends = resolve_target(target)
+    if tuning_records is not None and not isinstance(tuning_records, TuningHistory):
+        tuning_records = TuningHistory.load(tuning_records)  # a bad file fails before the work
     target_text = ", ".join(str(k) for _, k in backends)
-    if isinstance(model, Function):
-        fn = model.copy()
-    else:
-        say("importing the ONNX model")
-        fn = import_onnx(model, input_shapes=input_shapes, freeze_inputs=freeze_inputs)
-    say(f"running graph passes at -O{opt_level} on {len(fn.nodes)} nodes")
     manager = PassManager(opt_level=opt_level, pass_config=dict(pass_config or {}),
                           disabled=set(disabled_passes or ()), dump_dir=dump_ir)
-    fn = manager.run(fn)
-    say(f"partitioning {len(fn.nodes)} nodes for {target_text}")
     fallbacks = fallback_backends()
-    result = partition(fn, backends, fallbacks, target_text)
+    result = _import_and_partition(model, input_shapes, freeze_inputs, manager, backends,
+                                   fallbacks, say)
     extra: dict[str, Any] = {}
     if dump_code:
         forms = dump_code.split(",") if isinstance(dump_code, str) else list(dump_code)
         extra["dump_code"] = [f.strip() for f in forms if f.strip()]
         extra["dump_dir"] = str(dump_dir or ".")
         _check_code_forms(extra["dump_code"], [b for b, _ in backends], target_text)
-    if tuning_records is not None and not isinstance(tuning_records, TuningHistory):
-        tuning_records = TuningHistory.load(tuning_records)
     options = CompileOptions(opt_level=opt_level, pass_config=dict(pass_config or {}),
                              tuning_records=tuning_records, extra=extra,
                              devices=dict(devices or {}))
-    used: dict[str, Backend] = {b.name: b for b, _ in backends}
-    for b, _ in fallbacks:
-        used.setdefault(b.name, b)
+    used = _used_backends(backends, fallbacks)
     compiled = compile_regions(result.graph, used, options, say, result.kinds)
+    if isinstance(options.tuning_records, TuningHistory):
+        options.tuning_records.warn_skipped()  # one warning for every record not used
     say("planning memory and building the execution plan")
     try:
         return Module(result.graph, compiled, used, target_text, result.report,
@@ -86,6 +82,59 @@ def compile(model: ModelSource | Function, target: str | None = "auto",
     except MemoryError as e:
         raise CompileError(f"cannot allocate the model's memory ({e}); its largest tensors: "
                            f"{_largest_values(result.graph)}") from None
+
+
+def partition_model(model: ModelSource | Function, target: str | None = "auto",
+                    input_shapes: Mapping[str, Sequence[int]] | None = None,
+                    opt_level: int = 3, pass_config: Mapping[str, Any] | None = None,
+                    disabled_passes: Iterable[str] | None = None,
+                    freeze_inputs: Mapping[str, np.ndarray] | None = None,
+                    dump_ir: str | Path | None = None, progress: bool = False,
+                    devices: Mapping[str, int] | None = None) -> PartitionedModel:
+    """Import, optimize and partition a model as :func:`compile` does (same arguments),
+    without generating code: no backend's ``compile`` is called. The result has the
+    partition report, the partitioned graph and a memory estimate (one buffer per node
+    output, reused by liveness); what ``tessera inspect`` shows without ``--compile``."""
+    say = ProgressPrinter(progress)
+    backends = resolve_target(target)
+    manager = PassManager(opt_level=opt_level, pass_config=dict(pass_config or {}),
+                          disabled=set(disabled_passes or ()), dump_dir=dump_ir)
+    fallbacks = fallback_backends()
+    result = _import_and_partition(model, input_shapes, freeze_inputs, manager, backends,
+                                   fallbacks, say)
+    say("estimating memory from the partitioned graph")
+    return PartitionedModel(result.graph, _used_backends(backends, fallbacks),
+                            ", ".join(str(k) for _, k in backends), result.report,
+                            manager.timings, dict(devices or {}))
+
+
+def _import_and_partition(model: ModelSource | Function,
+                          input_shapes: Mapping[str, Sequence[int]] | None,
+                          freeze_inputs: Mapping[str, np.ndarray] | None, manager: PassManager,
+                          backends: list[tuple[Backend, TargetKind]],
+                          fallbacks: list[tuple[Backend, TargetKind]],
+                          say: Callable[[str], None]) -> PartitionResult:
+    """The model imported (unless already a Function), optimized by ``manager`` and
+    partitioned over ``backends``."""
+    if isinstance(model, Function):
+        fn = model.copy()
+    else:
+        say("importing the ONNX model")
+        fn = import_onnx(model, input_shapes=input_shapes, freeze_inputs=freeze_inputs)
+    say(f"running graph passes at -O{manager.opt_level} on {len(fn.nodes)} nodes")
+    fn = manager.run(fn)
+    target_text = ", ".join(str(k) for _, k in backends)
+    say(f"partitioning {len(fn.nodes)} nodes for {target_text}")
+    return partition(fn, backends, fallbacks, target_text)
+
+
+def _used_backends(backends: list[tuple[Backend, TargetKind]],
+                   fallbacks: list[tuple[Backend, TargetKind]]) -> dict[str, Backend]:
+    """Name -> backend, for the target's backends and the fallbacks."""
+    used: dict[str, Backend] = {b.name: b for b, _ in backends}
+    for b, _ in fallbacks:
+        used.setdefault(b.name, b)
+    return used
 
 
 def _largest_values(graph: Function, count: int = 3) -> str:
@@ -112,18 +161,6 @@ def _check_code_forms(forms: list[str], backends: list[Backend], target: str) ->
                                f"target {target!r} write {', '.join(known)}")
 
 
-def _progress_printer(enabled: bool) -> Callable[[str], None]:
-    """A function printing timestamped progress lines to stderr (or doing nothing)."""
-    start = time.perf_counter()
-
-    def say(message: str) -> None:
-        if enabled:
-            print(f"tessera: [{time.perf_counter() - start:6.2f}s] {message}", file=sys.stderr,
-                  flush=True)
-
-    return say
-
-
 def fallback_backends() -> list[tuple[Backend, TargetKind]]:
     """Where nodes no backend of the target claims go, in order: the best installed CPU
     backend (``"auto"``), then the reference backend, which runs every op."""
@@ -147,10 +184,23 @@ def compile_regions(graph: Function, backends: dict[str, Backend], options: Comp
         if say is not None:
             say(f"[{i + 1}/{len(regions)}] compiling {body.name} ({len(body.nodes)} nodes) "
                 f"with {backend.name}")
+        reporter = say.region(body.name) if isinstance(say, ProgressPrinter) else None
+        compiled[body.name] = _compile_region(backend, body, kind, options, reporter)
+    return compiled
+
+
+def _compile_region(backend: Backend, body: Function, kind: TargetKind,
+                    options: CompileOptions, reporter: RegionProgress | None) -> CompiledRegion:
+    """One region compiled, its backend's progress reports drawn by ``reporter``."""
+    options.progress = reporter.progress() if reporter is not None else Progress()
+    try:
         result = contract.call(backend, "compile()", backend.compile, body, kind, options,
                                region=body.name, cls=PluginCompileError)
-        compiled[body.name] = contract.check_compiled(backend, body, result)
-    return compiled
+    finally:
+        options.progress = Progress()
+        if reporter is not None:
+            reporter.close()
+    return contract.check_compiled(backend, body, result)
 
 
 def kind_of_region(body: Function) -> TargetKind:

@@ -65,6 +65,46 @@ def test_bad_inputs_are_named(mod, kwargs, message):
         mod.run(**kwargs)
 
 
+def test_run_takes_a_feeds_dict_and_output_names(mod, rng):
+    """``run(feeds)`` for input names that are not identifiers, ``output_names=`` for only
+    some outputs (in the order asked), ``run(**inputs)`` as before, and a clear error for
+    both forms at once, unknown names, and onnxruntime's argument order."""
+    x = helper.make_tensor_value_info("gpu_0/data_0", TensorProto.FLOAT, [2])
+    f = helper.make_tensor_value_info("feeds", TensorProto.FLOAT, [2])
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["gpu_0/data_0", "feeds"], ["gpu_0/sum"]),
+         helper.make_node("Neg", ["feeds"], ["neg"])], "g", [x, f],
+        [helper.make_tensor_value_info("gpu_0/sum", TensorProto.FLOAT, [2]),
+         helper.make_tensor_value_info("neg", TensorProto.FLOAT, [2])])
+    odd = tessera.compile(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+                          target="ref")
+    a, b = rng.standard_normal((2, 2)).astype(np.float32)
+    feeds = {"gpu_0/data_0": a, "feeds": b}
+    out = odd.run(feeds)
+    assert list(out) == ["gpu_0/sum", "neg"]
+    np.testing.assert_allclose(out["gpu_0/sum"], a + b, rtol=1e-6)
+    only = odd.run(feeds, output_names=["neg"])
+    assert list(only) == ["neg"] and np.array_equal(only["neg"], -b)
+    assert list(odd.run(feeds, output_names=("neg", "gpu_0/sum"))) == ["neg", "gpu_0/sum"]
+    assert np.array_equal(odd.run(**{"gpu_0/data_0": a}, feeds=b)["neg"], -b)  # keywords
+    full = {"a": np.zeros((3, 4), np.float32), "b": np.arange(4)}
+    assert list(mod.run(full, output_names=["k", "y"])) == ["k", "y"]
+    assert list(mod.run(**full, output_names=["z"])) == ["z"]
+    with pytest.raises(RunError, match="either as a dict or as keywords, not both"):
+        mod.run({"a": full["a"]}, b=full["b"])
+    with pytest.raises(RunError, match=r"unknown output\(s\) 'nope'; the model's outputs are "
+                                       r"y, z, k"):
+        mod.run(full, output_names=["y", "nope"])
+    with pytest.raises(RunError, match="expected a list of output names, got str"):
+        mod.run(full, output_names="y")
+    with pytest.raises(RunError, match=r"feeds must be a dict .* mod.run\(feeds, output_names"):
+        mod.run(["y"])  # onnxruntime's order, run(output_names, feeds), with one argument
+    with pytest.raises(RunError, match="missing input"):
+        mod.run({})
+    with pytest.raises(RunError, match="needs the inputs"):
+        mod.run(output_names=["y"])
+
+
 def test_bad_output_lookup(mod):
     with pytest.raises(RunError, match="unknown output"):
         mod.get_output("nope")

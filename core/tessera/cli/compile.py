@@ -12,13 +12,17 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tessera.cli.arrays import check_output_file, read_npy
 from tessera.cli.shapes import (
     ArgumentError,
     parse_input_shapes,
     parse_key_value,
     parse_name_list,
-    parse_scalar,
+    parse_switch,
 )
+from tessera.errors import PassError
+from tessera.frontend.onnx.importer import ARTIFACT, tar_kind
+from tessera.passes import check_pass_switches, default_passes
 
 if TYPE_CHECKING:
     from tessera.api import Module
@@ -26,6 +30,9 @@ if TYPE_CHECKING:
 #: Flags that only matter when a model is compiled (ignored, with a warning, for a .tar).
 COMPILE_FLAGS = ("target", "input_shapes", "opt_level", "pass_config", "disabled_pass",
                  "freeze_input", "tuning_records", "dump_ir", "quantize", "dump_code")
+
+#: The graph passes ``--pass-config`` and ``--disabled-pass`` name.
+PASS_NAMES = sorted({p.name for p in default_passes(3)})
 
 
 def progress(message: str) -> None:
@@ -44,9 +51,11 @@ def add_compile_options(parser: argparse.ArgumentParser, title: str = "compile o
     group.add_argument("-O", "--opt-level", type=int, default=None, choices=range(4),
                        metavar="N", help="optimization level 0-3 (default 3)")
     group.add_argument("--pass-config", action="append", default=None, metavar="NAME=VALUE",
-                       help="set a pass option, e.g. \"FuseOps.max_depth=4\" (repeatable)")
+                       help="switch a graph pass on or off, e.g. \"FoldConstants=off\" "
+                            f"(on/off; repeatable); passes: {', '.join(PASS_NAMES)}")
     group.add_argument("--disabled-pass", action="append", default=None, metavar="A,B",
-                       help="passes not to run, comma-separated (repeatable)")
+                       help="passes not to run, comma-separated (repeatable), e.g. "
+                            "Canonicalize")
     group.add_argument("--freeze-input", action="append", default=None, metavar="NAME=FILE.npy",
                        help="bind a graph input to a constant at compile time (repeatable)")
     group.add_argument("--quantize", default=None, metavar="CALIB.npz",
@@ -64,36 +73,47 @@ def add_compile_options(parser: argparse.ArgumentParser, title: str = "compile o
 
 def compile_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """Keyword arguments for ``tessera.compile`` from the parsed compile options."""
-    import numpy as np
-
-    pass_config: dict[str, Any] = {}
-    for item in args.pass_config or []:
-        key, value = parse_key_value(item, "--pass-config")
-        pass_config[key] = parse_scalar(value)
+    pass_config = parse_pass_config(args.pass_config)
+    disabled = parse_name_list(args.disabled_pass)
+    _check_passes(None, disabled, "--disabled-pass")
     frozen: dict[str, Any] = {}
     for item in args.freeze_input or []:
         name, path = parse_key_value(item, "--freeze-input")
-        if not Path(path).is_file():
-            raise ArgumentError(f"--freeze-input: file {path!r} for input {name!r} does not exist")
-        try:
-            frozen[name] = np.load(path, allow_pickle=False)
-        except ValueError as e:
-            raise ArgumentError(f"--freeze-input: cannot read {path!r} as a .npy array: "
-                                f"{e}") from None
+        frozen[name] = read_npy(path, f"--freeze-input {name}")
     if args.tuning_records is not None and not Path(args.tuning_records).is_file():
         raise ArgumentError(f"--tuning-records: file {args.tuning_records!r} does not exist")
     return {
         "target": args.target or "auto",
-        "input_shapes": parse_input_shapes(args.input_shapes) if args.input_shapes else None,
+        "input_shapes": (parse_input_shapes(args.input_shapes) if args.input_shapes else
+                         getattr(args, "derived_input_shapes", None)),  # run: from --inputs
         "opt_level": 3 if args.opt_level is None else args.opt_level,
         "tuning_records": args.tuning_records,
         "pass_config": pass_config or None,
-        "disabled_passes": parse_name_list(args.disabled_pass) or None,
+        "disabled_passes": disabled or None,
         "freeze_inputs": frozen or None,
         "dump_ir": getattr(args, "dump_ir", None),
         "dump_code": getattr(args, "dump_code", None),
         "dump_dir": getattr(args, "dump_ir", None) or _output_dir(args),
     }
+
+
+def parse_pass_config(items: list[str] | None) -> dict[str, bool]:
+    """``["FoldConstants=off", ...]`` -> ``{"FoldConstants": False}``, checked: known pass names
+    and on/off values only (an :class:`ArgumentError` listing what is allowed)."""
+    pass_config: dict[str, bool] = {}
+    for item in items or []:
+        key, value = parse_key_value(item, "--pass-config")
+        _check_passes({key: True}, None, "--pass-config")
+        pass_config[key] = parse_switch(value, f"--pass-config {key}")
+    return pass_config
+
+
+def _check_passes(pass_config: dict[str, bool] | None, disabled: list[str] | None,
+                  option: str) -> None:
+    try:
+        check_pass_switches(pass_config, disabled)
+    except PassError as e:
+        raise ArgumentError(f"{option}: {e}") from None
 
 
 def _output_dir(args: argparse.Namespace) -> str:
@@ -107,6 +127,19 @@ def check_model_file(path: str) -> Path:
     if not model.is_file():
         raise ArgumentError(f"model file {path!r} does not exist")
     return model
+
+
+def check_onnx_file(text: str) -> Path:
+    """The path of an ONNX model to compile, or an error saying what it is instead (a compiled
+    artifact: run or inspect it)."""
+    path = check_model_file(text)
+    kind = tar_kind(path)
+    if kind == ARTIFACT:
+        raise ArgumentError(f"{text} is a compiled Tessera artifact, not an ONNX model: use "
+                            f"`tessera run {text}` (or `tessera inspect {text}`)")
+    if kind is not None:
+        raise ArgumentError(f"{text} is {kind}, not an ONNX model")
+    return path
 
 
 def is_artifact(path: Path) -> bool:
@@ -192,8 +225,9 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run_compile(args: argparse.Namespace) -> int:
-    path = check_model_file(args.model)
-    output = Path(args.output) if args.output else Path(path.with_suffix(".tar").name)
+    path = check_onnx_file(args.model)
+    default = path.with_suffix(".tar").name
+    output = check_output_file(args.output, "--output", default) if args.output else Path(default)
     if output.resolve() == path.resolve():
         raise ArgumentError(f"--output {str(output)!r} would overwrite the model")
     module = compile_model(path, args)

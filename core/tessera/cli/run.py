@@ -9,12 +9,20 @@ GFLOP/s as a fraction of it), ``--print-top N`` prints the N largest entries of 
 from __future__ import annotations
 
 import argparse
+import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from tessera.cli.compile import add_compile_options, load_or_compile, progress
+from tessera.cli.arrays import check_output_file, read_npz
+from tessera.cli.compile import (
+    add_compile_options,
+    check_model_file,
+    is_artifact,
+    load_or_compile,
+    progress,
+)
 from tessera.cli.shapes import ArgumentError
 from tessera.errors import TesseraError
 from tessera.plugin.target import Target
@@ -70,22 +78,57 @@ def make_input(shape: tuple[int, ...], dtype: np.dtype, mode: str,
     return rng.integers(0, 2, size=shape).astype(dtype)
 
 
-def gather_inputs(module: Any, args: argparse.Namespace) -> dict[str, np.ndarray]:
-    """Inputs from ``--inputs``, completed with ``--fill-mode`` for any it lacks."""
-    given: dict[str, np.ndarray] = {}
-    if args.inputs is not None:
-        path = Path(args.inputs)
-        if not path.is_file():
-            raise ArgumentError(f"--inputs: file {args.inputs!r} does not exist")
-        try:
-            with np.load(path, allow_pickle=False) as data:
-                given = {name: data[name] for name in data.files}
-        except (ValueError, OSError) as e:
-            raise ArgumentError(f"--inputs: cannot read {args.inputs!r} as .npz: {e}") from None
-        unknown = sorted(set(given) - set(module.input_types))
-        if unknown:
-            raise ArgumentError(f"--inputs: {', '.join(unknown)} are not inputs of the model; "
-                                f"its inputs are {', '.join(module.input_types)}")
+def read_inputs(args: argparse.Namespace) -> dict[str, np.ndarray]:
+    """The arrays of ``--inputs`` by name (none without it)."""
+    return {} if args.inputs is None else read_npz(args.inputs, "--inputs")
+
+
+def shapes_from_inputs(args: argparse.Namespace,
+                       given: dict[str, np.ndarray]) -> dict[str, list[int]] | None:
+    """For an ONNX model compiled here without ``--input-shapes``: the shapes of its inputs
+    with symbolic dimensions (a batch ``N``), taken from the ``--inputs`` arrays of the same
+    rank (their fixed dimensions stay the model's: a mismatch is run's shape error). None
+    when there is nothing to derive."""
+    if not given or args.input_shapes is not None:
+        return None
+    path = check_model_file(args.model)
+    if is_artifact(path):
+        return None
+    import onnx
+
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception:  # noqa: BLE001 - compiling it says what is wrong with the file
+        return None
+    frozen = {item.split("=", 1)[0] for item in args.freeze_input or []}
+    shapes: dict[str, list[int]] = {}
+    for vi in model.graph.input:
+        value = given.get(vi.name)
+        tt = vi.type.tensor_type
+        if value is None or vi.name in frozen or not tt.HasField("shape"):
+            continue
+        dims = list(tt.shape.dim)
+        symbolic = [not (d.HasField("dim_value") and d.dim_value >= 0) for d in dims]
+        if any(symbolic) and len(dims) == value.ndim:
+            shapes[vi.name] = [int(n) if sym else int(d.dim_value)
+                               for d, n, sym in zip(dims, value.shape, symbolic)]
+    if shapes:
+        progress(f"input shapes from {args.inputs}: "
+                 + ", ".join(f"{n}:{s}".replace(" ", "") for n, s in shapes.items()))
+    return shapes or None
+
+
+def gather_inputs(module: Any, args: argparse.Namespace,
+                  given: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    """Inputs from ``--inputs`` (``given``: already read), completed with ``--fill-mode`` for
+    any it lacks."""
+    if given is None:
+        given = read_inputs(args)
+    unknown = sorted(set(given) - set(module.input_types))
+    if unknown:
+        warnings.warn(f"--inputs: ignoring {_names(unknown)} of {args.inputs}, not "
+                      f"{'an input' if len(unknown) == 1 else 'inputs'} of the model (its inputs: "
+                      f"{', '.join(module.input_types)})", stacklevel=2)
     rng = np.random.default_rng(args.seed)
     inputs: dict[str, np.ndarray] = {}
     for name, tensor_type in module.input_types.items():
@@ -98,6 +141,12 @@ def gather_inputs(module: Any, args: argparse.Namespace) -> dict[str, np.ndarray
             inputs[name] = make_input(tuple(tensor_type.shape), tensor_type.dtype.numpy,
                                       args.fill_mode, rng)
     return inputs
+
+
+def _names(names: list[str]) -> str:
+    """``array 'z'`` or ``arrays 'a', 'b'``."""
+    quoted = ", ".join(repr(n) for n in names)
+    return f"array {quoted}" if len(names) == 1 else f"arrays {quoted}"
 
 
 def format_top(name: str, output: np.ndarray, n: int) -> str:
@@ -148,12 +197,19 @@ def run_run(args: argparse.Namespace) -> int:
                         ("--print-top", args.print_top)):
         if value is not None and value < 1:
             raise ArgumentError(f"{flag} must be at least 1, got {value}")
-    module = load_or_compile(args.model, args)
-    inputs = gather_inputs(module, args)
-    outputs = module.run(**inputs)
     if args.outputs is not None:
-        np.savez(args.outputs, **outputs)
-        progress(f"wrote {args.outputs}")
+        check_output_file(args.outputs, "--outputs", "outputs.npz")
+    given = read_inputs(args)
+    args.derived_input_shapes = shapes_from_inputs(args, given)
+    module = load_or_compile(args.model, args)
+    inputs = gather_inputs(module, args, given)
+    outputs = module.run(inputs)
+    if args.outputs is not None:
+        written = Path(args.outputs)
+        written = written if written.suffix == ".npz" else Path(f"{written}.npz")  # as numpy
+        written.parent.mkdir(parents=True, exist_ok=True)
+        np.savez(written, **outputs)
+        progress(f"wrote {written}")
     if args.print_top is not None:
         first = module.output_names[0]
         print(format_top(first, np.asarray(outputs[first]), args.print_top))

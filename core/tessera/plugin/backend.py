@@ -8,15 +8,18 @@ into kernels, and ``save``/``load`` put compiled code into an artifact and take 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from tessera.ir.graph import Function, Node
 from tessera.ir.types import TensorType
 from tessera.partition.patterns import Pattern
 from tessera.plugin.device import CPU, Device
 from tessera.plugin.target import TargetKind
+from tessera.progress import Progress
 
 #: A kernel's calling convention: input buffers, output buffers (preallocated); returns nothing.
 KernelFn = Callable[[list[Any], list[Any]], None]
@@ -108,13 +111,20 @@ class CompileOptions:
     records (a :class:`~tessera.autotune.records.TuningHistory`, a path to a records file,
     or None), free-form backend options (e.g. ``dump_code``) and which device of each kind the
     module runs on (``devices``: kind -> index; absent: 0; see
-    :meth:`Backend.device_instance`)."""
+    :meth:`Backend.device_instance`).
+
+    ``progress`` is where a backend reports how far it got within the region it compiles
+    (:class:`tessera.progress.Progress`: phase, units done of a total); the core shows it as
+    a bar on a terminal and as throttled lines in a log. Every backend may report; one whose
+    regions take seconds to compile should (the llvm backend reports each fused group lowered
+    and each code-generation step). Outside ``compile`` it reports nowhere."""
 
     opt_level: int = 3
     pass_config: dict[str, Any] = field(default_factory=dict)
     tuning_records: Any = None
     extra: dict[str, Any] = field(default_factory=dict)
     devices: dict[str, int] = field(default_factory=dict)
+    progress: Progress = field(default_factory=Progress, compare=False, repr=False)
 
     def schedule_overrides(self, backend: str, target: str | None = None
                            ) -> dict[str, dict[str, Any]]:
@@ -181,17 +191,33 @@ class Backend(ABC):
     @abstractmethod
     def compile(self, region: Function, target: TargetKind,
                 options: CompileOptions) -> CompiledRegion:
-        """Compile one region (a function whose ops this backend claimed)."""
+        """Compile one region (a function whose ops this backend claimed), reporting how far
+        it got on ``options.progress`` (see :class:`CompileOptions`)."""
 
-    def save(self, compiled: CompiledRegion) -> dict[str, bytes]:
-        """Files (relative name -> content) that let ``load`` rebuild ``compiled`` without
-        recompiling. The region graph and its constants are saved by the runtime (so is
-        ``artifact_version``, checked on load by :meth:`accepts_artifact`)."""
+    def save(self, compiled: CompiledRegion) -> dict[str, bytes | np.ndarray]:
+        """What lets ``load`` rebuild ``compiled`` without recompiling: files (a relative
+        file name -> bytes) and arrays (any key -> a numpy array). The runtime stores each
+        distinct array once in the artifact's shared, content-addressed constants (an array
+        equal to a graph parameter or to another region's array is not stored again) and
+        hands it back to ``load`` under the same key, read-only. Save constants as arrays,
+        not inside files, so that they are stored once. The region graph is saved by the
+        runtime (so is ``artifact_version``, checked on load by :meth:`accepts_artifact`),
+        with its constants' data unless :meth:`keeps_constants` names them."""
         return {}
 
-    def load(self, region: Function, files: dict[str, bytes], target: TargetKind,
-             options: CompileOptions) -> CompiledRegion:
-        """Rebuild a compiled region from ``save``'s files. By default: compile again."""
+    def keeps_constants(self, compiled: CompiledRegion) -> Collection[str]:
+        """The names of ``compiled.region``'s constants that ``save`` keeps in the form its
+        kernels read (packed weights among its arrays, or values compiled into its code), so
+        that ``load`` never reads their data from the region graph. The artifact stores no
+        other copy of them: ``load`` gets the region with them *held* (``Value.held_by`` is
+        this backend's name; reading their ``data`` raises). By default: none (``load``, which
+        compiles again by default, gets every constant's data)."""
+        return ()
+
+    def load(self, region: Function, files: dict[str, bytes | np.ndarray],
+             target: TargetKind, options: CompileOptions) -> CompiledRegion:
+        """Rebuild a compiled region from what ``save`` returned (arrays come back as
+        read-only numpy arrays). By default: compile again."""
         return self.compile(region, target, options)
 
     def accepts_artifact(self, saved: SavedBackend) -> str | None:

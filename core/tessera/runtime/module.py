@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,8 +35,9 @@ class _StepState:
 class Module:
     """A compiled model: one execution plan, one memory plan per device.
 
-    ``run(**inputs) -> dict`` checks input names, shapes and dtypes, and is safe to call from
-    any number of threads at once: each call takes an execution state (arenas and bound
+    ``run(feeds) -> dict`` (or ``run(**inputs)``; ``output_names=`` returns only those)
+    checks input names, shapes and dtypes, and is safe to call from any number of threads at
+    once: each call takes an execution state (arenas and bound
     kernels) from a pool that grows on demand, so concurrent calls run in parallel, each in
     memory of its own; constants are shared.
 
@@ -191,26 +193,62 @@ class Module:
             raise RunError(f"output {index!r}: out must be a writable C-contiguous "
                            f"{np.dtype(dtype)} array of shape {list(shape)}, got {got}")
 
-    def run(self, **inputs: Any) -> dict[str, np.ndarray] | None:
-        """With keyword inputs: run on them and return every output by name (safe from many
-        threads at once). Without: run on the inputs this thread gave ``set_input`` and return
-        None (read the outputs with ``get_output``)."""
-        if inputs:
+    def run(self, feeds: Mapping[str, Any] | None = None, /, *,
+            output_names: Sequence[str] | None = None,
+            **inputs: Any) -> dict[str, np.ndarray] | None:
+        """Run on ``feeds`` (a dict of input name -> array, for names that are not Python
+        identifiers such as ``gpu_0/data_0``) or on keyword inputs, not both, and return the
+        outputs by name: every output, or only ``output_names`` in that order (onnxruntime's
+        ``sess.run(output_names, feeds)`` is ``mod.run(feeds, output_names=...)``). Safe from
+        many threads at once. With neither: run on the inputs this thread gave ``set_input``
+        and return None (read the outputs with ``get_output``)."""
+        if feeds is not None:
+            if not isinstance(feeds, Mapping):
+                raise RunError(f"run(feeds): feeds must be a dict of input name -> array, not "
+                               f"{type(feeds).__name__} (onnxruntime's sess.run(output_names, "
+                               f"feeds) is mod.run(feeds, output_names=...))")
+            if inputs:
+                raise RunError(f"run(): give the inputs either as a dict or as keywords, not "
+                               f"both (got the dict's {', '.join(map(repr, feeds))} and the "
+                               f"keywords {', '.join(map(repr, inputs))})")
+            inputs = dict(feeds)
+        wanted = self._wanted_outputs(output_names)
+        if inputs or feeds is not None:
             arrays = self._check_inputs(inputs)
             with self.states.state() as executor:
                 for name, array in arrays.items():
                     executor.set_input(name, array)
                 executor.run()
-                return {name: executor.get(tensor)
-                        for name, tensor in zip(self.output_names, self.plan.outputs)}
+                return {name: executor.get(tensor) for name, tensor in wanted}
+        if output_names is not None:
+            raise RunError("run(output_names=...) needs the inputs (run(feeds, output_names="
+                           "...)); the step-by-step run() returns nothing: read outputs with "
+                           "get_output")
         state = self._thread_state()
         missing = [n for n in self.input_types if n not in state.inputs_set]
         if missing:
             raise RunError(f"input(s) {', '.join(missing)} not set in this thread; call "
                            "set_input first (the step-by-step form is per thread), or pass "
-                           "the inputs to run(**inputs)")
+                           "the inputs to run(feeds) or run(**inputs)")
         state.executor.run()
         return None
+
+    def _wanted_outputs(self, output_names: Sequence[str] | None) -> list[tuple[str, str]]:
+        """(output name, plan tensor) of every output, or of ``output_names`` in order."""
+        if output_names is None:
+            return list(zip(self.output_names, self.plan.outputs))
+        if isinstance(output_names, str) or not all(isinstance(n, str) for n in output_names):
+            hint = (" (an input named 'output_names' goes in the feeds dict)"
+                    if "output_names" in self.input_types else "")
+            raise RunError(f"run(output_names=...): expected a list of output names, got "
+                           f"{type(output_names).__name__}{hint}; the outputs are "
+                           f"{', '.join(self.output_names)}")
+        unknown = [n for n in output_names if n not in self.output_names]
+        if unknown:
+            raise RunError(f"run(output_names=...): unknown output(s) "
+                           f"{', '.join(map(repr, unknown))}; the model's outputs are "
+                           f"{', '.join(self.output_names)}")
+        return [(n, self.plan.outputs[self.output_names.index(n)]) for n in output_names]
 
     # -- measuring ------------------------------------------------------------------------------
     def _fill_missing_inputs(self) -> Executor:
@@ -305,8 +343,9 @@ def module_devices(backends: dict[str, Backend],
                    indices: dict[str, int] | None = None) -> dict[str, Device]:
     """Device name -> the one device object the module's backends on it share (the host's
     always included). Backends on one device must return the same object from
-    ``device_api()``, so that they share one arena and one stream per execution state. ``indices`` picks the
-    instance of a device kind (``{"cuda": 1}`` runs the cuda regions on ``cuda:1``)."""
+    ``device_api()``, so that they share one arena and one stream per execution state.
+    ``indices`` picks the instance of a device kind (``{"cuda": 1}`` runs the cuda regions
+    on ``cuda:1``)."""
     devices: dict[str, Device] = {"cpu": CPU}
     owner: dict[str, str] = {}
     for b in backends.values():

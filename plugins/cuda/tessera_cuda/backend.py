@@ -20,7 +20,6 @@ the constants, so ``tessera.load`` loads the cubin without compiling again.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import time
 from dataclasses import dataclass, field
@@ -47,11 +46,14 @@ from .lowering import LoweredRegion, lower_region
 from .nvrtc import compile_cuda, nvrtc_missing
 from .schedules import GPUInfo
 
-ARTIFACT_FORMAT = 1
+#: 2: constants saved as arrays (``constants/<name>``, in the artifact's shared store), not in
+#: a ``constants.npz`` of their own; the region's constants are not stored in graph form
+ARTIFACT_FORMAT = 2
 SOURCE_FILE = "kernels.cu"
 CUBIN_FILE = "kernels.cubin"
 TABLE_FILE = "kernels.json"
-CONSTANTS_FILE = "constants.npz"
+#: Prefix of the keys of the constants ``save`` returns as arrays.
+CONSTANT_KEY = "constants/"
 DEFAULT_ARCH = "sm_90"
 
 
@@ -146,9 +148,12 @@ def build_region(region: Function, target: TargetKind, options: CompileOptions,
     lowered = lower_region(region, gpu, options.opt_level, prefix=f"{region.name}_",
                            fast_math=_fast_math(target),
                            overrides=overrides if overrides is not None else
-                           options.schedule_overrides("cuda", str(target)))
+                           options.schedule_overrides("cuda", str(target)),
+                           progress=options.progress)
+    options.progress.update("compiling CUDA C", 0, 1, f"NVRTC for {gpu.arch}")
     result = compile_cuda(lowered.source.text, gpu.arch, name=f"{region.name}.cu",
                           want_ptx=want_ptx)
+    options.progress.update("compiling CUDA C", 1, 1)
     return BuiltRegion(lowered, gpu.arch, result.cubin, result.ptx, _table(lowered))
 
 
@@ -342,25 +347,31 @@ class CUDABackend(Backend):
                               bind_sequence=binder, handle=handle)
 
     # -- artifacts ------------------------------------------------------------------------
-    def save(self, compiled: CompiledRegion) -> dict[str, bytes]:
+    def save(self, compiled: CompiledRegion) -> dict[str, bytes | np.ndarray]:
         handle = compiled.handle
         if not isinstance(handle, CUDAHandle):
             raise ArtifactError(f"cuda region {compiled.region.name}: not compiled by this "
                                 f"backend (no cubin to save)")
-        buf = io.BytesIO()
-        np.savez(buf, **handle.constants)
         meta = {"format": ARTIFACT_FORMAT, "arch": handle.arch,
                 "cubin_sha256": hashlib.sha256(handle.cubin).hexdigest(),
                 "kernels": handle.table,
                 "tensors": {k: [list(t.shape), str(t.dtype)]
                             for k, t in compiled.tensors.items()}}
-        return {SOURCE_FILE: handle.source.encode(), CUBIN_FILE: handle.cubin,
-                TABLE_FILE: json.dumps(meta, indent=1).encode(), CONSTANTS_FILE: buf.getvalue()}
+        saved: dict[str, bytes | np.ndarray] = {
+            CONSTANT_KEY + k: np.asarray(v) for k, v in handle.constants.items()}
+        saved.update({SOURCE_FILE: handle.source.encode(), CUBIN_FILE: handle.cubin,
+                      TABLE_FILE: json.dumps(meta, indent=1).encode()})
+        return saved
 
-    def load(self, region: Function, files: dict[str, bytes], target: TargetKind,
-             options: CompileOptions) -> CompiledRegion:
-        for f in (SOURCE_FILE, CUBIN_FILE, TABLE_FILE, CONSTANTS_FILE):
-            if f not in files:
+    def keeps_constants(self, compiled: CompiledRegion) -> list[str]:
+        """All of them: the kernels read only the saved constants and the values compiled
+        into the cubin."""
+        return [v.name for v in compiled.region.constants()]
+
+    def load(self, region: Function, files: dict[str, bytes | np.ndarray],
+             target: TargetKind, options: CompileOptions) -> CompiledRegion:
+        for f in (SOURCE_FILE, CUBIN_FILE, TABLE_FILE):
+            if not isinstance(files.get(f), bytes):
                 raise ArtifactError(f"cuda region {region.name}: the artifact has no {f}")
         try:
             meta = json.loads(files[TABLE_FILE])
@@ -368,11 +379,14 @@ class CUDABackend(Backend):
                 raise ArtifactError(f"cuda region {region.name}: artifact format "
                                     f"{meta.get('format')}, this plugin reads {ARTIFACT_FORMAT}")
             cubin = files[CUBIN_FILE]
+            source = files[SOURCE_FILE]
+            assert isinstance(cubin, bytes) and isinstance(source, bytes)
             if hashlib.sha256(cubin).hexdigest() != meta.get("cubin_sha256"):
                 raise ArtifactError(f"cuda region {region.name}: {CUBIN_FILE} does not match "
                                     f"the hash {TABLE_FILE} records")
-            with np.load(io.BytesIO(files[CONSTANTS_FILE]), allow_pickle=False) as npz:
-                constants = {k: np.ascontiguousarray(npz[k]) for k in npz.files}
+            constants = {k[len(CONSTANT_KEY):]: np.ascontiguousarray(v)
+                         for k, v in files.items()
+                         if k.startswith(CONSTANT_KEY) and isinstance(v, np.ndarray)}
             tensors = {k: TensorType(tuple(s), d) for k, (s, d) in meta["tensors"].items()}
         except ArtifactError:
             raise
@@ -386,5 +400,5 @@ class CUDABackend(Backend):
             raise ArtifactError(f"cuda region {region.name}: its cubin is built for "
                                 f"{meta['arch']}, this GPU is {arch}; compile the model again "
                                 f"for this GPU (or with -arch={arch})")
-        return self._assemble(region, device, files[SOURCE_FILE].decode(), cubin, meta["arch"],
+        return self._assemble(region, device, source.decode(), cubin, meta["arch"],
                               meta["kernels"], constants, tensors)

@@ -4,8 +4,10 @@
 ``compile`` lowers a region (:mod:`.lowering`: NCHWc layout, FuseOps, computes, default
 schedules, TIR passes), generates one LLVM module for all its kernels (:mod:`.codegen`),
 optimises it for the host CPU or ``-mcpu`` and emits object code (:mod:`.build`), then links the
-object code in memory (:mod:`.loader`). Each kernel is a native function; parallel loops run on
-the process-wide native thread pool (:mod:`.parallel`).
+object code in memory (:mod:`.loader`). It reports its progress on ``options.progress``: each
+fused group lowered, each function's IR generated, then LLVM's optimisation and emission.
+Each kernel is a native function; parallel loops run on the process-wide native thread pool
+(:mod:`.parallel`).
 
 Target options: ``-mcpu=NAME`` (LLVM CPU name; the host CPU by default), ``-mattr=+f,-g``
 (extra features), ``-num-threads=N`` (threads of the kernel pool; default
@@ -14,14 +16,14 @@ Target options: ``-mcpu=NAME`` (LLVM CPU name; the host CPU by default), ``-matt
 its module's kernels raise RunError naming the triple).
 
 Artifacts keep the object code (``kernels.o``), the kernel table (``kernels.json``) and the
-constants the lowering created (packed weights, ``constants.npz``), so ``tessera.load`` links
-the saved code without compiling again.
+constants the lowering created (packed weights, as arrays in the artifact's shared store), so
+``tessera.load`` links the saved code without compiling again. They are the only copy of the
+region's weights: the artifact does not store the region's own constants again.
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import time
 from dataclasses import dataclass
@@ -47,10 +49,13 @@ from .lowering import LoweredKernel, lower_region
 from .triple import check_triple, host_triple, is_foreign, triple_arch
 
 #: 2: large scratch buffers moved from static globals to per-call workspaces (thread safety)
-ARTIFACT_FORMAT = 2
+#: 3: constants saved as arrays (``constants/<name>``, in the artifact's shared store), not
+#: in a ``constants.npz`` of their own; the region's constants are not stored in graph form
+ARTIFACT_FORMAT = 3
 OBJECT_FILE = "kernels.o"
 TABLE_FILE = "kernels.json"
-CONSTANTS_FILE = "constants.npz"
+#: Prefix of the keys of the constants ``save`` returns as arrays.
+CONSTANT_KEY = "constants/"
 
 
 @dataclass
@@ -313,10 +318,11 @@ class LLVMBackend(Backend):
         t0 = time.perf_counter()
         overrides = options.schedule_overrides(self.name, str(target))
         lowered = lower_region(region, cpu, options.opt_level, overrides=overrides,
-                               prefix=f"{region.name}_")
+                               prefix=f"{region.name}_", progress=options.progress)
         t1 = time.perf_counter()
         built = build_module([k.func for k in lowered.kernels], region.name, mcpu=mcpu,
-                             mattr=target.get("mattr"), triple=triple)
+                             mattr=target.get("mattr"), triple=triple,
+                             progress=options.progress)
         t2 = time.perf_counter()
         table = [self._entry(k, built.workspaces.get(k.name, 0)) for k in lowered.kernels]
         constants = {name: _aligned_copy(v.data) for name, v in lowered.constants.items()}
@@ -387,9 +393,7 @@ class LLVMBackend(Backend):
                               handle=handle)
 
     # -- artifacts ------------------------------------------------------------------------
-    def save(self, compiled: CompiledRegion) -> dict[str, bytes]:
-        buf = io.BytesIO()
-        np.savez(buf, **{k: np.asarray(v) for k, v in compiled.constants.items()})
+    def save(self, compiled: CompiledRegion) -> dict[str, bytes | np.ndarray]:
         handle = compiled.handle
         if not isinstance(handle, LLVMHandle):
             raise ArtifactError(f"llvm region {compiled.region.name}: not compiled by this "
@@ -401,14 +405,20 @@ class LLVMBackend(Backend):
                 "mattr": handle.mattr, "kernels": handle.table,
                 "tensors": {k: [list(t.shape), str(t.dtype)]
                             for k, t in compiled.tensors.items()}}
-        return {OBJECT_FILE: obj,
-                TABLE_FILE: json.dumps(meta, indent=1).encode(),
-                CONSTANTS_FILE: buf.getvalue()}
+        saved: dict[str, bytes | np.ndarray] = {
+            CONSTANT_KEY + k: np.asarray(v) for k, v in compiled.constants.items()}
+        saved.update({OBJECT_FILE: obj, TABLE_FILE: json.dumps(meta, indent=1).encode()})
+        return saved
 
-    def load(self, region: Function, files: dict[str, bytes], target: TargetKind,
-             options: CompileOptions) -> CompiledRegion:
-        for f in (OBJECT_FILE, TABLE_FILE, CONSTANTS_FILE):
-            if f not in files:
+    def keeps_constants(self, compiled: CompiledRegion) -> list[str]:
+        """All of them: the kernels read only the saved constants (packed, transformed) and
+        the values compiled into the object code."""
+        return [v.name for v in compiled.region.constants()]
+
+    def load(self, region: Function, files: dict[str, bytes | np.ndarray],
+             target: TargetKind, options: CompileOptions) -> CompiledRegion:
+        for f in (OBJECT_FILE, TABLE_FILE):
+            if not isinstance(files.get(f), bytes):
                 raise ArtifactError(f"llvm region {region.name}: the artifact has no {f}")
         try:
             meta = json.loads(files[TABLE_FILE])
@@ -417,11 +427,12 @@ class LLVMBackend(Backend):
                                     f"{meta.get('format')}, this plugin reads "
                                     f"{ARTIFACT_FORMAT}; compile the model again with this "
                                     "version of tessera-llvm")
-            with np.load(io.BytesIO(files[CONSTANTS_FILE]), allow_pickle=False) as npz:
-                constants = {k: _aligned_copy(npz[k]) for k in npz.files}
+            constants = {k[len(CONSTANT_KEY):]: _aligned_copy(v) for k, v in files.items()
+                         if k.startswith(CONSTANT_KEY) and isinstance(v, np.ndarray)}
             tensors = {k: TensorType(tuple(s), d) for k, (s, d) in meta["tensors"].items()}
             table = meta["kernels"]
             obj = files[OBJECT_FILE]
+            assert isinstance(obj, bytes)
             if hashlib.sha256(obj).hexdigest() != meta.get("object_sha256"):
                 raise ArtifactError(f"llvm region {region.name}: {OBJECT_FILE} does not match "
                                     f"the hash {TABLE_FILE} records")
@@ -446,6 +457,6 @@ class LLVMBackend(Backend):
         except Exception as err:  # noqa: BLE001 - a damaged artifact
             raise ArtifactError(f"llvm region {region.name}: cannot read the saved kernels "
                                 f"({OBJECT_FILE}, {TABLE_FILE}): {err}") from err
-        return self._assemble(region, files[OBJECT_FILE], table, constants, tensors,
+        return self._assemble(region, obj, table, constants, tensors,
                               meta.get("mcpu"), meta.get("mattr"), meta.get("triple"),
                               meta.get("cpu_name") or "", meta.get("features") or "")
