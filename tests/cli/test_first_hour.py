@@ -287,3 +287,27 @@ def test_freeze_input_that_is_not_an_npy(relu_model: Path, tmp_path: Path,
     code = main(["compile", str(relu_model), "--freeze-input", f"x={relu_model}"])
     assert_error_text(capsys.readouterr().err, code, "--freeze-input x",
                       "is an ONNX model, not a .npy file")
+
+
+def test_a_closed_pipe_ends_quietly(monkeypatch: pytest.MonkeyPatch,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """``tessera plugins -v | head -1``: when the reader has gone, writing raises
+    BrokenPipeError; tessera stops with SIGPIPE's status and no ``error: [Errno 32] Broken
+    pipe``."""
+    def writes_to_a_closed_pipe(args: object) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    parser = build_parser()
+    monkeypatch.setattr("tessera.cli.main.build_parser", lambda: parser)
+    for action in parser._subparsers._group_actions:  # noqa: SLF001 - the handler argparse keeps
+        action.choices["plugins"].set_defaults(handler=writes_to_a_closed_pipe)
+    assert main(["plugins", "-v"]) == 141
+    assert "Broken pipe" not in capsys.readouterr().err
+
+
+def test_tune_checks_its_records_path_first(relu_model: Path, tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["tune", str(relu_model), "--trials", "1", "-o", str(tmp_path) + "/"])
+    err = capsys.readouterr().err
+    assert "tuning" not in err.split("error:")[0]
+    assert_error_text(err, code, "is a folder", "tuning.jsonl")

@@ -101,3 +101,21 @@ def test_the_estimate_is_the_reference_backends_plan(model: Path) -> None:
     assert estimate.output_names == compiled.output_names
     with pytest.raises(Exception, match="not compiled"):
         estimate.plan.steps[0].fn([np.zeros(1)], [np.zeros(1)])  # type: ignore[misc]
+
+
+def test_symbolic_dimensions_are_shown_as_one(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    """A model exported with a dynamic batch is inspected without --input-shapes: its open
+    dimensions are taken as 1, and the output says so; given shapes are kept."""
+    x = helper.make_tensor_value_info("pixel_values", TensorProto.FLOAT, ["batch", 3, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3, 8])
+    graph = helper.make_graph([helper.make_node("Relu", ["pixel_values"], ["y"])], "g", [x], [y])
+    path = tmp_path / "dynamic.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    assert main(["inspect", str(path), "--target", "ref"]) == 0
+    captured = capsys.readouterr()
+    assert "symbolic dimensions taken as 1 (pixel_values: [1, 3, 8])" in captured.err
+    assert "pixel_values float32[1,3,8]" in captured.out
+    assert main(["inspect", str(path), "--target", "ref",
+                 "--input-shapes", "pixel_values:[5,3,8]"]) == 0
+    captured = capsys.readouterr()
+    assert "taken as 1" not in captured.err and "float32[5,3,8]" in captured.out

@@ -89,8 +89,14 @@ def test_calibration_records_max_abs_per_tensor(rng):
 
 def test_calibration_data_errors(rng):
     model = float_cnn(rng)
-    with pytest.raises(QuantizeError, match="missing: x"):
+    with pytest.raises(QuantizeError, match="it lacks x"):
         calibrate(model, ["r1"], {"image": np.zeros((2, 3, 8, 8), np.float32)})
+    # an array that is no input of the model is ignored with one warning, as tessera run does
+    data = rng.standard_normal((2, 3, 8, 8)).astype(np.float32)
+    with pytest.warns(UserWarning, match="'extra' are not inputs of the model .x.; they are "
+                                         "ignored"):
+        with_extra = calibrate(model, ["r1"], {"x": data, "extra": data})
+    assert with_extra == calibrate(model, ["r1"], {"x": data})
     with pytest.raises(QuantizeError, match="not values of the imported model"):
         calibrate(model, ["nope"], rng.standard_normal((2, 3, 8, 8)).astype(np.float32))
     with pytest.raises(QuantizeError, match="is float64"):

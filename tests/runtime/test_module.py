@@ -59,6 +59,9 @@ def test_set_input_run_get_output(mod, rng):
     ({"a": np.zeros((4, 3), np.float32), "b": np.arange(4)}, r"expected shape \[3, 4\]"),
     ({"a": np.zeros((3, 4), np.float32)}, "missing input"),
     ({"a": np.zeros((3, 4), np.float32), "b": np.arange(4), "c": 1}, "unknown input 'c'"),
+    # a misspelt name is said, not only the one it should have been
+    ({"a": np.zeros((3, 4), np.float32), "bb": np.arange(4)},
+     "unknown input 'bb'; missing input.s. b; the model needs a: float32"),
 ])
 def test_bad_inputs_are_named(mod, kwargs, message):
     with pytest.raises(RunError, match=message):

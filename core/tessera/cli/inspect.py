@@ -108,9 +108,39 @@ def _inspected(args: argparse.Namespace) -> Module | PartitionedModel:
 
         progress(f"quantizing {path} to int8, calibrating on {args.quantize}")
         model = tessera.quantize(str(path), read_calibration(args.quantize, "--quantize"))
+    else:
+        kwargs["input_shapes"] = _open_dims_as_one(path, kwargs.get("input_shapes"))
     progress(f"partitioning {path} for target {kwargs['target']!r} at -O{kwargs['opt_level']} "
              "(no code generated; --compile compiles)")
     return partition_model(model, progress=True, **kwargs)
+
+
+def _open_dims_as_one(path: Path, given: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``given`` input shapes, plus a shape with every symbolic dimension 1 for each graph
+    input of the ONNX model at ``path`` that has one and is not in ``given``: a partition
+    needs no particular size, so ``inspect`` shows one without asking (and says so)."""
+    import onnx
+
+    try:
+        graph = onnx.load(str(path), load_external_data=False).graph
+    except Exception:  # noqa: BLE001 - the import that follows names what is wrong
+        return given
+    shapes = dict(given or {})
+    constants = {t.name for t in graph.initializer}
+    filled = []
+    for value in graph.input:
+        if value.name in shapes or value.name in constants:
+            continue
+        dims = value.type.tensor_type.shape.dim
+        if not any(d.HasField("dim_param") or not d.HasField("dim_value") for d in dims):
+            continue
+        shape = [d.dim_value if d.HasField("dim_value") else 1 for d in dims]
+        shapes[value.name] = shape
+        filled.append(f"{value.name}: {shape}")
+    if filled:
+        progress(f"symbolic dimensions taken as 1 ({'; '.join(filled)}); give --input-shapes "
+                 f"for other sizes")
+    return shapes or given
 
 
 def kernel_report(module: Module) -> str:

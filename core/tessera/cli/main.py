@@ -93,11 +93,27 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not verbose and isinstance(e, TesseraError) and e.__cause__ is not None:
                 print("(tessera --verbose shows the traceback of the cause)", file=sys.stderr)
             return code
+        except BrokenPipeError:
+            return _closed_stdout()
         except OSError as e:
             return _fail(f"{e.strerror or e}: {e.filename}" if e.filename else str(e))
         except KeyboardInterrupt:
             print("error: interrupted", file=sys.stderr)
             return 130
+
+
+def _closed_stdout() -> int:
+    """The reader of stdout went away (``tessera plugins -v | head``): stop quietly, as
+    ``cat`` does, with the status of a SIGPIPE. Python's own flush of stdout at exit would
+    fail again, so stdout is pointed at /dev/null first."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no real stdout (a test's capture): nothing to redirect
+        pass
+    return 141
 
 
 def _fail(message: str) -> int:

@@ -138,6 +138,7 @@ def task_result(summary: Any, task: Any, trials: int, best: float) -> str:
 
 def run_tune(args: argparse.Namespace) -> int:
     from tessera.autotune.tune import tune
+    from tessera.cli.arrays import check_output_file
 
     check_model_file(args.model)
     shapes = parse_input_shapes(args.input_shapes) if args.input_shapes else None
@@ -155,6 +156,7 @@ def run_tune(args: argparse.Namespace) -> int:
         raise ArgumentError("--ray: expected a cluster address (HOST:PORT) or 'auto'")
     if args.prior_records is not None:
         check_model_file(args.prior_records)
+    check_output_file(args.output, "-o", "tuning.jsonl")
     tasks = parse_tasks(args.tasks) if args.tasks is not None else None
     where = f" per node, on Ray at {args.ray}" if args.ray is not None else ""
     progress(f"tuning {args.model} for {resolved_target(args.target)}: {args.tuner}, "

@@ -8,6 +8,7 @@ over the calibration inputs, batch by batch; for every tensor asked for, the max
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -80,10 +81,13 @@ def iter_batches(model: onnx.ModelProto, data: CalibrationData,
         arrays = {k: np.asarray(v) for k, v in data.items()}
         missing = [n for n in inputs if n not in arrays]
         unknown = [n for n in arrays if n not in inputs]
-        if missing or unknown:
+        if missing:
             raise QuantizeError(f"calibration data must give every model input "
-                                f"({', '.join(inputs)}); missing: {', '.join(missing) or '-'}, "
-                                f"unknown: {', '.join(unknown) or '-'}")
+                                f"({', '.join(inputs)}); it lacks {', '.join(missing)}")
+        if unknown:  # as tessera run does with an inputs file's extra arrays
+            warnings.warn(f"calibration arrays {', '.join(map(repr, unknown))} are not inputs "
+                          f"of the model ({', '.join(inputs)}); they are ignored", stacklevel=2)
+            arrays = {k: v for k, v in arrays.items() if k in inputs}
         for name, a in arrays.items():  # axis 0 counts samples: cut to the batch below
             check_shape(model, name, a.shape, "has shape", first=1)
         counts = {a.shape[0] if a.ndim else 0 for a in arrays.values()}

@@ -148,8 +148,12 @@ class Module:
     def _check_inputs(self, inputs: dict[str, Any]) -> dict[str, np.ndarray]:
         """Every input checked (names, dtypes, shapes) before any is copied anywhere."""
         missing = [n for n in self.input_types if n not in inputs]
-        if missing:
-            raise RunError(f"missing input(s) {', '.join(missing)}; the model needs "
+        unknown = [n for n in inputs if n not in self.input_types]
+        if missing or unknown:
+            given = f"unknown input{'s' * (len(unknown) > 1)} {', '.join(map(repr, unknown))}" \
+                if unknown else ""
+            lacking = f"missing input(s) {', '.join(missing)}" if missing else ""
+            raise RunError(f"{'; '.join(x for x in (given, lacking) if x)}; the model needs "
                            f"{', '.join(f'{n}: {t}' for n, t in self.input_types.items())}")
         return {name: self._check_input(name, value) for name, value in inputs.items()}
 
