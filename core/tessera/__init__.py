@@ -9,16 +9,13 @@
     qmodel = tessera.quantize("model.onnx", {"data": calibration_batch})  # int8 QDQ ONNX
 """
 
-from importlib.metadata import PackageNotFoundError, version
-
+# The op families register their schemas into tessera.ir's table before anything asks for one:
+# the package is the composition root, the one module that may import every layer.
+from tessera import ops as _ops  # noqa: F401
+from tessera._version import __version__
 from tessera.api import compile, load
 from tessera.errors import TesseraError
 from tessera.quantization import quantize
 from tessera.runtime.module import Module
-
-try:
-    __version__ = version("tessera")
-except PackageNotFoundError:  # running from a source tree without installing
-    __version__ = "0+unknown"
 
 __all__ = ["Module", "TesseraError", "__version__", "compile", "load", "quantize"]

@@ -9,7 +9,6 @@ from typing import Any
 
 import numpy as np
 
-from tessera.autotune.records import TuningHistory
 from tessera.errors import CompileError, PluginCompileError
 from tessera.frontend.onnx.importer import ModelSource, import_onnx
 from tessera.ir.graph import Function
@@ -19,8 +18,10 @@ from tessera.passes import PassManager
 from tessera.plugin import contract
 from tessera.plugin.backend import Backend, CompiledRegion, CompileOptions
 from tessera.plugin.manager import default_cpu_target, get_backend, resolve_target
-from tessera.plugin.target import Target, TargetKind
+from tessera.plugin.records import TuningHistory
+from tessera.plugin.target import Target, TargetKind, kind_of_region  # noqa: F401 (re-export)
 from tessera.progress import Progress, ProgressPrinter, RegionProgress
+from tessera.runtime.artifact import load_module
 from tessera.runtime.module import Module
 from tessera.runtime.partitioned import PartitionedModel
 
@@ -203,18 +204,7 @@ def _compile_region(backend: Backend, body: Function, kind: TargetKind,
     return contract.check_compiled(backend, body, result)
 
 
-def kind_of_region(body: Function) -> TargetKind:
-    """The target kind (name and options) a region was partitioned for, read back from the
-    region (an artifact's graph); ``compile`` hands backends the partitioner's object."""
-    text = body.attrs.get("target")
-    if not text:
-        return TargetKind(body.attrs["backend"])
-    return Target.parse(text).kinds[0]
-
-
 def load(path: str | Path, devices: Mapping[str, int] | None = None) -> Module:
     """Load a module exported with :meth:`Module.export` (checks plugins and file hashes);
     ``devices`` as for :func:`compile` (an artifact runs on any device of its kinds)."""
-    from tessera.runtime.artifact import load_module
-
     return load_module(Path(path), dict(devices or {}))

@@ -2,7 +2,7 @@
 
 The package (``tessera-NAME``, module ``tessera_NAME``) has a pyproject with the entry point, a
 backend that claims one op (Relu) and one fused composite (Add -> Relu, compiled as one kernel
-found through :func:`tessera.partition.patterns.region_matches`), ``save``/``load`` of its kernel
+found through :func:`tessera.plugin.patterns.region_matches`), ``save``/``load`` of its kernel
 table, tests that use the backend test kit (:mod:`tessera.testing.kit`) and a README. Adding an
 op is one line of its ``OPS`` table.
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from tessera._version import __version__
 from tessera.errors import TesseraError
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -122,8 +123,8 @@ import numpy as np
 
 from tessera.errors import ArtifactError, CompileError
 from tessera.ir.graph import Function, Node
-from tessera.partition.patterns import Pattern, region_matches
 from tessera.plugin import Backend, CompiledRegion, CompileOptions, Kernel
+from tessera.plugin.patterns import Pattern, region_matches
 from tessera.plugin.target import TargetKind
 
 #: Single ops this backend runs: op name -> a function of the input arrays giving the output.
@@ -355,13 +356,11 @@ def new_plugin(name: str, directory: str | Path | None = None, force: bool = Fal
     if taken:
         raise TesseraError(f"plugin name {name!r} is taken: {taken}; a package tessera-{name} "
                            f"would replace it. Choose another name, e.g. 'my_{name}'")
-    import tessera
-
     root = Path(directory) if directory is not None else Path(f"tessera-{name}")
     if root.exists() and any(root.iterdir()) and not force:
         raise TesseraError(f"{str(root)!r} exists and is not empty; choose another --dir or "
                            f"pass --force")
-    version = tessera.__version__.split("+")[0]
+    version = __version__.split("+")[0]
     for rel, text in _files(name, version).items():
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -38,11 +38,16 @@ import pickle
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from tessera.ir.graph import Function
+from tessera.ir.serialize import from_json, to_json
+from tessera.plugin.candidate import TuningCandidate, random_array
+from tessera.plugin.manager import get_backend
 
 __all__ = ["Measurer", "MeasureResult", "TuningCandidate", "check_outputs", "measurement_payload",
            "random_array", "time_candidate"]
@@ -50,27 +55,6 @@ __all__ = ["Measurer", "MeasureResult", "TuningCandidate", "check_outputs", "mea
 #: Seconds a new worker may take to start (import Tessera and the backend) on top of the
 #: timeout.
 STARTUP_S = 60.0
-
-
-@dataclass
-class TuningCandidate:
-    """One kernel built alone: ``run()`` computes it once on its buffers, ``outputs()``
-    returns host copies of its outputs, ``flops`` is its work per run (0 when unknown).
-    ``tolerance``: how far its outputs may be from another config's, relative to their
-    largest magnitude, on top of :func:`check_outputs`' tolerances: a config that computes
-    by another algorithm, which rounds differently (a Winograd convolution). ``timer``:
-    for a device with its own clock (a GPU's events), ``timer(n)`` runs the kernel ``n`` times
-    and returns the seconds per run the device measured; None: the host's clock times
-    ``run()``. ``flush``: puts the caches in the state a run inside a model finds them in
-    (its constants evicted, its other inputs loaded), for ``cache_flush`` measurements;
-    None: the backend cannot (such a candidate is timed without it)."""
-
-    run: Callable[[], None]
-    outputs: Callable[[], list[np.ndarray]]
-    flops: int = 0
-    tolerance: float = 0.0
-    timer: Callable[[int], float] | None = None
-    flush: Callable[[], None] | None = None
 
 
 @dataclass
@@ -87,19 +71,6 @@ class MeasureResult:
     def mean(self) -> float:
         return sum(self.costs) / len(self.costs) if self.costs and not self.error else \
             float("inf")
-
-
-def random_array(t: Any, rng: np.random.Generator) -> np.ndarray:
-    """Seeded data of tensor type ``t`` for a candidate's inputs: standard normal floats,
-    small integers (-8 to 8 within the type's range), random booleans."""
-    dtype = np.dtype(t.dtype.numpy)
-    shape = tuple(int(d) for d in t.shape)
-    if dtype.kind == "f":
-        return rng.standard_normal(shape).astype(dtype)
-    if dtype.kind == "b":
-        return rng.integers(0, 2, shape).astype(dtype)
-    info = np.iinfo(dtype)
-    return rng.integers(max(info.min, -8), min(info.max, 8), shape, endpoint=True).astype(dtype)
 
 
 def time_candidate(c: TuningCandidate, number: int = 1, repeat: int = 3,
@@ -169,20 +140,14 @@ def _backend_from(spec: str) -> Any:
         for part in qual.split("."):
             obj = getattr(obj, part)
         return obj()
-    from tessera.plugin.manager import get_backend
-
     return get_backend(spec)
 
 
 def _pack_region(region: Any) -> Any:
     """A region for the worker: a Function as its JSON and its constants (pickling the
     linked graph of a deep model recurses past Python's limit), anything else as is."""
-    from tessera.ir.graph import Function
-
     if not isinstance(region, Function):
         return ("object", region)
-    from tessera.ir.serialize import to_json
-
     fns = [region] + [n.body for n in region.nodes if n.body is not None]
     params = {v.name: np.asarray(v.data) for fn in fns for v in fn.constants()}
     return ("function", to_json(region, with_data=False), params)
@@ -191,8 +156,6 @@ def _pack_region(region: Any) -> Any:
 def _unpack_region(packed: Any) -> Any:
     if packed[0] == "object":
         return packed[1]
-    from tessera.ir.serialize import from_json
-
     return from_json(packed[1], packed[2])
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import tessera
 from tessera.autotune.knobspace import Conditions, KnobSpace
 
 __all__ = ["Task", "extract_tasks", "tasks_of_module"]
@@ -81,7 +82,5 @@ def extract_tasks(model: Any, target: str | None = "auto", **compile_args: Any) 
     """Compile ``model`` for ``target`` with the default schedules and return its tasks
     (:func:`tasks_of_module`); ``compile_args`` go to :func:`tessera.compile`
     (``input_shapes``, ``opt_level``, ...)."""
-    import tessera
-
     compile_args.pop("tuning_records", None)
     return tasks_of_module(tessera.compile(model, target=target, **compile_args))

@@ -29,12 +29,17 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+import tessera
 from tessera.autotune.loop_ranker import Featurize
 from tessera.autotune.measure import Measurer, MeasureResult
 from tessera.autotune.records import TuningRecord, append_records, load_records, record_for
 from tessera.autotune.space import ScheduleConfig
 from tessera.autotune.tasks import Task, tasks_of_module
 from tessera.autotune.tuners import make_tuner
+from tessera.errors import TesseraError
+from tessera.plugin.manager import get_registry
+from tessera.plugin.records import TuningHistory
+from tessera.plugin.target import Target
 from tessera.progress import StatusLine
 
 __all__ = ["TuneSummary", "tune"]
@@ -69,8 +74,6 @@ class TuneSummary:
 def _plugin_versions(backend: Any) -> dict[str, str]:
     """The distribution and version of the plugin that provides ``backend``."""
     try:
-        from tessera.plugin.manager import get_registry
-
         registry = get_registry()
         return {registry.owner(backend.name): registry.plugin_version(backend.name) or ""}
     except Exception:  # noqa: BLE001 - versions are a courtesy
@@ -88,8 +91,6 @@ def _featurizer(module: Any, task: Task) -> Featurize | None:
     """The loop-nest features of ``task``'s configs, from its backend's
     ``tuning_features`` (in this process; the region ``compile`` got), or None for a backend
     without the hook."""
-    from tessera.plugin.target import Target
-
     cr = _region_of(module, task)
     backend = module.backends[cr.backend]
     hook = getattr(backend, "tuning_features", None)
@@ -225,10 +226,6 @@ def tune(model: Any, target: str | None = "auto", output: str | Path = "tuning.j
     evicted from the caches and its other inputs loaded, as in a model whose weights do not
     stay in the caches between runs (``TuningCandidate.flush``; TVM's
     ``enable_cpu_cache_flush``)."""
-    import tessera
-    from tessera.errors import TesseraError
-    from tessera.plugin.target import Target
-
     if parallel < 1:
         raise TesseraError(f"parallel must be at least 1, not {parallel}")
     if ray_address is not None:
@@ -260,8 +257,6 @@ def tune(model: Any, target: str | None = "auto", output: str | Path = "tuning.j
         earlier[(r.backend, r.key)] = (count + 1, min(cost, r.mean_cost))
     prior: dict[str, dict[str, Any]] = {}
     if prior_records is not None:
-        from tessera.autotune.records import TuningHistory
-
         history = TuningHistory.load(prior_records)
         history.warn_skipped()
         history_rows += history.records

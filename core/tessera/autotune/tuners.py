@@ -19,6 +19,7 @@ from typing import Any
 
 from tessera.autotune.knobspace import Conditions, KnobSpace
 from tessera.autotune.loop_ranker import Featurize, LoopFeatureRanker, rank_model
+from tessera.errors import TesseraError
 
 __all__ = ["GATuner", "GridSearchTuner", "RandomTuner", "TUNERS", "Tuner", "XGBTuner",
            "config_key", "make_tuner"]
@@ -132,16 +133,12 @@ def make_tuner(name: str, knobs: dict[str, list[Any]] | KnobSpace, seed: int = 0
     from before the first measurement;
     ``featurize`` and ``rerank``: ``xgb``'s loop-nest features (:class:`XGBTuner`)."""
     if name not in TUNERS:
-        from tessera.errors import TesseraError
-
         raise TesseraError(f"unknown tuner {name!r}; available: {', '.join(TUNERS)}")
     space = knobs if isinstance(knobs, KnobSpace) else KnobSpace(knobs, when, default)
     if name == "xgb":
         try:
             import xgboost  # noqa: F401
         except ImportError:
-            from tessera.errors import TesseraError
-
             raise TesseraError("the xgb tuner needs XGBoost: pip install 'tessera[tune]' "
                                "(or xgboost)") from None
         return XGBTuner(space, seed, prior=prior, featurize=featurize, rerank=rerank)

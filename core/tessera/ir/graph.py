@@ -16,7 +16,15 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import IRError, OpError
+from tessera.ir.schema import get_schema
 from tessera.ir.types import TensorType, oversize
+
+#: The op of a node whose ``body`` is a region (a function one backend compiles).
+REGION_OP = "Region"
+#: The op of an explicit copy of a value between devices (attribute ``dst``: the device).
+COPY_OP = "DeviceCopy"
+#: Ops that structure a partitioned graph and are not in the op-schema table.
+STRUCTURAL_OPS = frozenset({REGION_OP, COPY_OP})
 
 
 class Value:
@@ -151,8 +159,6 @@ class Function:
         The schema comes from the operator registry: unknown attributes or input counts raise
         :class:`~tessera.errors.OpError` naming the node.
         """
-        from tessera.ops.registry import get_schema
-
         inputs = list(inputs)
         node_name = self.fresh_node_name(name or op.lower())
         schema = get_schema(op)

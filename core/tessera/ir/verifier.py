@@ -20,11 +20,9 @@ from __future__ import annotations
 import numpy as np
 
 from tessera.errors import IRError, OpError
-from tessera.ir.graph import Function, Node, Value
+from tessera.ir.graph import COPY_OP, REGION_OP, STRUCTURAL_OPS, Function, Node, Value
+from tessera.ir.schema import get_schema, has_op
 from tessera.ir.types import TensorType
-
-#: Ops that structure a partitioned graph and are not in the operator registry.
-STRUCTURAL_OPS = frozenset({"Region", "DeviceCopy"})
 
 
 def verify(fn: Function) -> None:
@@ -170,17 +168,15 @@ class _Verifier:
                                     f"is {want}")
 
     def check_types(self, node: Node) -> None:
-        from tessera.ops.registry import get_schema, has_op
-
         if node.body is not None:
             try:
                 verify(node.body)
             except IRError as e:
                 raise self.fail(f"{_node(node)}: in its body: {e}") from None
         if node.op in STRUCTURAL_OPS:
-            if node.op == "Region":
+            if node.op == REGION_OP:
                 self.check_region(node)
-            if node.op == "DeviceCopy":
+            if node.op == COPY_OP:
                 if len(node.inputs) != 1 or node.inputs[0] is None or len(node.outputs) != 1:
                     raise self.fail(f"{_node(node)} must have one input and one output")
                 if node.outputs[0].type != node.inputs[0].type:

@@ -17,201 +17,33 @@ The reference backend, constant folding and every test oracle use these same imp
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from enum import IntEnum
 from typing import Any
 
 import numpy as np
 
 from tessera.errors import OpError
+from tessera.ir.schema import (
+    _SCHEMAS,
+    REQUIRED,
+    Attr,
+    InferFn,
+    OpPattern,
+    OpSchema,
+    RefFn,
+    add_schema,
+    all_ops,
+    get_schema,
+    has_op,
+)
 from tessera.ir.types import DType, TensorType
 
+__all__ = ["REQUIRED", "Attr", "InferFn", "OpPattern", "OpSchema", "RefFn", "add_schema",
+           "all_ops", "broadcast_bool_infer", "broadcast_infer", "broadcast_shapes",
+           "get_schema", "has_op", "normalize_axis", "register_op", "same_as_first"]
 
-class OpPattern(IntEnum):
-    """How an op may be fused (TVM's TOpPattern): lower is easier to fuse."""
-
-    ELEMWISE = 0
-    BROADCAST = 1
-    INJECTIVE = 2
-    COMM_REDUCE = 3
-    OUT_ELEMWISE_FUSABLE = 4
-    OPAQUE = 8
-
-
-class _Required:
-    def __repr__(self) -> str:
-        return "REQUIRED"
-
-
-REQUIRED: Any = _Required()
-
-_KINDS = ("int", "float", "str", "ints", "floats", "strs", "tensor", "dtype", "any")
-
-
-@dataclass(frozen=True)
-class Attr:
-    """An attribute's kind and default (``REQUIRED`` when it has none; ``None`` when absent is
-    meaningful)."""
-
-    kind: str
-    default: Any = REQUIRED
-
-    def __post_init__(self) -> None:
-        if self.kind not in _KINDS:
-            raise ValueError(f"unknown attribute kind {self.kind!r}")
-
-    @staticmethod
-    def int(default: Any = REQUIRED) -> Attr:
-        return Attr("int", default)
-
-    @staticmethod
-    def float(default: Any = REQUIRED) -> Attr:
-        return Attr("float", default)
-
-    @staticmethod
-    def str(default: Any = REQUIRED) -> Attr:
-        return Attr("str", default)
-
-    @staticmethod
-    def ints(default: Any = REQUIRED) -> Attr:
-        return Attr("ints", default)
-
-    @staticmethod
-    def floats(default: Any = REQUIRED) -> Attr:
-        return Attr("floats", default)
-
-    @staticmethod
-    def strs(default: Any = REQUIRED) -> Attr:
-        return Attr("strs", default)
-
-    @staticmethod
-    def tensor(default: Any = REQUIRED) -> Attr:
-        return Attr("tensor", default)
-
-    @staticmethod
-    def dtype(default: Any = REQUIRED) -> Attr:
-        return Attr("dtype", default)
-
-    @staticmethod
-    def any(default: Any = REQUIRED) -> Attr:
-        return Attr("any", default)
-
-    def coerce(self, value: Any) -> Any:
-        """Normalize a value to this kind (lists of Python ints, DType, ndarray, ...)."""
-        if value is None:
-            return None
-        k = self.kind
-        if k == "int":
-            if isinstance(value, (bool, np.bool_)):
-                return int(value)
-            if not isinstance(value, (int, np.integer)):
-                raise TypeError(f"expected an int, got {value!r}")
-            return int(value)
-        if k == "float":
-            if not isinstance(value, (int, float, np.integer, np.floating)):
-                raise TypeError(f"expected a float, got {value!r}")
-            return float(value)
-        if k == "str":
-            if isinstance(value, bytes):
-                value = value.decode()
-            if not isinstance(value, str):
-                raise TypeError(f"expected a string, got {value!r}")
-            return value
-        if k == "ints":
-            return [Attr("int").coerce(v) for v in value]
-        if k == "floats":
-            return [Attr("float").coerce(v) for v in value]
-        if k == "strs":
-            return [Attr("str").coerce(v) for v in value]
-        if k == "tensor":
-            return np.asarray(value)
-        if k == "dtype":
-            return value if isinstance(value, DType) else DType.from_numpy(value)
-        return value
-
-
-InferFn = Callable[..., Any]
-RefFn = Callable[..., Any]
-
-
-@dataclass
-class OpSchema:
-    """Everything Tessera knows about one op."""
-
-    name: str
-    reference: RefFn
-    infer: InferFn | None = None
-    attrs: dict[str, Attr] = field(default_factory=dict)
-    num_inputs: tuple[int, int | None] = (1, 1)
-    pattern: OpPattern = OpPattern.OPAQUE
-    doc: str = ""
-
-    def check(self, node: str, inputs: list[Any], attrs: dict[str, Any]) -> dict[str, Any]:
-        """Validate input count and attributes; return the attributes with defaults filled."""
-        lo, hi = self.num_inputs
-        n = len(inputs)
-        while n > lo and inputs[n - 1] is None:  # trailing omitted optionals do not count
-            n -= 1
-        if n < lo or (hi is not None and n > hi):
-            want = f"{lo}" if lo == hi else f"{lo} to {hi if hi is not None else 'any number'}"
-            raise OpError(f"node {node} ({self.name}): expected {want} inputs, got {len(inputs)}")
-        for i in range(lo):
-            if inputs[i] is None:
-                raise OpError(f"node {node} ({self.name}): input {i} is required")
-        out: dict[str, Any] = {}
-        for key, value in attrs.items():
-            spec = self.attrs.get(key)
-            if spec is None:
-                known = ", ".join(sorted(self.attrs)) or "none"
-                raise OpError(f"node {node} ({self.name}): unknown attribute {key!r} "
-                              f"(known: {known})")
-            try:
-                out[key] = spec.coerce(value)
-            except (TypeError, ValueError) as e:
-                raise OpError(f"node {node} ({self.name}): attribute {key!r}: {e}") from None
-        for key, spec in self.attrs.items():
-            if key not in out:
-                if spec.default is REQUIRED:
-                    raise OpError(f"node {node} ({self.name}): attribute {key!r} is required")
-                out[key] = spec.default
-        return out
-
-    def infer_types(self, node: str, types: list[TensorType | None],
-                    attrs: dict[str, Any]) -> list[TensorType]:
-        """Output types for input types and (complete) attributes."""
-        try:
-            if self.infer is not None:
-                result = self.infer(*types, **attrs)
-            else:
-                zeros = [np.zeros(t.shape, t.dtype.numpy) if t is not None else None
-                         for t in types]
-                with warnings.catch_warnings(), np.errstate(all="ignore"):
-                    warnings.simplefilter("ignore")
-                    arrays = self.reference(*zeros, **attrs)
-                arrays = arrays if isinstance(arrays, (tuple, list)) else (arrays,)
-                result = [TensorType.of(np.asarray(a)) for a in arrays]
-        except OpError as e:
-            prefix = f"node {node} ({self.name}): "
-            msg = str(e)
-            raise OpError(msg if msg.startswith(prefix) else prefix + msg) from None
-        except Exception as e:  # noqa: BLE001 - any failure here is a bad node
-            shapes = ", ".join(str(t) if t is not None else "-" for t in types)
-            raise OpError(f"node {node} ({self.name}): cannot infer output types for inputs "
-                          f"({shapes}): {e}") from e
-        return list(result) if isinstance(result, (tuple, list)) else [result]
-
-    def evaluate(self, inputs: list[np.ndarray | None], attrs: dict[str, Any]) -> list[np.ndarray]:
-        """Run the reference implementation; always returns a list of arrays."""
-        with np.errstate(all="ignore"):
-            result = self.reference(*inputs, **attrs)
-        if isinstance(result, (tuple, list)):
-            return [np.asarray(r) for r in result]
-        return [np.asarray(result)]
-
-
-_REGISTRY: dict[str, OpSchema] = {}
+#: The table itself lives in :mod:`tessera.ir.schema` (the IR consults it); this name is kept.
+_REGISTRY = _SCHEMAS
 
 
 def register_op(name: str, *, attrs: dict[str, Attr] | None = None,
@@ -221,36 +53,11 @@ def register_op(name: str, *, attrs: dict[str, Attr] | None = None,
     num_inputs = (inputs, inputs) if isinstance(inputs, int) else inputs
 
     def deco(fn: RefFn) -> RefFn:
-        if name in _REGISTRY:
-            raise ValueError(f"op {name} registered twice")
-        _REGISTRY[name] = OpSchema(name, fn, infer, dict(attrs or {}), num_inputs, pattern,
-                                   (fn.__doc__ or "").strip())
+        add_schema(OpSchema(name, fn, infer, dict(attrs or {}), num_inputs, pattern,
+                            (fn.__doc__ or "").strip()))
         return fn
 
     return deco
-
-
-def _ensure_loaded() -> None:
-    # Importing the families registers their ops (explicit import list, see ops/__init__.py).
-    import tessera.ops  # noqa: F401
-
-
-def get_schema(name: str) -> OpSchema:
-    _ensure_loaded()
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise OpError(f"unknown op {name!r}") from None
-
-
-def has_op(name: str) -> bool:
-    _ensure_loaded()
-    return name in _REGISTRY
-
-
-def all_ops() -> dict[str, OpSchema]:
-    _ensure_loaded()
-    return dict(_REGISTRY)
 
 
 # -- shared inference helpers ------------------------------------------------------------------

@@ -17,18 +17,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tessera.errors import PartitionError
-from tessera.ir.graph import Function, Node, Value
-from tessera.partition.patterns import PatternCheckError, record_matches
+from tessera.ir.graph import COPY_OP, REGION_OP, Function, Node, Value
 from tessera.partition.report import CopyInfo, PartitionReport, RegionInfo
 from tessera.plugin import contract
+from tessera.plugin.patterns import PatternCheckError, record_matches
 
 if TYPE_CHECKING:
     from tessera.plugin.backend import Backend
     from tessera.plugin.target import TargetKind
 
 HOST = "cpu"
-REGION_OP = "Region"
-COPY_OP = "DeviceCopy"
+# REGION_OP and COPY_OP are defined by the IR (tessera.ir.graph) and importable from here.
 
 
 @dataclass

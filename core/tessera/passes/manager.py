@@ -26,6 +26,8 @@ import numpy as np
 
 from tessera.errors import PassError, TesseraError
 from tessera.ir.graph import Function, Node, Value
+from tessera.ir.printer import format_function
+from tessera.ir.verifier import verify
 
 
 class Pass:
@@ -167,9 +169,6 @@ class PassManager:
         is malformed) and the output of every pass after it (a
         :class:`~tessera.errors.PassError` naming the pass).
         """
-        from tessera.ir.printer import format_function
-        from tessera.ir.verifier import verify
-
         self.timings = []
         if self.verify:
             verify(fn)  # a malformed input is the caller's problem (IRError), not a pass's

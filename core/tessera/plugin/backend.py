@@ -7,6 +7,7 @@ into kernels, and ``save``/``load`` put compiled code into an artifact and take 
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
@@ -16,8 +17,10 @@ import numpy as np
 
 from tessera.ir.graph import Function, Node
 from tessera.ir.types import TensorType
-from tessera.partition.patterns import Pattern
 from tessera.plugin.device import CPU, Device
+from tessera.plugin.distribution import distribution_version
+from tessera.plugin.patterns import Pattern
+from tessera.plugin.records import TuningHistory
 from tessera.plugin.target import TargetKind
 from tessera.progress import Progress
 
@@ -54,6 +57,29 @@ class Kernel:
     #: undefined when the kernel starts. Kernels must not keep scratch memory of their own
     #: (static buffers) that concurrent calls would share.
     workspace_bytes: int = 0
+
+
+def contiguous_concat_offsets(inputs: list[TensorType], output: TensorType) -> list[int] | None:
+    """Byte offsets of ``inputs`` inside ``output`` when ``output`` is their concatenation along
+    an axis before which every extent is 1 (each input is then one contiguous byte range of
+    the output, in order), else None: what a backend puts in ``Kernel.concat_offsets``."""
+    if not inputs or any(t.ndim != output.ndim or t.dtype != output.dtype for t in inputs):
+        return None
+    axis = next((a for a in range(output.ndim)
+                 if any(t.shape[a] != output.shape[a] for t in inputs)), output.ndim)
+    if axis == output.ndim and len(inputs) > 1:
+        return None
+    for t in inputs:
+        if any(t.shape[a] != output.shape[a] for a in range(output.ndim) if a != axis):
+            return None
+    if axis < output.ndim and (math.prod(output.shape[:axis]) != 1
+                               or sum(t.shape[axis] for t in inputs) != output.shape[axis]):
+        return None
+    offsets, pos = [], 0
+    for t in inputs:
+        offsets.append(pos)
+        pos += t.nbytes
+    return offsets
 
 
 @dataclass
@@ -108,7 +134,7 @@ class SavedBackend:
 @dataclass
 class CompileOptions:
     """Options every backend receives: the optimization level, per-pass switches, tuning
-    records (a :class:`~tessera.autotune.records.TuningHistory`, a path to a records file,
+    records (a :class:`~tessera.plugin.records.TuningHistory`, a path to a records file,
     or None), free-form backend options (e.g. ``dump_code``) and which device of each kind the
     module runs on (``devices``: kind -> index; absent: 0; see
     :meth:`Backend.device_instance`).
@@ -135,8 +161,6 @@ class CompileOptions:
         "default": m}`` (templates whose config came from the records, and the others)."""
         if self.tuning_records is None:
             return {}
-        from tessera.autotune.records import TuningHistory
-
         if not isinstance(self.tuning_records, TuningHistory):
             self.tuning_records = TuningHistory.load(self.tuning_records)
         return self.tuning_records.overrides(backend, target)
@@ -247,7 +271,7 @@ class Backend(ABC):
                          options: CompileOptions) -> Any:
         """Kernel ``kernel`` of ``region`` (a name of ``compile``'s kernels) built alone with
         the schedule ``overrides`` (workload key -> knob values), on buffers of its own, for
-        the tuner to measure: a :class:`tessera.autotune.measure.TuningCandidate`. ``region``
+        the tuner to measure: a :class:`tessera.plugin.candidate.TuningCandidate`. ``region``
         and ``options`` are what ``compile`` got. The tuner calls it in a worker process,
         never in the process that compiles, so a candidate that crashes or hangs costs one
         trial. Default: None (this backend's kernels cannot be measured alone; it is not
@@ -260,7 +284,7 @@ class Backend(ABC):
         """Features of the loop nest kernel ``kernel`` of ``region`` lowers to under each of
         ``configs`` (knob values of the workload ``key``, the task's), for the ``xgb`` tuner's
         cost model: one vector per config, in order, of the same length for every config of
-        a task (:func:`tessera.autotune.features.loop_features` of the lowered TIR function
+        a task (:func:`tessera.tir.features.loop_features` of the lowered TIR function
         is what a backend that lowers to TIR returns), or None for a config that does not
         lower (the tuner then ranks it by its knob values alone). ``region`` and ``options``
         are what ``compile`` got. The tuner calls it in the process that tunes, not in a
@@ -288,8 +312,6 @@ class Backend(ABC):
 
     def version(self) -> str:
         """The version of the distribution that provides this backend."""
-        from tessera.plugin.manager import distribution_version
-
         return distribution_version(type(self).__module__)
 
     def __repr__(self) -> str:

@@ -22,11 +22,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from tessera.errors import PluginCompileError, PluginError, TesseraError
 from tessera.ir.types import TensorType
+from tessera.plugin.backend import CompiledRegion, Kernel
+from tessera.plugin.patterns import Pattern
 
 if TYPE_CHECKING:
     from tessera.ir.graph import Function, Node
-    from tessera.partition.patterns import Pattern
-    from tessera.plugin.backend import Backend, CompiledRegion
+    from tessera.plugin.backend import Backend
 
 T = TypeVar("T")
 
@@ -124,8 +125,6 @@ def check_failed(backend: Backend, pattern: Pattern, node: Node, error: BaseExce
 
 def check_claims(backend: Backend, patterns: Any) -> list[Pattern]:
     """What ``claims()`` returned, checked to be a list of patterns."""
-    from tessera.partition.patterns import Pattern
-
     if not isinstance(patterns, (list, tuple)) or not all(
             isinstance(p, Pattern) for p in patterns):
         raise violation(backend, "claims() returns a list of Patterns",
@@ -136,8 +135,6 @@ def check_claims(backend: Backend, patterns: Any) -> list[Pattern]:
 def check_compiled(backend: Backend, region: Function, compiled: Any) -> CompiledRegion:
     """What ``compile`` (or ``load``) returned, checked against what the runtime relies on;
     a :class:`PluginCompileError` naming the first problem otherwise."""
-    from tessera.plugin.backend import CompiledRegion, Kernel
-
     def fail(contract: str, message: str) -> PluginCompileError:
         error = violation(backend, contract, message, region.name, PluginCompileError)
         assert isinstance(error, PluginCompileError)

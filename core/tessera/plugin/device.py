@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from tessera.errors import TargetError
 from tessera.ir.types import TensorType
 
 #: The host's arena alignment (a cache line; AVX-512 loads of a whole line).
@@ -71,8 +72,6 @@ class Device(ABC):
         for ``tessera.compile(..., devices={"cuda": 1})``. By default a kind has one device:
         this one."""
         if index != self.index:
-            from tessera.errors import TargetError
-
             raise TargetError(f"device {self.name!r} has no instance {index}: this Tessera "
                               f"build of it drives only {self.key}")
         return self

@@ -1,11 +1,12 @@
 """Loading plugins and finding backends.
 
-Built-in plugins (the reference backend) are registered by module name, then every entry point
-of the group ``tessera.backends``. A plugin that fails to import, whose hook raises, returns
-something other than named backends, or names a backend another plugin already provides is
-recorded as broken with the reason and a warning (none of its backends is registered); it never
-breaks the program. A backend whose device name and device API disagree is registered with a
-warning (:func:`tessera.plugin.contract.check_device`).
+Every plugin is found through its entry point in the group ``tessera.backends``, the built-in
+reference backend too (the core distribution ``tessera`` declares ``ref`` there in its
+``pyproject.toml``); the core's own entry points are loaded first. A plugin that fails to
+import, whose hook raises, returns something other than named backends, or names a backend
+another plugin already provides is recorded as broken with the reason and a warning (none of its
+backends is registered); it never breaks the program. A backend whose device name and device
+API disagree is registered with a warning (:func:`tessera.plugin.contract.check_device`).
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ import pluggy
 from tessera.errors import PluginError, TargetError
 from tessera.plugin import contract, hookspecs
 from tessera.plugin.backend import Backend
+from tessera.plugin.distribution import distribution_version  # noqa: F401 (re-export)
 from tessera.plugin.target import Target, TargetKind
 
-#: Plugins shipped inside the core distribution, registered through the same hook.
-BUILTIN_PLUGINS = ("tessera.backends.reference.plugin",)
+#: The distribution of the core, whose own plugins (the reference backend) load first.
+CORE_DISTRIBUTION = "tessera"
 
 
 @dataclass
@@ -49,14 +51,10 @@ class Registry:
         self._owner: dict[str, str] = {}
 
     def load(self) -> None:
-        for module_name in BUILTIN_PLUGINS:
-            module = importlib.import_module(module_name)
-            self._register(module, module_name, "tessera", distribution_version("tessera"))
-        for ep in md.entry_points(group=hookspecs.ENTRY_POINT_GROUP):
+        for ep in sorted(md.entry_points(group=hookspecs.ENTRY_POINT_GROUP),
+                         key=lambda ep: _dist_name(ep) != CORE_DISTRIBUTION):
             dist = ep.dist.name if ep.dist is not None else "?"
             version = ep.dist.version if ep.dist is not None else "?"
-            if ep.value in BUILTIN_PLUGINS:
-                continue
             try:
                 module = ep.load()
             except Exception as e:  # noqa: BLE001 - a broken plugin must not break Tessera
@@ -156,6 +154,10 @@ class Registry:
                               f"{', '.join(sorted(self.backends))}") from None
 
 
+def _dist_name(ep: md.EntryPoint) -> str:
+    return ep.dist.name if ep.dist is not None else ""
+
+
 @lru_cache(maxsize=1)
 def get_registry() -> Registry:
     """The process-wide registry, loaded on first use."""
@@ -177,21 +179,6 @@ def get_backends() -> dict[str, Backend]:
 
 def get_backend(name: str) -> Backend:
     return get_registry().get(name)
-
-
-def distribution_version(module_or_dist: str) -> str:
-    """The installed version of a distribution, given its name or a module inside it."""
-    candidates = [module_or_dist, module_or_dist.split(".")[0],
-                  module_or_dist.split(".")[0].replace("_", "-")]
-    for top, dists in md.packages_distributions().items():
-        if top == module_or_dist.split(".")[0]:
-            candidates = list(dists) + candidates
-    for name in candidates:
-        try:
-            return md.version(name)
-        except md.PackageNotFoundError:
-            continue
-    return "0+unknown"
 
 
 def resolve_target(target: str | Target | None) -> list[tuple[Backend, TargetKind]]:
@@ -234,7 +221,9 @@ def default_cpu_target() -> str:
         if best is None or backend.default_rank > best.default_rank:
             best = backend
     if best is None:
-        raise PluginError("no CPU backend is available (the reference backend is missing?)")
+        raise PluginError("no CPU backend is available: the reference backend 'ref' is "
+                          "missing (is the tessera distribution installed, with its entry "
+                          "point in the group tessera.backends? pip install -e .)")
     return best.name
 
 

@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from tessera.errors import TargetError
+
+if TYPE_CHECKING:
+    from tessera.ir.graph import Function
 
 _KIND = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
 
@@ -109,3 +113,12 @@ def _parse_kind(text: str) -> TargetKind:
             raise TargetError(f"bad option {tok!r} for target {name!r}: empty key")
         options[key] = value
     return TargetKind(name, options)
+
+
+def kind_of_region(body: Function) -> TargetKind:
+    """The target kind (name and options) a region was partitioned for, read back from the
+    region (an artifact's graph); ``compile`` hands backends the partitioner's object."""
+    text = body.attrs.get("target")
+    if not text:
+        return TargetKind(body.attrs["backend"])
+    return Target.parse(text).kinds[0]

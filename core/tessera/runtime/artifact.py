@@ -41,16 +41,16 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-import tessera
+from tessera._version import __version__
 from tessera.errors import ArtifactError, IRError, PluginArtifactError, TargetError
-from tessera.ir.graph import Function
+from tessera.ir.graph import REGION_OP, Function
 from tessera.ir.serialize import FORMAT_VERSION as GRAPH_FORMAT
 from tessera.ir.serialize import from_json, function_to_dict
-from tessera.partition.partitioner import REGION_OP
 from tessera.partition.report import CopyInfo, PartitionReport, RegionInfo
 from tessera.plugin import contract
 from tessera.plugin.backend import Backend, CompileOptions, SavedBackend
 from tessera.plugin.manager import backend_unavailable, get_backend, get_registry
+from tessera.plugin.target import kind_of_region
 
 FORMAT = 2
 #: Artifact formats ``load_module`` reads.
@@ -206,7 +206,7 @@ def export_module(module: Any, path: Path) -> Path:
     options = module.compile_options or CompileOptions()
     manifest = {
         "format": FORMAT,
-        "tessera_version": tessera.__version__,
+        "tessera_version": __version__,
         "target": module.target,
         "plugins": plugins,
         "inputs": [{"name": n, "shape": list(t.shape), "dtype": t.dtype.value}
@@ -289,7 +289,6 @@ def read_members(path: Path) -> dict[str, bytes]:
 
 def load_module(path: Path, devices: dict[str, int] | None = None) -> Any:
     """Rebuild a module from an artifact without recompiling where backends keep code."""
-    from tessera.api import kind_of_region
     from tessera.runtime.module import Module
 
     members = read_members(path)
@@ -303,7 +302,7 @@ def load_module(path: Path, devices: dict[str, int] | None = None) -> Any:
     if fmt not in READS_FORMATS:
         newer = " (written by a newer Tessera)" if isinstance(fmt, int) and fmt > FORMAT else ""
         raise ArtifactError(f"artifact format {fmt!r}{newer} is not supported: this Tessera "
-                            f"({tessera.__version__}) reads formats "
+                            f"({__version__}) reads formats "
                             f"{', '.join(map(str, READS_FORMATS))}; export the model again "
                             f"with this version")
     listed = _mapping(manifest, "files")

@@ -22,10 +22,9 @@ device, correct on a device that runs its work in one in-order stream.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
-from tessera.ir.types import TensorType
+from tessera.plugin.backend import contiguous_concat_offsets  # noqa: F401 (moved there)
 from tessera.plugin.device import ALIGNMENT
 from tessera.runtime.plan import ExecutionPlan, TensorInfo
 
@@ -130,29 +129,6 @@ def concat_aliases(plan: ExecutionPlan, alignments: dict[str, int] | None = None
                 parent[n] = (out, off)
             elided.add(i)
     return parent, elided
-
-
-def contiguous_concat_offsets(inputs: list[TensorType], output: TensorType) -> list[int] | None:
-    """Byte offsets of ``inputs`` inside ``output`` when ``output`` is their concatenation along
-    an axis before which every extent is 1 (each input is then one contiguous byte range of
-    the output, in order), else None: what a backend puts in ``Kernel.concat_offsets``."""
-    if not inputs or any(t.ndim != output.ndim or t.dtype != output.dtype for t in inputs):
-        return None
-    axis = next((a for a in range(output.ndim)
-                 if any(t.shape[a] != output.shape[a] for t in inputs)), output.ndim)
-    if axis == output.ndim and len(inputs) > 1:
-        return None
-    for t in inputs:
-        if any(t.shape[a] != output.shape[a] for a in range(output.ndim) if a != axis):
-            return None
-    if axis < output.ndim and (math.prod(output.shape[:axis]) != 1
-                               or sum(t.shape[axis] for t in inputs) != output.shape[axis]):
-        return None
-    offsets, pos = [], 0
-    for t in inputs:
-        offsets.append(pos)
-        pos += t.nbytes
-    return offsets
 
 
 def _fits(plan: ExecutionPlan, name: str, offset: int, out: TensorInfo, fixed: set[str],

@@ -24,9 +24,9 @@ import numpy as np
 from tessera.errors import RunError
 from tessera.ir.graph import Function, Node
 from tessera.ir.types import TensorType
-from tessera.partition.patterns import Pattern, region_matches
 from tessera.plugin.backend import Backend, CompiledRegion, CompileOptions, Kernel
 from tessera.plugin.device import Device
+from tessera.plugin.patterns import Pattern, region_matches
 from tessera.plugin.target import TargetKind
 
 

@@ -29,13 +29,13 @@ from typing import Any
 
 import numpy as np
 
-from tessera.autotune.space import schedule_info, tuning_info
 from tessera.errors import ArtifactError, CompileError, RunError, TargetError
 from tessera.ir.graph import Function, Node
 from tessera.ir.types import TensorType
-from tessera.partition.patterns import Pattern
 from tessera.plugin.backend import Backend, CompiledRegion, CompileOptions, Kernel
 from tessera.plugin.device import Device
+from tessera.plugin.patterns import Pattern
+from tessera.plugin.space import schedule_info, tuning_info
 from tessera.plugin.target import TargetKind
 from tessera.topi.registry import registered_ops, unsupported_reason
 

@@ -20,12 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from tessera.autotune.features import loop_features
-from tessera.autotune.measure import TuningCandidate, random_array
 from tessera.errors import CompileError, RunError
 from tessera.ir.graph import Function
 from tessera.plugin.backend import CompileOptions
+from tessera.plugin.candidate import TuningCandidate, random_array
 from tessera.plugin.target import TargetKind
+from tessera.tir.features import loop_features
 
 #: Fused regions of this process: (id(region), opt_level) -> (region, groups, kernel names).
 _FUSED: dict[tuple[int, int], tuple[Function, list[Any], list[str]]] = {}

@@ -31,9 +31,9 @@ import numpy as np
 from tessera.errors import ArtifactError, CompileError, RunError
 from tessera.ir.graph import Function, Node
 from tessera.ir.types import TensorType
-from tessera.partition.patterns import Pattern, PatternMatch, region_matches
 from tessera.plugin.backend import Backend, CompiledRegion, CompileOptions, Kernel
 from tessera.plugin.device import Device
+from tessera.plugin.patterns import Pattern, PatternMatch, region_matches
 from tessera.plugin.target import TargetKind
 from tessera_cuda.driver import CudaBuffer
 

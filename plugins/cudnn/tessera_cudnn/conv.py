@@ -26,7 +26,7 @@ import numpy as np
 
 from tessera.errors import CompileError, RunError
 from tessera.ir.graph import Node, Value
-from tessera.partition.patterns import Pattern, PatternMatch
+from tessera.plugin.patterns import Pattern, PatternMatch
 
 from . import cudnn_api as dnn
 from .common import Plan, align, attrs_of, is_f32, pointer, shape

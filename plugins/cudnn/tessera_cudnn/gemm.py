@@ -23,7 +23,7 @@ from typing import Any
 
 from tessera.errors import RunError
 from tessera.ir.graph import Node, Value
-from tessera.partition.patterns import Pattern, PatternMatch
+from tessera.plugin.patterns import Pattern, PatternMatch
 
 from . import cublaslt_api as lt
 from .common import Plan, attrs_of, is_f32, pointer, shape

@@ -17,7 +17,7 @@ from typing import Any
 from tessera.errors import RunError
 from tessera.ir.graph import Node
 from tessera.ops.registry import normalize_axis
-from tessera.partition.patterns import Pattern, PatternMatch
+from tessera.plugin.patterns import Pattern, PatternMatch
 
 from . import cudnn_api as dnn
 from .common import Plan, attrs_of, is_f32, pointer, shape

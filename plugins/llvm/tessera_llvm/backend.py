@@ -33,14 +33,19 @@ from typing import Any
 
 import numpy as np
 
-from tessera.autotune.space import schedule_info, tuning_info
 from tessera.errors import ArtifactError, CompileError, RunError, TargetError
 from tessera.ir.graph import Function, Node
 from tessera.ir.types import TensorType
-from tessera.partition.patterns import Pattern
-from tessera.plugin.backend import Backend, CompiledRegion, CompileOptions, Kernel
+from tessera.plugin.backend import (
+    Backend,
+    CompiledRegion,
+    CompileOptions,
+    Kernel,
+    contiguous_concat_offsets,
+)
+from tessera.plugin.patterns import Pattern
+from tessera.plugin.space import schedule_info, tuning_info
 from tessera.plugin.target import TargetKind
-from tessera.runtime.memory import contiguous_concat_offsets
 from tessera.topi.registry import has_compute, registered_ops, unsupported_reason
 
 from .cpu import cpu_info

@@ -17,11 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from tessera.autotune.features import loop_features
-from tessera.autotune.measure import TuningCandidate, random_array
 from tessera.errors import CompileError
 from tessera.ir.graph import Function
 from tessera.ir.types import TensorType
+from tessera.plugin.candidate import TuningCandidate, random_array
+from tessera.tir.features import loop_features
 from tessera.topi.from_graph import kernel_names
 
 from .build import build_module

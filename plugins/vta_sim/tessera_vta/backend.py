@@ -36,10 +36,10 @@ import numpy as np
 
 from tessera.errors import ArtifactError, CompileError, RunError, TargetError
 from tessera.ir.graph import Function, Node
-from tessera.ir.types import TensorType
-from tessera.partition.patterns import Pattern
+from tessera.ir.types import DType, TensorType
 from tessera.plugin.backend import Backend, CompiledRegion, CompileOptions, Kernel
 from tessera.plugin.device import CPUDevice
+from tessera.plugin.patterns import Pattern
 from tessera.plugin.target import TargetKind
 
 from .compiler import Conv2dParams, Program, Tiling
@@ -340,8 +340,6 @@ class VTABackend(Backend):
 
 def _plan_from_json(entry: dict[str, Any], files: dict[str, bytes],
                     config: VTAConfig) -> LayerPlan:
-    from tessera.ir.types import DType
-
     p = entry["program"]
     dram = np.frombuffer(files[entry["dram_file"]], dtype=np.uint8).copy()
     program = Program(

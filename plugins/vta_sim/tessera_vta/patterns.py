@@ -46,7 +46,7 @@ import numpy as np
 
 from tessera.ir.graph import Function, Node, Value
 from tessera.ir.types import DType
-from tessera.partition.patterns import Pattern
+from tessera.plugin.patterns import Pattern
 
 from .compiler import Conv2dParams, Program, choose_tiling, lower_conv2d
 from .compiler.tiling import Tiling

@@ -16,10 +16,15 @@ from tessera.backends.reference.blas import BLAS_THREADS
 from tessera.errors import RunError
 from tessera.ir.graph import Function, Node
 from tessera.ops.registry import all_ops, get_schema
-from tessera.partition.patterns import Pattern
-from tessera.plugin.backend import Backend, CompiledRegion, CompileOptions, Kernel
+from tessera.plugin.backend import (
+    Backend,
+    CompiledRegion,
+    CompileOptions,
+    Kernel,
+    contiguous_concat_offsets,
+)
+from tessera.plugin.patterns import Pattern
 from tessera.plugin.target import TargetKind
-from tessera.runtime.memory import contiguous_concat_offsets
 
 
 def _node_kernel(node: Node) -> Kernel:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from tessera.errors import PluginError
-from tessera.partition.patterns import Pattern
 from tessera.plugin import contract
 from tessera.plugin.backend import Backend
 from tessera.plugin.device import Device
+from tessera.plugin.patterns import Pattern
 from tessera.plugin.target import TargetKind
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tessera import te
-from tessera.autotune.space import ScheduleConfig
+from tessera.plugin.space import ScheduleConfig
 
 from .common import (
     BLOCK_REDUCE_MIN,

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tessera import te
-from tessera.autotune.space import ConfigSpace, ScheduleConfig
+from tessera.plugin.space import ConfigSpace, ScheduleConfig
 from tessera.tir.expr import IntImm
 
 BLOCK_X = te.thread_axis("blockIdx.x")

@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from tessera import te
-from tessera.autotune.space import ConfigSpace, ScheduleConfig
+from tessera.plugin.space import ConfigSpace, ScheduleConfig
 
 from .common import BLOCK_X, BLOCK_Y, BLOCK_Z, THREAD_X, THREAD_Y, GPUInfo, extents
 from .dense import cooperative_fetch

@@ -1,0 +1,319 @@
+"""Tuning records: one JSON object per line, as AutoTVM's log files.
+
+A record says how one config of one workload measured on one target::
+
+    {"key": "[\\"conv2d_NCHWc\\", [...]]", "template": "conv2d_NCHWc", "workload": [...],
+     "config": {"oc_bn": 16, ...}, "costs": [0.00123, 0.00121], "error": null,
+     "backend": "llvm", "target": "llvm -mcpu=znver4", "cpu": "AMD EPYC ...",
+     "tessera": "0.1.0", "plugins": {"tessera-llvm": "0.1.0"}, "timestamp": 1795000000.0}
+
+``costs`` are seconds per run (one per repeat); a candidate that failed has ``error`` (why:
+``"timeout"``, ``"crash: ..."``, ``"wrong result: ..."``) and no costs. ``key`` is
+:meth:`~tessera.plugin.space.ScheduleConfig.key`, what a template matches its workload on.
+``cpu`` is the CPU that measured; a record measured on another machine (a Ray worker:
+``tessera tune --ray``) also has ``"host"``, that machine's name (a field written only then,
+which readers that do not know it skip).
+
+:func:`load_records` reads a file line by line. A file of which no line is a record (a model,
+a binary file, notes) is a :class:`~tessera.errors.TuningRecordsError` naming the first bad line
+and what was expected. In a records file, lines that are not records (a log appended by a
+crashed run ends with half a line) are skipped with ONE warning counting them by reason.
+:func:`best_configs` keeps, per backend and workload, the config with the lowest mean cost;
+:class:`TuningHistory` is what ``tessera.compile(tuning_records=...)`` hands to backends
+(``CompileOptions.schedule_overrides``); the knob values its records give that a template no
+longer offers (``ConfigSpace.pick``) are counted there too, and ``compile`` warns once about
+everything skipped (:meth:`TuningHistory.warn_skipped`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import warnings
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tessera._version import __version__
+from tessera.errors import TuningRecordsError
+
+__all__ = ["ScheduleOverrides", "TuningHistory", "TuningRecord", "append_records",
+           "best_configs", "load_records", "record_for"]
+
+#: Fields every record must have.
+REQUIRED = ("key", "template", "config", "backend")
+
+
+@dataclass
+class TuningRecord:
+    """One measured (or failed) candidate."""
+
+    key: str
+    template: str
+    workload: list[Any]
+    config: dict[str, Any]
+    backend: str
+    target: str = ""
+    costs: list[float] = field(default_factory=list)
+    error: str | None = None
+    cpu: str = ""
+    tessera: str = ""
+    plugins: dict[str, str] = field(default_factory=dict)
+    timestamp: float = 0.0
+    #: The machine that measured, when it is not the one that tuned (else empty, not written).
+    host: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and bool(self.costs) and \
+            all(math.isfinite(c) and c > 0 for c in self.costs)
+
+    @property
+    def mean_cost(self) -> float:
+        """Mean seconds per run (infinite for a failed candidate)."""
+        return sum(self.costs) / len(self.costs) if self.ok else math.inf
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        if not data["host"]:
+            del data["host"]
+        return json.dumps(data, default=str, sort_keys=True)
+
+
+def record_for(config: Any, backend: str, target: str, costs: Iterable[float] = (),
+               error: str | None = None, plugins: dict[str, str] | None = None,
+               cpu: str | None = None, host: str = "") -> TuningRecord:
+    """A record of ``config`` (a :class:`~tessera.plugin.space.ScheduleConfig`) measured on
+    this machine (its CPU name, Tessera's version and the time are filled in), or on the
+    machine ``host`` whose CPU is ``cpu``."""
+    return TuningRecord(key=config.key(), template=config.template,
+                        workload=json.loads(json.dumps(list(config.workload), default=str)),
+                        config=dict(config.values),
+                        backend=backend, target=target, costs=[float(c) for c in costs],
+                        error=error, cpu=cpu_name() if cpu is None else cpu,
+                        tessera=__version__, plugins=dict(plugins or {}),
+                        timestamp=time.time(), host=host)
+
+
+def cpu_name() -> str:
+    """The host CPU's model name (``/proc/cpuinfo`` where there is one)."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def append_records(path: str | Path, records: Iterable[TuningRecord]) -> None:
+    """Append records to ``path`` (one line each, flushed per record so that an interrupted
+    run keeps every record it measured)."""
+    with open(path, "a", encoding="utf-8") as f:
+        for r in records:
+            f.write(r.to_json() + "\n")
+            f.flush()
+
+
+def _parse(line: str) -> TuningRecord:
+    """The record of one line; ValueError/TypeError saying what is wrong (the reason is the
+    text before any ``:``, what the skip summary groups by)."""
+    try:
+        data = json.loads(line)
+    except ValueError:
+        raise ValueError("not JSON") from None
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    missing = [k for k in REQUIRED if k not in data]
+    if missing:
+        raise ValueError(f"missing {', '.join(missing)}")
+    if not isinstance(data["config"], dict):
+        raise ValueError("config is not an object")
+    known = TuningRecord.__dataclass_fields__
+    rec = TuningRecord(**{k: v for k, v in data.items() if k in known and k != "workload"},
+                       workload=list(data.get("workload") or []))
+    if not isinstance(rec.costs, list) or not all(isinstance(c, int | float) for c in rec.costs):
+        raise ValueError("costs is not a list of numbers")
+    return rec
+
+
+#: What a records file holds, for messages.
+EXPECTED = (f"expected one JSON object per line with the fields {', '.join(REQUIRED)}, "
+            "as 'tessera tune' writes")
+
+
+def _decode(raw: bytes) -> str | None:
+    """A line's text, or None for binary data (a NUL byte, or not UTF-8)."""
+    if b"\0" in raw:
+        return None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _describe(n: int, reason: str, text: str | None) -> str:
+    if text is None:
+        return f"line {n} is binary data, not text"
+    shown = text if len(text) <= 40 else text[:37] + "..."
+    return f"line {n}: {reason} ({shown!r})"
+
+
+def load_records(path: str | Path,
+                 skipped: list[tuple[int, str]] | None = None) -> Iterator[TuningRecord]:
+    """The records of a JSON-lines file.
+
+    A file none of whose lines is a record raises :class:`~tessera.errors.TuningRecordsError`
+    naming the first bad line (a binary file at once, without reading on), unless that line
+    is all it holds and is a cut-off JSON object (a run killed while writing its first
+    record: a file ``tessera tune`` resumes). Otherwise lines
+    that are not records are skipped: ``(line number, reason)`` appended to ``skipped`` when
+    given, else one warning counting them by reason."""
+    records: list[TuningRecord] = []
+    bad: list[tuple[int, str]] = []
+    first_bad: tuple[int, str, str | None] | None = None
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            text = _decode(raw)
+            if text is not None and not text.strip():
+                continue
+            try:
+                if text is None:
+                    raise ValueError("not text (binary data)")
+                records.append(_parse(text.strip()))
+                continue
+            except (ValueError, TypeError) as err:
+                bad.append((n, str(err)))
+                if first_bad is None:
+                    first_bad = (n, str(err), None if text is None else text.strip())
+            if text is None and not records:
+                break  # a binary file: not a records file, whatever follows
+    interrupted = len(bad) == 1 and first_bad is not None and first_bad[1] == "not JSON" \
+        and (first_bad[2] or "").startswith('{"')  # a run killed while writing its first
+    if first_bad is not None and not records and not interrupted:
+        raise TuningRecordsError(f"{str(path)!r} is not a tuning records file: "
+                                 f"{_describe(*first_bad)}; {EXPECTED}")
+    if bad:
+        if skipped is not None:
+            skipped.extend(bad)
+        else:
+            warnings.warn(f"tuning records {str(path)!r}: {skip_summary(bad, [])}",
+                          stacklevel=2)
+    return iter(records)
+
+
+def _lines(numbers: list[int]) -> str:
+    shown = ", ".join(str(n) for n in numbers[:3])
+    more = f" and {len(numbers) - 3} more" if len(numbers) > 3 else ""
+    return f"line{'s' if len(numbers) > 1 else ''} {shown}{more}"
+
+
+def skip_summary(lines: list[tuple[int, str]], values: Iterable[tuple[str, str, str]]) -> str:
+    """One sentence on what was skipped: ``lines`` (line number, reason) that are not
+    records, and record ``values`` (reason, ``template knob=value``, workload key) templates
+    did not take."""
+    parts: list[str] = []
+    if lines:
+        by_reason: dict[str, list[int]] = {}
+        for n, reason in lines:
+            by_reason.setdefault(reason.split(":", 1)[0], []).append(n)
+        parts.append(f"skipped {len(lines)} line(s) that are not tuning records ("
+                     + "; ".join(f"{len(ns)} {reason}: {_lines(ns)}"
+                                 for reason, ns in by_reason.items()) + ")")
+    values = sorted(set(values))
+    if values:
+        counts = Counter(reason for reason, _, _ in values)
+        details = sorted({detail for _, detail, _ in values})
+        examples = ", ".join(details[:3]) + (f" and {len(details) - 3} more"
+                                             if len(details) > 3 else "")
+        parts.append(f"ignored {len(values)} knob value(s) of records that the schedule "
+                     f"templates no longer offer ("
+                     f"{', '.join(f'{c} {r}' for r, c in counts.items())}: {examples}); "
+                     f"those knobs kept their defaults")
+    return "; ".join(parts)
+
+
+class ScheduleOverrides(dict[str, dict[str, Any]]):
+    """Workload key -> knob values, as :meth:`TuningHistory.overrides` gives them to
+    backends. ``ConfigSpace.pick`` adds what it could not apply to ``ignored`` (reason,
+    ``template knob=value``, workload key) instead of warning each time; the history says
+    it once."""
+
+    def __init__(self, values: dict[str, dict[str, Any]],
+                 ignored: set[tuple[str, str, str]] | None = None) -> None:
+        super().__init__(values)
+        self.ignored: set[tuple[str, str, str]] = ignored if ignored is not None else set()
+
+
+def best_configs(records: Iterable[TuningRecord], backend: str | None = None,
+                 target: str | None = None) -> dict[str, TuningRecord]:
+    """Workload key -> the successful record with the lowest mean cost, among records of
+    ``backend`` (all when None). Records of ``target`` exactly are preferred to records of
+    other targets of the same backend (another ``-mcpu``)."""
+    best: dict[str, tuple[int, float, TuningRecord]] = {}
+    for r in records:
+        if not r.ok or (backend is not None and r.backend != backend):
+            continue
+        rank = (0 if target is not None and r.target == target else 1, r.mean_cost)
+        cur = best.get(r.key)
+        if cur is None or rank < cur[:2]:
+            best[r.key] = (*rank, r)
+    return {k: v[2] for k, v in best.items()}
+
+
+class TuningHistory:
+    """Tuning records loaded once for a compile: per backend, the best config of each
+    workload (``apply_history_best``)."""
+
+    def __init__(self, records: Iterable[TuningRecord], source: str = "",
+                 skipped_lines: Iterable[tuple[int, str]] = ()) -> None:
+        self.records = list(records)
+        self.source = source
+        self._best: dict[tuple[str, str | None], dict[str, TuningRecord]] = {}
+        #: Lines of the file that are not records (line number, reason), not yet reported.
+        self.skipped_lines: list[tuple[int, str]] = list(skipped_lines)
+        #: Knob values of records that templates did not take (reason, detail, key), not yet
+        #: reported (``ConfigSpace.pick`` fills it through :class:`ScheduleOverrides`).
+        self.ignored_values: set[tuple[str, str, str]] = set()
+
+    @classmethod
+    def load(cls, path: str | Path) -> TuningHistory:
+        """The records of ``path``; lines that are not records are counted for
+        :meth:`warn_skipped` (a file that is not a records file at all is an error)."""
+        p = Path(path)
+        if not p.is_file():
+            raise TuningRecordsError(f"tuning records: file {str(path)!r} does not exist")
+        skipped: list[tuple[int, str]] = []
+        records = list(load_records(p, skipped))
+        return cls(records, str(p), skipped)
+
+    def warn_skipped(self) -> str | None:
+        """Warn once about the lines and knob values skipped since the last call (what
+        ``compile`` calls when it is done); the message, or None when nothing was."""
+        if not self.skipped_lines and not self.ignored_values:
+            return None
+        message = (f"tuning records {self.source or '(in memory)'!r}: "
+                   f"{skip_summary(self.skipped_lines, self.ignored_values)}")
+        self.skipped_lines.clear()
+        self.ignored_values.clear()  # the set the overrides handed out share
+        warnings.warn(message, stacklevel=2)
+        return message
+
+    def best(self, backend: str, target: str | None = None) -> dict[str, TuningRecord]:
+        k = (backend, target)
+        if k not in self._best:
+            self._best[k] = best_configs(self.records, backend, target)
+        return self._best[k]
+
+    def overrides(self, backend: str, target: str | None = None) -> ScheduleOverrides:
+        """Workload key -> the best knob values (what templates' ``pick`` reads; values it
+        cannot use are collected for :meth:`warn_skipped`)."""
+        best = self.best(backend, target)
+        return ScheduleOverrides({k: dict(r.config) for k, r in best.items()},
+                                 self.ignored_values)
