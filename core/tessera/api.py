@@ -13,7 +13,8 @@ from tessera.errors import CompileError, PluginCompileError
 from tessera.frontend.onnx.importer import ModelSource, import_onnx
 from tessera.ir.graph import Function
 from tessera.ir.types import human_bytes
-from tessera.partition.partitioner import REGION_OP, PartitionResult, partition
+from tessera.partition.partitioner import partition
+from tessera.partition.regions import PartitionedGraph
 from tessera.passes import PassManager
 from tessera.plugin import contract
 from tessera.plugin.backend import Backend, CompiledRegion, CompileOptions
@@ -21,9 +22,11 @@ from tessera.plugin.manager import default_cpu_target, get_backend, resolve_targ
 from tessera.plugin.records import TuningHistory
 from tessera.plugin.target import Target, TargetKind, kind_of_region  # noqa: F401 (re-export)
 from tessera.progress import Progress, ProgressPrinter, RegionProgress
-from tessera.runtime.artifact import load_module
+from tessera.runtime.artifact import load_model
+from tessera.runtime.compiled import CompiledModel
 from tessera.runtime.module import Module
 from tessera.runtime.partitioned import PartitionedModel
+from tessera.runtime.planner import plan_module
 
 FALLBACK_BACKEND = "ref"
 
@@ -73,13 +76,13 @@ def compile(model: ModelSource | Function, target: str | None = "auto",
                              tuning_records=tuning_records, extra=extra,
                              devices=dict(devices or {}))
     used = _used_backends(backends, fallbacks)
-    compiled = compile_regions(result.graph, used, options, say, result.kinds)
+    compiled = compile_regions(result, used, options, say)
     if isinstance(options.tuning_records, TuningHistory):
         options.tuning_records.warn_skipped()  # one warning for every record not used
+    model = CompiledModel(result, compiled, used, target_text, manager.timings, options)
     say("planning memory and building the execution plan")
     try:
-        return Module(result.graph, compiled, used, target_text, result.report,
-                      manager.timings, options)
+        return Module(model, planned=plan_module(model))
     except MemoryError as e:
         raise CompileError(f"cannot allocate the model's memory ({e}); its largest tensors: "
                            f"{_largest_values(result.graph)}") from None
@@ -104,9 +107,9 @@ def partition_model(model: ModelSource | Function, target: str | None = "auto",
     result = _import_and_partition(model, input_shapes, freeze_inputs, manager, backends,
                                    fallbacks, say)
     say("estimating memory from the partitioned graph")
-    return PartitionedModel(result.graph, _used_backends(backends, fallbacks),
-                            ", ".join(str(k) for _, k in backends), result.report,
-                            manager.timings, dict(devices or {}))
+    return PartitionedModel(result, _used_backends(backends, fallbacks),
+                            ", ".join(str(k) for _, k in backends), manager.timings,
+                            dict(devices or {}))
 
 
 def _import_and_partition(model: ModelSource | Function,
@@ -114,7 +117,7 @@ def _import_and_partition(model: ModelSource | Function,
                           freeze_inputs: Mapping[str, np.ndarray] | None, manager: PassManager,
                           backends: list[tuple[Backend, TargetKind]],
                           fallbacks: list[tuple[Backend, TargetKind]],
-                          say: Callable[[str], None]) -> PartitionResult:
+                          say: Callable[[str], None]) -> PartitionedGraph:
     """The model imported (unless already a Function), optimized by ``manager`` and
     partitioned over ``backends``."""
     if isinstance(model, Function):
@@ -170,23 +173,20 @@ def fallback_backends() -> list[tuple[Backend, TargetKind]]:
     return [(get_backend(n), TargetKind(n)) for n in names]
 
 
-def compile_regions(graph: Function, backends: dict[str, Backend], options: CompileOptions,
-                    say: Callable[[str], None] | None = None,
-                    kinds: Mapping[str, TargetKind] | None = None) -> dict[str, CompiledRegion]:
-    """Compile every region of a partitioned graph with its backend (``kinds``: each region's
-    target kind, as the partitioner chose it; read from the region otherwise)."""
-    regions = [n for n in graph.nodes if n.op == REGION_OP and n.body is not None]
+def compile_regions(partitioned: PartitionedGraph, backends: dict[str, Backend],
+                    options: CompileOptions, say: Callable[[str], None] | None = None
+                    ) -> dict[str, CompiledRegion]:
+    """Compile every region of a partitioned model with its backend, for the target kind
+    the partitioner chose it for; region name -> compiled region."""
+    regions = partitioned.regions
     compiled: dict[str, CompiledRegion] = {}
-    for i, node in enumerate(regions):
-        body = node.body
-        assert body is not None
-        backend = backends[body.attrs["backend"]]
-        kind = (kinds or {}).get(body.name) or kind_of_region(body)
+    for i, region in enumerate(regions):
+        backend, body = backends[region.backend], region.body
         if say is not None:
             say(f"[{i + 1}/{len(regions)}] compiling {body.name} ({len(body.nodes)} nodes) "
                 f"with {backend.name}")
         reporter = say.region(body.name) if isinstance(say, ProgressPrinter) else None
-        compiled[body.name] = _compile_region(backend, body, kind, options, reporter)
+        compiled[region.name] = _compile_region(backend, body, region.kind, options, reporter)
     return compiled
 
 
@@ -207,4 +207,4 @@ def _compile_region(backend: Backend, body: Function, kind: TargetKind,
 def load(path: str | Path, devices: Mapping[str, int] | None = None) -> Module:
     """Load a module exported with :meth:`Module.export` (checks plugins and file hashes);
     ``devices`` as for :func:`compile` (an artifact runs on any device of its kinds)."""
-    return load_module(Path(path), dict(devices or {}))
+    return Module(load_model(Path(path), dict(devices or {})))

@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     mod = tessera.compile(model, target=target)
     print(mod.partition_report().table())
     if args.html:
-        from tessera.partition.html import to_html
+        from tessera.drawing.html import to_html
 
         page = to_html(mod.graph, title="heterogeneous example", report=mod.partition_report())
         Path(args.html).write_text(page)

@@ -58,8 +58,10 @@ def tasks_of_module(module: Any) -> list[Task]:
     """The tasks of a compiled module (its regions' schedule reports), heaviest first
     (weight times work)."""
     tasks: dict[tuple[str, str], Task] = {}
-    for cr in module.compiled.values():
-        target = str(cr.region.attrs.get("target") or cr.backend)
+    model = getattr(module, "model", None)  # a Module's typed compiled model
+    kinds = {r.name: str(r.kind) for r in model.regions} if model is not None else {}
+    for name, cr in module.compiled.items():
+        target = kinds.get(name) or cr.backend
         flops = {k.name: int(getattr(k, "flops", 0) or 0) for k in cr.kernels}
         for kernel, sched in (cr.info.get("schedules") or {}).items():
             for c in sched.get("configs") or []:

@@ -76,13 +76,13 @@ def run_inspect(args: argparse.Namespace) -> int:
     else:
         print(f"\n{kernel_report(module)}")
     if args.dot:
-        from tessera.partition.dot import to_dot
+        from tessera.drawing.dot import to_dot
 
         Path(args.dot).parent.mkdir(parents=True, exist_ok=True)
         Path(args.dot).write_text(to_dot(module.graph))
         print(f"\npartition picture written to {args.dot}")
     if args.html:
-        from tessera.partition.html import to_html
+        from tessera.drawing.html import to_html
 
         Path(args.html).parent.mkdir(parents=True, exist_ok=True)
         Path(args.html).write_text(to_html(module.graph, title=Path(args.model).name,

@@ -8,6 +8,13 @@
    the candidate region to the group).
 4. Regions become ``Region`` nodes whose ``body`` is a function; a value read on another device
    than the one it lives on goes through one explicit ``DeviceCopy`` node per (value, device).
+
+The result is a :class:`~tessera.partition.regions.PartitionedGraph`: the graph and, as typed
+fields, each region's backend, target kind, device, matches, inputs and outputs and each copy's
+devices. The graph carries the same facts as attributes (a region body's ``backend``,
+``device``, ``target`` and ``matches``; a region node's ``backend`` and ``device``; a copy's
+``src`` and ``dst``) for the readers that see only the graph: backends, through the contract's
+``region_matches`` and ``kind_of_region``, the drawings, and an artifact's ``graph.json``.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from tessera.errors import PartitionError
 from tessera.ir.graph import COPY_OP, REGION_OP, Function, Node, Value
+from tessera.partition.regions import DeviceCopy, PartitionedGraph, Region
 from tessera.partition.report import CopyInfo, PartitionReport, RegionInfo
 from tessera.plugin import contract
 from tessera.plugin.patterns import PatternCheckError, record_matches
@@ -193,17 +201,13 @@ def merge_regions(groups: list[_Group]) -> list[_Region]:
     return regions
 
 
-@dataclass
-class PartitionResult:
-    graph: Function
-    report: PartitionReport
-    #: region name -> the target kind (backend name and options) it was partitioned for
-    kinds: dict[str, TargetKind] = field(default_factory=dict)
+#: The partitioner's result (the name it had before the typed regions).
+PartitionResult = PartitionedGraph
 
 
 def partition(fn: Function, backends: list[tuple[Backend, TargetKind]],
               fallback: tuple[Backend, TargetKind] | list[tuple[Backend, TargetKind]],
-              target_text: str = "") -> PartitionResult:
+              target_text: str = "") -> PartitionedGraph:
     """Partition ``fn`` for ``backends`` (priority order); see the module docstring."""
     groups, fell_back = claim_groups(fn, backends, fallback)
     regions = merge_regions(groups)
@@ -211,7 +215,7 @@ def partition(fn: Function, backends: list[tuple[Backend, TargetKind]],
     group_of = {id(n): g for g in groups for n in g.nodes}
     report.fallback = [(n.name, n.op, group_of[id(n)].backend.name) for n in fell_back]
     report.declined = declined_nodes(fn, backends, group_of)
-    kinds: dict[str, TargetKind] = {}
+    steps: list[Region | DeviceCopy] = []
 
     region_of: dict[int, int] = {}
     for ri, r in enumerate(regions):
@@ -242,8 +246,9 @@ def partition(fn: Function, backends: list[tuple[Backend, TargetKind]],
         key = (id(v), device)
         if key not in copies:
             out = Value(top.fresh_name(f"{v.name}@{device}"), v.type)
-            top.append(Node(COPY_OP, top.fresh_node_name(f"copy_{v.name}_to_{device}"), [tv], [out],
-                            {"src": dev, "dst": device}))
+            name = top.fresh_node_name(f"copy_{v.name}_to_{device}")
+            top.append(Node(COPY_OP, name, [tv], [out], {"src": dev, "dst": device}))
+            steps.append(DeviceCopy(name, tv.name, out.name, out.type, dev, device))
             copies[key] = out
             report.copies.append(CopyInfo(v.name, dev, device, v.type.nbytes))
         return copies[key]
@@ -283,12 +288,16 @@ def partition(fn: Function, backends: list[tuple[Backend, TargetKind]],
                 if external:
                     escaping.append(o)
         body.outputs = [mapping[id(o)] for o in escaping]
-        record_matches(body, [(g.pattern, [n.name for n in _root_first(g)]) for g in r.groups])
-        kinds[body.name] = r.kind
+        matches = [(g.pattern, [n.name for n in _root_first(g)]) for g in r.groups]
+        record_matches(body, matches)
         region_outs = [Value(o.name, o.type) for o in escaping]
         rnode = Node(REGION_OP, top.fresh_node_name(body.name), outer_inputs, region_outs,
                      {"backend": r.backend.name, "device": device}, body)
         top.append(rnode)
+        steps.append(Region(body.name, body, r.backend.name, r.kind, device,
+                            tuple((p, tuple(names)) for p, names in matches),
+                            tuple(v.name for v in outer_inputs),
+                            tuple(v.name for v in region_outs), rnode))
         for o, ro in zip(escaping, region_outs):
             home[id(o)] = (ro, device)
         report.regions.append(RegionInfo(body.name, r.backend.name, device,
@@ -296,7 +305,7 @@ def partition(fn: Function, backends: list[tuple[Backend, TargetKind]],
                                          [v.name for v in outer_inputs],
                                          [v.name for v in region_outs]))
     top.outputs = [on_device(v, HOST) if not v.is_constant else v for v in fn.outputs]
-    return PartitionResult(top, report, kinds)
+    return PartitionedGraph(top, steps, report)
 
 
 def declined_nodes(fn: Function, backends: list[tuple[Backend, TargetKind]],

@@ -17,6 +17,12 @@ The tar (format 2) holds:
   weights are the only copy of what its kernels read: each weight is stored once, in the form
   its backend uses.
 
+Export writes a :class:`~tessera.runtime.compiled.CompiledModel`; loading
+(:func:`load_model`) rebuilds one: its regions' backends, target kinds, devices and matches are
+read back from ``graph.json`` (:meth:`~tessera.partition.regions.PartitionedGraph.from_graph`;
+a region that lacks them is refused with a request to compile the model again), and
+``tessera.load`` plans it into a module.
+
 Loading reads members into memory (nothing is extracted to disk), accepts only regular files
 with plain relative names, checks every hash, and reads arrays with ``allow_pickle=False``.
 Format 1 (parameters in ``params.npz``, backends' constants inside their own files) still
@@ -42,18 +48,19 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from tessera._version import __version__
-from tessera.errors import ArtifactError, IRError, PluginArtifactError, TargetError
-from tessera.ir.graph import REGION_OP, Function
+from tessera.errors import ArtifactError, IRError, PartitionError, PluginArtifactError, TargetError
+from tessera.ir.graph import Function
 from tessera.ir.serialize import FORMAT_VERSION as GRAPH_FORMAT
 from tessera.ir.serialize import from_json, function_to_dict
+from tessera.partition.regions import PartitionedGraph
 from tessera.partition.report import CopyInfo, PartitionReport, RegionInfo
 from tessera.plugin import contract
-from tessera.plugin.backend import Backend, CompileOptions, SavedBackend
+from tessera.plugin.backend import Backend, CompiledRegion, CompileOptions, SavedBackend
 from tessera.plugin.manager import backend_unavailable, get_backend, get_registry
-from tessera.plugin.target import kind_of_region
+from tessera.runtime.compiled import CompiledModel
 
 FORMAT = 2
-#: Artifact formats ``load_module`` reads.
+#: Artifact formats ``load_model`` reads.
 READS_FORMATS = (1, 2)
 MANIFEST = "manifest.json"
 CONSTANTS_DIR = "constants"
@@ -85,17 +92,13 @@ class _ConstantStore:
         return digest
 
 
-def _regions(graph: Function) -> Iterator[Function]:
-    for node in graph.nodes:
-        if node.op == REGION_OP and node.body is not None:
-            yield node.body
-
-
-def _graph_params(graph: Function, held: dict[str, set[str]]) -> dict[str, np.ndarray]:
+def _graph_params(partitioned: PartitionedGraph, held: dict[str, set[str]]
+                  ) -> dict[str, np.ndarray]:
     """The constants stored in graph form: every constant outside regions, and each region's
     constants except those its backend keeps (``held``: region name -> constant names)."""
+    graph = partitioned.graph
     params: dict[str, np.ndarray] = {}
-    for fn in [graph, *_regions(graph)]:
+    for fn in [graph, *(r.body for r in partitioned.regions)]:
         kept = held.get(fn.name, set()) if fn is not graph else set()
         for v in fn.constants():
             if v.name in kept:
@@ -164,8 +167,8 @@ def _kept(backend: Backend, cr: Any, body: Function) -> set[str]:
     return out
 
 
-def export_module(module: Any, path: Path) -> Path:
-    """Write ``module`` to ``path`` atomically (a temp file renamed into place)."""
+def export_model(model: CompiledModel, path: Path) -> Path:
+    """Write ``model`` to ``path`` atomically (a temp file renamed into place)."""
     if path.is_dir():
         raise ArtifactError(f"cannot export to {str(path)!r}: it is a folder; expected a file "
                             f"name, e.g. {str(path / 'model.tar')!r}")
@@ -176,10 +179,9 @@ def export_module(module: Any, path: Path) -> Path:
     held: dict[str, set[str]] = {}
     backend_of: dict[str, str] = {}
     registry = get_registry()
-    for body in _regions(module.graph):
-        name = body.name
-        cr = module.compiled[name]
-        backend: Backend = module.backends[cr.backend]
+    for region, cr in model.compiled_regions():
+        name, body = region.name, region.body
+        backend: Backend = model.backends[region.backend]
         plugins[backend.name] = {"distribution": registry.owner(backend.name),
                                  "version": registry.plugin_version(backend.name)
                                  or backend.version(),
@@ -199,19 +201,19 @@ def export_module(module: Any, path: Path) -> Path:
         if kept:
             held[name] = kept
     params = {k: store.put(v, f"constant {k!r}")
-              for k, v in _graph_params(module.graph, held).items()}
-    files = {"graph.json": _graph_json(module.graph, held, backend_of),
-             "report.json": json.dumps(dataclasses.asdict(module.report)).encode(),
+              for k, v in _graph_params(model.partitioned, held).items()}
+    files = {"graph.json": _graph_json(model.graph, held, backend_of),
+             "report.json": json.dumps(dataclasses.asdict(model.report)).encode(),
              **files}
-    options = module.compile_options or CompileOptions()
+    options = model.options or CompileOptions()
     manifest = {
         "format": FORMAT,
         "tessera_version": __version__,
-        "target": module.target,
+        "target": model.target,
         "plugins": plugins,
         "inputs": [{"name": n, "shape": list(t.shape), "dtype": t.dtype.value}
-                   for n, t in module.input_types.items()],
-        "outputs": [{"name": n} for n in module.output_names],
+                   for n, t in model.input_types.items()],
+        "outputs": [{"name": n} for n in model.output_names],
         "options": {"opt_level": options.opt_level,
                     "pass_config": {k: v for k, v in options.pass_config.items()
                                     if isinstance(v, (bool, int, float, str))}},
@@ -287,10 +289,9 @@ def read_members(path: Path) -> dict[str, bytes]:
     return members
 
 
-def load_module(path: Path, devices: dict[str, int] | None = None) -> Any:
-    """Rebuild a module from an artifact without recompiling where backends keep code."""
-    from tessera.runtime.module import Module
-
+def load_model(path: Path, devices: dict[str, int] | None = None) -> CompiledModel:
+    """Rebuild the compiled model of an artifact without recompiling where backends keep
+    code (``tessera.load`` plans it into a module)."""
     members = read_members(path)
     if MANIFEST not in members:
         raise ArtifactError(f"{str(path)!r} has no {MANIFEST}; not a Tessera artifact")
@@ -376,12 +377,15 @@ def load_module(path: Path, devices: dict[str, int] | None = None) -> Any:
     options = CompileOptions(opt_level=int(opts.get("opt_level", 3)),
                              pass_config=dict(opts.get("pass_config", {})),
                              devices=dict(devices or {}))
-    compiled = {}
-    for node in graph.nodes:
-        if node.op != REGION_OP or node.body is None:
-            continue
-        body = node.body
-        bname = body.attrs.get("backend")
+    report = _report_from(_json_member(members, "report.json"))
+    try:
+        partitioned = PartitionedGraph.from_graph(graph, report)
+    except PartitionError as e:
+        raise ArtifactError(f"the artifact's graph.json is not a partitioned graph this "
+                            f"Tessera reads ({e}); compile the model again") from None
+    compiled: dict[str, CompiledRegion] = {}
+    for region in partitioned.regions:
+        body, bname = region.body, region.backend
         if bname not in backends:
             raise ArtifactError(f"region {body.name} names backend {bname!r}, which the "
                                 f"manifest does not list")
@@ -398,12 +402,19 @@ def load_module(path: Path, devices: dict[str, int] | None = None) -> Any:
         for key, digest in region_arrays.items():
             files[str(key)] = store.get(digest)
         backend = backends[bname]
-        loaded = contract.call(backend, "load()", backend.load, body, files,
-                               kind_of_region(body), options, region=body.name,
-                               cls=PluginArtifactError)
+        loaded = contract.call(backend, "load()", backend.load, body, files, region.kind,
+                               options, region=body.name, cls=PluginArtifactError)
         compiled[body.name] = contract.check_compiled(backend, body, loaded)
-    report = _report_from(json.loads(members["report.json"]))
-    return Module(graph, compiled, backends, manifest.get("target", ""), report, [], options)
+    return CompiledModel(partitioned, compiled, backends, manifest.get("target", ""), [],
+                         options)
+
+
+def _json_member(members: dict[str, bytes], name: str) -> Any:
+    try:
+        return json.loads(members[name])
+    except (KeyError, json.JSONDecodeError) as e:
+        raise ArtifactError(f"artifact member {name} is missing or not valid JSON "
+                            f"({e}); compile the model again") from None
 
 
 def _stored_hash(member: str) -> str | None:

@@ -57,6 +57,12 @@ class MemoryPlan:
                 return dev, plan.offsets[name]
         raise KeyError(name)
 
+    def report(self, note: str = "") -> MemoryReport:
+        """Per device: tensors placed, arena bytes, bytes without reuse (``note``: what the
+        figures are, when they are not a compiled plan's)."""
+        return MemoryReport([(dev, len(dp.offsets), dp.total_bytes, dp.no_reuse_bytes)
+                             for dev, dp in self.devices.items()], note=note)
+
 
 @dataclass
 class MemoryReport:

@@ -1,4 +1,9 @@
-"""The compiled model users hold: run, benchmark, profile, reports, export."""
+"""The compiled model users hold: run, benchmark, profile, reports, export.
+
+A :class:`Module` is built from a :class:`~tessera.runtime.compiled.CompiledModel` and the
+planner's :class:`~tessera.runtime.planner.ModulePlan` (devices, execution plan, memory plan,
+signature); it holds them and runs them.
+"""
 
 from __future__ import annotations
 
@@ -11,17 +16,19 @@ from typing import Any
 
 import numpy as np
 
-from tessera.errors import CompileError, RunError
+from tessera.errors import RunError
 from tessera.ir.graph import Function
-from tessera.ir.types import TensorType, human_bytes, max_tensor_bytes
 from tessera.partition.report import PartitionReport
-from tessera.plugin.backend import Backend, CompiledRegion
-from tessera.plugin.device import CPU, Device
+from tessera.plugin.backend import Backend, CompiledRegion, CompileOptions
+from tessera.runtime.artifact import export_model
+from tessera.runtime.compiled import CompiledModel
 from tessera.runtime.executor import Executor
-from tessera.runtime.memory import MemoryPlan, MemoryReport, plan_memory
-from tessera.runtime.plan import ExecutionPlan, build_plan
-from tessera.runtime.profiler import BenchmarkResult, KernelProfile, Profile
+from tessera.runtime.memory import MemoryReport
+from tessera.runtime.planner import ModulePlan, module_devices, plan_module
+from tessera.runtime.profiler import BenchmarkResult, Profile
 from tessera.runtime.states import StatePool
+
+__all__ = ["Module", "module_devices"]
 
 
 @dataclass
@@ -46,28 +53,43 @@ class Module:
     the step form at once do not disturb each other (each thread that uses it holds one
     execution state while it lives). ``benchmark`` and ``profile`` use the calling thread's
     step-by-step state.
+
+    ``Module(model, planned)`` takes a compiled model and its plan (planned here when not
+    given). The older form, ``Module(graph, compiled, backends, target, report, pass_timings,
+    compile_options)``, still builds one from a partitioned graph whose regions are read back
+    from its attributes.
     """
 
-    def __init__(self, graph: Function, compiled: dict[str, CompiledRegion],
-                 backends: dict[str, Backend], target: str, report: PartitionReport,
+    def __init__(self, model: CompiledModel | Function,
+                 compiled: dict[str, CompiledRegion] | None = None,
+                 backends: dict[str, Backend] | None = None, target: str = "",
+                 report: PartitionReport | None = None,
                  pass_timings: list[tuple[str, float]] | None = None,
-                 compile_options: Any = None):
-        self.graph = graph
-        self.compiled = compiled
-        self.backends = backends
-        self.target = target
-        self.report = report
-        self.pass_timings = list(pass_timings or [])
-        self.compile_options = compile_options
-        self.output_names: list[str] = list(graph.attrs.get("output_names") or
-                                            [v.name for v in graph.outputs])
-        self.input_types: dict[str, TensorType] = {v.name: v.type for v in graph.inputs}
-        self.plan: ExecutionPlan = build_plan(graph, compiled)
-        self._devices = module_devices(
-            backends, getattr(compile_options, "devices", None))
-        self.memory: MemoryPlan = plan_memory(
-            self.plan, {name: d.alignment for name, d in self._devices.items()})
-        self._check_memory()
+                 compile_options: CompileOptions | None = None, *,
+                 planned: ModulePlan | None = None):
+        if not isinstance(model, CompiledModel):
+            model = CompiledModel.from_graph(model, dict(compiled or {}), dict(backends or {}),
+                                             target, report, pass_timings, compile_options)
+        elif compiled is not None or backends is not None:
+            raise TypeError("Module(model): a CompiledModel already holds the compiled "
+                            "regions and backends")
+        if planned is None:
+            planned = plan_module(model)
+        #: the compiled model (partitioned graph with typed regions, compiled regions, backends)
+        self.model = model
+        self.graph: Function = model.graph
+        self.compiled: dict[str, CompiledRegion] = model.compiled
+        self.backends: dict[str, Backend] = model.backends
+        self.target: str = model.target
+        self.report: PartitionReport = model.report
+        self.pass_timings: list[tuple[str, float]] = model.pass_timings
+        self.compile_options: CompileOptions | None = model.options
+        self.signature = planned.signature
+        self.input_types = planned.signature.inputs
+        self.output_names = planned.signature.output_names
+        self.plan = planned.plan
+        self.memory = planned.memory
+        self._devices = planned.devices
         #: Idle execution states for ``run(**inputs)`` (see :mod:`tessera.runtime.states`).
         self.states: StatePool[Executor] = StatePool(self._new_state)
         self._local = threading.local()
@@ -76,33 +98,10 @@ class Module:
         if self.missing_devices is None:
             self.states.release(self.states.acquire())
 
-    def _check_memory(self) -> None:
-        """Refuse a memory plan that cannot fit before allocating it (a lazily committed
-        arena larger than the machine would kill the process on its first run)."""
-        limit = max_tensor_bytes()
-        for dev, dp in self.memory.devices.items():
-            if dp.total_bytes <= limit:
-                continue
-            largest = sorted((t for t in self.plan.tensors.values() if t.device == dev),
-                             key=lambda t: -t.type.nbytes)[:3]
-            raise CompileError(
-                f"the memory plan of device {dev} needs {human_bytes(dp.total_bytes)}, more "
-                f"than the {human_bytes(limit)} this machine allows (TESSERA_MAX_TENSOR_BYTES "
-                f"sets it); its largest tensors: "
-                + "; ".join(f"{t.name!r} {t.type} ({human_bytes(t.type.nbytes)})"
-                            for t in largest))
-
     def tuning_summary(self) -> tuple[int, int] | None:
         """With tuning records: how many schedules came from them and how many kept their
         template's defaults (over the regions whose backends report it); None without."""
-        if getattr(self.compile_options, "tuning_records", None) is None:
-            return None
-        tuned = default = 0
-        for cr in self.compiled.values():
-            t = cr.info.get("tuning") or {}
-            tuned += int(t.get("tuned", 0))
-            default += int(t.get("default", 0))
-        return tuned, default
+        return self.model.tuning_summary()
 
     @property
     def missing_devices(self) -> str | None:
@@ -132,43 +131,9 @@ class Module:
         return self._thread_state().executor
 
     # -- inputs and outputs ---------------------------------------------------------------------
-    def _check_input(self, name: str, value: Any) -> np.ndarray:
-        if name not in self.input_types:
-            raise RunError(f"unknown input {name!r}; the model's inputs are "
-                           f"{', '.join(self.input_types) or 'none'}")
-        t = self.input_types[name]
-        array = np.asarray(value)
-        if array.dtype != t.dtype.numpy:
-            raise RunError(f"input {name!r}: expected dtype {t.dtype}, got {array.dtype}")
-        if tuple(array.shape) != t.shape:
-            raise RunError(f"input {name!r}: expected shape {list(t.shape)}, got "
-                           f"{list(array.shape)}")
-        return array
-
-    def _check_inputs(self, inputs: dict[str, Any]) -> dict[str, np.ndarray]:
-        """Every input checked (names, dtypes, shapes) before any is copied anywhere."""
-        missing = [n for n in self.input_types if n not in inputs]
-        unknown = [n for n in inputs if n not in self.input_types]
-        if missing or unknown:
-            given = f"unknown input{'s' * (len(unknown) > 1)} {', '.join(map(repr, unknown))}" \
-                if unknown else ""
-            lacking = f"missing input(s) {', '.join(missing)}" if missing else ""
-            raise RunError(f"{'; '.join(x for x in (given, lacking) if x)}; the model needs "
-                           f"{', '.join(f'{n}: {t}' for n, t in self.input_types.items())}")
-        return {name: self._check_input(name, value) for name, value in inputs.items()}
-
-    def _output_tensor(self, index: int | str) -> str:
-        if isinstance(index, str):
-            if index not in self.output_names:
-                raise RunError(f"unknown output {index!r}; outputs: {', '.join(self.output_names)}")
-            index = self.output_names.index(index)
-        if not 0 <= index < len(self.plan.outputs):
-            raise RunError(f"output index {index} out of range ({len(self.plan.outputs)} outputs)")
-        return self.plan.outputs[index]
-
     def set_input(self, name: str, value: Any) -> None:
         """Copy one input into the calling thread's input buffer (step-by-step form)."""
-        array = self._check_input(name, value)
+        array = self.signature.check_input(name, value)
         state = self._thread_state()
         state.executor.set_input(name, array)
         state.inputs_set.add(name)
@@ -177,25 +142,10 @@ class Module:
         """An output, by position or name, of the calling thread's last step-by-step ``run()``
         (a copy: later runs reuse the buffers), written into ``out`` when given (a C-contiguous
         array of the output's shape and dtype, so a service's loop allocates nothing)."""
-        tensor = self._output_tensor(index)
+        tensor = self.signature.output_tensor(index)
         if out is not None:
-            self._check_out(index, tensor, out)
+            self.signature.check_out(index, out)
         return self._thread_state().executor.get(tensor, out)
-
-    def _check_out(self, index: int | str, tensor: str, out: np.ndarray) -> None:
-        if tensor in self.plan.output_constants:
-            value = np.asarray(self.plan.output_constants[tensor])
-            shape, dtype = value.shape, value.dtype
-        else:
-            t = self.plan.tensors[tensor].type
-            shape, dtype = t.shape, t.dtype.numpy
-        if not isinstance(out, np.ndarray) or out.dtype != dtype or \
-                tuple(out.shape) != tuple(shape) or not out.flags.c_contiguous or \
-                not out.flags.writeable:
-            got = (f"{out.dtype} {list(out.shape)}" if isinstance(out, np.ndarray)
-                   else type(out).__name__)
-            raise RunError(f"output {index!r}: out must be a writable C-contiguous "
-                           f"{np.dtype(dtype)} array of shape {list(shape)}, got {got}")
 
     def run(self, feeds: Mapping[str, Any] | None = None, /, *,
             output_names: Sequence[str] | None = None,
@@ -216,9 +166,9 @@ class Module:
                                f"both (got the dict's {', '.join(map(repr, feeds))} and the "
                                f"keywords {', '.join(map(repr, inputs))})")
             inputs = dict(feeds)
-        wanted = self._wanted_outputs(output_names)
+        wanted = self.signature.wanted(output_names)
         if inputs or feeds is not None:
-            arrays = self._check_inputs(inputs)
+            arrays = self.signature.check_inputs(inputs)
             with self.states.state() as executor:
                 for name, array in arrays.items():
                     executor.set_input(name, array)
@@ -237,37 +187,17 @@ class Module:
         state.executor.run()
         return None
 
-    def _wanted_outputs(self, output_names: Sequence[str] | None) -> list[tuple[str, str]]:
-        """(output name, plan tensor) of every output, or of ``output_names`` in order."""
-        if output_names is None:
-            return list(zip(self.output_names, self.plan.outputs))
-        if isinstance(output_names, str) or not all(isinstance(n, str) for n in output_names):
-            hint = (" (an input named 'output_names' goes in the feeds dict)"
-                    if "output_names" in self.input_types else "")
-            raise RunError(f"run(output_names=...): expected a list of output names, got "
-                           f"{type(output_names).__name__}{hint}; the outputs are "
-                           f"{', '.join(self.output_names)}")
-        unknown = [n for n in output_names if n not in self.output_names]
-        if unknown:
-            raise RunError(f"run(output_names=...): unknown output(s) "
-                           f"{', '.join(map(repr, unknown))}; the model's outputs are "
-                           f"{', '.join(self.output_names)}")
-        return [(n, self.plan.outputs[self.output_names.index(n)]) for n in output_names]
-
     # -- measuring ------------------------------------------------------------------------------
-    def _fill_missing_inputs(self) -> Executor:
-        """The calling thread's state, with random data in the inputs it never set."""
+    def _measuring_state(self, inputs: Mapping[str, Any]) -> Executor:
+        """The calling thread's state with ``inputs`` set, and random data in the inputs it
+        never set."""
+        for name, value in inputs.items():
+            self.set_input(name, value)
         rng = np.random.default_rng(0)
         state = self._thread_state()
-        for name, t in self.input_types.items():
+        for name in self.input_types:
             if name not in state.inputs_set:
-                if t.dtype.is_float:
-                    data = rng.standard_normal(t.shape).astype(t.dtype.numpy)
-                elif t.dtype.value == "bool":
-                    data = rng.integers(0, 2, t.shape).astype(bool)
-                else:
-                    data = rng.integers(0, 2, t.shape).astype(t.dtype.numpy)
-                self.set_input(name, data)
+                self.set_input(name, self.signature.random_input(name, rng))
         return state.executor
 
     def benchmark(self, repeat: int = 10, number: int = 10, warmup: int = 1,
@@ -276,9 +206,7 @@ class Module:
 
         Uses the inputs given (or set earlier); inputs never set are filled with random data.
         """
-        for name, value in inputs.items():
-            self.set_input(name, value)
-        executor = self._fill_missing_inputs()
+        executor = self._measuring_state(inputs)
         for _ in range(max(warmup, 0)):
             executor.run()
         results = []
@@ -292,35 +220,20 @@ class Module:
     def profile(self, runs: int = 1, **inputs: Any) -> Profile:
         """Time every kernel and copy over ``runs`` runs, each with its device's own clock
         (events on a device with a stream; see ``Executor.run_timed``)."""
-        for name, value in inputs.items():
-            self.set_input(name, value)
-        executor = self._fill_missing_inputs()
+        executor = self._measuring_state(inputs)
         executor.run()  # warm up
+        runs = max(runs, 1)
         totals = [0.0] * len(self.plan.steps)
         start = time.perf_counter()
-        for _ in range(max(runs, 1)):
+        for _ in range(runs):
             for i, t in enumerate(executor.run_timed()):
                 totals[i] += t
-        total_ms = (time.perf_counter() - start) * 1000.0 / max(runs, 1)
-        kernels = [KernelProfile(s.name, s.backend, s.op, t / max(runs, 1), s.flops)
-                   for s, t in zip(self.plan.steps, totals)]
-        counters: dict[str, dict[str, float]] = {}
-        for cr in self.compiled.values():
-            c = cr.info.get("counters")
-            if c:
-                agg = counters.setdefault(cr.backend, {})
-                for k, v in c.items():
-                    agg[k] = agg.get(k, 0) + v
-        execution = {name: str(cr.info["execution"]) for name, cr in self.compiled.items()
-                     if cr.info.get("execution")}
-        return Profile(kernels, total_ms, counters, execution)
+        total_ms = (time.perf_counter() - start) * 1000.0 / runs
+        return Profile.of(self.plan.steps, [t / runs for t in totals], total_ms, self.compiled)
 
     # -- reports --------------------------------------------------------------------------------
     def memory_report(self) -> MemoryReport:
-        rows = []
-        for dev, dp in self.memory.devices.items():
-            rows.append((dev, len(dp.offsets), dp.total_bytes, dp.no_reuse_bytes))
-        return MemoryReport(rows)
+        return self.memory.report()
 
     def partition_report(self) -> PartitionReport:
         """The partition, with how each compiled region's kernels run where its backend says
@@ -334,42 +247,8 @@ class Module:
     # -- artifacts ------------------------------------------------------------------------------
     def export(self, path: str | Path) -> Path:
         """Write a deployable ``.tar`` (see :mod:`tessera.runtime.artifact`)."""
-        from tessera.runtime.artifact import export_module
-
-        return export_module(self, Path(path))
+        return export_model(self.model, Path(path))
 
     def __repr__(self) -> str:
         return (f"<Module target={self.target!r} inputs={list(self.input_types)} "
                 f"outputs={self.output_names} steps={len(self.plan.steps)}>")
-
-
-def module_devices(backends: dict[str, Backend],
-                   indices: dict[str, int] | None = None) -> dict[str, Device]:
-    """Device name -> the one device object the module's backends on it share (the host's
-    always included). Backends on one device must return the same object from
-    ``device_api()``, so that they share one arena and one stream per execution state.
-    ``indices`` picks the instance of a device kind (``{"cuda": 1}`` runs the cuda regions
-    on ``cuda:1``)."""
-    devices: dict[str, Device] = {"cpu": CPU}
-    owner: dict[str, str] = {}
-    for b in backends.values():
-        device = b.device_api()
-        known = devices.get(b.device)
-        if known is not None and known is not device and (b.device != "cpu" or
-                                                          not device.host_memory):
-            first = owner.get(b.device, "the host")
-            raise CompileError(f"backends {first!r} and {b.name!r} both run on device "
-                               f"{b.device!r} but return different device objects ({known!r} "
-                               f"and {device!r}); backends on one device must share its "
-                               f"Device instance")
-        if known is None:
-            devices[b.device] = device
-            owner[b.device] = b.name
-    for name, index in (indices or {}).items():
-        if name not in devices:
-            raise CompileError(f"devices={{{name!r}: {index}}}: no backend of this module runs "
-                               f"on a {name!r} device (it uses {', '.join(devices)})")
-        if name == "cpu" and index != 0:
-            raise CompileError("the host is device 'cpu'; it has no other instance")
-        devices[name] = devices[name].instance(index)
-    return devices

@@ -7,9 +7,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tessera.errors import CompileError
-from tessera.ir.graph import Function
+from tessera.ir.graph import COPY_OP
 from tessera.ir.types import TensorType
-from tessera.partition.partitioner import COPY_OP, HOST, REGION_OP
+from tessera.partition.partitioner import HOST
+from tessera.partition.regions import DeviceCopy, PartitionedGraph
 from tessera.plugin.backend import CompiledRegion, KernelFn, SequenceBinder
 
 
@@ -68,8 +69,10 @@ def workspace_name(kernel: str) -> str:
     return f"{kernel}#workspace"
 
 
-def build_plan(graph: Function, compiled: dict[str, CompiledRegion]) -> ExecutionPlan:
-    """Flatten a partitioned graph and its compiled regions into one plan."""
+def build_plan(partitioned: PartitionedGraph, compiled: dict[str, CompiledRegion]
+               ) -> ExecutionPlan:
+    """Flatten a partitioned graph's steps and its compiled regions into one plan."""
+    graph = partitioned.graph
     steps: list[Step] = []
     tensors: dict[str, TensorInfo] = {}
     constants: dict[str, tuple[str, Any]] = {}
@@ -85,24 +88,20 @@ def build_plan(graph: Function, compiled: dict[str, CompiledRegion]) -> Executio
 
     for v in graph.inputs:
         declare(v.name, v.type, HOST)
-    for node in graph.nodes:
-        if node.op == COPY_OP:
-            src, dst = node.attrs["src"], node.attrs["dst"]
-            declare(node.outputs[0].name, node.outputs[0].type, dst)
-            steps.append(Step(node.name, "runtime", COPY_OP, [node.inputs[0].name],  # type: ignore[union-attr]
-                              [node.outputs[0].name], None, src, dst))
+    for step in partitioned.steps:
+        if isinstance(step, DeviceCopy):
+            declare(step.output, step.type, step.dst)
+            steps.append(Step(step.name, "runtime", COPY_OP, [step.value], [step.output], None,
+                              step.src, step.dst))
             continue
-        if node.op != REGION_OP or node.body is None:
-            raise CompileError(f"node {node.name} ({node.op}) is neither a region nor a copy; "
-                               f"the graph is not partitioned")
-        cr = compiled[node.body.name]
-        device = node.attrs["device"]
+        region, device = step.name, step.device
+        cr = compiled[region]
         for name, type in cr.tensors.items():
             declare(name, type, device)
         for name, buf in cr.constants.items():
-            constants[f"{node.body.name}/{name}"] = (device, buf)
+            constants[f"{region}/{name}"] = (device, buf)
         for k in cr.kernels:
-            ins = [f"{node.body.name}/{n}" if n in cr.constants else n for n in k.inputs]
+            ins = [f"{region}/{n}" if n in cr.constants else n for n in k.inputs]
             outs = list(k.outputs)
             if k.workspace_bytes < 0:
                 raise CompileError(f"kernel {k.name} of backend {cr.backend} asks for "
@@ -116,11 +115,11 @@ def build_plan(graph: Function, compiled: dict[str, CompiledRegion]) -> Executio
                     raise CompileError(f"kernel {k.name} of backend {cr.backend} uses tensor "
                                        f"{n!r} that its compiled region does not declare")
             steps.append(Step(k.name, cr.backend, k.op, ins, outs, k.fn, flops=k.flops,
-                              region=node.body.name, concat_offsets=k.concat_offsets))
+                              region=region, concat_offsets=k.concat_offsets))
         if cr.bind_sequence is not None and cr.kernels:
-            sequences[node.body.name] = cr.bind_sequence
+            sequences[region] = cr.bind_sequence
         if not cr.thread_safe:
-            locks[node.body.name] = threading.Lock()
+            locks[region] = threading.Lock()
     output_constants = {}
     outputs = []
     for v in graph.outputs:

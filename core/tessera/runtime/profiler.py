@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from tessera.plugin.backend import CompiledRegion
+from tessera.runtime.plan import Step
 from tessera.runtime.roofline import roofline_table
 
 
@@ -62,6 +64,25 @@ class Profile:
     #: Region -> how its kernels run in ``Module.run`` (``CompiledRegion.info["execution"]``);
     #: a profile itself times them one by one.
     execution: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, steps: Sequence[Step], step_ms: Sequence[float], total_ms: float,
+           compiled: Mapping[str, CompiledRegion]) -> Profile:
+        """The profile of a plan's ``steps`` timed ``step_ms`` each (means over the runs),
+        with the counters the compiled regions report summed per backend and how each
+        region's kernels run."""
+        kernels = [KernelProfile(s.name, s.backend, s.op, t, s.flops)
+                   for s, t in zip(steps, step_ms)]
+        counters: dict[str, dict[str, float]] = {}
+        for cr in compiled.values():
+            c = cr.info.get("counters")
+            if c:
+                agg = counters.setdefault(cr.backend, {})
+                for k, v in c.items():
+                    agg[k] = agg.get(k, 0) + v
+        execution = {name: str(cr.info["execution"]) for name, cr in compiled.items()
+                     if cr.info.get("execution")}
+        return cls(kernels, total_ms, counters, execution)
 
     def by_backend(self) -> dict[str, float]:
         out: dict[str, float] = defaultdict(float)
