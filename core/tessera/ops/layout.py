@@ -4,7 +4,7 @@
 A blocked tensor splits the channel axis of an NCHW tensor into ``C // c`` chunks of ``c``
 channels and moves the chunk's channels innermost: NCHW ``(N, C, H, W)`` becomes NCHW{c}c
 ``(N, C // c, H, W, c)``, with ``blocked[n, k, h, w, j] == nchw[n, k * c + j, h, w]``. These ops
-never come from a model; the layout pass (:mod:`tessera.passes.alter_layout`) introduces them for
+never come from a model; the layout pass (:mod:`tessera.kernel.alter_layout`) introduces them for
 backends that vectorize over the channel block.
 
 * ``LayoutTransform`` (``src_layout``, ``dst_layout`` in ``"NCHW"`` or ``"NCHW{c}c"``) converts

@@ -19,8 +19,6 @@ the constants, so ``tessera.load`` loads the cubin without compiling again.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -32,6 +30,7 @@ import numpy as np
 from tessera.errors import ArtifactError, CompileError, RunError, TargetError
 from tessera.ir.graph import Function, Node
 from tessera.ir.types import TensorType
+from tessera.plugin.artifact_files import CONSTANT_KEY, ArtifactFiles  # noqa: F401
 from tessera.plugin.backend import Backend, CompiledRegion, CompileOptions, Kernel
 from tessera.plugin.device import Device
 from tessera.plugin.patterns import Pattern
@@ -52,9 +51,10 @@ ARTIFACT_FORMAT = 2
 SOURCE_FILE = "kernels.cu"
 CUBIN_FILE = "kernels.cubin"
 TABLE_FILE = "kernels.json"
-#: Prefix of the keys of the constants ``save`` returns as arrays.
-CONSTANT_KEY = "constants/"
 DEFAULT_ARCH = "sm_90"
+#: The files ``save`` writes and ``load`` checks (the format, the cubin's hash).
+ARTIFACT = ArtifactFiles(TABLE_FILE, files=(SOURCE_FILE, CUBIN_FILE),
+                         hashes={"cubin_sha256": CUBIN_FILE}, keys=("arch", "kernels", "tensors"))
 
 
 def node_unsupported(node: Node) -> str | None:
@@ -348,20 +348,10 @@ class CUDABackend(Backend):
 
     # -- artifacts ------------------------------------------------------------------------
     def save(self, compiled: CompiledRegion) -> dict[str, bytes | np.ndarray]:
-        handle = compiled.handle
-        if not isinstance(handle, CUDAHandle):
-            raise ArtifactError(f"cuda region {compiled.region.name}: not compiled by this "
-                                f"backend (no cubin to save)")
-        meta = {"format": ARTIFACT_FORMAT, "arch": handle.arch,
-                "cubin_sha256": hashlib.sha256(handle.cubin).hexdigest(),
-                "kernels": handle.table,
-                "tensors": {k: [list(t.shape), str(t.dtype)]
-                            for k, t in compiled.tensors.items()}}
-        saved: dict[str, bytes | np.ndarray] = {
-            CONSTANT_KEY + k: np.asarray(v) for k, v in handle.constants.items()}
-        saved.update({SOURCE_FILE: handle.source.encode(), CUBIN_FILE: handle.cubin,
-                      TABLE_FILE: json.dumps(meta, indent=1).encode()})
-        return saved
+        handle = ARTIFACT.handle(self, compiled, CUDAHandle, "no cubin to save")
+        return ARTIFACT.save(self, {"arch": handle.arch, "kernels": handle.table},
+                             {SOURCE_FILE: handle.source.encode(), CUBIN_FILE: handle.cubin},
+                             handle.constants, compiled.tensors)
 
     def keeps_constants(self, compiled: CompiledRegion) -> list[str]:
         """All of them: the kernels read only the saved constants and the values compiled
@@ -370,29 +360,8 @@ class CUDABackend(Backend):
 
     def load(self, region: Function, files: dict[str, bytes | np.ndarray],
              target: TargetKind, options: CompileOptions) -> CompiledRegion:
-        for f in (SOURCE_FILE, CUBIN_FILE, TABLE_FILE):
-            if not isinstance(files.get(f), bytes):
-                raise ArtifactError(f"cuda region {region.name}: the artifact has no {f}")
-        try:
-            meta = json.loads(files[TABLE_FILE])
-            if meta.get("format") != ARTIFACT_FORMAT:
-                raise ArtifactError(f"cuda region {region.name}: artifact format "
-                                    f"{meta.get('format')}, this plugin reads {ARTIFACT_FORMAT}")
-            cubin = files[CUBIN_FILE]
-            source = files[SOURCE_FILE]
-            assert isinstance(cubin, bytes) and isinstance(source, bytes)
-            if hashlib.sha256(cubin).hexdigest() != meta.get("cubin_sha256"):
-                raise ArtifactError(f"cuda region {region.name}: {CUBIN_FILE} does not match "
-                                    f"the hash {TABLE_FILE} records")
-            constants = {k[len(CONSTANT_KEY):]: np.ascontiguousarray(v)
-                         for k, v in files.items()
-                         if k.startswith(CONSTANT_KEY) and isinstance(v, np.ndarray)}
-            tensors = {k: TensorType(tuple(s), d) for k, (s, d) in meta["tensors"].items()}
-        except ArtifactError:
-            raise
-        except Exception as err:  # noqa: BLE001 - a damaged artifact
-            raise ArtifactError(f"cuda region {region.name}: cannot read the saved kernels: "
-                                f"{err}") from err
+        saved = ARTIFACT.load(self, region.name, files)
+        meta = saved.table
         device = self.device_instance(options)
         assert isinstance(device, CUDADevice)
         arch = device.arch()
@@ -400,5 +369,6 @@ class CUDABackend(Backend):
             raise ArtifactError(f"cuda region {region.name}: its cubin is built for "
                                 f"{meta['arch']}, this GPU is {arch}; compile the model again "
                                 f"for this GPU (or with -arch={arch})")
-        return self._assemble(region, device, source.decode(), cubin, meta["arch"],
-                              meta["kernels"], constants, tensors)
+        return self._assemble(region, device, saved.files[SOURCE_FILE].decode(),
+                              saved.files[CUBIN_FILE], meta["arch"], meta["kernels"],
+                              saved.constants, saved.tensors)

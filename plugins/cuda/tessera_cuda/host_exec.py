@@ -20,6 +20,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -76,13 +77,18 @@ class HostModule:
             with tempfile.TemporaryDirectory() as tmp:
                 src = Path(tmp) / "kernels.cu"
                 src.write_text(text)
-                out = Path(tmp) / "lib.so"
-                proc = subprocess.run([cxx, *flags, "-x", "c++", str(src), "-o", str(out)],
-                                      capture_output=True, text=True)
-                if proc.returncode != 0:
-                    raise CompileError(f"cuda host emulation: {cxx} failed on the generated "
-                                       f"CUDA C:\n{proc.stderr[-4000:]}")
-                shutil.move(str(out), str(lib))
+                # built beside the cache entry and renamed into it: another process (a
+                # parallel test worker) sees a whole library or none, on any filesystem
+                out = lib.with_name(f".{lib.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+                try:
+                    proc = subprocess.run([cxx, *flags, "-x", "c++", str(src), "-o", str(out)],
+                                          capture_output=True, text=True)
+                    if proc.returncode != 0:
+                        raise CompileError(f"cuda host emulation: {cxx} failed on the "
+                                           f"generated CUDA C:\n{proc.stderr[-4000:]}")
+                    os.replace(out, lib)
+                finally:
+                    out.unlink(missing_ok=True)
         self.text = text
         self.lib = ctypes.CDLL(str(lib))
 

@@ -15,20 +15,21 @@ features
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import numpy as np
 
 from tessera.errors import CompileError, RunError
 from tessera.ir.graph import Function
+from tessera.kernel.lowering import prepare_region
+from tessera.kernel.tuning import PreparedRegions, config_features
 from tessera.plugin.backend import CompileOptions
 from tessera.plugin.candidate import TuningCandidate, random_array
 from tessera.plugin.target import TargetKind
-from tessera.tir.features import loop_features
 
-#: Fused regions of this process: (id(region), opt_level) -> (region, groups, kernel names).
-_FUSED: dict[tuple[int, int], tuple[Function, list[Any], list[str]]] = {}
+#: Fused regions of this process: (id(region), opt_level) -> (region, groups, kernel names,
+#: value types).
+_FUSED = PreparedRegions("cuda")
 
 
 def cuda_features(region: Function, kernel: str, configs: list[dict[str, Any]], key: str,
@@ -36,30 +37,13 @@ def cuda_features(region: Function, kernel: str, configs: list[dict[str, Any]], 
     """The loop-nest features of the group ``kernel`` lowered with each config (knob values of
     workload ``key``) for ``gpu``; None for a config that does not lower (a block too large
     for the GPU, say)."""
-    from tessera.passes.fuse_ops import fuse_ops
-    from tessera.topi.from_graph import kernel_names
-
     from .lowering import lower_group_tir
 
-    ident = (id(region), opt_level)
-    fused = _FUSED.get(ident)
-    if fused is None or fused[0] is not region:
-        groups = fuse_ops(region.copy(), opt_level=opt_level)
-        fused = _FUSED[ident] = (region, groups, kernel_names(groups, f"{region.name}_"))
-    _, groups, names = fused
-    if kernel not in names:
-        raise CompileError(f"cuda: region {region.name} has no kernel {kernel!r}")
-    group = groups[names.index(kernel)]
-    out: list[list[float] | None] = []
-    for config in configs:
-        try:
-            with warnings.catch_warnings():  # a knob value that is not a candidate
-                warnings.simplefilter("ignore")
-                prim, _, _ = lower_group_tir(group, kernel, gpu, {key: config}, passes=False)
-            out.append(loop_features(prim))
-        except Exception:  # noqa: BLE001 - this config has no features; the tuner goes on
-            out.append(None)
-    return out
+    group, _ = _FUSED.group(region, kernel, opt_level,
+                            lambda: prepare_region(region, opt_level))
+    return config_features(
+        configs, key,
+        lambda overrides: lower_group_tir(group, kernel, gpu, overrides, passes=False)[0])
 
 
 def cuda_candidate(backend: Any, region: Function, kernel: str,

@@ -22,15 +22,15 @@ GPU or library version measures again.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from tessera.errors import ArtifactError, CompileError, RunError
+from tessera.errors import CompileError, RunError
 from tessera.ir.graph import Function, Node
 from tessera.ir.types import TensorType
+from tessera.plugin.artifact_files import CONSTANT_KEY, ArtifactFiles  # noqa: F401
 from tessera.plugin.backend import Backend, CompiledRegion, CompileOptions, Kernel
 from tessera.plugin.device import Device
 from tessera.plugin.patterns import Pattern, PatternMatch, region_matches
@@ -66,9 +66,9 @@ from .pool_softmax import patterns as pool_patterns
 #: a ``constants.npz`` of their own; the region's constants are not stored in graph form
 ARTIFACT_FORMAT = 2
 PLANS_FILE = "plans.json"
-#: Prefix of the keys of the constants ``save`` returns as arrays.
-CONSTANT_KEY = "constants/"
 DEFAULT_ARCH = "sm_90"
+#: The file ``save`` writes and ``load`` checks (the format, the plans).
+ARTIFACT = ArtifactFiles(PLANS_FILE, keys=("plans", "tensors"), what="plans")
 PLAN_TYPES: dict[str, type[Plan]] = {c.kind: c for c in (ConvPlan, PoolPlan, SoftmaxPlan,
                                                           GemmPlan)}
 
@@ -236,19 +236,11 @@ class LibraryBackend(Backend):
 
     # -- artifacts -------------------------------------------------------------------------
     def save(self, compiled: CompiledRegion) -> dict[str, bytes | np.ndarray]:
-        handle = compiled.handle
-        if not isinstance(handle, dict) or "plans" not in handle:
-            raise ArtifactError(f"{self.name} region {compiled.region.name}: not compiled by "
-                                f"this backend")
-        meta = {"format": ARTIFACT_FORMAT, "arch": handle["arch"],
-                "library": self._version_text(),
-                "plans": [p.to_json() for p in handle["plans"]],
-                "tensors": {k: [list(t.shape), str(t.dtype)]
-                            for k, t in compiled.tensors.items()}}
-        saved: dict[str, bytes | np.ndarray] = {
-            CONSTANT_KEY + k: np.asarray(v) for k, v in handle["constants"].items()}
-        saved[PLANS_FILE] = json.dumps(meta, indent=1).encode()
-        return saved
+        handle = ARTIFACT.handle(self, compiled,
+                                 lambda h: isinstance(h, dict) and "plans" in h)
+        return ARTIFACT.save(self, {"arch": handle["arch"], "library": self._version_text(),
+                                    "plans": [p.to_json() for p in handle["plans"]]},
+                             {}, handle["constants"], compiled.tensors)
 
     def keeps_constants(self, compiled: CompiledRegion) -> list[str]:
         """All of them: the calls read only the saved constants (the plans hold the rest)."""
@@ -256,32 +248,18 @@ class LibraryBackend(Backend):
 
     def load(self, region: Function, files: dict[str, bytes | np.ndarray],
              target: TargetKind, options: CompileOptions) -> CompiledRegion:
-        if not isinstance(files.get(PLANS_FILE), bytes):
-            raise ArtifactError(f"{self.name} region {region.name}: the artifact has no "
-                                f"{PLANS_FILE}")
-        try:
-            meta = json.loads(files[PLANS_FILE])
-            if meta.get("format") != ARTIFACT_FORMAT:
-                raise ArtifactError(f"{self.name} region {region.name}: artifact format "
-                                    f"{meta.get('format')}, this plugin reads {ARTIFACT_FORMAT}")
+        saved = ARTIFACT.load(self, region.name, files)
+        meta = saved.table
+        with ARTIFACT.reading(self, region.name):
             plans = [PLAN_TYPES[p["kind"]].from_json(p) for p in meta["plans"]]
-            constants = {k[len(CONSTANT_KEY):]: np.ascontiguousarray(v)
-                         for k, v in files.items()
-                         if k.startswith(CONSTANT_KEY) and isinstance(v, np.ndarray)}
-            tensors = {k: TensorType(tuple(s), d) for k, (s, d) in meta["tensors"].items()}
-        except ArtifactError:
-            raise
-        except Exception as err:  # noqa: BLE001 - a damaged artifact
-            raise ArtifactError(f"{self.name} region {region.name}: cannot read the saved "
-                                f"plans: {err}") from err
         device = self.device_instance(options)
         stale = False
         if device.missing() is None:
             # chosen on another GPU or library version (or not yet): measure again here
             stale = meta.get("arch") != device.arch() or meta.get("library") != \
                 self._version_text()
-        return self._assemble(region, plans, constants, tensors, options, stale=stale)
-
+        return self._assemble(region, plans, saved.constants, saved.tensors, options,
+                              stale=stale)
 
 def _unloaded(why: str) -> Callable[[list[Any], list[Any]], None]:
     def run(ins: list[Any], outs: list[Any]) -> None:

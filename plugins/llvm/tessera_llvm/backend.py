@@ -23,8 +23,6 @@ region's weights: the artifact does not store the region's own constants again.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from dataclasses import dataclass
 from functools import lru_cache
@@ -36,6 +34,7 @@ import numpy as np
 from tessera.errors import ArtifactError, CompileError, RunError, TargetError
 from tessera.ir.graph import Function, Node
 from tessera.ir.types import TensorType
+from tessera.plugin.artifact_files import CONSTANT_KEY, ArtifactFiles  # noqa: F401
 from tessera.plugin.backend import (
     Backend,
     CompiledRegion,
@@ -59,8 +58,9 @@ from .triple import check_triple, host_triple, is_foreign, triple_arch
 ARTIFACT_FORMAT = 3
 OBJECT_FILE = "kernels.o"
 TABLE_FILE = "kernels.json"
-#: Prefix of the keys of the constants ``save`` returns as arrays.
-CONSTANT_KEY = "constants/"
+#: The files ``save`` writes and ``load`` checks (the format, the object code's hash).
+ARTIFACT = ArtifactFiles(TABLE_FILE, files=(OBJECT_FILE,),
+                         hashes={"object_sha256": OBJECT_FILE}, keys=("kernels", "tensors"))
 
 
 @dataclass
@@ -399,21 +399,12 @@ class LLVMBackend(Backend):
 
     # -- artifacts ------------------------------------------------------------------------
     def save(self, compiled: CompiledRegion) -> dict[str, bytes | np.ndarray]:
-        handle = compiled.handle
-        if not isinstance(handle, LLVMHandle):
-            raise ArtifactError(f"llvm region {compiled.region.name}: not compiled by this "
-                                "backend (no object code to save)")
-        obj = handle.object_code
-        meta = {"format": ARTIFACT_FORMAT, "mcpu": handle.mcpu, "triple": handle.triple,
-                "object_sha256": hashlib.sha256(obj).hexdigest(),
-                "cpu_name": handle.cpu_name, "features": handle.features,
-                "mattr": handle.mattr, "kernels": handle.table,
-                "tensors": {k: [list(t.shape), str(t.dtype)]
-                            for k, t in compiled.tensors.items()}}
-        saved: dict[str, bytes | np.ndarray] = {
-            CONSTANT_KEY + k: np.asarray(v) for k, v in compiled.constants.items()}
-        saved.update({OBJECT_FILE: obj, TABLE_FILE: json.dumps(meta, indent=1).encode()})
-        return saved
+        handle = ARTIFACT.handle(self, compiled, LLVMHandle, "no object code to save")
+        return ARTIFACT.save(
+            self, {"mcpu": handle.mcpu, "triple": handle.triple, "cpu_name": handle.cpu_name,
+                   "features": handle.features, "mattr": handle.mattr,
+                   "kernels": handle.table},
+            {OBJECT_FILE: handle.object_code}, compiled.constants, compiled.tensors)
 
     def keeps_constants(self, compiled: CompiledRegion) -> list[str]:
         """All of them: the kernels read only the saved constants (packed, transformed) and
@@ -422,25 +413,9 @@ class LLVMBackend(Backend):
 
     def load(self, region: Function, files: dict[str, bytes | np.ndarray],
              target: TargetKind, options: CompileOptions) -> CompiledRegion:
-        for f in (OBJECT_FILE, TABLE_FILE):
-            if not isinstance(files.get(f), bytes):
-                raise ArtifactError(f"llvm region {region.name}: the artifact has no {f}")
-        try:
-            meta = json.loads(files[TABLE_FILE])
-            if meta.get("format") != ARTIFACT_FORMAT:
-                raise ArtifactError(f"llvm region {region.name}: artifact format "
-                                    f"{meta.get('format')}, this plugin reads "
-                                    f"{ARTIFACT_FORMAT}; compile the model again with this "
-                                    "version of tessera-llvm")
-            constants = {k[len(CONSTANT_KEY):]: _aligned_copy(v) for k, v in files.items()
-                         if k.startswith(CONSTANT_KEY) and isinstance(v, np.ndarray)}
-            tensors = {k: TensorType(tuple(s), d) for k, (s, d) in meta["tensors"].items()}
-            table = meta["kernels"]
-            obj = files[OBJECT_FILE]
-            assert isinstance(obj, bytes)
-            if hashlib.sha256(obj).hexdigest() != meta.get("object_sha256"):
-                raise ArtifactError(f"llvm region {region.name}: {OBJECT_FILE} does not match "
-                                    f"the hash {TABLE_FILE} records")
+        saved = ARTIFACT.load(self, region.name, files, copy=_aligned_copy)
+        meta, obj = saved.table, saved.files[OBJECT_FILE]
+        with ARTIFACT.reading(self, region.name):
             triple = meta.get("triple")
             if triple is not None and is_foreign(triple):
                 raise ArtifactError(f"llvm region {region.name}: its code was compiled for "
@@ -457,11 +432,6 @@ class LLVMBackend(Backend):
                     f"{meta.get('cpu_name') or meta.get('mcpu')!r} and uses features this CPU "
                     f"lacks ({', '.join(sorted(missing)[:8])}); compile the model again here, "
                     "or with -mcpu naming an older CPU")
-        except ArtifactError:
-            raise
-        except Exception as err:  # noqa: BLE001 - a damaged artifact
-            raise ArtifactError(f"llvm region {region.name}: cannot read the saved kernels "
-                                f"({OBJECT_FILE}, {TABLE_FILE}): {err}") from err
-        return self._assemble(region, obj, table, constants, tensors,
+        return self._assemble(region, obj, meta["kernels"], saved.constants, saved.tensors,
                               meta.get("mcpu"), meta.get("mattr"), meta.get("triple"),
                               meta.get("cpu_name") or "", meta.get("features") or "")

@@ -1,9 +1,13 @@
 """From a region to lowered loop nests: layout, fusion, computes, schedules, TIR passes.
 
-:func:`lower_region` runs the graph-level passes the CPU backend wants (blocked NCHWc
-convolutions, then FuseOps), builds each fused group's tensor expression from the topi computes,
-applies the group's default schedule (or tuned knobs), lowers it to TIR and runs the TIR pass
-pipeline. The result lists one :class:`LoweredKernel` per group, in execution order.
+:func:`lower_region` runs the lowering chain of :mod:`tessera.kernel.lowering` with the CPU's
+steps: the graph rewrites the CPU backend wants (grouped 1x1 convolutions as matrix products,
+blocked NCHWc convolutions, packed weights, conv tilings; :func:`prepare_region`), then
+FuseOps, each fused group's tensor expression from the topi computes (a Winograd convolution
+where its config says so), the group's schedule from the CPU's table
+(:data:`~tessera_llvm.schedules.dispatch.LLVM_SCHEDULES`), ``te.lower`` and the TIR pass
+pipeline (with weight prefetching). The result lists one :class:`LoweredKernel` per group, in
+execution order.
 """
 
 from __future__ import annotations
@@ -16,18 +20,27 @@ from typing import Any
 
 import numpy as np
 
-from tessera import te
 from tessera.errors import TesseraError
 from tessera.ir.graph import Function, Node, Value
 from tessera.ir.types import TensorType
+from tessera.kernel.alter_layout import alter_conv_layout
+from tessera.kernel.flops import group_flops
+from tessera.kernel.grouped_pointwise import grouped_pointwise_to_matmul
+from tessera.kernel.lowering import (
+    LOWER_PHASE,  # noqa: F401 - re-exported
+    group_facts,
+    group_te,
+    group_text,
+    loop_nest,
+    lower_groups,
+    lowering_errors,
+)
+from tessera.kernel.lowering import prepare_region as prepare_graph
 from tessera.ops.layout import pack_matmul_weight
-from tessera.passes.alter_layout import alter_conv_layout
-from tessera.passes.fuse_ops import fuse_ops
-from tessera.passes.grouped_pointwise import grouped_pointwise_to_matmul
 from tessera.progress import Progress
 from tessera.tir.stmt import PrimFunc
 from tessera.tir.transform import lower_pipeline
-from tessera.topi.from_graph import build_te, group_error, kernel_names
+from tessera.topi.from_graph import build_te
 from tessera.topi.nn.winograd import conv_nchwc_winograd, winograd_weight_transform
 
 from .prefetch import prefetch_next_slice
@@ -49,6 +62,8 @@ class LoweredKernel:
     flops: int = 0
     template: str = ""
     config: dict[str, Any] = field(default_factory=dict)
+    #: The workload key tuning records and ``overrides`` name the config by ("" when none).
+    key: str = ""
     #: Every config the group's schedule read (their spaces, keys and whether records chose
     #: them).
     configs: list[Any] = field(default_factory=list)
@@ -128,23 +143,8 @@ def pointwise_as_matmul(cpu: CPUInfo):  # noqa: ANN201 - a callable for the pass
     return select
 
 
-def _flops(nodes: list[Node]) -> int:
-    total = 0
-    for node in nodes:
-        out = node.outputs[0].type
-        if node.op in ("Conv", "ConvNCHWc"):
-            w = node.inputs[1].type.shape
-            # Conv weights (O, I/g, KH, KW); ConvNCHWc (O/ob, I/ib, KH, KW, ib, ob)
-            per_out = math.prod(w[1:]) if node.op == "Conv" else math.prod(w[1:5])
-            total += 2 * out.size * per_out
-        elif node.op in ("MatMul", "Gemm", "MatMulPacked"):
-            k = node.inputs[0].type.shape[-1]
-            if node.op == "Gemm" and node.attrs.get("transA"):
-                k = node.inputs[0].type.shape[0]
-            total += 2 * out.size * k
-        else:
-            total += out.size
-    return total
+#: The operations of a group (:func:`tessera.kernel.flops.group_flops`).
+_flops = group_flops
 
 
 def pretranspose_weights(func: Function) -> None:
@@ -222,21 +222,21 @@ def prepare_region(region: Function, cpu: CPUInfo, opt_level: int = 3
                    ) -> tuple[Function, list[Any]]:
     """The region after the CPU's graph rewrites (layouts, packed weights, conv tilings) and
     its fused groups, ready for :func:`lower_group`."""
-    func = region
-    if opt_level >= 2:
-        func = grouped_pointwise_to_matmul(func, pointwise_as_matmul(cpu))
-        func = alter_conv_layout(func, block_choice(cpu))
-    else:
-        func = region.copy()
-    pretranspose_weights(func)
-    if opt_level >= 2:
-        pack_matmul_weights(func, cpu)
-        choose_conv_tiling(func, cpu)
-    return func, fuse_ops(func, opt_level=opt_level)
 
+    def rewrite(region: Function) -> Function:
+        func = region
+        if opt_level >= 2:
+            func = grouped_pointwise_to_matmul(func, pointwise_as_matmul(cpu))
+            func = alter_conv_layout(func, block_choice(cpu))
+        else:
+            func = region.copy()
+        pretranspose_weights(func)
+        if opt_level >= 2:
+            pack_matmul_weights(func, cpu)
+            choose_conv_tiling(func, cpu)
+        return func
 
-#: The progress phase of :func:`lower_region`: one unit per fused group lowered to TIR.
-LOWER_PHASE = "lowering fused groups"
+    return prepare_graph(region, opt_level, rewrite)
 
 #: The last Winograd-transformed weights: (id of the weight value, m) -> (weight value,
 #: transformed), so that the tuner, which lowers one group again and again with different
@@ -290,16 +290,14 @@ def _scheduled(group: Any, name: str, cpu: CPUInfo,
                overrides: dict[str, dict[str, Any]] | None) -> tuple[Any, Any, PrimFunc]:
     """The group's tensor expression, its schedule and the loop nest ``te.lower`` makes of
     it (before the TIR pipeline)."""
-    # constants are appended by build_te (one-element ones are inlined as immediates)
-    inputs = [v for v in group.inputs if not v.is_constant]
-    gte = build_te(group.nodes, inputs, group.outputs)
+    gte = group_te(group)
     wino = winograd_nodes(group.nodes, gte, cpu, overrides)
     if wino is not None:
+        inputs = [v for v in group.inputs if not v.is_constant]
         gte = build_te(wino, inputs, group.outputs,
                        computes={"ConvNCHWc": conv_nchwc_winograd})
     sched = schedule_group(list(gte.outputs), cpu, overrides)
-    prim = te.lower(sched.schedule, list(gte.placeholders) + list(gte.outputs), name)
-    return gte, sched, prim
+    return gte, sched, loop_nest(sched.schedule, gte, name)
 
 
 def scheduled_loop_nest(group: Any, name: str, cpu: CPUInfo,
@@ -307,12 +305,9 @@ def scheduled_loop_nest(group: Any, name: str, cpu: CPUInfo,
     """The loop nest the group's schedule makes with ``overrides``, before the TIR pipeline
     (its loops still parallel, vectorized or unrolled by kind, its buffers not flattened):
     what the tuner featurises, several times cheaper than :func:`lower_group`."""
-    try:
+    with lowering_errors("llvm", group, keep=(TesseraError,)):
         return _scheduled(group, name, cpu, overrides)[2]
-    except TesseraError:
-        raise
-    except Exception as err:  # noqa: BLE001 - name the group that failed
-        raise group_error("llvm", group, err) from err
+    raise AssertionError("unreachable")  # pragma: no cover - for type checkers
 
 
 def lower_group(group: Any, name: str, cpu: CPUInfo,
@@ -320,29 +315,18 @@ def lower_group(group: Any, name: str, cpu: CPUInfo,
                 ) -> tuple[LoweredKernel, list[Value]]:
     """One fused group scheduled (with ``overrides``) and lowered to a TIR function named
     ``name``; the kernel and the group's constant inputs."""
-    try:
+    with lowering_errors("llvm", group, keep=(TesseraError,)):
         gte, sched, prim = _scheduled(group, name, cpu, overrides)
         prim = lower_pipeline(prim)
         plan = sched.prefetch
         if plan is not None:
             prim = prefetch_next_slice(prim, *plan)
-    except TesseraError:
-        raise
-    except Exception as err:  # noqa: BLE001 - name the group that failed
-        raise group_error("llvm", group, err) from err
-    cfg = sched.configs[0] if sched.configs else None
-    kernel = LoweredKernel(
-        name=name, func=prim, inputs=[v.name for v in gte.inputs],
-        outputs=[v.name for v in group.outputs], op="+".join(n.op for n in group.nodes),
-        flops=_flops(group.nodes), template=sched.template,
-        config=dict(cfg.values) if cfg else {}, configs=list(sched.configs))
+    kernel = LoweredKernel(name=name, func=prim, **group_facts(group, gte, sched))
     return kernel, [v for v in gte.inputs if v.is_constant]
 
 
-def _group_text(item: tuple[Any, str]) -> str:
-    """``fused_n36 (Conv+Add+Relu)``: a group under way, for progress reports."""
-    ops = "+".join(n.op for n in item[0].nodes)
-    return f"{item[0].name} ({ops if len(ops) <= 40 else ops[:37] + '...'})"
+#: A group under way, for progress reports (:func:`tessera.kernel.lowering.group_text`).
+_group_text = group_text
 
 
 def lower_region(region: Function, cpu: CPUInfo, opt_level: int = 3,
@@ -351,11 +335,6 @@ def lower_region(region: Function, cpu: CPUInfo, opt_level: int = 3,
     """Lower every node of ``region`` (all of which have topi computes), reporting each fused
     group to ``progress`` (phase :data:`LOWER_PHASE`)."""
     func, groups = prepare_region(region, cpu, opt_level)
-    kernels: list[LoweredKernel] = []
-    constants: dict[str, Value] = {}
-    named = list(zip(groups, kernel_names(groups, prefix)))
-    for group, name in (progress or Progress()).track(named, LOWER_PHASE, _group_text):
-        kernel, consts = lower_group(group, name, cpu, overrides)
-        kernels.append(kernel)
-        constants.update((v.name, v) for v in consts)
+    kernels, constants = lower_groups(
+        groups, lambda group, name: lower_group(group, name, cpu, overrides), prefix, progress)
     return LoweredRegion(func, kernels, constants)

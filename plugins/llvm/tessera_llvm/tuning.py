@@ -12,17 +12,14 @@ pipeline), and :func:`tessera.autotune.features.loop_features` reads it.
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import numpy as np
 
-from tessera.errors import CompileError
 from tessera.ir.graph import Function
 from tessera.ir.types import TensorType
+from tessera.kernel.tuning import PreparedRegions, config_features
 from tessera.plugin.candidate import TuningCandidate, random_array
-from tessera.tir.features import loop_features
-from tessera.topi.from_graph import kernel_names
 
 from .build import build_module
 from .cpu import CPUInfo
@@ -31,30 +28,20 @@ from .lowering import lower_group, prepare_region, scheduled_loop_nest
 #: How far a Winograd convolution's outputs may be from the direct convolution's, relative
 #: to their largest magnitude (``TuningCandidate.tolerance``): F(4x4, 3x3) was observed at
 #: 2.3e-5 from a float64 reference with 512 input channels, the direct convolution at 2.4e-6
-#: (tests/llvm/test_winograd.py).
+#: (plugins/llvm/tests/test_winograd.py).
 WINOGRAD_TOLERANCE = 1e-4
 
-#: Prepared regions of this process: id(region) -> (region, fused groups, kernel names).
-_PREPARED: dict[tuple[int, str], tuple[Function, list[Any], list[str], dict[str, TensorType]]] \
-    = {}
+#: Prepared regions of this process: (id(region), CPU and opt level) -> (region, fused
+#: groups, kernel names, value types).
+_PREPARED = PreparedRegions("llvm")
 
 
 def _group(region: Function, kernel: str, cpu: CPUInfo, opt_level: int
            ) -> tuple[Any, dict[str, TensorType]]:
     """The fused group that ``kernel`` runs, of ``region`` prepared once per region object
     and CPU (the value types of the prepared region with it)."""
-    ident = (id(region), repr((cpu, opt_level)))
-    prepared = _PREPARED.get(ident)
-    if prepared is None or prepared[0] is not region:
-        func, groups = prepare_region(region, cpu, opt_level)
-        types = {v.name: v.type for v in func.inputs}
-        types.update({v.name: v.type for n in func.nodes for v in n.outputs})
-        prepared = _PREPARED[ident] = (region, groups, kernel_names(groups, f"{region.name}_"),
-                                       types)
-    _, groups, names, types = prepared
-    if kernel not in names:
-        raise CompileError(f"llvm: region {region.name} has no kernel {kernel!r}")
-    return groups[names.index(kernel)], types
+    return _PREPARED.group(region, kernel, repr((cpu, opt_level)),
+                           lambda: prepare_region(region, cpu, opt_level))
 
 
 def llvm_features(region: Function, kernel: str, configs: list[dict[str, Any]], key: str,
@@ -63,16 +50,8 @@ def llvm_features(region: Function, kernel: str, configs: list[dict[str, Any]], 
     of workload ``key``; :func:`~tessera_llvm.lowering.scheduled_loop_nest`); None for a
     config that does not lower."""
     group, _ = _group(region, kernel, cpu, opt_level)
-    out: list[list[float] | None] = []
-    for config in configs:
-        try:
-            with warnings.catch_warnings():  # a knob value that is not a candidate
-                warnings.simplefilter("ignore")
-                nest = scheduled_loop_nest(group, kernel, cpu, {key: config})
-            out.append(loop_features(nest))
-        except Exception:  # noqa: BLE001 - this config has no features; the tuner goes on
-            out.append(None)
-    return out
+    return config_features(configs, key,
+                           lambda overrides: scheduled_loop_nest(group, kernel, cpu, overrides))
 
 
 def llvm_candidate(region: Function, kernel: str, overrides: dict[str, dict[str, Any]],

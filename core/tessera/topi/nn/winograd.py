@@ -48,7 +48,7 @@ Expr = tir.PrimExpr
 
 #: Output tile sizes with their matrices. Observed float32 error against a float64 reference,
 #: as ``max |y - y64| / max |y64|`` (random normal data, 64 to 512 input channels;
-#: tests/llvm/test_winograd.py): F(2x2, 3x3) 3e-7 to 9e-7, below the direct convolution's
+#: plugins/llvm/tests/test_winograd.py): F(2x2, 3x3) 3e-7 to 9e-7, below the direct convolution's
 #: 7e-7 to 2.4e-6 (its sums are 9 times shorter); F(4x4, 3x3) (points 0, +-1, +-2) 4e-6 to
 #: 2.3e-5, about 5 to 10 times the direct convolution's.
 WINOGRAD_TILES = (2, 4)

@@ -114,7 +114,8 @@ def _narrow_tile(occ: int, pixels: int, vectors_per_col: int, dtype: str, cpu: C
                  block_weight_bytes: int) -> bool:
     """Whether a float32 convolution gets the 4 x 3 flat tile: on a 16-register file (AVX2)
     it fits as 12 accumulators, the 3 pixels' broadcasts and one weight vector at a time
-    (no spills: ``tests/llvm/test_register_tiles.py``), and loads fewer operands per FMA than
+    (no spills: ``plugins/llvm/tests/test_register_tiles.py``), and loads fewer operands per
+    FMA than
     the 2 x 4 and 2 x 5 tiles (0.58 against 0.75 and 0.7), which on Zen 1 also issue twice
     as many broadcasts per FMA. A task then streams 4 output blocks' weights; where they do
     not fit in L2 (ResNet-50's 3x3 convs with 512 channels: 576 KiB), the plan is

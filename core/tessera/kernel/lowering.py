@@ -1,0 +1,109 @@
+"""The lowering chain every code-generating backend runs, with its backend-specific steps
+passed in.
+
+    region --prepare--> graph (the backend's layout rewrites, or a copy)
+           --fuse_ops--> fused groups (:mod:`tessera.kernel.fuse_ops`)
+           --group_te--> each group's tensor expression (topi computes, the backend's own
+                         for some ops)
+           --schedule--> the group's schedule (the backend's :class:`~.schedule.ScheduleTable`)
+           --loop_nest--> its TIR loop nest (``te.lower``), then the backend's TIR pipeline
+                          and code generator
+
+:func:`lower_groups` walks the groups in execution order, names their kernels, reports each
+one to the compile's progress and collects the constants the kernels read; a failure names
+the group (:func:`lowering_errors`). :func:`group_facts` is what every lowered group reports
+(inputs, outputs, ops, flops, schedule template and configs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+from tessera import te
+from tessera.ir.graph import Function, Value
+from tessera.kernel.flops import group_flops
+from tessera.kernel.fuse_ops import FusedGroup, fuse_ops
+from tessera.progress import Progress
+from tessera.tir.stmt import PrimFunc
+from tessera.topi.from_graph import build_te, group_error, kernel_names
+
+__all__ = ["LOWER_PHASE", "group_facts", "group_te", "group_text", "loop_nest", "lower_groups",
+           "lowering_errors", "prepare_region"]
+
+#: The progress phase of :func:`lower_groups`: one unit per fused group lowered to TIR.
+LOWER_PHASE = "lowering fused groups"
+
+K = TypeVar("K")
+
+
+def prepare_region(region: Function, opt_level: int = 3,
+                   rewrite: Callable[[Function], Function] | None = None
+                   ) -> tuple[Function, list[FusedGroup]]:
+    """The region after the backend's graph rewrites (``rewrite`` returns a new function;
+    without one, a copy) and its fused groups in execution order."""
+    func = rewrite(region) if rewrite is not None else region.copy()
+    return func, fuse_ops(func, opt_level=opt_level)
+
+
+def group_te(group: FusedGroup, computes: dict[str, Any] | None = None) -> Any:
+    """The group's tensor expression from the topi computes (``computes``: the backend's own
+    for some ops); its constants are appended by ``build_te`` (one-element ones inlined as
+    immediates)."""
+    inputs = [v for v in group.inputs if not v.is_constant]
+    return build_te(group.nodes, inputs, group.outputs, computes=computes)
+
+
+def loop_nest(schedule: Any, gte: Any, name: str) -> PrimFunc:
+    """The loop nest ``te.lower`` makes of a group's schedule (before any TIR pipeline), as a
+    function ``name`` of the group's placeholders and outputs."""
+    return te.lower(schedule, list(gte.placeholders) + list(gte.outputs), name)
+
+
+@contextmanager
+def lowering_errors(backend: str, group: FusedGroup,
+                    keep: tuple[type[BaseException], ...] = ()) -> Iterator[None]:
+    """Re-raise an error lowering ``group`` as the CompileError that names it (its ops and
+    anchor); errors of the types ``keep`` pass unchanged."""
+    try:
+        yield
+    except keep:
+        raise
+    except Exception as err:  # noqa: BLE001 - name the group that failed
+        raise group_error(backend, group, err) from err
+
+
+def group_facts(group: FusedGroup, gte: Any, sched: Any) -> dict[str, Any]:
+    """What a lowered group reports: the graph values its function takes (inputs, with
+    constants, then outputs), its ops, flops, schedule template, the first config's knob
+    values and workload key, and every config its schedule read."""
+    cfg = sched.configs[0] if sched.configs else None
+    return {"inputs": [v.name for v in gte.inputs], "outputs": [v.name for v in group.outputs],
+            "op": "+".join(n.op for n in group.nodes), "flops": group_flops(group.nodes),
+            "template": sched.template, "config": dict(cfg.values) if cfg else {},
+            "key": cfg.key() if cfg else "", "configs": list(sched.configs)}
+
+
+def group_text(item: tuple[FusedGroup, str]) -> str:
+    """``fused_n36 (Conv+Add+Relu)``: a group under way, for progress reports."""
+    ops = "+".join(n.op for n in item[0].nodes)
+    return f"{item[0].name} ({ops if len(ops) <= 40 else ops[:37] + '...'})"
+
+
+def lower_groups(groups: list[FusedGroup], lower: Callable[[FusedGroup, str],
+                                                           tuple[K, list[Value]]],
+                 prefix: str = "", progress: Progress | None = None,
+                 describe: Callable[[tuple[FusedGroup, str]], str] = group_text
+                 ) -> tuple[list[K], dict[str, Value]]:
+    """Each group lowered by ``lower(group, kernel_name)`` (which returns the kernel and the
+    constants it reads), in order, reported to ``progress`` (phase :data:`LOWER_PHASE`,
+    ``describe`` naming the group under way); the kernels and the constants by name."""
+    kernels: list[K] = []
+    constants: dict[str, Value] = {}
+    named = list(zip(groups, kernel_names(groups, prefix)))
+    for group, name in (progress or Progress()).track(named, LOWER_PHASE, describe):
+        kernel, consts = lower(group, name)
+        kernels.append(kernel)
+        constants.update((v.name, v) for v in consts)
+    return kernels, constants
