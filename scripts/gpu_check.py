@@ -22,8 +22,8 @@ Steps (group names for ``--only``; ``versions`` always runs, it finds the GPU):
 - ``threads``: two threads running one module at once, and their overlap;
 - ``bench``: benchmarks/gpu_vs_torch.py, ResNet-50 and BERT at batch 1 and 16, ``cuda`` and
   ``--libs``, against PyTorch eager;
-- ``tests``: ``pytest -m gpu`` per file of tests/cuda and tests/cudnn that has gpu tests (last:
-  the open-ended suites get what the budget has left after the bounded checks);
+- ``tests``: ``pytest -m gpu`` per file of plugins/cuda/tests and plugins/cudnn/tests that has
+  gpu tests (last: the open-ended suites get what the budget has left after the bounded checks);
 - ``sanitizer`` (with ``--sanitizer``): the smoke step under ``compute-sanitizer --tool memcheck``.
 
 Without a GPU the GPU steps are "skip (no GPU)" and the exit status is 0 when the others pass;
@@ -66,13 +66,14 @@ KILL_GRACE_S = 2.0
 #: Per-step time limits (s); a pytest file not named here gets ``tests_default``.
 TIMEOUTS: dict[str, float] = {
     "versions": 30, "smoke": 45, "race": 45, "nan": 45,
-    "tests/cuda/test_gpu.py": 120, "tests/cudnn/test_models.py": 90, "tests_default": 30,
+    "plugins/cuda/tests/test_gpu.py": 120, "plugins/cudnn/tests/test_models.py": 90,
+    "tests_default": 30,
     "models-cuda": 60, "models-libs": 45, "hetero": 45, "threads": 45,
     "bench-cuda": 90, "bench-libs": 75, "sanitizer": 120,
 }
 GROUPS = ("versions", "smoke", "race", "nan", "tests", "models", "hetero", "threads", "bench",
           "sanitizer")
-PYTEST_DIRS = ("tests/cuda", "tests/cudnn")
+PYTEST_DIRS = ("plugins/cuda/tests", "plugins/cudnn/tests")
 #: The steps run by a worker of gpu_check_steps.py (its WORKERS).
 WORKER_NAMES = ("models-cuda", "models-libs", "nan", "race", "smoke", "threads", "versions")
 
@@ -320,7 +321,7 @@ def worker_step(name: str, group: str, args: argparse.Namespace, out_dir: Path,
 
 
 def gpu_test_files() -> list[str]:
-    """The test files of tests/cuda and tests/cudnn that have gpu-marked tests."""
+    """The test files of plugins/cuda/tests and plugins/cudnn/tests that have gpu-marked tests."""
     files = []
     for folder in PYTEST_DIRS:
         for path in sorted((ROOT / folder).glob("test_*.py")):

@@ -42,6 +42,15 @@ install_system_deps() {
     fi
 }
 
+# pytest_suite_flags ARGS...: what run-tests.sh and test-latest.sh put before the user's ARGS:
+# every tier (--all-tiers: the tests marked slow or gpu too; a -m of the user's replaces it, see
+# conftest.py), in parallel on every CPU the process may use (pytest-xdist; --dist loadgroup keeps
+# the tests of one xdist_group, e.g. the Ray cluster's, on one worker; a -n of the user's wins),
+# and -q unless ARGS set the verbosity (pytest_quiet).
+pytest_suite_flags() {
+    printf '%s ' -n auto --dist loadgroup --all-tiers $(pytest_quiet "$@")
+}
+
 # pytest_quiet ARGS...: prints -q unless ARGS set pytest's verbosity themselves (-q, -v, -vv,
 # -xq, --verbose, --verbosity=N): a second -q would hide pytest's summary line, and -q -v would
 # cancel out, so the user's flag wins.

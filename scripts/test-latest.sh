@@ -3,8 +3,9 @@
 #
 # Creates .venv-latest (VENV to change it) if absent, installs Tessera and its plugins with their
 # test extras like run-tests.sh but WITHOUT constraints.txt (pip --upgrade, newest releases;
-# always reinstalled so that new releases are picked up), runs python -m pytest -q with the
-# arguments given, then prints the packages whose installed version differs from
+# always reinstalled so that new releases are picked up), runs every tier of the suite like
+# run-tests.sh (python -m pytest -n auto --dist loadgroup --all-tiers -q) with the arguments
+# given, then prints the packages whose installed version differs from
 # constraints.txt (package, pinned, newest). When the suite passes and the versions are wanted,
 # copy them into constraints.txt. Exits with pytest's status (5, no tests, counts as success).
 set -euo pipefail
@@ -15,7 +16,7 @@ rm -f "$VENV"/.tessera-install-*
 LATEST=1 setup_env "test,libs"
 
 status=0
-"$VENV/bin/python" -m pytest $(pytest_quiet "$@") "$@" || status=$?
+"$VENV/bin/python" -m pytest $(pytest_suite_flags "$@") "$@" || status=$?
 [[ $status -eq 5 ]] && status=0
 
 echo

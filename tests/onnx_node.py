@@ -12,15 +12,17 @@ from collections.abc import Collection, Mapping, Sequence
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
+from optional import require
 
 from tessera.backends.reference.interpreter import evaluate_function
 from tessera.frontend.onnx import import_onnx
 from tessera.ir.graph import Function
 from tessera.ir.types import TensorType
 from tessera.ops.registry import get_schema
+
+ort = require("onnxruntime")
 
 Inputs = Sequence[np.ndarray | None]
 

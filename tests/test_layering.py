@@ -31,10 +31,11 @@ PROJECT = ("tessera", *PLUGIN_PACKAGES)
 LAYERS: list[tuple[str, ...]] = [
     ("errors", "_version", "progress"),
     ("ir",),
-    ("plugin", "ops", "tir"),
+    ("plugin", "ops", "tir", "drawing"),
     ("te",),
     ("topi",),
     ("passes", "partition", "frontend"),
+    ("kernel",),
     ("backends",),
     ("runtime", "quantization"),
     ("api",),
@@ -44,12 +45,25 @@ LAYERS: list[tuple[str, ...]] = [
 ]
 LAYER_OF = {pkg: i for i, layer in enumerate(LAYERS) for pkg in layer}
 
+#: What the kernel package (what code-generating backends share: the lowering chain, the
+#: graph passes only they run) may import: the contract, IR, op registry, TE/TIR/TOPI and the
+#: default pass pipeline, never the partitioner or frontend (nor anything above).
+KERNEL_MAY_IMPORT = frozenset({"errors", "_version", "progress", "ir", "plugin", "ops", "tir",
+                               "te", "topi", "passes"})
+
 #: What a backend (core's reference backend, every plugin) may import from the core: the
-#: contract and what code-generating backends share (IR, op registry, TE/TIR/TOPI, the graph
-#: passes that group and rewrite a region), never the partitioner, frontend, runtime, API or
-#: tuner.
-BACKEND_MAY_IMPORT = frozenset({"errors", "_version", "progress", "ir", "plugin", "ops", "tir",
-                                "te", "topi", "passes"})
+#: contract and what code-generating backends share (IR, op registry, TE/TIR/TOPI, the
+#: default passes, the kernel package), never the partitioner, frontend, runtime, API or tuner.
+BACKEND_MAY_IMPORT = KERNEL_MAY_IMPORT | {"kernel"}
+
+#: Modules that only re-export a module that moved up a layer, so that its old import path
+#: keeps working: (old module, new module). They import nothing else.
+REEXPORTS = frozenset({
+    ("tessera.passes.fuse_ops", "tessera.kernel.fuse_ops"),
+    ("tessera.passes.alter_layout", "tessera.kernel.alter_layout"),
+    ("tessera.passes.grouped_pointwise", "tessera.kernel.grouped_pointwise"),
+    ("tessera.passes.conv_match", "tessera.kernel.conv_match"),
+})
 
 #: Plugins that build on another plugin name it as a dependency in their pyproject.toml.
 PLUGIN_DEPENDS = {"tessera_cudnn": {"tessera_cuda"}}
@@ -68,6 +82,8 @@ def may_import(src: str, dst: str) -> bool:
         return dst in BACKEND_MAY_IMPORT
     if dst in PLUGIN_PACKAGES:
         return False  # the core never imports a plugin package by name
+    if src == "kernel":
+        return dst in KERNEL_MAY_IMPORT
     if dst_backend:
         dst = "backends"
     return LAYER_OF[dst] < LAYER_OF[src]
@@ -80,7 +96,7 @@ ALLOWED: dict[tuple[str, str], str] = {
 
 #: Function-local imports of project modules (a cycle hidden inside a function, mostly): the
 #: count may only go down: 136 on main before the layering step (docs/architecture.md).
-LOCAL_IMPORT_CEILING = 107
+LOCAL_IMPORT_CEILING = 103
 
 
 @dataclass(frozen=True)
@@ -165,7 +181,8 @@ def all_imports(root: Path = ROOT) -> list[Import]:
 
 def violations(imports: list[Import]) -> list[Import]:
     return [i for i in imports
-            if not may_import(package_of(i.module), package_of(i.target))]
+            if not may_import(package_of(i.module), package_of(i.target))
+            and (i.module, i.target) not in REEXPORTS]
 
 
 def local_imports(imports: list[Import]) -> list[Import]:
@@ -205,6 +222,13 @@ def test_function_local_imports_only_go_down() -> None:
         f"{count} function-local imports of project modules, more than the ceiling "
         f"{LOCAL_IMPORT_CEILING}: import at module level (a cycle is a design bug, see "
         f"docs/architecture.md)")
+
+
+def test_reexports_only_reexport() -> None:
+    """Each module of REEXPORTS imports its new module and nothing else of the project."""
+    imports = all_imports()
+    for old, new in REEXPORTS:
+        assert {i.target for i in imports if i.module == old} == {new}, old
 
 
 def test_the_checker_sees_both_kinds_of_import(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ import math
 from typing import Any
 
 import pytest
+from optional import require
 
 import tessera
 from tessera.autotune import tasks_of_module
@@ -134,6 +135,7 @@ def _llvm_conv_task() -> tuple[Any, Any, Any, Any]:
     return mod, task, cr, mod.backends[cr.backend]
 
 
+@pytest.mark.slow
 def test_llvm_conv_features_follow_the_config() -> None:
     pytest.importorskip("tessera_llvm")
     mod, task, cr, backend = _llvm_conv_task()
@@ -244,8 +246,9 @@ def _trials_to_optimum(seed: int, featurize: Any, limit: int = 120) -> int:
     return limit + 1
 
 
+@pytest.mark.slow
 def test_loop_features_find_the_optimum_in_fewer_trials() -> None:
-    pytest.importorskip("xgboost")
+    require("xgboost")
     seeds = range(6)
     knobs_only = [_trials_to_optimum(s, None) for s in seeds]
     with_loops = [_trials_to_optimum(s, _toy_featurize) for s in seeds]
@@ -253,7 +256,7 @@ def test_loop_features_find_the_optimum_in_fewer_trials() -> None:
 
 
 def test_a_featurize_that_raises_leaves_the_knob_model() -> None:
-    pytest.importorskip("xgboost")
+    require("xgboost")
     from tessera.autotune.tuners import XGBTuner, config_key
 
     calls = []
@@ -274,10 +277,11 @@ def test_a_featurize_that_raises_leaves_the_knob_model() -> None:
     assert len(calls) == 1  # off for the rest of the run
 
 
+@pytest.mark.slow
 def test_configs_without_features_are_ranked_by_their_knobs() -> None:
     """A featurize that has no vector for some configs (they do not lower) and a wrong-length
     one for others: those get missing loop features; the search goes on with the rest."""
-    pytest.importorskip("xgboost")
+    require("xgboost")
     from tessera.autotune.tuners import XGBTuner
 
     def partial(configs: list[dict[str, Any]]) -> list[list[float] | None]:
@@ -303,12 +307,13 @@ def test_configs_without_features_are_ranked_by_their_knobs() -> None:
     assert any(v is None for v in cached.values()) and any(v is not None for v in cached.values())
 
 
+@pytest.mark.slow
 def test_tune_builds_the_featurizer_from_the_backend_hook() -> None:
     """The callback ``tune`` builds for a task lowers its configs through the llvm backend's
     ``tuning_features``; an xgb search with it on synthetic costs featurises a few dozen
     configs, not its whole pool."""
     pytest.importorskip("tessera_llvm")
-    pytest.importorskip("xgboost")
+    require("xgboost")
     from autotune.test_tasks import _two_identical_convs_and_a_matmul
 
     from tessera.autotune.tune import _featurizer

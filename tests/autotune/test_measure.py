@@ -18,6 +18,7 @@ from tessera.autotune.measure import (
 )
 
 
+@pytest.mark.slow
 def test_bad_candidates_cost_one_trial_each() -> None:
     with Measurer(MisbehavingBackend(), {"scale": 2.0}, None, None, timeout=3.0,
                   repeat=2) as m:
@@ -95,6 +96,7 @@ def test_cache_flush_runs_before_each_timed_run_outside_the_time() -> None:
     assert events == ["run"] * 7
 
 
+@pytest.mark.slow
 def test_measurer_passes_cache_flush_to_the_worker() -> None:
     region = {"scale": 2.0}
     with Measurer(MisbehavingBackend(), region, None, None, timeout=10.0, repeat=2) as warm, \

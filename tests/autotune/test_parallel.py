@@ -21,6 +21,7 @@ from tessera.cli.main import main as cli_main
 from tessera.errors import TesseraError
 
 
+@pytest.mark.slow
 def test_builds_overlap_and_measurements_run_alone(tmp_path: Path) -> None:
     log = tmp_path / "log.txt"
     region = {"log": str(log), "build_s": 0.6, "run_s": 0.01}
@@ -48,6 +49,7 @@ def test_builds_overlap_and_measurements_run_alone(tmp_path: Path) -> None:
                 assert e <= s2 or e2 <= s, (mode, other)
 
 
+@pytest.mark.slow
 def test_bad_candidates_in_a_parallel_batch_cost_one_trial_each() -> None:
     modes = ["ok", "crash", "hang", "wrong", "raise", "slow", "ok"]
     with Measurer(MisbehavingBackend(), {"scale": 2.0}, None, None, timeout=3.0, repeat=2,
@@ -77,6 +79,7 @@ def test_a_batch_stopped_early_leaves_the_workers_usable() -> None:
         Measurer(MisbehavingBackend(), {}, None, None, parallel=0)
 
 
+@pytest.mark.slow
 def test_tune_in_parallel_writes_the_same_records(tmp_path: Path) -> None:
     model, _ = _conv_model(tmp_path)
     serial, parallel = tmp_path / "serial.jsonl", tmp_path / "parallel.jsonl"
@@ -103,6 +106,7 @@ def test_tune_in_parallel_writes_the_same_records(tmp_path: Path) -> None:
         tune(str(model), target="llvm", output=parallel, parallel=0, progress=None)
 
 
+@pytest.mark.slow
 def test_cli_parallel(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     model, _ = _conv_model(tmp_path)
     out = tmp_path / "cli.jsonl"

@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +31,9 @@ from tessera.cli.main import main as cli_main
 from tessera.errors import TesseraError
 
 TESTS = Path(__file__).resolve().parents[1]
+# one worker runs the whole file under pytest-xdist (--dist loadgroup): one Ray cluster at a time
+# (the module's fixture), whose ports and processes would otherwise be started twice
+pytestmark = pytest.mark.xdist_group("ray")
 
 
 def test_ray_missing_says_how_to_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -86,11 +90,14 @@ def ray_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
            "PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS),
                                                        os.environ.get("PYTHONPATH")]))}
     log = tmp_path_factory.mktemp("ray") / "ray-start.log"
+    # Ray's session folder holds AF_UNIX sockets, whose paths may not pass 107 bytes: a short
+    # folder of its own, not under the basetemp (longer under pytest-xdist: popen-gw0/...)
+    ray_tmp = tempfile.mkdtemp(prefix="tessera-ray-")
     with open(log, "w") as out:
         head = subprocess.Popen(
             [ray_cli, "start", "--head", "--block", f"--port={port}", "--num-cpus=2",
              f"--object-store-memory={100 * 1024 ** 2}", "--include-dashboard=false",
-             "--disable-usage-stats", f"--temp-dir={log.parent / 't'}"],
+             "--disable-usage-stats", f"--temp-dir={ray_tmp}"],
             env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     with pytest.MonkeyPatch.context() as mp:
         for k, v in auth.items():
@@ -117,8 +124,10 @@ def ray_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             except subprocess.TimeoutExpired:
                 os.killpg(head.pid, signal.SIGKILL)
                 head.wait(10)
+            shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
+@pytest.mark.slow
 def test_cli_tune_on_ray_writes_the_records_of_a_local_run(
         ray_address: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import ray
@@ -151,6 +160,7 @@ def test_cli_tune_on_ray_writes_the_records_of_a_local_run(
     assert len(configs) == 5 == len(set(configs))
 
 
+@pytest.mark.slow
 def test_bad_candidates_on_a_ray_worker_cost_one_trial_each(ray_address: str) -> None:
     import ray
 
@@ -182,6 +192,7 @@ def test_bad_candidates_on_a_ray_worker_cost_one_trial_each(ray_address: str) ->
         pool.close()
 
 
+@pytest.mark.slow
 def test_interrupted_ray_run_keeps_its_records(ray_address: str, tmp_path: Path) -> None:
     import onnx
     import ray

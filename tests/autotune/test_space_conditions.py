@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from optional import needs
+from tiers import SLOW
 
 from tessera.autotune.knobspace import KnobSpace
 from tessera.autotune.records import TuningRecord, append_records, load_records
@@ -144,7 +146,9 @@ def cond_tuner(name: str, seed: int, **kw: Any) -> Any:
     return make_tuner(name, COND_KNOBS, seed, when=COND_WHEN, default=COND_DEFAULT, **kw)
 
 
-@pytest.mark.parametrize("name", ["gridsearch", "random", "ga", "xgb"])
+@pytest.mark.parametrize("name", ["gridsearch", pytest.param("random", marks=SLOW),
+                                  pytest.param("ga", marks=SLOW),
+                                  pytest.param("xgb", marks=[SLOW, needs("xgboost")])])
 def test_tuners_propose_each_canonical_config_once(name: str) -> None:
     tuner = cond_tuner(name, seed=3)
     space = KnobSpace(COND_KNOBS, COND_WHEN, COND_DEFAULT)
@@ -175,6 +179,7 @@ def test_grid_and_random_exhaust_exactly_the_canonical_configs() -> None:
         assert len(got) == len(set(got)) == 40 and set(got) == brute_force(space)
 
 
+@needs("xgboost")
 def test_inactive_knobs_are_missing_values_for_xgboost() -> None:
     tuner = cond_tuner("xgb", 0)
     b = tuner._features(OPTIMUM)
@@ -200,6 +205,8 @@ def trials_to_optimum(name: str, seed: int) -> int:
     raise AssertionError(f"{name} exhausted the space without the optimum")
 
 
+@pytest.mark.slow
+@needs("xgboost")
 def test_xgboost_finds_a_conditional_optimum_before_random() -> None:
     xgb = [trials_to_optimum("xgb", s) for s in range(4)]
     rnd = [trials_to_optimum("random", s) for s in range(4)]
@@ -309,6 +316,7 @@ def test_reports_without_conditions_still_load() -> None:
     assert task.when == {"b": {"a": [2]}} and task.space_size == 4
 
 
+@pytest.mark.slow
 def test_tune_measures_no_kernel_twice(tmp_path: Path) -> None:
     """A Winograd-eligible convolution: its records are canonical and distinct, and a config
     the file holds under another name (an inactive knob changed) is not measured again."""

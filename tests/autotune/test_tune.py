@@ -12,6 +12,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from optional import needs
 
 import tessera
 from tessera.autotune.records import load_records
@@ -65,6 +66,7 @@ def _conv_model(tmp_path: Path) -> tuple[Path, dict[str, np.ndarray]]:
     return path, {"x": rng.standard_normal((1, 8, 12, 12)).astype(np.float32)}
 
 
+@pytest.mark.slow
 def test_tune_records_resume_and_apply(tmp_path: Path) -> None:
     model, inputs = _conv_model(tmp_path)
     out = tmp_path / "records.jsonl"
@@ -92,6 +94,7 @@ def test_tune_records_resume_and_apply(tmp_path: Path) -> None:
     np.testing.assert_allclose(mod.run(**inputs)["y"], want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_early_stopping_and_interruption(tmp_path: Path) -> None:
     model, _ = _conv_model(tmp_path)
     out = tmp_path / "r.jsonl"
@@ -112,6 +115,7 @@ def test_early_stopping_and_interruption(tmp_path: Path) -> None:
     assert len(list(load_records(out))) == before + result.trials
 
 
+@pytest.mark.slow
 def test_cli_tune(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     model, _ = _conv_model(tmp_path)
     assert cli_main(["tune", str(model), "--target", "llvm", "--tasks", "list"]) == 0
@@ -187,6 +191,8 @@ def trials_to_optimum(name: str, seed: int, prior: dict | None = None) -> int:
     raise AssertionError(f"{name} exhausted the space without the optimum")
 
 
+@pytest.mark.slow
+@needs("xgboost")
 def test_xgboost_finds_the_optimum_in_fewer_trials_than_random() -> None:
     seeds = range(5)
     xgb = [trials_to_optimum("xgb", s) for s in seeds]
@@ -196,6 +202,8 @@ def test_xgboost_finds_the_optimum_in_fewer_trials_than_random() -> None:
     assert sum(ga) < sum(rnd), (ga, rnd)
 
 
+@pytest.mark.slow
+@needs("xgboost")
 def test_xgboost_learns_from_records_of_other_workloads() -> None:
     """Transfer learning: measurements of a related workload (the same landscape at another
     scale) let the model start where the optimum is."""
@@ -210,6 +218,8 @@ def test_xgboost_learns_from_records_of_other_workloads() -> None:
     assert warm < cold, (warm, cold)
 
 
+@pytest.mark.slow
+@needs("xgboost")
 def test_tune_with_xgb_and_ga(tmp_path: Path) -> None:
     model, _ = _conv_model(tmp_path)
     for name in ("xgb", "ga"):
@@ -219,6 +229,7 @@ def test_tune_with_xgb_and_ga(tmp_path: Path) -> None:
         assert result.trials == 3 and len(list(load_records(out))) == 3
 
 
+@pytest.mark.slow
 def test_time_budget_measures_every_default_then_the_heaviest(tmp_path: Path) -> None:
     from autotune.test_tasks import _two_identical_convs_and_a_matmul
 

@@ -23,6 +23,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from tiers import SLOW
 
 from tessera.cli.compile import compile_kwargs
 from tessera.cli.examples import EXAMPLES
@@ -251,13 +252,24 @@ def test_examples_are_found() -> None:
     assert any("--freeze-input" in e.argv and "-o" in e.argv for e in readme)
 
 
+@pytest.mark.slow
 def test_help_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                            capsys: pytest.CaptureFixture[str]) -> None:
     run_examples(help_examples(), tmp_path, monkeypatch, capsys)
     assert (tmp_path / "out" / "model.tar").is_file() and (tmp_path / "tuning.jsonl").is_file()
 
 
-@pytest.mark.parametrize("where, examples", DOC_BLOCKS, ids=[w for w, _ in DOC_BLOCKS])
+def _doc_block_params() -> list:
+    """The blocks as test parameters: those that compile or tune more than once (one to three
+    seconds each) are slow, the others run in the fast tier."""
+    heavy = ("compile", "tune", "quantize")
+    return [pytest.param(where, examples, id=where,
+                         marks=SLOW if sum(bool(e.argv) and e.argv[0] in heavy
+                                           for e in examples) > 1 else ())
+            for where, examples in DOC_BLOCKS]
+
+
+@pytest.mark.parametrize("where, examples", _doc_block_params())
 def test_doc_examples_run(where: str, examples: list[Example], tmp_path: Path,
                           monkeypatch: pytest.MonkeyPatch,
                           capsys: pytest.CaptureFixture[str]) -> None:

@@ -406,6 +406,7 @@ def _tessera_command() -> list[str]:
     return [str(script)] if script.is_file() else [sys.executable, "-m", "tessera.cli.main"]
 
 
+@pytest.mark.slow
 def test_subprocess_on_demo_model(tmp_path: Path) -> None:
     tessera = _tessera_command()
 

@@ -66,8 +66,21 @@ def test_short_reason() -> None:
     assert len(short_reason("word " * 30)) <= 60
 
 
+@pytest.fixture
+def idle_llvm_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The llvm kernel pool's status as on an idle machine (no load cap, no straggler
+    sit-outs): both depend on the machine's load (another pytest-xdist worker) and on the
+    tests that ran before in this process, and they lengthen the "host threads" line."""
+    try:
+        from tessera_llvm import parallel
+    except ImportError:
+        return
+    monkeypatch.setattr(parallel, "load_cap", lambda: 0)
+    monkeypatch.setattr(parallel, "sit_outs", lambda: 0)
+
+
 def test_verbose_listing_wraps_and_names_each_composite_once(
-        capsys: pytest.CaptureFixture[str]) -> None:
+        idle_llvm_pool: None, capsys: pytest.CaptureFixture[str]) -> None:
     from tessera.plugin import get_registry
     from tessera.plugin.target import TargetKind
 
@@ -88,6 +101,19 @@ def test_verbose_listing_wraps_and_names_each_composite_once(
         names = " ".join(listed.split()).split(", ")
         assert int(count) == len(names) == len(set(names)) == len(composites), block
         assert set(names) == composites
+
+
+def test_host_threads_line_wraps_under_load(monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    parallel = pytest.importorskip("tessera_llvm.parallel")
+    monkeypatch.setattr(parallel, "load_cap", lambda: 1)
+    monkeypatch.setattr(parallel, "sit_outs", lambda: 12)
+    assert main(["plugins", "-v"]) == 0
+    out = capsys.readouterr().out
+    assert "12 straggler sit-outs so far" in " ".join(out.split())
+    table = set(_table(out))
+    long = [line for line in out.splitlines() if line not in table and len(line) > WIDTH]
+    assert not long, long
 
 
 def test_plugins_say_what_to_install_where_nvidia_libraries_are_missing(

@@ -10,6 +10,7 @@ from types import ModuleType
 import numpy as np
 import onnx
 import pytest
+from optional import require
 
 import tessera
 from tessera.plugin import get_registry
@@ -40,7 +41,7 @@ def test_split() -> tuple[np.ndarray, np.ndarray]:
 
 @pytest.fixture(scope="module")
 def onnxruntime_logits(test_split: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-    ort = pytest.importorskip("onnxruntime")
+    ort = require("onnxruntime")
     session = ort.InferenceSession(str(MODEL), providers=["CPUExecutionProvider"])
     return session.run(["logits"], {"image": test_split[0]})[0]
 
@@ -85,6 +86,7 @@ def test_demo_script(capsys: pytest.CaptureFixture[str], test_split: tuple[np.nd
     assert "latency (batch 1" in out and "Conv" in out
 
 
+@pytest.mark.slow
 def test_demo_int8_on_vta(capsys: pytest.CaptureFixture[str]) -> None:
     if "vta_sim" not in get_registry().backends:
         pytest.skip("the tessera-vta plugin is not installed")

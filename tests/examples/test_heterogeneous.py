@@ -11,9 +11,9 @@ from types import ModuleType
 
 import numpy as np
 import pytest
-from cudnn.conftest import needs_gpu, needs_libs
 
 import tessera
+from plugins.cudnn.tests.conftest import needs_gpu, needs_libs
 
 HERE = Path(__file__).resolve().parents[2] / "examples" / "heterogeneous"
 pytestmark = needs_libs
@@ -51,7 +51,7 @@ def test_every_device_and_library_gets_its_part(compiled) -> None:  # noqa: ANN0
 
 
 def test_the_library_plans_compute_the_reference(compiled) -> None:  # noqa: ANN001
-    from cudnn.emulate import run_module
+    from plugins.cudnn.tests.emulate import run_module
 
     model, mod = compiled
     x = load("model").inputs()

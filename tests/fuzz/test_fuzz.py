@@ -35,6 +35,7 @@ def _targets() -> list[str]:
     return targets
 
 
+@pytest.mark.slow
 def test_fuzz_bounded() -> None:
     report = run_fuzz(CASES, seed=SEED, targets=_targets(), timeout=60.0)
     print("\n" + report.summary())
@@ -94,7 +95,8 @@ def _allocate(mutant: Mutant, target: str, index: int) -> tuple[str, str]:
     return "ok", "allocated 8 GiB"
 
 
-@pytest.mark.parametrize("handler,outcome", [(_crash, "crash"), (_hang, "timeout"),
+@pytest.mark.parametrize("handler,outcome", [(_crash, "crash"),
+                                             pytest.param(_hang, "timeout", marks=pytest.mark.slow),
                                              (_allocate, "memory")])
 def test_worker_survives_crashes_hangs_and_huge_allocations(handler, outcome) -> None:
     worker = runner._Worker(memory_limit=1 << 30, quiet=True, handler=handler)

@@ -6,10 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import onnxruntime as ort
+from optional import require
 
 import tessera
 from tessera.testing.light_models import LightModel, load_light_model
+
+ort = require("onnxruntime")
 
 #: Tolerances against onnxruntime (observed max abs errors: 1e-6 on the probabilities and 1e-5
 #: on DenseNet's logits).

@@ -12,11 +12,12 @@ import pytest
 from models.support import assert_outputs_match
 from models.support import run_onnxruntime as onnxruntime_outputs
 from onnx import numpy_helper
+from optional import require
 
 import tessera
 from tessera.testing.bert import BertConfig, bert_inputs, main, make_bert_encoder
 
-ort = pytest.importorskip("onnxruntime")
+ort = require("onnxruntime")
 
 RTOL = 1e-4
 ATOL = 1e-5

@@ -8,12 +8,13 @@ import numpy as np
 import pytest
 from models.support import assert_outputs_match
 from models.support import run_onnxruntime as onnxruntime_outputs
+from optional import require
 
 import tessera
 from tessera.plugin.manager import get_backends
 from tessera.testing.bert import BertConfig, bert_inputs, make_bert_encoder
 
-ort = pytest.importorskip("onnxruntime")
+ort = require("onnxruntime")
 pytestmark = pytest.mark.skipif("llvm" not in get_backends(),
                                 reason="the tessera-llvm plugin is not installed")
 
@@ -23,10 +24,11 @@ ATOL = 1e-5
 
 SMALL = BertConfig(vocab=1000, hidden=64, heads=4, intermediate=256, layers=2, seq_len=16)
 CONFIGS = [
-    pytest.param(BertConfig(layers=2), id="base2-decomposed"),
-    pytest.param(BertConfig(layers=2, layer_norm="op"), id="base2-op"),
-    pytest.param(BertConfig(**{**SMALL.__dict__, "layer_norm": "op"}), id="small-op"),
-    pytest.param(SMALL, id="small-decomposed"),
+    pytest.param(BertConfig(layers=2), id="base2-decomposed", marks=pytest.mark.slow),
+    pytest.param(BertConfig(layers=2, layer_norm="op"), id="base2-op", marks=pytest.mark.slow),
+    pytest.param(BertConfig(**{**SMALL.__dict__, "layer_norm": "op"}), id="small-op",
+                 marks=pytest.mark.slow),
+    pytest.param(SMALL, id="small-decomposed", marks=pytest.mark.slow),
 ]
 
 
@@ -56,6 +58,7 @@ def test_llvm_matches_onnxruntime(config: BertConfig) -> None:
                          rtol=RTOL, atol=ATOL)
 
 
+@pytest.mark.slow
 def test_padding_mask_changes_the_output() -> None:
     """The additive attention mask reaches the llvm kernels (masked tokens matter)."""
     model = make_bert_encoder(SMALL)

@@ -9,11 +9,15 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 from models.support import ATOL, Compiled, assert_outputs_match, compile_light
+from tiers import slow_except
 
 from tessera.testing.light_models import LIGHT_MODELS, load_light_model
 
 
-@pytest.fixture(scope="module", params=LIGHT_MODELS)
+# the fast tier runs the four lightest on ref (under 0.5 s each); VGG-19, ZFNet, AlexNet, ...
+# take 1 to 8 s
+@pytest.fixture(scope="module", params=slow_except(LIGHT_MODELS, fast={
+    "light_squeezenet", "light_shufflenet", "light_inception_v1", "light_inception_v2"}))
 def compiled(request: pytest.FixtureRequest) -> Iterator[Compiled]:
     yield compile_light(request.param, "ref")
 

@@ -12,10 +12,13 @@ from models.support import Compiled, assert_outputs_match, compile_light
 from tessera.plugin.manager import get_backends
 from tessera.testing.light_models import LIGHT_MODELS
 
-pytestmark = pytest.mark.skipif("llvm" not in get_backends(),
-                                reason="the tessera-llvm plugin is not installed")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif("llvm" not in get_backends(),
+                                 reason="the tessera-llvm plugin is not installed")]
 
 
+# slow: 3 to 20 s per model (tests/runtime/test_artifact_storage.py compiles a small
+# SqueezeNet-like model for llvm in the fast tier)
 @pytest.fixture(scope="module", params=LIGHT_MODELS)
 def compiled(request: pytest.FixtureRequest) -> Iterator[Compiled]:
     yield compile_light(request.param, "llvm")

@@ -9,11 +9,12 @@ import collections
 import numpy as np
 import pytest
 from models.support import run_onnxruntime
+from optional import require
 
 import tessera
 from tessera.testing.mobilenet import BLOCKS, make_mobilenet, mobilenet_inputs
 
-pytest.importorskip("onnxruntime")
+require("onnxruntime")
 
 
 def test_structure_and_determinism() -> None:
@@ -29,6 +30,7 @@ def test_structure_and_determinism() -> None:
         make_mobilenet(resolution=16)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("batch,resolution,width", [(1, 64, 0.25), (3, 32, 0.5)])
 def test_llvm_matches_onnxruntime(batch: int, resolution: int, width: float) -> None:
     model = make_mobilenet(batch=batch, resolution=resolution, width=width, classes=100)

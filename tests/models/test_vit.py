@@ -7,12 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from models.support import run_onnxruntime
+from optional import require
 
 import tessera
 from tessera.plugin.manager import get_backends
 from tessera.testing.vit import ViTConfig, make_vit, vit_inputs
 
-pytest.importorskip("onnxruntime")
+require("onnxruntime")
 
 SMALL = ViTConfig(image=32, patch=8, hidden=64, heads=4, intermediate=128, layers=2, batch=2)
 
@@ -29,7 +30,7 @@ def test_model_shape_and_determinism():
     assert "Add_mask" not in " ".join(n.name for n in model.graph.node)  # no attention mask
 
 
-@pytest.mark.parametrize("target", ["ref", "llvm"])
+@pytest.mark.parametrize("target", ["ref", pytest.param("llvm", marks=pytest.mark.slow)])
 def test_matches_onnxruntime(target):
     if target not in get_backends():
         pytest.skip(f"backend {target} not installed")

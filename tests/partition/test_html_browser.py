@@ -47,6 +47,7 @@ def _body(dom: str) -> str:
     return match.group(0)
 
 
+@pytest.mark.slow
 def test_page_renders_in_chromium(tmp_path: Path) -> None:
     result = two_devices()
     page = tmp_path / "two.html"

@@ -378,8 +378,10 @@ LIGHT_CASES = [
 ]
 
 
-@pytest.mark.parametrize("name, pick, most", LIGHT_CASES,
-                         ids=[f"{c[0]}-{c[1].__name__}" for c in LIGHT_CASES])
+@pytest.mark.parametrize("name, pick, most", [
+    pytest.param(*c, id=f"{c[0]}-{c[1].__name__}",
+                 marks=pytest.mark.slow if c[0] in ("light_resnet50", "light_densenet121") else ())
+    for c in LIGHT_CASES])
 def test_light_models(name: str, pick, most: int) -> None:
     fn, inputs = light(name)
     new = converted(fn, pick, inputs)

@@ -2,14 +2,16 @@
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from optional import require
 
 from tessera.backends.reference.interpreter import evaluate_function
 from tessera.frontend.onnx import import_onnx
 from tessera.ir.verifier import verify
 from tessera.passes import PassManager
+
+ort = require("onnxruntime")
 
 
 def init(name, array):

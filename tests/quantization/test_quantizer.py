@@ -10,6 +10,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from optional import require
 
 import tessera
 from tessera.cli.main import main
@@ -75,7 +76,7 @@ def test_calibration_records_max_abs_per_tensor(rng):
     model = float_cnn(rng)
     x = rng.standard_normal((10, 3, 8, 8)).astype(np.float32)
     maxima = calibrate(model, ["r1", "f", "y"], {"x": x}, batch_size=4)  # 3 batches
-    import onnxruntime as ort
+    ort = require("onnxruntime")
 
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
@@ -176,7 +177,7 @@ def test_quantize_writes_power_of_two_qdq(rng):
 
 
 def test_quantized_model_matches_onnxruntime(rng):
-    import onnxruntime as ort
+    ort = require("onnxruntime")
 
     model = float_cnn(rng)
     q = tessera.quantize(model, rng.standard_normal((16, 3, 8, 8)).astype(np.float32))
@@ -237,6 +238,7 @@ def test_digits_demo_keeps_its_accuracy_on_vta():
 
 @pytest.mark.parametrize("activation", ["QUInt8", "QInt8"])
 def test_onnxruntime_qdq_models_import_and_run(activation, rng, tmp_path):
+    require("onnxruntime")
     from onnxruntime.quantization import (
         CalibrationDataReader,
         QuantFormat,
@@ -263,7 +265,7 @@ def test_onnxruntime_qdq_models_import_and_run(activation, rng, tmp_path):
     mod = tessera.compile(out, target=target, input_shapes={"image": list(test.shape)})
     # arbitrary (not power-of-two) scales, and uint8 activations: VTA claims nothing
     assert {r.backend for r in mod.partition_report().regions} == {"ref"}
-    import onnxruntime as ort
+    ort = require("onnxruntime")
 
     # The QDQ model as ONNX defines it (DequantizeLinear -> float op -> QuantizeLinear), which
     # Tessera matches: onnxruntime with basic optimizations runs it so. Its full optimizations

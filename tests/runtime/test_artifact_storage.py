@@ -136,6 +136,7 @@ def weight_bytes_names(model: onnx.ModelProto) -> list[str]:
 
 
 @needs_llvm
+@pytest.mark.slow
 def test_a_loaded_module_holds_no_graph_copy_and_exports_again(squeeze, tmp_path: Path) -> None:
     model, inputs = squeeze
     path = tessera.compile(model, target="llvm").export(tmp_path / "model.tar")

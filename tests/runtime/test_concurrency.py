@@ -32,7 +32,8 @@ THREADS = 4
 
 def _targets() -> list[Any]:
     installed = get_backends()
-    return [t if t in installed else
+    # llvm is slow: compiling SqueezeNet for it takes a few seconds
+    return [pytest.param(t, marks=pytest.mark.slow if t == "llvm" else ()) if t in installed else
             pytest.param(t, marks=pytest.mark.skip(reason=f"backend {t} not installed"))
             for t in ("ref", "llvm")]
 
@@ -78,6 +79,7 @@ def test_threads_calling_one_module_get_the_single_threaded_results(squeezenet):
     assert mod.states.created >= 2  # the pool grew: calls did not queue behind one state
 
 
+@pytest.mark.slow
 def test_concurrent_calls_beside_a_busy_neighbour(squeezenet):
     """The same with a CPU-bound neighbour process on the machine: the llvm pool's threads are
     descheduled in turn, its workers sit out and its thread cap moves, and every result still

@@ -73,6 +73,7 @@ def _alive(pid: int) -> bool:
 # -- the whole script without a GPU --------------------------------------------------------------
 @pytest.mark.skipif(_gpu_missing() is None, reason="this machine has a GPU: the full check "
                                                    "takes minutes (run scripts/gpu-check.sh)")
+@pytest.mark.slow
 def test_without_a_gpu_it_says_so_skips_the_gpu_steps_and_exits_0(tmp_path: Path) -> None:
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out)], cwd=tmp_path,
@@ -85,8 +86,8 @@ def test_without_a_gpu_it_says_so_skips_the_gpu_steps_and_exits_0(tmp_path: Path
     assert rows["versions"][0] == "pass" and "NVRTC" in rows["versions"][1]
     assert rows["smoke"][0] == "pass" and "cuda -arch=sm_90" in rows["smoke"][1]
     assert "cubin" in rows["smoke"][1]
-    tests = [name for name in rows if name.startswith("tests/")]
-    assert "tests/cuda/test_gpu.py" in tests and "tests/cudnn/test_models.py" in tests
+    tests = [name for name in rows if name.endswith(".py")]  # the pytest steps
+    assert {"plugins/cuda/tests/test_gpu.py", "plugins/cudnn/tests/test_models.py"} <= set(tests)
     for name in GPU_ROWS + tests:
         assert rows[name] == ("skip", "no GPU"), (name, rows.get(name))
     assert (out / "versions.log").exists() and (out / "smoke.log").exists()
@@ -98,9 +99,9 @@ def test_only_keeps_the_versions_step_and_refuses_unknown_names(tmp_path: Path) 
     args = gc.parse_args(["--only", "race,bench", "--out", str(tmp_path)])
     names = [s.name for s in gc.build_plan(args, tmp_path)]
     assert names == ["versions", "race", "bench-cuda", "bench-libs"]
-    args = gc.parse_args(["--only", "tests/cuda/test_gpu.py"])
+    args = gc.parse_args(["--only", "plugins/cuda/tests/test_gpu.py"])
     assert [s.name for s in gc.build_plan(args, tmp_path)] == ["versions",
-                                                               "tests/cuda/test_gpu.py"]
+                                                               "plugins/cuda/tests/test_gpu.py"]
     with pytest.raises(SystemExit, match="unknown step"):
         gc.build_plan(gc.parse_args(["--only", "smoke,nope"]), tmp_path)
 
@@ -116,6 +117,7 @@ def test_the_output_folder_inside_the_repository_ignores_itself(
 
 
 # -- time limits ---------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_a_step_past_its_limit_is_killed_with_its_children(tmp_path: Path) -> None:
     pidfile = tmp_path / "child.pid"
     code = textwrap.dedent(f"""
@@ -138,6 +140,7 @@ def test_a_step_past_its_limit_is_killed_with_its_children(tmp_path: Path) -> No
     assert not _alive(pid), "the step's child outlived the time-out"
 
 
+@pytest.mark.slow
 def test_after_a_timeout_the_next_step_runs_and_the_exit_status_is_1(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, str(SCRIPT), "--self-test-timeout", "--out",
                            str(tmp_path)], capture_output=True, text=True, timeout=60)
@@ -244,9 +247,9 @@ def test_pytest_counts_come_from_a_real_run(tmp_path: Path) -> None:
 
 
 def test_pytest_counts_of_a_killed_run() -> None:
-    text = ("tests/cuda/test_gpu.py::test_a PASSED [ 10%]\n"
-            "tests/cuda/test_gpu.py::test_b[x] FAILED [ 20%]\n"
-            "tests/cuda/test_gpu.py::test_c SKIPPED (no) [ 30%]\n")
+    text = ("plugins/cuda/tests/test_gpu.py::test_a PASSED [ 10%]\n"
+            "plugins/cuda/tests/test_gpu.py::test_b[x] FAILED [ 20%]\n"
+            "plugins/cuda/tests/test_gpu.py::test_c SKIPPED (no) [ 30%]\n")
     assert gc.parse_pytest(text, -15) == (
         "FAIL", ["1 passed, 1 failed, 1 skipped reported so far"])
     assert gc.parse_pytest("collected 3 items / 3 deselected", 5)[0] == "skip"

@@ -1,7 +1,8 @@
 """What ./run-demo.sh and ./run-tests.sh install (scripts/setup-env.sh, scripts/install_set.py):
 the demo none of the NVIDIA library wheels, the tests all of them (the GPU plugins' ``libs``
 extra), constraints.txt a pin for every package either asks for; pip's progress as one line per
-package; a ``-q`` or ``-v`` of the user's replaces run-tests.sh's ``-q``.
+package; run-tests.sh runs every tier in parallel (``-n auto --dist loadgroup --all-tiers``), and
+a ``-q`` or ``-v`` of the user's replaces its ``-q``.
 
 The scripts run for real with a stand-in for the environment's Python (a shell script that
 records what it is asked and answers as pip and pytest would), so no package is installed."""
@@ -72,7 +73,7 @@ def test_the_tests_install_every_nvidia_library() -> None:
     assert set(extras.split(",")) == {"test", "libs"}
     tests = install_set.requirements(extras)
     assert NVIDIA_LIBS <= tests
-    assert {"pytest", "onnxruntime", "ruff"} <= tests
+    assert {"pytest", "pytest-xdist", "onnxruntime", "ruff"} <= tests
     # scripts/test-latest.sh checks the same set on the newest releases
     assert _script_extras("scripts/test-latest.sh") == extras
 
@@ -202,5 +203,6 @@ def test_run_tests_adds_q_unless_the_user_sets_verbosity(fake_venv: Path, args: 
     assert done.returncode == 0, done.stderr
     pip, pytest_call = _calls(fake_venv)
     assert "-e plugins/cuda[test,libs] -e plugins/cudnn[test,libs]" in pip
-    expected = ["-m", "pytest", *(["-q"] if quiet else []), *args]
+    expected = ["-m", "pytest", "-n", "auto", "--dist", "loadgroup", "--all-tiers",
+                *(["-q"] if quiet else []), *args]
     assert pytest_call.split() == expected

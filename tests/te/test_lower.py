@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from tiers import SLOW
 
 from tessera import te, tir
 from tessera.tir import expr as E
@@ -454,7 +455,13 @@ CONV_SHAPES = [
 ]
 
 
-@pytest.mark.parametrize("shape", CONV_SHAPES)
+def _conv_shapes(shapes: list[dict[str, int]]) -> list:
+    """The shapes as parameters: the first (1 to 4 s per test) is slow."""
+    return [pytest.param(s, id=f"shape{i}", marks=SLOW if i == 0 else ())
+            for i, s in enumerate(shapes)]
+
+
+@pytest.mark.parametrize("shape", _conv_shapes(CONV_SHAPES))
 @pytest.mark.parametrize("reg_n", [4, 5])
 def test_conv_nchwc_register_blocking(shape: dict[str, int], reg_n: int) -> None:
     """The NCHWc schedule: padding materialised at root (fused, parallel, vectorized), the
@@ -490,6 +497,7 @@ def test_conv_nchwc_register_blocking(shape: dict[str, int], reg_n: int) -> None
     run_conv(g, f)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", CONV_SHAPES[:2])
 def test_conv_cache_write_with_inlined_padding(shape: dict[str, int]) -> None:
     """Padding inlined into the convolution; the output is the convolution itself, its tile
@@ -579,6 +587,7 @@ def test_bind_and_pragma() -> None:
     np.testing.assert_allclose(b, a * 2)
 
 
+@pytest.mark.slow
 def test_gpu_style_gemm_nested_caches() -> None:
     """Shared and local read caches attached inside a local write cache, itself attached at
     the thread loops of the output. The shared caches hold the whole block's tile (relaxed

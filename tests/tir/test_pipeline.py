@@ -66,7 +66,8 @@ def _conv_reference(d: np.ndarray, w: np.ndarray) -> np.ndarray:
     return out
 
 
-@pytest.mark.parametrize("shape", [(3, 6, 18, 8, 3, 3), (2, 5, 10, 8, 3, 3),
+@pytest.mark.parametrize("shape", [pytest.param((3, 6, 18, 8, 3, 3), marks=pytest.mark.slow),
+                                   pytest.param((2, 5, 10, 8, 3, 3), marks=pytest.mark.slow),
                                    (1, 3, 16, 4, 1, 1)])
 def test_conv_micro_kernel_divisible(shape: tuple, same) -> None:
     f = _conv(*shape)
@@ -95,7 +96,8 @@ def test_conv_micro_kernel_divisible(shape: tuple, same) -> None:
                                atol=1e-4)
 
 
-@pytest.mark.parametrize("shape", [(2, 5, 11, 6, 3, 3), (1, 4, 4, 3, 2, 2)])
+@pytest.mark.parametrize("shape", [pytest.param((2, 5, 11, 6, 3, 3), marks=pytest.mark.slow),
+                                   (1, 4, 4, 3, 2, 2)])
 def test_conv_micro_kernel_ragged(shape: tuple, same) -> None:
     f = _conv(*shape)
     g = lower_pipeline(f)

@@ -6,6 +6,7 @@ skipped (they are counted)."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from topi.te_eval import evaluate
 
 from tessera.errors import ModelImportError, TesseraError
@@ -38,6 +39,7 @@ def _engine(model, inputs: dict[str, np.ndarray], target: str,
     return evaluate(group.outputs, feed)  # type: ignore[return-value]
 
 
+@pytest.mark.slow
 def test_onnx_node_cases() -> None:
     passed, skipped, failures = 0, 0, []
     for case in all_tensor_cases():

@@ -97,7 +97,9 @@ def backend_details(name: str, backend: Any) -> list[str]:
     except Exception as e:  # noqa: BLE001 - a listing never fails
         threads = f"host_threads() raised {type(e).__name__}: {e}"
     if threads:
-        lines.append(f"  host threads: {threads}")
+        lines.append(textwrap.fill(f"host threads: {threads}", WIDTH, initial_indent="  ",
+                                   subsequent_indent="    ", break_long_words=False,
+                                   break_on_hyphens=False))
     if backend.options:
         lines.append("  options:")
         lines += [textwrap.fill(f"-{k}: {d}", WIDTH, initial_indent="    ",

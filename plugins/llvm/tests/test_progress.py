@@ -1,0 +1,43 @@
+"""The llvm backend reports its progress within a region (``CompileOptions.progress``): each
+fused group lowered, each function's IR generated, then LLVM's optimisation and emission."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from backend_cases.support import conv_block_model
+
+from tessera.api import partition_model
+from tessera.partition.partitioner import REGION_OP
+from tessera.plugin.backend import CompileOptions
+from tessera.plugin.manager import get_backend
+from tessera.plugin.target import TargetKind
+from tessera.progress import Progress, ProgressEvent
+from tessera_llvm.build import IR_PHASE, LLVM_PHASE
+from tessera_llvm.lowering import LOWER_PHASE
+
+
+def test_llvm_reports_groups_functions_and_llvm_steps() -> None:
+    model, _ = conv_block_model()
+    graph = partition_model(model, target="llvm").graph
+    region = next(n.body for n in graph.nodes if n.op == REGION_OP and n.body is not None)
+    events: list[ProgressEvent] = []
+    compiled = get_backend("llvm").compile(region, TargetKind("llvm"),
+                                           CompileOptions(progress=Progress(events.append)))
+    kernels = len(compiled.kernels)
+    assert [e.phase for e in events] == [LOWER_PHASE] * (kernels + 1) + \
+        [IR_PHASE] * (kernels + 1) + [LLVM_PHASE] * 3
+    lowering = [e for e in events if e.phase == LOWER_PHASE]
+    assert [(e.done, e.total) for e in lowering] == [(i, kernels) for i in range(kernels + 1)]
+    assert any("Conv" in e.detail for e in lowering)  # the group under way, with its ops
+    assert [(e.done, e.detail.split()[0] if e.detail else "") for e in events[-3:]] == \
+        [(0, "optimizing"), (1, "emitting"), (2, "")]
+
+
+def test_llvm_compiles_without_a_listener(capsys: pytest.CaptureFixture[str]) -> None:
+    import tessera
+
+    model, inputs = conv_block_model()
+    module = tessera.compile(model, target="llvm")
+    assert np.isfinite(module.run(**inputs)["y"]).all()
+    assert capsys.readouterr().err == ""
