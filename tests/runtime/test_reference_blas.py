@@ -112,3 +112,19 @@ def test_environment(monkeypatch, two_blas_threads):
     assert blas.configured_threads() == 2
     monkeypatch.setenv("TESSERA_REF_BLAS_THREADS", "junk")
     assert blas.configured_threads() == 1
+
+
+def test_without_threadpoolctl_the_kernels_still_run(monkeypatch):
+    """An environment installed with --no-deps (a lent GPU machine's) may lack threadpoolctl:
+    the reference kernels then run with numpy's own BLAS setting, after one warning."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "threadpoolctl", None)  # import raises ImportError
+    monkeypatch.setenv(blas.ENV_VAR, "1")
+    limit = blas.BlasLimit()
+    with pytest.warns(RuntimeWarning, match="threadpoolctl is not installed"):
+        with limit:
+            pass
+    with limit:  # warned once: the missing module is remembered
+        pass
+    assert "threadpoolctl is not installed" in limit.describe()

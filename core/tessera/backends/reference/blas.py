@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import threading
+import warnings
 from types import TracebackType
 from typing import Any
 
@@ -46,11 +47,9 @@ class BlasLimit:
             self._inside += 1
             if self._inside == 1:
                 n = configured_threads()
-                if n:
-                    if self._controller is None:
-                        from threadpoolctl import ThreadpoolController
-
-                        self._controller = ThreadpoolController()
+                if n and self._controller is None:
+                    self._controller = _controller()
+                if n and self._controller is not False:
                     self._limiter = self._controller.limit(limits=n, user_api="blas")
         return self
 
@@ -64,6 +63,8 @@ class BlasLimit:
 
     def describe(self) -> str:
         n = configured_threads()
+        if n and self._controller is False:
+            return "numpy's BLAS threads as numpy has them (threadpoolctl is not installed)"
         if not n:
             return f"numpy's BLAS threads as numpy has them ({ENV_VAR}=0)"
         return (f"numpy's BLAS limited to {n} thread{'s' if n != 1 else ''} while its kernels "
@@ -72,3 +73,17 @@ class BlasLimit:
 
 #: The one limit all reference regions share.
 BLAS_THREADS = BlasLimit()
+
+
+def _controller() -> Any:
+    """threadpoolctl's controller of the process's BLAS pools; False, with one warning, where
+    threadpoolctl is missing (an environment installed with --no-deps, such as a lent GPU
+    machine's): the kernels then run with numpy's own thread setting."""
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:
+        warnings.warn("threadpoolctl is not installed, so numpy's BLAS threads are not limited "
+                      "while reference kernels run (pip install threadpoolctl)", RuntimeWarning,
+                      stacklevel=3)
+        return False
+    return ThreadpoolController()
