@@ -68,7 +68,7 @@ from typing import Any
 from tessera.tir import expr as E
 from tessera.tir import stmt as S
 from tessera.tir.arith import const_int_bound, linear_in, struct_key
-from tessera.tir.functor import substitute
+from tessera.tir.functor import children, substitute
 from tessera.tir.simplify import simplify
 
 __all__ = ["FEATURE_NAMES", "K_LOOPS", "N_BUFFERS", "loop_features"]
@@ -180,7 +180,7 @@ class _Ops:
             c["loads"] += 1
             c["load_bytes"] += lanes * _nbytes(e.dtype)
             self.accesses.append(_Access(e.buffer, e.indices, e.lanes, False, lets))
-        for child in _expr_children(e):
+        for child in children(e):  # a Let's variable adds nothing
             self.expr(child, lets)
 
     def store(self, s: S.BufferStore, lets: dict[E.Var, E.PrimExpr]) -> None:
@@ -191,24 +191,6 @@ class _Ops:
         self.expr(s.value, lets)
         for i in s.indices:
             self.expr(i, lets)
-
-
-def _expr_children(e: E.PrimExpr) -> list[Any]:
-    if isinstance(e, E.BinaryOp):
-        return [e.a, e.b]
-    if isinstance(e, E.Not | E.Cast | E.Broadcast):
-        return [e.a if isinstance(e, E.Not) else e.value]
-    if isinstance(e, E.Select):
-        return [e.condition, e.true_value, e.false_value]
-    if isinstance(e, E.Call):
-        return list(e.args)
-    if isinstance(e, E.BufferLoad):
-        return list(e.indices)
-    if isinstance(e, E.Ramp):
-        return [e.base, e.stride]
-    if isinstance(e, E.Let):
-        return [e.value, e.body]
-    return []
 
 
 @dataclass
