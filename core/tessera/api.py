@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from tessera.config import CompileConfig, merge_config
 from tessera.errors import CompileError, PluginCompileError
 from tessera.frontend.onnx.importer import ModelSource, import_onnx
 from tessera.ir.graph import Function
@@ -32,53 +33,43 @@ FALLBACK_BACKEND = "ref"
 
 
 def compile(model: ModelSource | Function, target: str | None = "auto",
-            input_shapes: Mapping[str, Sequence[int]] | None = None, opt_level: int = 3,
-            tuning_records: Any = None, pass_config: Mapping[str, Any] | None = None,
-            disabled_passes: Iterable[str] | None = None,
-            freeze_inputs: Mapping[str, np.ndarray] | None = None,
-            dump_ir: str | Path | None = None, progress: bool = False,
-            dump_code: str | Iterable[str] | None = None,
-            dump_dir: str | Path | None = None,
-            devices: Mapping[str, int] | None = None) -> Module:
+            config: CompileConfig | None = None, **settings: Any) -> Module:
     """Compile an ONNX model (path, bytes or ModelProto) or a Tessera function for ``target``.
 
     ``target`` is a tvmc-style target string (``"llvm"``, ``"cuda -libs=cudnn, llvm"``);
-    ``"auto"``/None picks the best available CPU backend. ``input_shapes`` fixes input shapes,
-    ``freeze_inputs`` binds inputs to constant values, ``pass_config``/``disabled_passes`` switch
-    passes on or off by name (``{"FoldConstants": False}``, checked before the import),
-    ``dump_ir`` writes the IR after each pass into that folder, ``progress`` prints each stage
-    (and each region compiled, with what its backend reports within it: a bar on a terminal,
-    a line a second in a log) to stderr. ``dump_code`` (``"ll,asm,tir"`` or a list) asks
-    code-generating backends to write those forms of each region's code into
-    ``dump_dir`` (default: the current directory) as ``<region>.<form>``. ``devices`` picks
-    which device of a kind runs its regions (``{"cuda": 1}``: ``cuda:1``; default: index 0).
-    ``tuning_records`` (a JSON-lines file of ``tessera tune``, or a
-    :class:`~tessera.autotune.records.TuningHistory`) gives each workload its best measured
-    schedule (``apply_history_best``); :meth:`Module.tuning_summary` says how many were tuned.
+    ``"auto"``/None picks the best available CPU backend. How to compile is a
+    :class:`~tessera.config.CompileConfig` (``input_shapes``, ``opt_level``,
+    ``tuning_records``, ``pass_config``, ``disabled_passes``, ``freeze_inputs``, ``dump_ir``,
+    ``progress``, ``dump_code``, ``dump_dir``, ``devices``: its doc says what each does),
+    given as ``config``, as keyword arguments, or both (the keywords win):
+    ``tessera.compile("m.onnx", "llvm", input_shapes={"data": [1, 3, 224, 224]})``.
+    With ``tuning_records``, :meth:`Module.tuning_summary` says how many schedules came from
+    them.
     """
-    say = ProgressPrinter(progress)
+    cfg = merge_config(CompileConfig, config, settings, "compile()")
+    say = ProgressPrinter(cfg.progress)
     backends = resolve_target(target)
-    if tuning_records is not None and not isinstance(tuning_records, TuningHistory):
-        tuning_records = TuningHistory.load(tuning_records)  # a bad file fails before the work
+    history = cfg.tuning_records
+    if history is not None and not isinstance(history, TuningHistory):
+        history = TuningHistory.load(history)  # a bad file fails before the work
     target_text = ", ".join(str(k) for _, k in backends)
-    manager = PassManager(opt_level=opt_level, pass_config=dict(pass_config or {}),
-                          disabled=set(disabled_passes or ()), dump_dir=dump_ir)
-    fallbacks = fallback_backends()
-    result = _import_and_partition(model, input_shapes, freeze_inputs, manager, backends,
-                                   fallbacks, say)
+    manager = _pass_manager(cfg)
     extra: dict[str, Any] = {}
-    if dump_code:
-        forms = dump_code.split(",") if isinstance(dump_code, str) else list(dump_code)
-        extra["dump_code"] = [f.strip() for f in forms if f.strip()]
-        extra["dump_dir"] = str(dump_dir or ".")
-        _check_code_forms(extra["dump_code"], [b for b, _ in backends], target_text)
-    options = CompileOptions(opt_level=opt_level, pass_config=dict(pass_config or {}),
-                             tuning_records=tuning_records, extra=extra,
-                             devices=dict(devices or {}))
+    forms = cfg.code_forms()
+    if forms:
+        extra["dump_code"] = forms
+        extra["dump_dir"] = str(cfg.dump_dir or ".")
+        _check_code_forms(forms, [b for b, _ in backends], target_text)
+    fallbacks = fallback_backends()
+    result = _import_and_partition(model, cfg.input_shapes, cfg.freeze_inputs, manager,
+                                   backends, fallbacks, say)
+    options = CompileOptions(opt_level=cfg.opt_level, pass_config=dict(cfg.pass_config or {}),
+                             tuning_records=history, extra=extra,
+                             devices=dict(cfg.devices or {}))
     used = _used_backends(backends, fallbacks)
     compiled = compile_regions(result, used, options, say)
-    if isinstance(options.tuning_records, TuningHistory):
-        options.tuning_records.warn_skipped()  # one warning for every record not used
+    if history is not None:
+        history.warn_skipped()  # one warning for every record not used
     model = CompiledModel(result, compiled, used, target_text, manager.timings, options)
     say("planning memory and building the execution plan")
     try:
@@ -89,27 +80,28 @@ def compile(model: ModelSource | Function, target: str | None = "auto",
 
 
 def partition_model(model: ModelSource | Function, target: str | None = "auto",
-                    input_shapes: Mapping[str, Sequence[int]] | None = None,
-                    opt_level: int = 3, pass_config: Mapping[str, Any] | None = None,
-                    disabled_passes: Iterable[str] | None = None,
-                    freeze_inputs: Mapping[str, np.ndarray] | None = None,
-                    dump_ir: str | Path | None = None, progress: bool = False,
-                    devices: Mapping[str, int] | None = None) -> PartitionedModel:
-    """Import, optimize and partition a model as :func:`compile` does (same arguments),
-    without generating code: no backend's ``compile`` is called. The result has the
-    partition report, the partitioned graph and a memory estimate (one buffer per node
+                    config: CompileConfig | None = None, **settings: Any) -> PartitionedModel:
+    """Import, optimize and partition a model as :func:`compile` does (same arguments; the
+    settings only code generation reads, ``tuning_records``, ``dump_code`` and ``dump_dir``,
+    are not used), without generating code: no backend's ``compile`` is called. The result
+    has the partition report, the partitioned graph and a memory estimate (one buffer per node
     output, reused by liveness); what ``tessera inspect`` shows without ``--compile``."""
-    say = ProgressPrinter(progress)
+    cfg = merge_config(CompileConfig, config, settings, "partition_model()")
+    say = ProgressPrinter(cfg.progress)
     backends = resolve_target(target)
-    manager = PassManager(opt_level=opt_level, pass_config=dict(pass_config or {}),
-                          disabled=set(disabled_passes or ()), dump_dir=dump_ir)
+    manager = _pass_manager(cfg)
     fallbacks = fallback_backends()
-    result = _import_and_partition(model, input_shapes, freeze_inputs, manager, backends,
-                                   fallbacks, say)
+    result = _import_and_partition(model, cfg.input_shapes, cfg.freeze_inputs, manager,
+                                   backends, fallbacks, say)
     say("estimating memory from the partitioned graph")
     return PartitionedModel(result, _used_backends(backends, fallbacks),
                             ", ".join(str(k) for _, k in backends), manager.timings,
-                            dict(devices or {}))
+                            dict(cfg.devices or {}))
+
+
+def _pass_manager(cfg: CompileConfig) -> PassManager:
+    return PassManager(opt_level=cfg.opt_level, pass_config=dict(cfg.pass_config or {}),
+                       disabled=set(cfg.disabled_passes or ()), dump_dir=cfg.dump_ir)
 
 
 def _import_and_partition(model: ModelSource | Function,
@@ -193,12 +185,12 @@ def compile_regions(partitioned: PartitionedGraph, backends: dict[str, Backend],
 def _compile_region(backend: Backend, body: Function, kind: TargetKind,
                     options: CompileOptions, reporter: RegionProgress | None) -> CompiledRegion:
     """One region compiled, its backend's progress reports drawn by ``reporter``."""
-    options.progress = reporter.progress() if reporter is not None else Progress()
+    region_options = options.for_region(backend.name, str(kind))
+    region_options.progress = reporter.progress() if reporter is not None else Progress()
     try:
-        result = contract.call(backend, "compile()", backend.compile, body, kind, options,
-                               region=body.name, cls=PluginCompileError)
+        result = contract.call(backend, "compile()", backend.compile, body, kind,
+                               region_options, region=body.name, cls=PluginCompileError)
     finally:
-        options.progress = Progress()
         if reporter is not None:
             reporter.close()
     return contract.check_compiled(backend, body, result)

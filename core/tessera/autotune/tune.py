@@ -21,17 +21,18 @@ seconds (rewritten in place on a terminal; plain lines, at most one a second, in
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
-import sys
 import time
-from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
 import tessera
+from tessera.autotune.config import TuneConfig, tune_config
 from tessera.autotune.loop_ranker import Featurize
 from tessera.autotune.measure import Measurer, MeasureResult
+from tessera.autotune.ray_measure import RayPool, require_ray
 from tessera.autotune.records import TuningRecord, append_records, load_records, record_for
 from tessera.autotune.space import ScheduleConfig
 from tessera.autotune.tasks import Task, tasks_of_module
@@ -202,45 +203,27 @@ def _next_task(states: list[_TaskState], by_time: bool) -> _TaskState | None:
 
 
 def tune(model: Any, target: str | None = "auto", output: str | Path = "tuning.jsonl",
-         trials: int = 100, tuner: str = "random", timeout: float = 10.0, number: int = 1,
-         repeat: int = 3, min_repeat_ms: float = 0.0, early_stopping: int | None = None,
-         tasks: Sequence[int] | None = None, prior_records: str | Path | None = None,
-         input_shapes: dict[str, list[int]] | None = None, seed: int = 0,
-         progress: TextIO | None = sys.stderr, time_budget: float | None = None,
-         on_task: Callable[[Task], None] | None = None, parallel: int = 1,
-         ray_address: str | None = None, loop_features: bool = True,
-         cache_flush: bool = False) -> TuneSummary:
+         config: TuneConfig | None = None, **settings: Any) -> TuneSummary:
     """Tune ``model`` for ``target``, appending records to ``output`` (module doc).
 
-    ``tasks`` selects tasks by their index in :func:`tessera.autotune.tasks_of_module`'s
-    order (heaviest first); ``prior_records``: the best config of each workload there is
-    measured first (it may be from another model or machine). ``time_budget`` (seconds for
-    the whole model): tasks are interleaved, every task's default first, then always the task
-    the model spends most time in (weight x best time), until the budget is spent; ``trials``
-    still caps each task. ``parallel``: candidates built at once (each then timed alone);
-    ``ray_address`` (``HOST:PORT``, ``auto``; needs ``tessera[distributed]``): measure on that
-    Ray cluster's nodes, ``parallel`` candidates per node at a time. ``loop_features``: the
-    ``xgb`` tuner also ranks its best candidates by the loop nests they lower to, where the
-    backend has ``tuning_features`` (:class:`~tessera.autotune.tuners.XGBTuner`); False: by
-    knob values alone. ``cache_flush``: every timed run starts with the kernel's constants
-    evicted from the caches and its other inputs loaded, as in a model whose weights do not
-    stay in the caches between runs (``TuningCandidate.flush``; TVM's
-    ``enable_cpu_cache_flush``)."""
-    if parallel < 1:
-        raise TesseraError(f"parallel must be at least 1, not {parallel}")
-    if ray_address is not None:
-        from tessera.autotune.ray_measure import require_ray
-
+    How to tune is a :class:`~tessera.autotune.config.TuneConfig` (trials, tuner, tasks,
+    prior records, time budget, parallel builds, a Ray cluster, ...) holding a
+    :class:`~tessera.autotune.config.MeasureConfig` (timeout, number, repeat, cache flush),
+    given as ``config``, as keyword arguments of either (``trials=20, repeat=5``), or both (the
+    keywords win); their docs say what each setting does."""
+    cfg = tune_config(config, settings)
+    trials, tuner, progress = cfg.trials, cfg.tuner, cfg.progress
+    if cfg.ray_address is not None:
         require_ray()  # before compiling: a missing extra is said at once
 
-    module = tessera.compile(model, target=target, input_shapes=input_shapes)
-    if module.missing_devices and ray_address is None:
+    module = tessera.compile(model, target=target, input_shapes=cfg.input_shapes)
+    if module.missing_devices and cfg.ray_address is None:
         # every candidate would fail to run: say so once instead of once per trial
         raise TesseraError(f"cannot tune for {module.target!r} here: {module.missing_devices}; "
                            f"tune on a machine that has the device (or measure on a Ray "
                            f"cluster that has it, --ray)")
     all_tasks = tasks_of_module(module)
-    chosen = list(range(len(all_tasks))) if tasks is None else list(tasks)
+    chosen = list(range(len(all_tasks))) if cfg.tasks is None else list(cfg.tasks)
     for i in chosen:
         if not 0 <= i < len(all_tasks):
             raise TesseraError(f"task {i} does not exist: the model has {len(all_tasks)} "
@@ -256,8 +239,8 @@ def tune(model: Any, target: str | None = "auto", output: str | Path = "tuning.j
         count, cost = earlier.get((r.backend, r.key), (0, math.inf))
         earlier[(r.backend, r.key)] = (count + 1, min(cost, r.mean_cost))
     prior: dict[str, dict[str, Any]] = {}
-    if prior_records is not None:
-        history = TuningHistory.load(prior_records)
+    if cfg.prior_records is not None:
+        history = TuningHistory.load(cfg.prior_records)
         history.warn_skipped()
         history_rows += history.records
         for t in all_tasks:
@@ -273,29 +256,27 @@ def tune(model: Any, target: str | None = "auto", output: str | Path = "tuning.j
         for r in history_rows:
             if r.ok and r.template == task.template and r.backend == task.backend:
                 related.setdefault(r.key, []).append((r.config, r.mean_cost))
-        featurize = _featurizer(module, task) if loop_features and tuner == "xgb" \
+        featurize = _featurizer(module, task) if cfg.loop_features and tuner == "xgb" \
             and task.tunable else None
-        search = make_tuner(tuner, task.space, seed, prior=related, featurize=featurize,
-                            rerank=min(32, max(16, 4 * parallel))) if task.tunable else None
+        search = make_tuner(tuner, task.space, cfg.seed, prior=related, featurize=featurize,
+                            rerank=min(32, max(16, 4 * cfg.parallel))) if task.tunable else None
         for config in measured.get(task.key, []) if search is not None else []:
             search.mark(config)  # canonically: a config named otherwise is measured too
         states.append(_TaskState(n, task, search,
                                  [c for c in (prior.get(task.key), task.default) if c]))
     measurers: dict[int, Any] = {}
     pool: Any = None
-    deadline = None if time_budget is None else time.perf_counter() + time_budget
+    deadline = None if cfg.time_budget is None else time.perf_counter() + cfg.time_budget
     line = _ProgressLine(progress)
     try:
-        if ray_address is not None:
-            from tessera.autotune.ray_measure import RayPool
-
-            pool = RayPool(ray_address, parallel=parallel, progress=progress)
+        if cfg.ray_address is not None:
+            pool = RayPool(cfg.ray_address, parallel=cfg.parallel, progress=progress)
         while True:
             state = _next_task(states, deadline is not None)
             if state is None or (deadline is not None and time.perf_counter() > deadline):
                 break
-            if state.done == 0 and on_task is not None:
-                on_task(state.task)
+            if state.done == 0 and cfg.on_task is not None:
+                cfg.on_task(state.task)
             if state.search is None:
                 state.finish(line, len(states), "  (nothing to tune)\n")
                 continue
@@ -304,10 +285,9 @@ def tune(model: Any, target: str | None = "auto", output: str | Path = "tuning.j
             if m is None:
                 args = (module.backends[cr.backend], cr.region,
                         Target.parse(state.task.target).kinds[0], module.compile_options)
-                params = dict(timeout=timeout, number=number, repeat=repeat,
-                              min_repeat_ms=min_repeat_ms, cache_flush=cache_flush)
+                params = dataclasses.asdict(cfg.measure)
                 m = measurers[id(cr)] = pool.measurer(*args, **params) if pool is not None \
-                    else Measurer(*args, **params, parallel=parallel)
+                    else Measurer(*args, **params, parallel=cfg.parallel)
             configs: list[dict[str, Any]] = []
             while len(configs) < min(m.batch_size, trials - state.done):
                 config = state.propose()
@@ -327,7 +307,7 @@ def tune(model: Any, target: str | None = "auto", output: str | Path = "tuning.j
                     summary.records.append(rec)
                     state.show(line, len(states), trials)
                     if state.done >= trials or \
-                            (early_stopping and state.since_best >= early_stopping):
+                            (cfg.early_stopping and state.since_best >= cfg.early_stopping):
                         state.finish(line, len(states))
                         break
                     if deadline is not None and time.perf_counter() > deadline:

@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tessera.cli.arrays import check_output_file, read_npy
+import tessera
+from tessera.cli.arrays import check_output_file, read_npy, read_npz
 from tessera.cli.shapes import (
     ArgumentError,
     parse_input_shapes,
@@ -20,6 +21,7 @@ from tessera.cli.shapes import (
     parse_name_list,
     parse_switch,
 )
+from tessera.config import CompileConfig
 from tessera.errors import PassError
 from tessera.frontend.onnx.importer import ARTIFACT, tar_kind
 from tessera.passes import check_pass_switches, default_passes
@@ -149,26 +151,22 @@ def is_artifact(path: Path) -> bool:
 
 def compile_model(path: Path, args: argparse.Namespace) -> Module:
     """Compile the ONNX model at ``path`` with the options in ``args``."""
-    import tessera
-
     kwargs = compile_kwargs(args)
     model: Any = str(path)
     if getattr(args, "quantize", None):
-        from tessera.cli.quantize import read_calibration
-
         progress(f"quantizing {path} to int8, calibrating on {args.quantize}")
-        model = tessera.quantize(str(path), read_calibration(args.quantize, "--quantize"))
-    progress(f"compiling {path} for target {kwargs['target']!r} at -O{kwargs['opt_level']}")
+        model = tessera.quantize(str(path), read_npz(args.quantize, "--quantize"))
+    target = kwargs.pop("target")
+    config = CompileConfig(**kwargs, progress=True)
+    progress(f"compiling {path} for target {target!r} at -O{config.opt_level}")
     start = time.perf_counter()
-    module = tessera.compile(model, progress=True, **kwargs)
+    module = tessera.compile(model, target, config)
     progress(f"compiled for {module.target!r} in {time.perf_counter() - start:.2f} s")
     return module
 
 
 def load_or_compile(path_text: str, args: argparse.Namespace) -> Module:
     """Load an exported ``.tar`` or compile an ONNX model, as ``run`` and ``inspect`` accept."""
-    import tessera
-
     path = check_model_file(path_text)
     if not is_artifact(path):
         return compile_model(path, args)

@@ -16,8 +16,15 @@ import math
 import sys
 from typing import Any
 
+import tessera
+from tessera.autotune import tasks_of_module
+from tessera.autotune.config import MeasureConfig, TuneConfig
+from tessera.autotune.tune import tune
+from tessera.autotune.tuners import TUNERS
+from tessera.cli.arrays import check_output_file
 from tessera.cli.compile import check_model_file, progress
 from tessera.cli.shapes import ArgumentError, parse_input_shapes
+from tessera.plugin.manager import resolve_target
 
 
 def parse_tasks(text: str) -> list[int]:
@@ -42,8 +49,6 @@ def parse_tasks(text: str) -> list[int]:
 
 
 def add_parser(subparsers: Any) -> None:
-    from tessera.autotune.tuners import TUNERS
-
     parser = subparsers.add_parser(
         "tune", help="search schedules for a model's tasks, write tuning records",
         description="Extract the tasks (distinct workloads) of an ONNX model for a target, "
@@ -97,9 +102,6 @@ def add_parser(subparsers: Any) -> None:
 
 
 def _list(args: argparse.Namespace, shapes: Any) -> int:
-    import tessera
-    from tessera.autotune import tasks_of_module
-
     module = tessera.compile(str(args.model), target=args.target or "auto",
                              input_shapes=shapes)
     tasks = tasks_of_module(module)
@@ -116,8 +118,6 @@ def _list(args: argparse.Namespace, shapes: Any) -> int:
 def resolved_target(target: str | None) -> str:
     """The target text ``target`` resolves to (``'llvm' (auto: ...)`` for the default), for the
     header; a bad target is its error here, before anything is compiled."""
-    from tessera.plugin.manager import resolve_target
-
     text = ", ".join(str(kind) for _, kind in resolve_target(target or "auto"))
     auto = target is None or target.strip() == "auto"
     return f"{text!r}" + (" (auto: the best installed CPU backend)" if auto else "")
@@ -137,9 +137,6 @@ def task_result(summary: Any, task: Any, trials: int, best: float) -> str:
 
 
 def run_tune(args: argparse.Namespace) -> int:
-    from tessera.autotune.tune import tune
-    from tessera.cli.arrays import check_output_file
-
     check_model_file(args.model)
     shapes = parse_input_shapes(args.input_shapes) if args.input_shapes else None
     if args.tasks is not None and args.tasks.strip() == "list":
@@ -163,14 +160,16 @@ def run_tune(args: argparse.Namespace) -> int:
              f"{args.trials} "
              f"trial(s) per task, {args.parallel} built at once{where}, records in "
              f"{args.output}")
-    summary = tune(str(args.model), target=args.target or "auto", output=args.output,
-                   trials=args.trials, tuner=args.tuner, timeout=args.timeout,
-                   number=args.number, repeat=args.repeat, min_repeat_ms=args.min_repeat_ms,
-                   early_stopping=args.early_stopping, tasks=tasks,
-                   prior_records=args.prior_records, input_shapes=shapes, seed=args.seed,
-                   progress=sys.stderr, time_budget=args.time_budget,
-                   parallel=args.parallel, ray_address=args.ray,
-                   cache_flush=args.cache_flush)
+    config = TuneConfig(trials=args.trials, tuner=args.tuner,
+                        early_stopping=args.early_stopping, tasks=tasks,
+                        prior_records=args.prior_records, input_shapes=shapes, seed=args.seed,
+                        progress=sys.stderr, time_budget=args.time_budget,
+                        parallel=args.parallel, ray_address=args.ray,
+                        measure=MeasureConfig(timeout=args.timeout, number=args.number,
+                                              repeat=args.repeat,
+                                              min_repeat_ms=args.min_repeat_ms,
+                                              cache_flush=args.cache_flush))
+    summary = tune(str(args.model), args.target or "auto", args.output, config)
     for task, n, best in summary.tasks:
         print(f"{task.template:<22} x{task.weight:<3} {task_result(summary, task, n, best)}")
     print(f"{summary.trials} trial(s) in {len(summary.tasks)} task(s); records in "

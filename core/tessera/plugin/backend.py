@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -20,7 +20,7 @@ from tessera.ir.types import TensorType
 from tessera.plugin.device import CPU, Device
 from tessera.plugin.distribution import distribution_version
 from tessera.plugin.patterns import Pattern
-from tessera.plugin.records import TuningHistory
+from tessera.plugin.records import ScheduleOverrides, TuningHistory
 from tessera.plugin.target import TargetKind
 from tessera.progress import Progress
 
@@ -133,11 +133,15 @@ class SavedBackend:
 
 @dataclass
 class CompileOptions:
-    """Options every backend receives: the optimization level, per-pass switches, tuning
-    records (a :class:`~tessera.plugin.records.TuningHistory`, a path to a records file,
-    or None), free-form backend options (e.g. ``dump_code``) and which device of each kind the
-    module runs on (``devices``: kind -> index; absent: 0; see
-    :meth:`Backend.device_instance`).
+    """Options every backend receives: the optimization level, per-pass switches, the tuning
+    records (a :class:`~tessera.plugin.records.TuningHistory` or None), free-form backend
+    options (e.g. ``dump_code``) and which device of each kind the module runs on
+    (``devices``: kind -> index; absent: 0; see :meth:`Backend.device_instance`).
+
+    ``schedule`` is what a backend's templates read of the records: the best config of each
+    workload for the region being compiled (workload key -> knob values), resolved by the core
+    for that backend and target kind before it calls ``compile`` (None without records); read
+    it with :meth:`schedule_overrides`.
 
     ``progress`` is where a backend reports how far it got within the region it compiles
     (:class:`tessera.progress.Progress`: phase, units done of a total); the core shows it as
@@ -147,22 +151,40 @@ class CompileOptions:
 
     opt_level: int = 3
     pass_config: dict[str, Any] = field(default_factory=dict)
-    tuning_records: Any = None
+    tuning_records: TuningHistory | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     devices: dict[str, int] = field(default_factory=dict)
+    schedule: ScheduleOverrides | None = field(default=None, compare=False, repr=False)
+    #: The (backend, target) ``schedule`` was resolved for.
+    schedule_for: tuple[str, str] | None = field(default=None, compare=False, repr=False)
     progress: Progress = field(default_factory=Progress, compare=False, repr=False)
+
+    @property
+    def tuned(self) -> bool:
+        """Whether the module is compiled with tuning records (a backend that tunes then
+        reports ``CompiledRegion.info["tuning"]``)."""
+        return self.tuning_records is not None or self.schedule is not None
+
+    def for_region(self, backend: str, target: str) -> CompileOptions:
+        """A copy for one region compiled by ``backend`` for ``target`` (the kind's text),
+        with ``schedule`` resolved from the records (what the core hands to ``compile``)."""
+        schedule = None if self.tuning_records is None else \
+            self.tuning_records.overrides(backend, target)
+        return replace(self, schedule=schedule, schedule_for=(backend, target))
 
     def schedule_overrides(self, backend: str, target: str | None = None
                            ) -> dict[str, dict[str, Any]]:
         """The best config of each workload the tuning records hold for ``backend``
         (workload key -> knob values; records of exactly ``target`` preferred), for the
-        backend's templates (``ConfigSpace.pick``); empty without records. A backend that
-        tunes reports what it used as ``CompiledRegion.info["tuning"] = {"tuned": n,
-        "default": m}`` (templates whose config came from the records, and the others)."""
+        backend's templates (``ConfigSpace.pick``); empty without records. The core resolves
+        them before ``compile`` (``schedule``); called with options that were not resolved
+        (a backend's own tests), they are resolved here. A backend that tunes reports what it
+        used as ``CompiledRegion.info["tuning"] = {"tuned": n, "default": m}`` (templates
+        whose config came from the records, and the others)."""
+        if self.schedule is not None and self.schedule_for == (backend, target):
+            return self.schedule
         if self.tuning_records is None:
             return {}
-        if not isinstance(self.tuning_records, TuningHistory):
-            self.tuning_records = TuningHistory.load(self.tuning_records)
         return self.tuning_records.overrides(backend, target)
 
 

@@ -86,7 +86,7 @@ class CompiledModel:
     def tuning_summary(self) -> tuple[int, int] | None:
         """With tuning records: how many schedules came from them and how many kept their
         template's defaults (over the regions whose backends report it); None without."""
-        if getattr(self.options, "tuning_records", None) is None:
+        if self.options is None or not self.options.tuned:
             return None
         tuned = default = 0
         for cr in self.compiled.values():

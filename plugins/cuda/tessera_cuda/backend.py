@@ -39,11 +39,12 @@ from tessera.plugin.target import TargetKind
 from tessera.topi.registry import registered_ops, unsupported_reason
 
 from .codegen import _C_TYPES
-from .driver import CudaBuffer, CUDADevice, LoadedModule, driver_missing, launch
-from .graphs import GroupLaunches, make_graph_binder
+from .driver import CudaBuffer, CUDADevice, LoadedModule, driver_missing
+from .graphs import make_graph_binder, make_group_kernel
 from .lowering import LoweredRegion, lower_region
 from .nvrtc import compile_cuda, nvrtc_missing
 from .schedules import GPUInfo
+from .tuning import cuda_candidate, cuda_features
 
 #: 2: constants saved as arrays (``constants/<name>``, in the artifact's shared store), not in
 #: a ``constants.npz`` of their own; the region's constants are not stored in graph form
@@ -187,28 +188,6 @@ class CUDAHandle:
     module: LoadedModule | None = None
 
 
-def _make_kernel(module: LoadedModule, entry: dict[str, Any]) -> tuple[Kernel, GroupLaunches]:
-    """The Kernel of one fused group (its device kernels launched in order on the stream),
-    and its launches for the region's CUDA graph."""
-    device = module.device
-    group = GroupLaunches(
-        [(module.functions[x["kernel"]], tuple(x["grid"]), tuple(x["block"]), x["params"],
-          x["kernel"]) for x in entry["launches"]],
-        len(entry["inputs"]) + len(entry["outputs"]), bool(entry.get("workspace")),
-        owner=module)
-
-    def run(ins: list[Any], outs: list[Any]) -> None:
-        for (function, grid, block, _p, name), args in zip(group.launches,
-                                                           group.bind(ins, outs)):
-            launch(device, function, grid, block, args, name)
-
-    kernel = Kernel(name=entry["name"], fn=run, inputs=list(entry["inputs"]),
-                    outputs=list(entry["outputs"]), op=entry["op"],
-                    flops=int(entry.get("flops", 0)),
-                    workspace_bytes=int(entry.get("workspace", 0)))
-    return kernel, group
-
-
 def _unloaded_kernel(entry: dict[str, Any], why: str) -> Kernel:
     """The Kernel of a fused group compiled without a GPU: the runtime never calls it (the
     module has no execution state while its device is missing); if anything does, it says
@@ -273,9 +252,14 @@ class CUDABackend(Backend):
                          options: CompileOptions) -> Any:
         """The fused group ``kernel`` built with the knobs ``overrides`` and bound to
         buffers of its own on the GPU (:mod:`.tuning`); without a GPU a RunError."""
-        from .tuning import cuda_candidate
-
-        return cuda_candidate(self, region, kernel, overrides, target, options)
+        device = self.device_instance(options)
+        missing = device.missing()
+        if missing is not None:
+            raise RunError(f"cuda: tuning measures kernels on the GPU, and this machine has "
+                           f"none ({missing}); tune on the GPU machine")
+        built = build_region(region, target, options, gpu_info(target, device),
+                             overrides=overrides)
+        return cuda_candidate(device, region, built, kernel)
 
     def tuning_features(self, region: Function, kernel: str, configs: list[dict[str, Any]],
                         key: str, target: TargetKind, options: CompileOptions
@@ -283,8 +267,6 @@ class CUDABackend(Backend):
         """The loop-nest features of the group lowered to TIR with each config
         (:func:`tessera_cuda.tuning.cuda_features`); no GPU needed (without one, the GPU's
         facts come from the target: ``-arch``)."""
-        from .tuning import cuda_features
-
         device = self.device_instance(options) if driver_missing() is None else None
         return cuda_features(region, kernel, configs, key, gpu_info(target, device),
                              options.opt_level)
@@ -315,7 +297,7 @@ class CUDABackend(Backend):
                               "arch": built.arch,
                               "schedules": {g.name: schedule_info(g.template, g.configs)
                                             for g in built.lowered.groups}})
-        if options.tuning_records is not None:
+        if options.tuned:
             compiled.info["tuning"] = tuning_info(c for g in built.lowered.groups
                                                   for c in g.configs)
         if kinds:
@@ -337,7 +319,7 @@ class CUDABackend(Backend):
                 handle=CUDAHandle(source, cubin, arch, table, constants))
         names = [x["kernel"] for e in table for x in e["launches"]]
         module = LoadedModule.load(device, cubin, names)
-        made = [_make_kernel(module, e) for e in table]
+        made = [make_group_kernel(module, e) for e in table]
         kernels = [k for k, _ in made]
         on_device = {k: device.from_host(v) for k, v in constants.items()}
         handle = CUDAHandle(source, cubin, arch, table, constants, module)

@@ -47,10 +47,17 @@ from tessera.plugin.space import schedule_info, tuning_info
 from tessera.plugin.target import TargetKind
 from tessera.topi.registry import has_compute, registered_ops, unsupported_reason
 
+from . import parallel
+from .build import build_module
 from .cpu import cpu_info
-from .loader import check_object, pack_pointers
+from .loader import check_object, load_object, pack_pointers
 from .lowering import LoweredKernel, lower_region
+from .machine import known_cpu, missing_host_features
+from .parallel import set_num_threads
+from .peak import measure_fma_peak
+from .sequence import make_binder
 from .triple import check_triple, host_triple, is_foreign, triple_arch
+from .tuning import llvm_candidate, llvm_features
 
 #: 2: large scratch buffers moved from static globals to per-call workspaces (thread safety)
 #: 3: constants saved as arrays (``constants/<name>``, in the artifact's shared store), not
@@ -210,8 +217,6 @@ class LLVMBackend(Backend):
     @staticmethod
     def _check_mcpu(mcpu: str | None, triple: str | None) -> None:
         """TargetError unless LLVM knows the CPU ``mcpu`` for ``triple`` (or the host)."""
-        from .build import known_cpu
-
         foreign = is_foreign(triple)
         arm = triple_arch(triple or host_triple()) == "aarch64"
         hint = "e.g. neoverse-n1, cortex-a76, apple-m1" if arm else \
@@ -234,8 +239,6 @@ class LLVMBackend(Backend):
         (:mod:`.peak`); None for a foreign -mtriple or code this CPU cannot run."""
         if is_foreign(target.get("mtriple")):
             return None
-        from .peak import measure_fma_peak
-
         try:
             peak = measure_fma_peak(self._threads(target), target.get("mcpu"))
         except ValueError:
@@ -245,8 +248,6 @@ class LLVMBackend(Backend):
     def host_threads(self) -> str | None:
         """The kernel pool's thread count and its source, and what the pool does under load
         (:mod:`.parallel`)."""
-        from . import parallel
-
         n = parallel.get_num_threads()
         text = f"{n} thread{'s' if n != 1 else ''} ({parallel.thread_count_source()})"
         cap = parallel.load_cap()
@@ -277,9 +278,6 @@ class LLVMBackend(Backend):
                          options: CompileOptions) -> Any:
         """The kernel built alone for the host (:mod:`tessera_llvm.tuning`); a target of
         another architecture cannot be measured here."""
-        from .parallel import set_num_threads
-        from .tuning import llvm_candidate
-
         triple = target.get("mtriple") or None
         if triple is not None and is_foreign(triple):
             raise CompileError(f"llvm: cannot measure code for {triple} on this "
@@ -297,16 +295,11 @@ class LLVMBackend(Backend):
         """The loop-nest features of the kernel lowered to TIR with each config, for the CPU
         ``target`` describes (:func:`tessera_llvm.tuning.llvm_features`); nothing is
         compiled, so any architecture's target works."""
-        from .tuning import llvm_features
-
         cpu = cpu_info(target.get("mcpu"), self._threads(target), target.get("mtriple") or None)
         return llvm_features(region, kernel, configs, key, cpu, options.opt_level)
 
     def compile(self, region: Function, target: TargetKind,
                 options: CompileOptions) -> CompiledRegion:
-        from .build import build_module
-        from .parallel import set_num_threads
-
         for node in region.nodes:
             reason = unsupported_reason(node) if has_compute(node.op) else "no topi compute"
             if reason is not None:
@@ -346,7 +339,7 @@ class LLVMBackend(Backend):
             "schedules": {k.name: schedule_info(k.template, k.configs)
                           for k in lowered.kernels},
         })
-        if options.tuning_records is not None:
+        if options.tuned:
             compiled.info["tuning"] = tuning_info(c for k in lowered.kernels for c in k.configs)
         dump = options.extra.get("dump_code")
         if dump:
@@ -366,8 +359,6 @@ class LLVMBackend(Backend):
                   cpu_name: str = "", features: str = "") -> CompiledRegion:
         """The CompiledRegion of linked object code; for another architecture's code (a
         foreign ``triple``) one whose kernels raise RunError, which can still be saved."""
-        from .loader import load_object
-
         info: dict[str, Any] = {"kernels": len(table), "mcpu": mcpu or cpu_name or "host"}
         handle = LLVMHandle(object_code, table, mcpu, mattr, triple, cpu_name, features)
         if triple is not None and is_foreign(triple):
@@ -385,8 +376,6 @@ class LLVMBackend(Backend):
                       for k in table}
         lib = load_object(object_code, [k["name"] for k in table], mcpu=mcpu,
                           signatures=signatures, workspaces=workspaces)
-        from .sequence import make_binder
-
         kernels = [_make_kernel(lib, k) for k in table]
         for kernel in kernels:  # the runtime may place a concat's inputs inside its output
             if kernel.op == "Concat" and all(n in tensors for n in kernel.inputs):
@@ -423,8 +412,6 @@ class LLVMBackend(Backend):
                                     "the artifact on a machine of that architecture, or "
                                     "compile the model again without -mtriple")
             check_object(obj)
-            from .build import missing_host_features
-
             missing = missing_host_features(meta.get("features") or "")
             if missing:
                 raise ArtifactError(

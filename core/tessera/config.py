@@ -1,0 +1,92 @@
+"""What a user asks of :func:`tessera.compile`, as one object: :class:`CompileConfig`.
+
+``tessera.compile(model, target, config)`` takes one; the same settings may also be given as
+keyword arguments (``tessera.compile(model, "llvm", input_shapes={...}, opt_level=2)``), which
+override the config's fields. :func:`tessera.api.partition_model` takes the same object and
+ignores the fields that only code generation reads (``tuning_records``, ``dump_code``,
+``dump_dir``).
+
+Not to be confused with :class:`tessera.plugin.backend.CompileOptions`, what each *backend*
+receives: the core builds that from this config, with the tuning records already resolved into
+each region's schedule overrides.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+
+from tessera.plugin.records import TuningHistory
+
+__all__ = ["CompileConfig", "merge_config"]
+
+C = TypeVar("C")
+
+
+@dataclass(frozen=True)
+class CompileConfig:
+    """How to compile a model (every field optional).
+
+    - ``input_shapes``: input name -> shape, fixing the inputs' symbolic dimensions.
+    - ``opt_level``: 0-3, the graph passes that run (3: all).
+    - ``tuning_records``: a JSON-lines file of ``tessera tune`` or a
+      :class:`~tessera.plugin.records.TuningHistory`: each workload gets its best measured
+      schedule (``apply_history_best``).
+    - ``pass_config`` / ``disabled_passes``: switch passes on or off by name
+      (``{"FoldConstants": False}``), checked before the import.
+    - ``freeze_inputs``: bind inputs to constant values.
+    - ``dump_ir``: write the IR after each pass into that folder.
+    - ``progress``: print each stage (and each region compiled, with what its backend reports
+      within it) to stderr.
+    - ``dump_code`` (``"ll,asm,tir"`` or a list) / ``dump_dir``: code-generating backends
+      write those forms of each region's code into ``dump_dir`` (default: the current
+      directory) as ``<region>.<form>``.
+    - ``devices``: which device of a kind runs its regions (``{"cuda": 1}``: ``cuda:1``;
+      default: index 0).
+    """
+
+    input_shapes: Mapping[str, Sequence[int]] | None = None
+    opt_level: int = 3
+    tuning_records: str | Path | TuningHistory | None = None
+    pass_config: Mapping[str, bool] | None = None
+    disabled_passes: Iterable[str] | None = None
+    freeze_inputs: Mapping[str, np.ndarray] | None = None
+    dump_ir: str | Path | None = None
+    progress: bool = False
+    dump_code: str | Iterable[str] | None = None
+    dump_dir: str | Path | None = None
+    devices: Mapping[str, int] | None = None
+
+    def code_forms(self) -> list[str]:
+        """The ``dump_code`` forms asked for, as a list (empty: none)."""
+        if not self.dump_code:
+            return []
+        forms = self.dump_code.split(",") if isinstance(self.dump_code, str) \
+            else list(self.dump_code)
+        return [f.strip() for f in forms if f.strip()]
+
+
+def merge_config(cls: type[C], config: C | None, overrides: Mapping[str, Any],
+                 where: str) -> C:
+    """``config`` (default: ``cls()``) with the keyword arguments ``overrides`` applied, for
+    ``where`` (``"compile()"``). An unknown keyword or a config of another type is a
+    ``TypeError`` naming the known ones, as Python's own for a bad keyword."""
+    if config is None:
+        config = cls()
+    elif not isinstance(config, cls):
+        raise TypeError(f"{where}: config must be a {cls.__name__}, not "
+                        f"{type(config).__name__} (give settings such as input_shapes as "
+                        f"keyword arguments, or in a {cls.__name__})")
+    if not overrides:
+        return config
+    known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise TypeError(f"{where} got unexpected keyword argument(s) "
+                        f"{', '.join(map(repr, unknown))}; known: {', '.join(sorted(known))}")
+    return dataclasses.replace(config, **overrides)  # type: ignore[type-var]
