@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from tessera import plugin
 from tessera._version import __version__
 from tessera.errors import TesseraError
 
@@ -43,9 +44,7 @@ def name_taken(name: str) -> str | None:
     if name in RESERVED:
         return f"{name!r} is reserved: {RESERVED[name]}"
     try:
-        from tessera.plugin import get_registry
-
-        registry = get_registry()
+        registry = plugin.get_registry()
         if name in registry.backends:
             return f"{name!r} is an installed backend (from {registry.owner(name)})"
     except Exception:  # noqa: BLE001 - a broken plugin must not stop the scaffold

@@ -55,6 +55,7 @@ from tessera.autotune.measure import (
     MeasureResult,
     measurement_payload,
 )
+from tessera.autotune.records import cpu_name
 from tessera.errors import TesseraError
 
 __all__ = ["RayMeasurer", "RayPool", "require_ray"]
@@ -102,8 +103,6 @@ class _MeasureActor:
 
     def info(self) -> tuple[str, str]:
         """This node's host name and CPU."""
-        from tessera.autotune.records import cpu_name
-
         return socket.gethostname(), cpu_name()
 
     def measure(self, region: str, payload: list[Any],

@@ -17,6 +17,8 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import tessera
+from tessera.api import partition_model
 from tessera.cli.arrays import check_output_file
 from tessera.cli.compile import (
     add_compile_options,
@@ -28,10 +30,12 @@ from tessera.cli.compile import (
     reports,
     summary,
 )
+from tessera.cli.quantize import read_calibration
+from tessera.ir.types import human_bytes
+from tessera.runtime.partitioned import PartitionedModel
 
 if TYPE_CHECKING:
     from tessera.runtime.module import Module
-    from tessera.runtime.partitioned import PartitionedModel
 
 #: ``tessera.compile`` arguments that need code generation (``partition_model`` has none)
 _CODE_ONLY = ("tuning_records", "dump_code", "dump_dir")
@@ -60,8 +64,6 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run_inspect(args: argparse.Namespace) -> int:
-    from tessera.runtime.partitioned import PartitionedModel
-
     for flag, text, example in (("--dot", args.dot, "partition.dot"),
                                 ("--html", args.html, "partition.html")):
         if text is not None:
@@ -75,15 +77,14 @@ def run_inspect(args: argparse.Namespace) -> int:
         print("\nkernels: not generated (--compile compiles the regions and shows them)")
     else:
         print(f"\n{kernel_report(module)}")
+    if args.dot or args.html:
+        # local import: tessera.drawing adds ~11 ms to every CLI start; only --dot/--html use it
+        from tessera.drawing import to_dot, to_html
     if args.dot:
-        from tessera.drawing.dot import to_dot
-
         Path(args.dot).parent.mkdir(parents=True, exist_ok=True)
         Path(args.dot).write_text(to_dot(module.graph))
         print(f"\npartition picture written to {args.dot}")
     if args.html:
-        from tessera.drawing.html import to_html
-
         Path(args.html).parent.mkdir(parents=True, exist_ok=True)
         Path(args.html).write_text(to_html(module.graph, title=Path(args.model).name,
                                            report=module.partition_report()), encoding="utf-8")
@@ -98,14 +99,9 @@ def _inspected(args: argparse.Namespace) -> Module | PartitionedModel:
     path = check_model_file(args.model)
     if args.compile or args.dump_code or args.tuning_records or is_artifact(path):
         return load_or_compile(args.model, args)
-    import tessera
-    from tessera.api import partition_model
-
     kwargs = {k: v for k, v in compile_kwargs(args).items() if k not in _CODE_ONLY}
     model: Any = str(path)
     if args.quantize:
-        from tessera.cli.quantize import read_calibration
-
         progress(f"quantizing {path} to int8, calibrating on {args.quantize}")
         model = tessera.quantize(str(path), read_calibration(args.quantize, "--quantize"))
     else:
@@ -156,8 +152,6 @@ def kernel_report(module: Module) -> str:
 def _fact(key: str, value: Any) -> str:
     """``lower 0.84 s`` for ``lower_s``, ``object 85.0 KiB`` for ``object_bytes``; "" for
     the other facts a backend reports."""
-    from tessera.ir.types import human_bytes
-
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return ""
     if key.endswith("_s"):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from tessera.scaffold import new_plugin
+
 
 def add_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser(
@@ -23,8 +25,6 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run_new_plugin(args: argparse.Namespace) -> int:
-    from tessera.scaffold import new_plugin
-
     root = new_plugin(args.name, args.dir, args.force)
     files = sorted(p for p in root.rglob("*") if p.is_file())
     lines = sum(len(p.read_text().splitlines()) for p in files)

@@ -10,7 +10,10 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any
 
-from tessera.plugin.manager import backend_unavailable
+from tessera import plugin
+from tessera.plugin import contract
+from tessera.plugin.manager import backend_unavailable, default_cpu_target
+from tessera.plugin.target import TargetKind
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -79,9 +82,6 @@ def unavailable_notes(reasons: dict[str, str | None], width: int = WIDTH) -> lis
 
 def backend_details(name: str, backend: Any) -> list[str]:
     """``tessera plugins -v``: a backend's device, options, claims and artifact version."""
-    from tessera.plugin import contract
-    from tessera.plugin.target import TargetKind
-
     lines = [f"{name}:"]
     try:
         api = type(backend.device_api()).__name__
@@ -148,10 +148,7 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run_plugins(args: argparse.Namespace) -> int:
-    from tessera.plugin import get_registry
-    from tessera.plugin.manager import default_cpu_target
-
-    registry = get_registry()
+    registry = plugin.get_registry()  # via the package: a replaced get_registry (tests) counts
     reasons = _reasons(registry)
     print("backends:")
     print(format_table(["BACKEND", "DEVICE", "DISTRIBUTION", "VERSION", "STATUS"],

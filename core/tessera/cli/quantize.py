@@ -19,6 +19,7 @@ import numpy as np
 from tessera.cli.arrays import check_output_file, read_npz
 from tessera.cli.compile import progress
 from tessera.cli.shapes import ArgumentError, parse_name_list
+from tessera.quantization import quantize_model
 
 
 def add_parser(subparsers: Any) -> None:
@@ -51,8 +52,6 @@ def read_calibration(path: str, flag: str = "--calibration") -> dict[str, np.nda
 
 def run_quantize(args: argparse.Namespace) -> int:
     import onnx
-
-    from tessera.quantization import quantize_model
 
     if args.batch_size < 1:
         raise ArgumentError(f"--batch-size must be at least 1, got {args.batch_size}")

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import IRError, OpError
+from tessera.ir import printer
 from tessera.ir.schema import get_schema
 from tessera.ir.types import TensorType, oversize
 
@@ -303,10 +304,9 @@ class Function:
         return f"<Function {self.name}: {len(self.nodes)} nodes>"
 
     def __str__(self) -> str:
-        from tessera.ir.printer import format_function
-
-        return format_function(self)
+        return printer.format_function(self)
 
 
 #: The whole model is a function too.
 Graph = Function
+

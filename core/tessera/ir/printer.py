@@ -10,12 +10,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tessera.ir.graph import Function, Node, Value
 from tessera.ir.types import DType
+
+if TYPE_CHECKING:  # annotations only: the graph module imports this one
+    from tessera.ir.graph import Function, Node, Value
 
 
 def _fmt_attr(value: Any) -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from tessera.errors import PassError
 from tessera.ir.graph import Function, Node, Value
-from tessera.passes.manager import Pass, Rewriter, take_name
+from tessera.passes.base import Pass, Rewriter, take_name
 
 #: Ops that only change the shape of their (first) input, keeping the data order.
 TO_RESHAPE = ("Flatten", "Squeeze", "Unsqueeze")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tessera.ir.graph import Function
-from tessera.passes.manager import Pass
+from tessera.passes.base import Pass
 
 
 class DeadCodeElimination(Pass):

@@ -14,7 +14,7 @@ from tessera.errors import PassError
 from tessera.ir.graph import Function, Node
 from tessera.ir.types import TensorType
 from tessera.ops.registry import get_schema
-from tessera.passes.manager import Pass
+from tessera.passes.base import Pass
 
 #: Ops never folded: random generators (each run draws new numbers) and structural nodes.
 NOT_FOLDABLE = frozenset({

@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from tessera.ir.graph import Function, Node, Value
-from tessera.passes.manager import Pass, Rewriter, take_name
+from tessera.passes.base import Pass, Rewriter, take_name
 
 Affine = tuple[Value, np.ndarray, np.ndarray]
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from tessera.errors import PluginCompileError, PluginError, TesseraError
 from tessera.ir.types import TensorType
+from tessera.plugin import manager
 from tessera.plugin.backend import CompiledRegion, Kernel
 from tessera.plugin.patterns import Pattern
 
@@ -63,9 +64,7 @@ def describe(backend: Backend | str) -> str:
 
 def plugin_of(backend: str) -> str | None:
     """The distribution and version that registered backend ``backend``, or None."""
-    from tessera.plugin.manager import get_registry
-
-    registry = get_registry()
+    registry = manager.get_registry()
     for info in registry.plugins:
         if backend in info.backends:
             return f"{info.distribution} {info.version}"

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tessera.te.tensor import ComputeOp, IterVar, Operation, PlaceholderOp, Range, Tensor
+from tessera.te.tensor import ComputeOp, IterVar, Operation, PlaceholderOp, Range, Tensor, compute
 from tessera.tir.expr import IntImm, ProducerLoad
 from tessera.tir.functor import IRMutator
 from tessera.tir.stmt import ForKind
@@ -440,8 +440,6 @@ class Schedule:
             raise ValueError(f"cache_read of {src.name}: no readers given")
         out = src.op.output(0)
         name = f"{src.name}_{scope}"
-        from tessera.te.tensor import compute
-
         cache = compute(out.shape, lambda *i: out[i], name=name)
         for stage in reader_stages:
             op = stage._check_compute("cache_read reader")
@@ -468,11 +466,9 @@ class Schedule:
         if stage.relations or stage.iter_var_attrs or stage.attach_type != ROOT or \
                 stage.leaf_iter_vars != stage.all_iter_vars:
             raise ValueError(f"cache_write of {stage.name}: call it before scheduling the stage")
-        from tessera.te.bound import substitute_vars
-
         axis = [IterVar(Range(a.dom.min, a.dom.extent), a.name, "data")  # type: ignore[union-attr]
                 for a in op.axis]
-        body = substitute_vars(op.body, dict(zip(op.axis, axis)))
+        body = bound.substitute_vars(op.body, dict(zip(op.axis, axis)))
         dtype = op.output(0).dtype
         cache_op = ComputeOp(f"{stage.name}_{scope}", "", op.attrs, axis, body, dtype)
         cache = cache_op.output(0)
@@ -511,3 +507,8 @@ def create_schedule(ops: Any) -> Schedule:
         if op not in out_ops:
             out_ops.append(op)
     return Schedule(out_ops)
+
+
+# Last, not first: bound inference imports this module's names, all defined by now; this module
+# uses it only when called (cache_write).
+from tessera.te import bound  # noqa: E402

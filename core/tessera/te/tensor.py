@@ -20,7 +20,8 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tessera.tir.expr import INDEX_DTYPE, IntImm, PrimExpr, ProducerLoad, Reduce, Var, convert
+from tessera.tir.expr import INDEX_DTYPE, IntImm, PrimExpr, ProducerLoad, Reduce, Var, cast, convert
+from tessera.tir.functor import post_order_visit
 
 
 class Range:
@@ -139,8 +140,6 @@ class ComputeOp(Operation):
 
     def input_tensors(self) -> list[Tensor]:
         """The tensors the body reads, in first-use order."""
-        from tessera.tir.functor import post_order_visit
-
         found: list[Tensor] = []
 
         def visit(node: Any) -> None:
@@ -192,8 +191,6 @@ def compute(shape: Sequence[Any], fcompute: Callable[..., PrimExpr], name: str =
     body = fcompute(*axis)
     body = convert(body)
     if dtype is not None and body.dtype != dtype:
-        from tessera.tir.expr import cast
-
         if isinstance(body, Reduce):
             raise ValueError(f"compute {name}: cast the reduction's source, not the reduction")
         body = cast(dtype, body)

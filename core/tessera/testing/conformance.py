@@ -25,7 +25,11 @@ from pathlib import Path
 
 import numpy as np
 
+import tessera
+from tessera.backends.reference.interpreter import evaluate_function
 from tessera.errors import NeedsConstantError, TesseraError
+from tessera.frontend.onnx import import_onnx
+from tessera.plugin.target import Target
 
 
 @dataclass
@@ -58,8 +62,6 @@ Runner = Callable[..., dict[str, np.ndarray]]
 
 def compile_and_run(model, inputs: dict[str, np.ndarray], target: str,
                     freeze: dict[str, np.ndarray]) -> list[np.ndarray]:
-    import tessera
-
     shapes = {k: list(v.shape) for k, v in inputs.items() if k not in freeze}
     mod = tessera.compile(model, target=target, input_shapes=shapes, freeze_inputs=freeze)
     for name, value in inputs.items():
@@ -72,9 +74,6 @@ def compile_and_run(model, inputs: dict[str, np.ndarray], target: str,
 def interpret(model, inputs: dict[str, np.ndarray], target: str,
               freeze: dict[str, np.ndarray]) -> list[np.ndarray]:
     """Import and evaluate with the reference interpreter (no passes, no runtime)."""
-    from tessera.backends.reference.interpreter import evaluate_function
-    from tessera.frontend.onnx import import_onnx
-
     shapes = {k: list(v.shape) for k, v in inputs.items() if k not in freeze}
     fn = import_onnx(model, input_shapes=shapes, freeze_inputs=freeze)
     outs = evaluate_function(fn, {k: v for k, v in inputs.items() if k not in freeze})
@@ -327,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run_claimed_only(cases: list, target: str) -> list[CaseResult]:
     """Run ``cases`` claimed-only for the target's first backend; print the node counts."""
-    from tessera.plugin.target import Target
+    # local import: node_conformance imports this module (it builds on run_case), a cycle
     from tessera.testing.kit.node_conformance import NodeConformance
 
     backend = Target.parse(target).kinds[0].name

@@ -116,9 +116,7 @@ class PrimExpr:
         return cast(dtype, self)
 
     def __repr__(self) -> str:
-        from tessera.tir.printer import expr_to_str
-
-        return expr_to_str(self)
+        return printer.expr_to_str(self)
 
 
 # ---- leaves ---------------------------------------------------------------------------------
@@ -560,3 +558,8 @@ def min_value(dtype: str) -> PrimExpr:
     if dtype == "bool":
         return IntImm(0, "bool")
     return IntImm(int(np.iinfo(dtype).min), dtype)
+
+
+# Last, not first: the printer imports this module and tessera.tir.stmt, which imports names
+# from this one, all defined by now; this module uses the printer only when called.
+from tessera.tir import printer  # noqa: E402

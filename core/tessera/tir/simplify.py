@@ -46,6 +46,7 @@ from tessera.tir.arith import (
     uses_var,
 )
 from tessera.tir.functor import IRMutator, substitute
+from tessera.tir.interpreter import eval_expr
 
 __all__ = ["simplify", "Simplifier", "can_prove", "is_no_op", "NO_OP"]
 
@@ -92,8 +93,6 @@ def _const_bool(e: E.PrimExpr) -> bool | None:
 def _fold(cls: type, a: E.PrimExpr, b: E.PrimExpr | None = None,
           dtype: str | None = None) -> E.PrimExpr | None:
     """Evaluate an operation on constants with numpy semantics (None when it cannot)."""
-    from tessera.tir.interpreter import eval_expr
-
     if cls in (E.FloorDiv, E.FloorMod) and _is_const(b, 0) and E.is_int(a.dtype):
         return None
     if cls is E.Cast:

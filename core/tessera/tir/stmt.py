@@ -4,19 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tessera.tir.buffer import Buffer
+from tessera.tir import printer
 from tessera.tir.expr import PrimExpr, Var, convert
+
+if TYPE_CHECKING:
+    from tessera.tir.buffer import Buffer
 
 
 class Stmt:
     """Base class of every TIR statement."""
 
     def __repr__(self) -> str:
-        from tessera.tir.printer import stmt_to_str
-
-        return stmt_to_str(self)
+        return printer.stmt_to_str(self)
 
 
 class ForKind(StrEnum):
@@ -136,6 +137,4 @@ class PrimFunc:
         return PrimFunc(self.name, self.params, body, self.attrs)
 
     def __repr__(self) -> str:
-        from tessera.tir.printer import func_to_str
-
-        return func_to_str(self)
+        return printer.func_to_str(self)

@@ -26,6 +26,7 @@ from tessera.errors import CompileError
 from tessera.tir import expr as E
 from tessera.tir import stmt as S
 from tessera.tir.buffer import Buffer
+from tessera.tir.functor import post_order_visit
 from tessera.tir.printer import expr_to_str, stmt_to_str
 
 __all__ = ["verify"]
@@ -62,8 +63,6 @@ class _Verifier:
                 self.define_free(d)
 
     def define_free(self, e: E.PrimExpr) -> None:
-        from tessera.tir.functor import post_order_visit
-
         post_order_visit(e, lambda n: self.vars.__setitem__(n, 1)
                          if isinstance(n, E.Var) else None)
 

@@ -15,6 +15,10 @@ be computed and otherwise the reason it cannot (an attribute combination not han
 
 The computes match the op's numpy reference in :mod:`tessera.ops` (the exact semantics): tests
 compare every registered compute against it.
+
+The compute modules register their ops when imported, and :mod:`tessera.topi` imports every one
+of them (the explicit list, its ``__init__`` and that of :mod:`tessera.topi.nn`); importing this
+module runs that package first, so the table is complete before anyone outside it can ask.
 """
 
 from __future__ import annotations
@@ -42,7 +46,6 @@ class ComputeEntry:
 
 
 _COMPUTES: dict[str, ComputeEntry] = {}
-_loaded = False
 
 
 def register_compute(op: str, supports: SupportsFn | None = None
@@ -58,40 +61,13 @@ def register_compute(op: str, supports: SupportsFn | None = None
     return deco
 
 
-def _ensure_loaded() -> None:
-    """Import the compute modules, which register their ops (an explicit list)."""
-    global _loaded
-    if _loaded:
-        return
-    _loaded = True
-    from tessera.topi import (  # noqa: F401
-        broadcast,
-        elemwise,
-        image,
-        layout,
-        reduction,
-        transform,
-    )
-    from tessera.topi.nn import (  # noqa: F401
-        conv2d,
-        conv_transpose,
-        dense,
-        norm,
-        pooling,
-        quantized,
-        softmax,
-    )
-
-
 def has_compute(op: str) -> bool:
     """Whether op ``op`` has a registered compute."""
-    _ensure_loaded()
     return op in _COMPUTES
 
 
 def compute_for(op: str) -> ComputeFn:
     """The compute function registered for ``op`` (KeyError naming the op when none is)."""
-    _ensure_loaded()
     try:
         return _COMPUTES[op].fn
     except KeyError:
@@ -100,13 +76,11 @@ def compute_for(op: str) -> ComputeFn:
 
 def registered_ops() -> list[str]:
     """The ops with a compute, sorted."""
-    _ensure_loaded()
     return sorted(_COMPUTES)
 
 
 def unsupported_reason(node: Node) -> str | None:
     """``None`` when ``node`` can be built as TE; otherwise why not (naming the node)."""
-    _ensure_loaded()
     entry = _COMPUTES.get(node.op)
     if entry is None:
         return f"node {node.name}: op {node.op} has no topi compute"

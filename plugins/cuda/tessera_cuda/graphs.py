@@ -24,9 +24,11 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from .driver import CUDADevice, LaunchArgs, _check, launch
+from tessera.plugin.backend import Kernel
 
-__all__ = ["GroupLaunches", "graphs_enabled", "make_graph_binder"]
+from .driver import CUDADevice, LaunchArgs, LoadedModule, _check, launch
+
+__all__ = ["GroupLaunches", "graphs_enabled", "make_graph_binder", "make_group_kernel"]
 
 #: One device kernel launch: (function, grid, block, parameter references, name).
 Launch = tuple[Any, tuple[int, ...], tuple[int, ...], list[Any], str]
@@ -69,6 +71,30 @@ class GroupLaunches:
                 self._cache.clear()
             self._cache[key] = hit
         return hit
+
+
+def make_group_kernel(module: LoadedModule, entry: dict[str, Any]
+                      ) -> tuple[Kernel, GroupLaunches]:
+    """The Kernel of one fused group (kernel-table ``entry``: its device kernels in
+    ``module``, launched in order on the stream), and its launches for the region's CUDA
+    graph."""
+    device = module.device
+    group = GroupLaunches(
+        [(module.functions[x["kernel"]], tuple(x["grid"]), tuple(x["block"]), x["params"],
+          x["kernel"]) for x in entry["launches"]],
+        len(entry["inputs"]) + len(entry["outputs"]), bool(entry.get("workspace")),
+        owner=module)
+
+    def run(ins: list[Any], outs: list[Any]) -> None:
+        for (function, grid, block, _p, name), args in zip(group.launches,
+                                                           group.bind(ins, outs)):
+            launch(device, function, grid, block, args, name)
+
+    kernel = Kernel(name=entry["name"], fn=run, inputs=list(entry["inputs"]),
+                    outputs=list(entry["outputs"]), op=entry["op"],
+                    flops=int(entry.get("flops", 0)),
+                    workspace_bytes=int(entry.get("workspace", 0)))
+    return kernel, group
 
 
 #: A bound launch: the launch and its parameter array.

@@ -1,8 +1,9 @@
 """One cuda kernel built alone for the tuner (``CUDABackend.tuning_candidate``).
 
-The region is lowered with the candidate's knobs (:func:`~tessera_cuda.backend.build_region`:
-the same schedules, pipeline and NVRTC compile as ``compile``), its cubin loaded on the GPU, and
-the fused group named ``kernel`` bound to buffers of its own: the group's constants and seeded
+The backend lowers the region with the candidate's knobs
+(:func:`~tessera_cuda.backend.build_region`: the same schedules, pipeline and NVRTC compile as
+``compile``); :func:`cuda_candidate` loads its cubin on the GPU and binds
+the fused group named ``kernel`` to buffers of its own: the group's constants and seeded
 random data of its other inputs, copied to the device once. ``run()`` launches the group's
 kernels on the device's stream and waits for them; the tuner times ``timer(n)``: n launches
 between two events on the stream, as the GPU's clock measures them.
@@ -19,13 +20,15 @@ from typing import Any
 
 import numpy as np
 
-from tessera.errors import CompileError, RunError
+from tessera.errors import CompileError
 from tessera.ir.graph import Function
 from tessera.kernel.lowering import prepare_region
 from tessera.kernel.tuning import PreparedRegions, config_features
-from tessera.plugin.backend import CompileOptions
 from tessera.plugin.candidate import TuningCandidate, random_array
-from tessera.plugin.target import TargetKind
+
+from .driver import CUDADevice, LoadedModule
+from .graphs import make_group_kernel
+from .lowering import lower_group_tir
 
 #: Fused regions of this process: (id(region), opt_level) -> (region, groups, kernel names,
 #: value types).
@@ -37,8 +40,6 @@ def cuda_features(region: Function, kernel: str, configs: list[dict[str, Any]], 
     """The loop-nest features of the group ``kernel`` lowered with each config (knob values of
     workload ``key``) for ``gpu``; None for a config that does not lower (a block too large
     for the GPU, say)."""
-    from .lowering import lower_group_tir
-
     group, _ = _FUSED.group(region, kernel, opt_level,
                             lambda: prepare_region(region, opt_level))
     return config_features(
@@ -46,25 +47,17 @@ def cuda_features(region: Function, kernel: str, configs: list[dict[str, Any]], 
         lambda overrides: lower_group_tir(group, kernel, gpu, overrides, passes=False)[0])
 
 
-def cuda_candidate(backend: Any, region: Function, kernel: str,
-                   overrides: dict[str, dict[str, Any]], target: TargetKind,
-                   options: CompileOptions) -> TuningCandidate:
-    from .backend import _make_kernel, build_region, gpu_info
-    from .driver import LoadedModule
-
-    device = backend.device_instance(options)
-    missing = device.missing()
-    if missing is not None:
-        raise RunError(f"cuda: tuning measures kernels on the GPU, and this machine has none "
-                       f"({missing}); tune on the GPU machine")
-    built = build_region(region, target, options, gpu_info(target, device),
-                         overrides=overrides)
+def cuda_candidate(device: CUDADevice, region: Function, built: Any,
+                   kernel: str) -> TuningCandidate:
+    """The fused group ``kernel`` of ``built`` (``region`` built with the candidate's knobs: a
+    :class:`~tessera_cuda.backend.BuiltRegion`) loaded on ``device``, a GPU, and bound to
+    buffers of its own."""
     entry = next((e for e in built.table if e["name"] == kernel), None)
     if entry is None:
         raise CompileError(f"cuda: region {region.name} has no kernel {kernel!r} (it has "
                            f"{', '.join(e['name'] for e in built.table)})")
     module = LoadedModule.load(device, built.cubin, [x["kernel"] for x in entry["launches"]])
-    compiled_kernel, _ = _make_kernel(module, entry)
+    compiled_kernel, _ = make_group_kernel(module, entry)
     types = {v.name: v.type for v in built.lowered.func.inputs}
     types.update({v.name: v.type for n in built.lowered.func.nodes for v in n.outputs})
     constants = {k: np.ascontiguousarray(np.asarray(v.data))

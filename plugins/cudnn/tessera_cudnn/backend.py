@@ -35,7 +35,7 @@ from tessera.plugin.backend import Backend, CompiledRegion, CompileOptions, Kern
 from tessera.plugin.device import Device
 from tessera.plugin.patterns import Pattern, PatternMatch, region_matches
 from tessera.plugin.target import TargetKind
-from tessera_cuda.driver import CudaBuffer
+from tessera_cuda.driver import CudaBuffer, CUDADevice, driver_missing
 
 from . import cublaslt_api as lt
 from . import cudnn_api as dnn
@@ -45,7 +45,14 @@ from .conv import ConvCall, ConvDescriptors, ConvPlan, conv_unsupported, plan_co
 from .conv import add_unsupported as conv_add_unsupported
 from .conv import choose_algorithm as choose_conv
 from .conv import patterns as conv_patterns
-from .gemm import GemmCall, GemmDescriptors, GemmPlan, gemm_unsupported, matmul_unsupported
+from .gemm import (
+    GemmCall,
+    GemmDescriptors,
+    GemmPlan,
+    gemm_unsupported,
+    matmul_unsupported,
+    plan_gemm,
+)
 from .gemm import choose_algorithm as choose_gemm
 from .gemm import patterns as gemm_patterns
 from .pool_softmax import (
@@ -73,12 +80,6 @@ PLAN_TYPES: dict[str, type[Plan]] = {c.kind: c for c in (ConvPlan, PoolPlan, Sof
                                                           GemmPlan)}
 
 
-def _driver_missing() -> str | None:
-    from tessera_cuda.driver import driver_missing
-
-    return driver_missing()
-
-
 class LibraryBackend(Backend):
     """What the cuDNN and cuBLASLt backends share: the cuda device, availability, compile,
     artifacts. Subclasses name their library and make a plan per matched pattern."""
@@ -99,7 +100,7 @@ class LibraryBackend(Backend):
         missing = libs.missing(self.library)
         if missing:
             return missing
-        why = _driver_missing()
+        why = driver_missing()
         if why:
             return f"{why}; it still compiles for a named GPU (cuda -arch={DEFAULT_ARCH} " \
                    f"-libs=cudnn,cublas) into artifacts that run where the GPU is"
@@ -111,15 +112,13 @@ class LibraryBackend(Backend):
         missing = libs.missing(self.library)
         if missing:
             return missing
-        why = _driver_missing()
+        why = driver_missing()
         if why and not target.get("arch"):
             return f"{why}; to compile without a GPU, name its architecture " \
                    f"(cuda -arch={DEFAULT_ARCH} -libs=cudnn,cublas)"
         return None
 
     def device_api(self) -> Device:
-        from tessera_cuda.driver import CUDADevice
-
         return CUDADevice.get(0)
 
     # -- claims ----------------------------------------------------------------------------
@@ -314,7 +313,5 @@ class CuBLASBackend(LibraryBackend):
 
     def plan(self, match: PatternMatch, target: TargetKind,
              constants: dict[str, np.ndarray]) -> Plan:
-        from .gemm import plan_gemm
-
         compute = lt.COMPUTE_32F_FAST_TF32 if tf32(target) else lt.COMPUTE_32F
         return plan_gemm(match, compute, workspace_limit(target))

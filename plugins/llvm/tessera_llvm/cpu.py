@@ -18,6 +18,7 @@ from pathlib import Path
 from tessera.plugin.threads import default_thread_count
 
 from .schedules.common import CPUInfo
+from .triple import is_foreign, triple_arch
 
 #: -mcpu names (prefixes) with 512-bit vectors worth using.
 _AVX512 = ("skylake-avx512", "cascadelake", "cooperlake", "cannonlake", "icelake",
@@ -148,8 +149,6 @@ def cpu_info(mcpu: str | None = None, num_threads: int | None = None,
     """The CPU facts schedules read, for the host (``mcpu`` None, ``native`` or ``host``) or
     for the CPU ``mcpu`` names; with a ``triple`` of another architecture than the host's
     and no ``mcpu``, for that architecture's generic CPU."""
-    from .triple import is_foreign, triple_arch
-
     threads = num_threads or default_thread_count()[0]
     host = mcpu is None or mcpu in ("native", "host")
     if host and is_foreign(triple):

@@ -26,7 +26,7 @@ import llvmlite.binding as llvm
 import numpy as np
 
 from tessera.errors import CompileError, RunError
-from tessera_llvm import build, parallel
+from tessera_llvm import machine, parallel
 
 #: ``void f(void **args)``
 KERNEL_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
@@ -203,8 +203,8 @@ class Library:
         if missing:
             raise CompileError(f"llvm: the object code of {', '.join(self.names)} needs "
                                f"symbols this process does not have: {', '.join(missing)}")
-        tm = build.target_machine(mcpu)
-        with build.LLVM_LOCK:
+        tm = machine.target_machine(mcpu)
+        with machine.LLVM_LOCK:
             empty = llvm.parse_assembly("")
             empty.triple = tm.triple
             empty.data_layout = str(tm.target_data)

@@ -68,7 +68,7 @@ from tessera.plugin.threads import (
     runnable_tasks,
     threads_under_load,
 )
-from tessera_llvm import build
+from tessera_llvm import machine
 from tessera_llvm.pool_ir import DEFAULT_SPIN_US, KNOB_TYPES, MAX_WORKERS, PoolIR
 
 
@@ -76,15 +76,15 @@ class _Runtime:
     """The compiled pool of this process: the JIT engine (never freed) and entry points."""
 
     def __init__(self) -> None:
-        tm = build.target_machine()
+        tm = machine.target_machine()
         pool = PoolIR(tm.triple, str(tm.target_data), platform.machine().lower()).build()
         names = ["tessera_parallel_for", "tessera_pool_started_workers",
                  "tessera_pool_after_fork", "tessera_pool_bench", "tessera_extendhfsf2",
                  "tessera_truncsfhf2", "tessera_pool_get_sit_outs", "tessera_pool_awake_workers"]
         for knob in _KNOBS:
             names += [f"tessera_pool_set_{knob}", f"tessera_pool_get_{knob}"]
-        with build.LLVM_LOCK:
-            mod = build.compile_ir(pool, tm, speed_level=2)
+        with machine.LLVM_LOCK:
+            mod = machine.compile_ir(pool, tm, speed_level=2)
             engine = llvm.create_mcjit_compiler(mod, tm)
             engine.finalize_object()
             addr = {name: engine.get_function_address(name) for name in names}

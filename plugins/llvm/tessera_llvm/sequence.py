@@ -25,7 +25,7 @@ import llvmlite.binding as llvm
 from llvmlite import ir
 
 from tessera.errors import RunError
-from tessera_llvm import build
+from tessera_llvm import machine
 from tessera_llvm.loader import KernelFunction, pack_pointers
 from tessera_llvm.parallel import adapt_to_load
 
@@ -69,10 +69,10 @@ def runner() -> Any:
     if _runner is None:
         with _runner_lock:
             if _runner is None:
-                tm = build.target_machine()
-                mod = build.compile_ir(_runner_ir(tm.triple, str(tm.target_data)), tm,
-                                       speed_level=2)
-                with build.LLVM_LOCK:
+                tm = machine.target_machine()
+                mod = machine.compile_ir(_runner_ir(tm.triple, str(tm.target_data)), tm,
+                                         speed_level=2)
+                with machine.LLVM_LOCK:
                     engine = llvm.create_mcjit_compiler(mod, tm)
                     engine.finalize_object()
                     address = engine.get_function_address("tessera_run_sequence")

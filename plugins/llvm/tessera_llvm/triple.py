@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 
 from tessera.errors import TargetError
+from tessera_llvm.lock import LLVM_LOCK
 
 #: Architectures (LLVM's normalised names) the backend generates code for.
 SUPPORTED_ARCHES = ("x86_64", "aarch64")
@@ -60,8 +61,6 @@ def check_triple(triple: str) -> str:
     """``triple`` when LLVM has a target for it and the backend supports its architecture
     and object format (ELF), else a TargetError listing what is supported."""
     import llvmlite.binding as llvm
-
-    from tessera_llvm.build import LLVM_LOCK
 
     supported = (f"tessera-llvm generates ELF object code for {' and '.join(SUPPORTED_ARCHES)} "
                  f"(e.g. -mtriple={EXAMPLES[1]}, -mtriple={EXAMPLES[0]}; this host is "

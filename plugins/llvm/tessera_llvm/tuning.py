@@ -22,7 +22,7 @@ from tessera.kernel.tuning import PreparedRegions, config_features
 from tessera.plugin.candidate import TuningCandidate, random_array
 
 from .build import build_module
-from .cpu import CPUInfo
+from .cpu import CPUInfo, cpu_info
 from .lowering import lower_group, prepare_region, scheduled_loop_nest
 
 #: How far a Winograd convolution's outputs may be from the direct convolution's, relative
@@ -101,7 +101,5 @@ def evict_caches() -> None:
     reading and writing a buffer of :func:`eviction_bytes`, as a model's other layers do to a
     kernel's weights between two of its runs."""
     if not _EVICTION:
-        from .cpu import cpu_info
-
         _EVICTION.append(np.zeros(eviction_bytes(cpu_info()) // 8, np.uint64))
     _EVICTION[0] += np.uint64(1)

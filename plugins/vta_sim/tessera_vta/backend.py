@@ -42,6 +42,7 @@ from tessera.plugin.device import CPUDevice
 from tessera.plugin.patterns import Pattern
 from tessera.plugin.target import TargetKind
 
+from . import tsim
 from .compiler import Conv2dParams, Program, Tiling
 from .config import DEFAULT_CONFIG, VTAConfig
 from .errors import VTAError
@@ -92,8 +93,6 @@ def target_settings(target: TargetKind) -> tuple[str, VTAConfig]:
 
 def tsim_unavailable() -> str | None:
     """Why tsim cannot run here (Verilator or pyverilator missing), or None."""
-    from . import tsim
-
     return tsim.unavailable_reason()
 
 

@@ -19,6 +19,7 @@ import numpy as np
 from .compiler import compile_conv2d, conv2d_reference
 from .config import DEFAULT_CONFIG, VTAConfig
 from .runner import run
+from .tsim import load_model, unavailable_reason
 
 
 @dataclass(frozen=True)
@@ -169,8 +170,6 @@ def main(argv: list[str] | None = None) -> None:
     layers = [layer for layer in RESNET18_CONVS if not wanted or layer.name in wanted]
     use_tsim = not args.no_tsim
     if use_tsim:
-        from .tsim import load_model, unavailable_reason
-
         reason = unavailable_reason()
         if reason:
             print(f"tsim skipped: {reason}")

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import tsim
 from .compiler.program import Program
 from .fsim import run_fsim
 from .machine import Counters
@@ -36,8 +37,6 @@ def run(program: Program, x: np.ndarray, sim: str = "fsim") -> RunResult:
         final, counters = run_fsim(program.insns, dram, program.config)
         return RunResult(program.read_output(final), counters.cycles, "fsim", counters)
     if sim == "tsim":
-        from .tsim import run_tsim
-
-        final, cycles = run_tsim(program.insns, dram, program.config)
+        final, cycles = tsim.run_tsim(program.insns, dram, program.config)
         return RunResult(program.read_output(final), cycles, "tsim")
     raise ValueError(f"unknown simulator {sim!r}: expected 'fsim' or 'tsim'")

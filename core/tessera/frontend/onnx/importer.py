@@ -14,10 +14,12 @@ import onnx
 from onnx import helper, numpy_helper
 
 from tessera.errors import ModelImportError, NeedsConstantError, OpError, TesseraError
+from tessera.frontend.onnx import converters as _converters  # noqa: F401  (their registrations)
 from tessera.frontend.onnx.context import ConvertContext
+from tessera.frontend.onnx.dtypes import onnx_dtype
 from tessera.frontend.onnx.registry import find_converter
 from tessera.ir.graph import Function, Value
-from tessera.ir.types import DType, TensorType, oversize
+from tessera.ir.types import TensorType, oversize
 
 #: The oldest default-domain opset the importer accepts.
 MIN_OPSET = 7
@@ -64,18 +66,6 @@ def tar_kind(path: Path) -> str | None:
     except (OSError, tarfile.TarError):
         return None
     return ARTIFACT if first is not None and first.name == "manifest.json" else "a tar archive"
-
-
-def onnx_dtype(elem_type: int, what: str) -> DType:
-    """The Tessera element type of an ONNX ``TensorProto.DataType``."""
-    try:
-        np_type = helper.tensor_dtype_to_np_dtype(elem_type)
-        return DType.from_numpy(np_type)
-    except Exception:  # noqa: BLE001
-        name = onnx.TensorProto.DataType.Name(elem_type) if elem_type in \
-            onnx.TensorProto.DataType.values() else str(elem_type)
-        raise ModelImportError(f"{what}: element type {name} is not supported; expected one of "
-                               f"{', '.join(d.value for d in DType)}") from None
 
 
 def _attr_value(attr: onnx.AttributeProto) -> Any:

@@ -65,13 +65,8 @@ def simple(op_type: str, since: int = 1, ir_op: str | None = None,
     converter(op_type, since, domain)(convert)
 
 
-def _ensure_loaded() -> None:
-    import tessera.frontend.onnx.converters  # noqa: F401
-
-
 def find_converter(op_type: str, domain: str, opset: int) -> ConverterFn | None:
     """The converter for ``op_type`` at ``opset``, or None when there is none."""
-    _ensure_loaded()
     entries = _CONVERTERS.get((_norm_domain(domain), op_type), [])
     best = None
     for since, fn in entries:
@@ -82,5 +77,4 @@ def find_converter(op_type: str, domain: str, opset: int) -> ConverterFn | None:
 
 def supported_ops() -> dict[tuple[str, str], list[int]]:
     """(domain, op_type) -> the opset versions at which its converters start."""
-    _ensure_loaded()
     return {k: [s for s, _ in v] for k, v in _CONVERTERS.items()}

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+import tessera
 from tessera.testing.fuzz.runner import GOOD, Result, generate_case, run_fuzz, run_one
 from tessera.testing.fuzz.seeds import load_seeds
 
@@ -42,8 +43,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def _replay(seed: int, index: int, targets: list[str]) -> int:
     import traceback
-
-    import tessera
 
     seed_name, mutant = generate_case(seed, index, load_seeds())
     print(f"case {index}: {seed_name}, {mutant.kind}: {mutant.description}")

@@ -26,6 +26,9 @@ from typing import Any
 import numpy as np
 import onnx
 
+import tessera
+from tessera.errors import TesseraError
+from tessera.plugin.manager import resolve_target
 from tessera.testing.fuzz.mutators import Mutant, make_mutant, model_names
 from tessera.testing.fuzz.seeds import load_seeds
 
@@ -118,9 +121,6 @@ def random_inputs(types: dict[str, Any], rng: np.random.Generator) -> dict[str, 
 
 def run_one(mutant: Mutant, target: str, index: int) -> tuple[str, str]:
     """Compile and run one mutant in this process: (outcome, message)."""
-    import tessera
-    from tessera.errors import TesseraError
-
     source: Any = mutant.model if mutant.model is not None else mutant.data
     try:
         mod = tessera.compile(source, target=target)
@@ -149,8 +149,6 @@ def run_one(mutant: Mutant, target: str, index: int) -> tuple[str, str]:
 
 def _foreign_cause(e: BaseException) -> BaseException | None:
     """The first non-Tessera exception a TesseraError was raised from (a bug wrapped up)."""
-    from tessera.errors import TesseraError
-
     seen = 0
     cause = e.__cause__
     while cause is not None and seen < 10:
@@ -244,10 +242,8 @@ class _Worker:
 
 
 def _preload() -> None:
-    """Import Tessera and load the plugins before forking, so each worker starts warm."""
-    import tessera  # noqa: F401
-    from tessera.plugin.manager import resolve_target
-
+    """Load the plugins before forking (Tessera is imported with this module), so each
+    worker starts warm."""
     resolve_target("ref")
 
 

@@ -21,7 +21,9 @@ from typing import Any
 
 import numpy as np
 
+import tessera
 from tessera.plugin.contract import strict_contracts
+from tessera.plugin.manager import get_backend, resolve_target
 from tessera.testing.conformance import (
     CaseResult,
     KnownFailure,
@@ -112,8 +114,6 @@ class NodeConformance:
         """Ops whose cases the backend must take (its single-node patterns' ops unless
         given)."""
         if self._expect is None:
-            from tessera.plugin.manager import get_backend, resolve_target
-
             kind = next(k for b, k in resolve_target(self.target) if b.name == self.backend)
             backend = get_backend(self.backend)
             self._expect = set()
@@ -124,16 +124,12 @@ class NodeConformance:
 
     def run(self, case: Any) -> ClaimedResult:
         """Compile and run ``case`` for the target, with contract warnings as errors."""
-        from tessera.plugin.manager import resolve_target
-
         resolve_target(self.target)  # a backend that is not registered is an error, not a skip
         nodes: dict[str, int] = {}
         compiled_ops: set[str] = set()  # the ops left after Tessera's graph passes
 
         def engine(model: Any, inputs: dict[str, np.ndarray], target: str,
                    freeze: dict[str, np.ndarray]) -> list[np.ndarray]:
-            import tessera
-
             shapes = {k: list(v.shape) for k, v in inputs.items() if k not in freeze}
             mod = tessera.compile(model, target=target, input_shapes=shapes,
                                   freeze_inputs=freeze)

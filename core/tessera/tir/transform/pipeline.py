@@ -17,6 +17,7 @@ from functools import partial
 from typing import Any
 
 from tessera.tir import stmt as S
+from tessera.tir.functor import IRMutator
 from tessera.tir.simplify import simplify
 from tessera.tir.transform.flatten import flatten_buffers
 from tessera.tir.transform.remove_checks import remove_redundant_checks
@@ -142,8 +143,6 @@ def lower_pipeline(func: S.PrimFunc, opts: dict[str, Any] | None = None,
 
 
 def _devectorize(func: S.PrimFunc) -> S.PrimFunc:
-    from tessera.tir.functor import IRMutator
-
     class _Serial(IRMutator):
         def visit_For(self, s: S.For) -> S.Stmt:
             body = self.visit(s.body)

@@ -23,6 +23,7 @@ from tessera.tir import expr as E
 from tessera.tir import stmt as S
 from tessera.tir.arith import INF
 from tessera.tir.functor import post_order_visit, substitute
+from tessera.tir.interpreter import _Interpreter
 from tessera.tir.simplify import Simplifier, is_no_op
 
 __all__ = ["remove_redundant_checks", "decide_by_enumeration"]
@@ -35,8 +36,6 @@ def decide_by_enumeration(cond: E.PrimExpr, ranges: dict[E.Var, tuple[Any, Any]]
                           max_points: int = MAX_POINTS) -> bool | None:
     """True/False when ``cond`` holds at every/no point of ``ranges`` (inclusive), None when
     it varies or cannot be enumerated (unbounded or unknown variables, loads, vectors)."""
-    from tessera.tir.interpreter import _Interpreter
-
     if cond.lanes != 1:
         return None
     free: list[E.Var] = []

@@ -39,10 +39,11 @@ from typing import Any
 import numpy as np
 
 from tessera import te, tir
+from tessera.ir.types import DType
 from tessera.ops.spatial import conv_output_shape
 from tessera.topi.nn.conv2d import expand_pads
 from tessera.topi.transform import pad
-from tessera.topi.utils import add, cast, mul, named_axes, shape_of
+from tessera.topi.utils import add, cast, compute_dtype, mul, named_axes, read, shape_of
 
 Expr = tir.PrimExpr
 
@@ -244,9 +245,6 @@ def conv_nchwc_winograd(inputs: list[Any], attrs: dict[str, Any],
     m = attrs.get("winograd_tile")
     if not m:
         return None
-    from tessera.ir.types import DType
-    from tessera.topi.utils import compute_dtype, read
-
     x, w = inputs[0], inputs[1]
     b = inputs[2] if len(inputs) > 2 else None
     acc = compute_dtype(x.dtype)

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from tessera.frontend.onnx.context import ConvertContext
-from tessera.frontend.onnx.importer import onnx_dtype
+from tessera.frontend.onnx.dtypes import onnx_dtype
 from tessera.frontend.onnx.registry import converter, simple
 from tessera.ir.graph import Value
 from tessera.ir.types import DType

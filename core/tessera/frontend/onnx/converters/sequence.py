@@ -13,7 +13,7 @@ from typing import Any
 
 from tessera.errors import NeedsConstantError
 from tessera.frontend.onnx.context import ConvertContext
-from tessera.frontend.onnx.importer import onnx_dtype
+from tessera.frontend.onnx.dtypes import onnx_dtype
 from tessera.frontend.onnx.registry import converter, simple
 from tessera.ir.graph import Value
 from tessera.ops.registry import get_schema

@@ -16,7 +16,7 @@ from onnx import numpy_helper
 
 from tessera.errors import NeedsConstantError
 from tessera.frontend.onnx.context import ConvertContext
-from tessera.frontend.onnx.importer import onnx_dtype
+from tessera.frontend.onnx.dtypes import onnx_dtype
 from tessera.frontend.onnx.registry import converter, simple
 from tessera.ir.graph import Value
 from tessera.ir.types import DType, TensorType
