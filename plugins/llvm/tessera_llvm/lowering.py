@@ -24,6 +24,7 @@ from tessera.errors import TesseraError
 from tessera.ir.graph import Function, Node, Value
 from tessera.ir.types import TensorType
 from tessera.kernel.alter_layout import alter_conv_layout
+from tessera.kernel.conv1d import conv1d_as_conv2d
 from tessera.kernel.flops import group_flops
 from tessera.kernel.grouped_pointwise import grouped_pointwise_to_matmul
 from tessera.kernel.lowering import (
@@ -36,6 +37,7 @@ from tessera.kernel.lowering import (
     lowering_errors,
 )
 from tessera.kernel.lowering import prepare_region as prepare_graph
+from tessera.kernel.pad_matmul import matmul_sizes, pad_matmul
 from tessera.ops.layout import pack_matmul_weight
 from tessera.progress import Progress
 from tessera.tir.stmt import PrimFunc
@@ -46,6 +48,7 @@ from tessera.topi.nn.winograd import conv_nchwc_winograd, winograd_weight_transf
 from .prefetch import prefetch_next_slice
 from .schedules import schedule_group, winograd
 from .schedules.common import CPUInfo, compute_ops
+from .schedules.config import largest_divisor
 from .schedules.conv2d import conv_space, find_conv, tile_plan
 
 
@@ -143,6 +146,41 @@ def pointwise_as_matmul(cpu: CPUInfo):  # noqa: ANN201 - a callable for the pass
     return select
 
 
+def matmul_padding(cpu: CPUInfo):  # noqa: ANN201 - a callable for the pass
+    """Which matrix products are computed over padded sizes (:mod:`tessera.kernel.pad_matmul`),
+    and over how many rows and columns: rows with no divisor near the register tile's height
+    (197, a prime, allows one row per tile) are rounded up to the multiple of a height from
+    the tile's down to half of it that adds the fewest (197 -> 198 = 11 x 18); columns that no
+    vector of at least 8 lanes (the CPU's lanes, when fewer) divides are rounded up to whole
+    vectors (197 -> 208 with 16 lanes). Rows only where the product has at least two tiles'
+    rows (never a batch-1 layer); columns where the weight is a constant (padded once, at
+    compile time) or there are that many rows to reuse the padded copy; and only where
+    padding adds at most 1/4 more work (scalar columns and one-row tiles cost several times
+    that)."""
+
+    def select(node: Node) -> tuple[int, int] | None:
+        sizes = matmul_sizes(node)
+        if sizes is None:
+            return None
+        m, n, _ = sizes
+        lanes = cpu.lanes_for(node.outputs[0].type.dtype.value)
+        tile = max(4, min(12, min(24, cpu.max_accumulators(3)) // 2))
+        rows, cols = m, n
+        if m >= 2 * tile and largest_divisor(m, tile) < tile // 2:
+            rows = min((-(-m // r) * r, -r) for r in range(tile, tile // 2 - 1, -1))[0]
+        narrowest = min(8, lanes)
+        b = node.inputs[1]
+        if n >= 2 * lanes and not any(n % v == 0 for v in (lanes, lanes // 2)
+                                      if v >= narrowest) \
+                and (b is not None and b.is_constant or m >= 2 * tile):
+            cols = -(-n // lanes) * lanes
+        if (rows, cols) == (m, n) or 4 * (rows * cols - m * n) > m * n:
+            return None
+        return rows, cols
+
+    return select
+
+
 #: The operations of a group (:func:`tessera.kernel.flops.group_flops`).
 _flops = group_flops
 
@@ -226,6 +264,8 @@ def prepare_region(region: Function, cpu: CPUInfo, opt_level: int = 3
     def rewrite(region: Function) -> Function:
         func = region
         if opt_level >= 2:
+            func = conv1d_as_conv2d(func)
+            func = pad_matmul(func, matmul_padding(cpu))
             func = grouped_pointwise_to_matmul(func, pointwise_as_matmul(cpu))
             func = alter_conv_layout(func, block_choice(cpu))
         else:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tessera import te
+from tessera.ops.layout import parse_layout
 from tessera.tir.expr import IntImm
 
 from .config import ConfigSpace, ScheduleConfig, largest_divisor
@@ -82,9 +83,35 @@ def _default_vector(last: int, lanes: int) -> int:
     return d if d >= 4 else 1
 
 
-def injective_space(op: te.ComputeOp, cpu: CPUInfo, template: str = "injective") -> ConfigSpace:
+def unblocking_block(ops: Any) -> int:
+    """The channel block of a layout transform from a blocked layout (NCHW16c) to plain NCHW
+    among ``ops`` (a group's computes), else 0."""
+    for op in ops:
+        if "layout_transform" in getattr(op, "tag", "") and \
+                op.attrs.get("dst_layout") == "NCHW":
+            block = parse_layout(str(op.attrs.get("src_layout", "NCHW")))
+            if block:
+                return block
+    return 0
+
+
+def injective_space(op: te.ComputeOp, cpu: CPUInfo, template: str = "injective",
+                    unblock: int = 0) -> ConfigSpace:
+    """Knobs of an elementwise or data-movement stage. ``unblock``: the stage (or a stage
+    inlined into it) reads channel-blocked data (NCHWc, that block) and writes plain rows
+    (NCHW, or a reshape of it): it may be tiled as a transpose (``unblock_tile``)."""
     shape = extents(op)
-    space = ConfigSpace(template, (tuple(shape), op.output(0).dtype))
+    unblock = unblock if len(shape) >= 3 and shape[1] % max(unblock, 1) == 0 and \
+        shape[1] > 1 and shape[-1] >= 16 else 0
+    key: tuple[Any, ...] = (tuple(shape), op.output(0).dtype)
+    space = ConfigSpace(template, key + ((("unblock", unblock),) if unblock else ()))
+    if unblock:
+        space.define("unblock_block", [unblock], unblock,
+                     "the channel block of the blocked data read (fixed)")
+        space.define("unblock_tile", [0, 16, 32, 64, 128], 64,
+                     "reading channel blocks into rows: each block of channels is written a "
+                     "tile of this many row elements at a time, so that the blocks read stay "
+                     "in the L1 cache (0: row by row)")
     last = shape[-1] if shape else 1
     lanes = cpu.lanes_for(op.output(0).dtype)
     vec = _default_vector(last, lanes)
@@ -117,12 +144,38 @@ def parallel_prefix(stage: Any, axes: list[Any], sizes: list[int], tasks: int) -
     return fused
 
 
+def schedule_unblock_stage(s: Any, op: te.ComputeOp, cfg: ScheduleConfig) -> None:
+    """A stage that turns channel blocks (NCHWc, block ``c``) into rows: channels split by
+    the block, the last (row) axis by the tile, the block's channels looped inside the row
+    tile: ``(n, c_outer, ..., w_outer, c_inner, w_inner)``, so the ``c`` x tile elements read
+    (a few cache lines) serve ``c`` rows before they leave the L1 cache; row by row, every
+    cache line of the input was read once per channel of its block. The row tile is
+    vectorized when it divides the row; (n, c_outer) are parallel."""
+    stage = s[op]
+    axes = list(op.axis)
+    shape = extents(op)
+    block = int(cfg["unblock_block"])
+    tile = min(int(cfg.get("unblock_tile", 0)), shape[-1])
+    c_outer, c_inner = stage.split(axes[1], factor=block)
+    w_outer, w_inner = stage.split(axes[-1], factor=tile)
+    stage.reorder(axes[0], c_outer, *axes[2:-1], w_outer, c_inner, w_inner)
+    if shape[-1] % tile == 0:
+        stage.vectorize(w_inner)
+    if math.prod(shape) >= int(cfg.get("parallel_min_elems", 16384)):
+        fused = stage.fuse(axes[0], c_outer)
+        stage.parallel(fused)
+
+
 def schedule_injective_stage(s: Any, op: te.ComputeOp, cfg: ScheduleConfig) -> None:
     """Leading axes fused and parallel (when the output is big enough), the last axis
-    vectorized."""
+    vectorized; a stage that turns channel blocks into rows with ``unblock_tile`` set is
+    tiled as a transpose (:func:`schedule_unblock_stage`)."""
     stage = s[op]
     axes = list(op.axis)
     if not axes:
+        return
+    if int(cfg.get("unblock_tile", 0)) > 0:
+        schedule_unblock_stage(s, op, cfg)
         return
     shape = extents(op)
     total = math.prod(shape)

@@ -20,6 +20,7 @@ from .common import (
     reduce_space,
     schedule_injective_stage,
     schedule_reduce_stage,
+    unblocking_block,
 )
 from .config import ScheduleConfig
 from .conv2d import conv_space, find_conv, prefetch_plan, schedule_conv
@@ -94,12 +95,13 @@ def _at_root(ctx: GroupContext) -> None:
             ctx.result.configs.append(cfg)
         else:
             s[op].compute_inline()
+    unblock = unblocking_block(ctx.ops) if len(out_ops) == 1 else 0
     for op in out_ops:
         if op.reduce_axis:
             cfg = ctx.pick(reduce_space(op, cpu))
             schedule_reduce_stage(s, op, cfg)
         else:
-            cfg = ctx.pick(injective_space(op, cpu))
+            cfg = ctx.pick(injective_space(op, cpu, unblock=unblock))
             schedule_injective_stage(s, op, cfg)
         ctx.result.configs.append(cfg)
 
