@@ -189,6 +189,28 @@ def test_concat_fuses_into_following_elementwise() -> None:
     check_invariants(fn, groups)
 
 
+def test_concat_inlines_data_movement_but_not_costly_producers() -> None:
+    fn, x = graph(c=4, hw=6)
+    moved = fn.op("Transpose", x, perm=[0, 1, 3, 2], name="moved")
+    up = fn.op("Resize", fn.op("Transpose", x, perm=[0, 1, 3, 2], name="t_up"),
+               sizes=[1, 4, 6, 6], scales=[1.0, 1.0, 1.0, 1.0], mode="linear", name="up")
+    chain = x
+    for i in range(5):  # more computing nodes than a concat inlines
+        chain = fn.op("Add", chain, fn.constant(rand(4, 1, 1)), name=f"add{i}")
+    fn.outputs = [fn.op("Concat", moved, up, chain, axis=1, name="cat")]
+    groups = fuse_ops(fn)
+    cat = group_of(groups, "cat")
+    assert "moved" in {n.name for n in cat.nodes}  # a transpose is read in place
+    assert group_of(groups, "up") is not cat and group_of(groups, "add4") is not cat
+    assert [n.name for n in group_of(groups, "up").nodes] == ["t_up", "up"]
+    check_invariants(fn, groups)
+    feeds = {"x": rand(1, 4, 6, 6)}
+    want = evaluate_function(fn, feeds)
+    got = run_by_groups(fn, groups, feeds)
+    for k, v in want.items():
+        np.testing.assert_allclose(got[k], v, rtol=1e-6, atol=1e-6)
+
+
 def test_reduce_takes_producers_not_consumers() -> None:
     fn, x = graph()
     y = fn.op("Mul", x, x, name="sq")

@@ -59,6 +59,15 @@ OPAQUE = OpPattern.OPAQUE
 #: Default cap on the number of nodes in one group (TVM's ``max_fuse_depth``).
 MAX_FUSE_DEPTH = 256
 
+#: Ops that only move data: a fused ``Concat`` may inline any number of them.
+DATA_MOVEMENT = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten",
+                           "Identity", "Slice", "LayoutTransform", "Cast", "Expand"})
+#: Ops too costly to compute once per input of a fused ``Concat``.
+COSTLY_OPS = frozenset({"Resize", "Upsample", "GridSample"})
+#: Computing (not data-moving) nodes a producer group may have and still fuse into a
+#: ``Concat`` of several inputs.
+CONCAT_INLINE_OPS = 4
+
 #: ``PatternFn(node) -> OpPattern``: how fusion sees one node.
 PatternFn = Callable[[Node], OpPattern]
 
@@ -263,6 +272,22 @@ class _Partitioner:
         self.size[target] += self.size[child]
         self.pattern[target] = max(self.pattern[target], self.pattern[child])
 
+    def _costly_into_concat(self, src: int, sink: int) -> bool:
+        """Whether fusing ``src``'s group into a ``Concat`` of several inputs would compute it
+        for every element of the concatenation: a fused concat selects among its inputs per
+        element, and a select evaluates every input, so work beyond a few cheap ops (a
+        ``Resize``; more than :data:`CONCAT_INLINE_OPS` computing nodes) stays a kernel of its
+        own, written once (SegFormer's head concatenates four upsampled maps)."""
+        node = self.graph.nodes[sink]
+        if node.op != "Concat" or sum(v is not None for v in node.inputs) < 2:
+            return False
+        root = self.find(src)
+        members = [self.graph.nodes[u] for u in range(len(self.graph.nodes))
+                   if self.find(u) == root]
+        computing = [n for n in members if n.op not in DATA_MOVEMENT]
+        return any(n.op in COSTLY_OPS for n in computing) or \
+            len(computing) > CONCAT_INLINE_OPS
+
     def commit(self, src: int, sink: int) -> None:
         """Fuse ``src`` and every node between it and ``sink`` into ``sink``'s group."""
         for u in (src, *self._paths(src, sink)):
@@ -289,6 +314,8 @@ class _Partitioner:
             else:  # COMM_REDUCE: takes producers, never fuses into its consumers (as TVM)
                 continue
             if self.size_with(i, sink) > self.max_depth:
+                continue
+            if self._costly_into_concat(i, sink):
                 continue
             if self.check_path(i, sink, cond):
                 self.commit(i, sink)

@@ -105,7 +105,10 @@ def axis_tables(out_len: int, in_len: int, scale: float, mode: str, coord_mode: 
             return tir.min_(tir.max_(1.0 - tir.fabs(dist), 0.0), 1.0)
         return _cubic(dist, cubic_a)
 
-    weights = te.compute((out_len, taps), raw, name="resize_weight", tag=tag.INJECTIVE)
+    # the tags name the tables so that schedules compute them once, at root (KEEP_AT_ROOT),
+    # not inline at every output point
+    weights = te.compute((out_len, taps), raw, name="resize_weight",
+                         tag=f"{tag.INJECTIVE},resize_weight")
     if antialias:
         weights = _normalized(weights, "resize_weight_aa")
     if exclude_outside:
@@ -126,7 +129,7 @@ def axis_tables(out_len: int, in_len: int, scale: float, mode: str, coord_mode: 
             tag=tag.ELEMWISE)
     index = te.compute((out_len, taps), lambda o, k: clamp(cast(position(o, k)[0], "int64"),
                                                            0, in_len - 1),
-                       name="resize_index", tag=tag.INJECTIVE)
+                       name="resize_index", tag=f"{tag.INJECTIVE},resize_index")
     return index, weights
 
 
