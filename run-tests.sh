@@ -5,7 +5,8 @@
 # run as root or with password-less sudo), creates .venv (if absent), installs Tessera with its
 # test extras in editable mode together with every plugin under plugins/*/ (with their test
 # extras and the GPU plugins' NVIDIA libraries, the "libs" extra, so that NVRTC code generation
-# and cuDNN descriptors are tested without a GPU; see scripts/setup-env.sh), then runs every
+# and cuDNN descriptors are tested without a GPU; see scripts/setup-env.sh) and the zoo extra
+# (PyTorch's CPU build, transformers, onnxscript: the Hugging Face model-zoo tests), then runs every
 # tier of the suite (tests/ and plugins/*/tests) in parallel:
 #     python -m pytest -n auto --dist loadgroup --all-tiers -q
 # (`python -m pytest` alone runs the fast tier; conftest.py). Extra arguments are passed on,
@@ -17,7 +18,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 source scripts/setup-env.sh
-WITH_SYSTEM_DEPS="${WITH_SYSTEM_DEPS:-1}" setup_env "test,libs"
+WITH_SYSTEM_DEPS="${WITH_SYSTEM_DEPS:-1}" setup_env "test,libs,zoo"
 
 status=0
 # every tier, in parallel, -q unless the arguments set the verbosity (setup-env.sh)

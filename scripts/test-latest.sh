@@ -13,7 +13,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 VENV="${VENV:-.venv-latest}"
 source scripts/setup-env.sh
 rm -f "$VENV"/.tessera-install-*
-LATEST=1 setup_env "test,libs"
+LATEST=1 setup_env "test,libs,zoo"
 
 status=0
 "$VENV/bin/python" -m pytest $(pytest_suite_flags "$@") "$@" || status=$?

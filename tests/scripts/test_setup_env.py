@@ -70,10 +70,11 @@ def test_the_demo_installs_no_nvidia_library() -> None:
 
 def test_the_tests_install_every_nvidia_library() -> None:
     extras = _script_extras("run-tests.sh")
-    assert set(extras.split(",")) == {"test", "libs"}
+    assert set(extras.split(",")) == {"test", "libs", "zoo"}
     tests = install_set.requirements(extras)
     assert NVIDIA_LIBS <= tests
     assert {"pytest", "pytest-xdist", "onnxruntime", "ruff"} <= tests
+    assert {"torch", "transformers", "onnxscript"} <= tests  # the model-zoo tests
     # scripts/test-latest.sh checks the same set on the newest releases
     assert _script_extras("scripts/test-latest.sh") == extras
 
@@ -90,7 +91,7 @@ def test_the_gpu_plugins_offer_their_libraries_as_an_extra() -> None:
 
 def test_constraints_pin_everything_the_scripts_install() -> None:
     pins = _pinned()
-    asked = install_set.requirements("test,libs") | install_set.requirements("")
+    asked = install_set.requirements("test,libs,zoo") | install_set.requirements("")
     missing = sorted(asked - set(pins))
     assert not missing, f"constraints.txt has no pin for {missing}"
     assert "setuptools" in pins  # what the editable installs build with
