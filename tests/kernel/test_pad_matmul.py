@@ -66,6 +66,17 @@ def test_padded_product_computes_the_same(a_shape: tuple, b_shape: tuple, const_
     check_same(fn, new)
 
 
+def test_products_of_one_value_share_its_pad() -> None:
+    fn = Function("g")
+    x = fn.add_input("x", TensorType((1, 17, 8), DType.float32))
+    q = fn.op("MatMul", x, fn.constant(rand(8, 8), "wq"), name="q")
+    k = fn.op("MatMul", x, fn.constant(rand(8, 8), "wk"), name="k")
+    fn.outputs = [q, k]
+    new = pad_matmul(fn, lambda node: (18, 8))
+    assert Counter(n.op for n in new.nodes) == {"Pad": 1, "MatMul": 2, "Slice": 2}
+    check_same(fn, new)
+
+
 def test_unselected_and_unpadded_products_are_kept() -> None:
     fn = graph((1, 16, 8), (8, 16), True)
     assert matmul_sizes(fn.node_by_name("mm")) == (16, 16, 8)

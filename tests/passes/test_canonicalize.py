@@ -183,3 +183,36 @@ def test_mixed_chain():
     check_same(fn, {"x": rand((1, 3, 1, 4))})
     assert ops(fn) == ["Reshape"] and fn.nodes[0].inputs[0] is x
     assert fn.outputs[0].type.shape == (1, 12)
+
+
+@pytest.mark.parametrize("op, attrs, shape", [
+    ("AveragePool", {"count_include_pad": 1, "ceil_mode": 1}, (1, 3, 7, 5)),  # EfficientNet's
+    ("AveragePool", {"count_include_pad": 0, "ceil_mode": 1}, (2, 4, 3, 3)),
+    ("MaxPool", {"ceil_mode": 1}, (1, 3, 6, 2)),
+    ("AveragePool", {"ceil_mode": 0, "kernel": [6, 2]}, (1, 3, 6, 2)),  # exactly the input
+    ("MaxPool", {"ceil_mode": 1, "kernel": [9]}, (2, 3, 4)),            # 1-D
+])
+def test_one_window_over_the_input_is_a_global_pool(op, attrs, shape):
+    attrs = dict(attrs)
+    kernel = attrs.pop("kernel", [32] * (len(shape) - 2))
+    fn, x = one_input(shape)
+    fn.outputs = [fn.op(op, x, kernel_shape=kernel, strides=kernel, **attrs, name="pool")]
+    feeds = {"x": rand(shape, seed=4)}
+    want = run_outputs(fn.copy(), feeds)
+    Canonicalize().run(fn)
+    verify(fn)
+    assert ops(fn) == ["Global" + op]
+    assert fn.outputs[0].name == "pool" or fn.outputs[0].producer.name == "pool"
+    np.testing.assert_allclose(run_outputs(fn, feeds)[0], want[0], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("attrs", [
+    {"kernel_shape": [3, 3], "strides": [3, 3], "ceil_mode": 1},      # several windows
+    {"kernel_shape": [8, 8], "strides": [8, 8], "pads": [1, 1, 1, 1], "ceil_mode": 1},
+    {"kernel_shape": [3, 3], "strides": [8, 8], "dilations": [2, 2], "ceil_mode": 1},
+])
+def test_other_pools_stay(attrs):
+    fn, x = one_input((1, 2, 6, 6))
+    fn.outputs = [fn.op("MaxPool", x, **attrs, name="pool")]
+    check_same(fn, {"x": rand((1, 2, 6, 6), seed=5)})
+    assert ops(fn) == ["MaxPool"]

@@ -40,10 +40,21 @@ def matmul_sizes(node: Node) -> tuple[int, int, int] | None:
     return a.type.shape[-2], b.type.shape[-1], a.type.shape[-1]
 
 
-def _pad_axis(fn: Function, v: Value, axis: int, extra: int, name: str) -> Value:
-    """``v`` with ``extra`` zeros appended along ``axis`` (a new constant for a constant)."""
+def _pad_axis(fn: Function, v: Value, axis: int, extra: int, name: str,
+              made: dict[tuple[int, int, int], Value]) -> Value:
+    """``v`` with ``extra`` zeros appended along ``axis`` (a new constant for a constant);
+    ``made`` keeps the padded values already made, so that products reading the same value
+    (an attention's query, key and value projections) share one pad."""
     if extra <= 0:
         return v
+    key = (id(v), axis, extra)
+    if key in made:
+        return made[key]
+    made[key] = _new_pad(fn, v, axis, extra, name)
+    return made[key]
+
+
+def _new_pad(fn: Function, v: Value, axis: int, extra: int, name: str) -> Value:
     rank = v.type.ndim
     if v.data is not None:
         widths = [(0, 0)] * rank
@@ -60,6 +71,7 @@ def pad_matmul(func: Function, select: SelectFn) -> Function:
     fn = func.copy()
     old = fn.nodes
     fn.nodes = []
+    made: dict[tuple[int, int, int], Value] = {}
     for node in old:
         sizes = matmul_sizes(node)
         choice = select(node) if sizes is not None else None
@@ -73,8 +85,8 @@ def pad_matmul(func: Function, select: SelectFn) -> Function:
             continue
         a, b = node.inputs
         assert a is not None and b is not None
-        a = _pad_axis(fn, a, a.type.ndim - 2, rows - m, f"{node.name}_pad_rows")
-        b = _pad_axis(fn, b, b.type.ndim - 1, cols - n, f"{node.name}_pad_cols")
+        a = _pad_axis(fn, a, a.type.ndim - 2, rows - m, f"{node.name}_pad_rows", made)
+        b = _pad_axis(fn, b, b.type.ndim - 1, cols - n, f"{node.name}_pad_cols", made)
         out = fn.op("MatMul", a, b, name=node.name)
         y = node.outputs[0]
         rank = y.type.ndim

@@ -5,7 +5,12 @@
   target shape as its ``shape`` attribute, so any of them is a Reshape to its output shape);
 * ``Reshape(Reshape(x))`` reads ``x`` directly; a Reshape to its input's shape disappears;
 * ``Transpose(Transpose(x, p1), p2)`` becomes one ``Transpose(x, [p1[j] for j in p2])``, and a
-  Transpose with the identity permutation disappears.
+  Transpose with the identity permutation disappears;
+* an ``AveragePool`` or ``MaxPool`` without padding or dilation whose one window covers the
+  whole input (every output spatial size 1, every kernel size at least the input's) is the
+  ``GlobalAveragePool`` or ``GlobalMaxPool`` it computes (Hugging Face's EfficientNet pools with
+  a 1280 x 1280 window, ``ceil_mode``, over a 7 x 7 map: a pooling kernel would visit the whole
+  window and skip what lies outside).
 
 Nodes bypassed this way are removed once nobody reads them. Function outputs are positional, so
 an output may end up being a graph input or a constant.
@@ -19,6 +24,24 @@ from tessera.passes.base import Pass, Rewriter, take_name
 
 #: Ops that only change the shape of their (first) input, keeping the data order.
 TO_RESHAPE = ("Flatten", "Squeeze", "Unsqueeze")
+
+
+#: Windowed pools and the global pools they equal when one window covers the input.
+GLOBAL_POOL = {"AveragePool": "GlobalAveragePool", "MaxPool": "GlobalMaxPool"}
+
+
+def _covers_input(node: Node, x: Value) -> bool:
+    """Whether pooling ``node`` (one output) has no padding or dilation and one window that
+    covers all of ``x``'s spatial dims."""
+    spatial = x.type.shape[2:]
+    kernel = [int(k) for k in node.attrs.get("kernel_shape") or []]
+    a = node.attrs
+    return (len(node.outputs) == 1 and len(spatial) == len(kernel) > 0
+            and all(d == 1 for d in node.outputs[0].type.shape[2:])
+            and all(k >= d for k, d in zip(kernel, spatial))
+            and not any(int(p) for p in a.get("pads") or [])
+            and all(int(d) == 1 for d in a.get("dilations") or [])
+            and a.get("auto_pad", "NOTSET") in (None, "NOTSET", "VALID"))
 
 
 def _perm(node: Node) -> list[int]:
@@ -57,6 +80,11 @@ class Canonicalize(Pass):
                 self._reshape(rw, node, bypassed)
             elif node.op == "Transpose" and len(node.inputs) == 1:
                 self._transpose(rw, node, bypassed)
+            elif node.op in GLOBAL_POOL and _covers_input(node, x):
+                pooled = rw.add(GLOBAL_POOL[node.op], [x], {}, name=node.name)
+                rw.replace(y, pooled.output)
+                take_name(rw.fn, pooled.output, y)
+                rw.remove(node)
         rw.remove_if_unused(bypassed)
         return rw.finish()
 

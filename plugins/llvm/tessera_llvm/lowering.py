@@ -152,11 +152,11 @@ def matmul_padding(cpu: CPUInfo):  # noqa: ANN201 - a callable for the pass
     (197, a prime, allows one row per tile) are rounded up to the multiple of a height from
     the tile's down to half of it that adds the fewest (197 -> 198 = 11 x 18); columns that no
     vector of at least 8 lanes (the CPU's lanes, when fewer) divides are rounded up to whole
-    vectors (197 -> 208 with 16 lanes). Rows only where the product has at least two tiles'
-    rows (never a batch-1 layer); columns where the weight is a constant (padded once, at
-    compile time) or there are that many rows to reuse the padded copy; and only where
-    padding adds at most 1/4 more work (scalar columns and one-row tiles cost several times
-    that)."""
+    vectors (197 -> 208 with 16 lanes). Rows only where the product has more than half a tile
+    of them (never a batch-1 layer; 17 tokens -> 18 = 2 x 9); columns where the weight is a
+    constant (padded once, at compile time) or there are two tiles' rows to reuse the padded
+    copy; and only where padding adds at most 1/4 more work (scalar columns and one-row tiles
+    cost several times that)."""
 
     def select(node: Node) -> tuple[int, int] | None:
         sizes = matmul_sizes(node)
@@ -166,7 +166,7 @@ def matmul_padding(cpu: CPUInfo):  # noqa: ANN201 - a callable for the pass
         lanes = cpu.lanes_for(node.outputs[0].type.dtype.value)
         tile = max(4, min(12, min(24, cpu.max_accumulators(3)) // 2))
         rows, cols = m, n
-        if m >= 2 * tile and largest_divisor(m, tile) < tile // 2:
+        if m > tile // 2 and largest_divisor(m, tile) < tile // 2:
             rows = min((-(-m // r) * r, -r) for r in range(tile, tile // 2 - 1, -1))[0]
         narrowest = min(8, lanes)
         b = node.inputs[1]

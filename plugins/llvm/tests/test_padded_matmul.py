@@ -70,6 +70,7 @@ def _matmul(m: int, n: int, k: int = 64) -> Function:
 @pytest.mark.parametrize("lanes, registers, m, n, want", [
     (16, 32, 197, 197, (198, 208)),  # tiles of 12 rows: 198 = 11 x 18; columns: whole vectors
     (16, 32, 196, 197, (196, 208)),  # 196 = 7 x 28: rows fit a tile of 7
+    (16, 32, 17, 64, (18, 64)),      # a small model's 17 tokens: 2 tiles of 9 rows
     (16, 32, 1, 197, None),          # one row (decoding): a computed b is not copied
     (16, 32, 128, 768, None),
     (16, 32, 197, 9, (198, 9)),      # 9 columns: fewer than two vectors, left as they are
