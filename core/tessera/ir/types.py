@@ -30,7 +30,7 @@ class DType(StrEnum):
 
     @property
     def numpy(self) -> np.dtype:
-        return np.dtype(self.value)
+        return _NUMPY_DTYPES[self.value]
 
     @property
     def itemsize(self) -> int:
@@ -128,3 +128,7 @@ def oversize(type: TensorType) -> str | None:
         return None
     return (f"{type} takes {human_bytes(type.nbytes)}, more than the {human_bytes(limit)} a "
             f"tensor may take here (this machine's memory; TESSERA_MAX_TENSOR_BYTES sets it)")
+
+
+#: Each DType's numpy dtype, made once (``DType.numpy`` is read on every run's input checks).
+_NUMPY_DTYPES: dict[str, np.dtype] = {d.value: np.dtype(d.value) for d in DType}
