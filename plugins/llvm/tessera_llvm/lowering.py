@@ -43,6 +43,7 @@ from tessera.progress import Progress
 from tessera.tir.stmt import PrimFunc
 from tessera.tir.transform import lower_pipeline
 from tessera.topi.from_graph import build_te
+from tessera.topi.nn.softmax import row_softmax_computes
 from tessera.topi.nn.winograd import conv_nchwc_winograd, winograd_weight_transform
 
 from .prefetch import prefetch_next_slice
@@ -330,12 +331,13 @@ def _scheduled(group: Any, name: str, cpu: CPUInfo,
                overrides: dict[str, dict[str, Any]] | None) -> tuple[Any, Any, PrimFunc]:
     """The group's tensor expression, its schedule and the loop nest ``te.lower`` makes of
     it (before the TIR pipeline)."""
-    gte = group_te(group)
+    computes = row_softmax_computes(cpu.vector_lanes, 2 * cpu.vector_lanes)
+    gte = group_te(group, computes)
     wino = winograd_nodes(group.nodes, gte, cpu, overrides)
     if wino is not None:
         inputs = [v for v in group.inputs if not v.is_constant]
         gte = build_te(wino, inputs, group.outputs,
-                       computes={"ConvNCHWc": conv_nchwc_winograd})
+                       computes={**computes, "ConvNCHWc": conv_nchwc_winograd})
     sched = schedule_group(list(gte.outputs), cpu, overrides)
     return gte, sched, loop_nest(sched.schedule, gte, name)
 

@@ -19,8 +19,10 @@ from tessera.topi.utils import const, normalize_axis, shape_of
 Expr = tir.PrimExpr
 
 
-def _stats(x: te.Tensor, a: int) -> tuple[te.Tensor, te.Tensor, Any]:
+def _stats(x: te.Tensor, a: int, lanes: int = 0) -> tuple[te.Tensor, te.Tensor, Any]:
     shape = shape_of(x)
+    if lanes and a == len(shape) - 1:
+        return _row_stats(x, a, lanes)
     k1 = te.reduce_axis((0, shape[a]), name="k")
 
     def at(idx: Any, value: Any) -> tuple:
@@ -39,20 +41,82 @@ def _stats(x: te.Tensor, a: int) -> tuple[te.Tensor, te.Tensor, Any]:
     return mx, e, (s, at)
 
 
-def softmax(x: te.Tensor, axis: int = -1) -> te.Tensor:
-    """``exp(x - max) / sum(exp(x - max))`` along ``axis``."""
+def _row_stats(x: te.Tensor, a: int, lanes: int) -> tuple[te.Tensor, te.Tensor, Any]:
+    """The statistics along the last (contiguous) axis, each reduced in two steps so that a
+    schedule can run the long one as vectors: ``lanes`` partial results per row, lane ``j``
+    over the elements ``j, j + lanes, ...`` of the row's whole chunks of ``lanes``
+    (``"reduce,softmax_max_lanes"``, ``"reduce,softmax_sum_lanes"``: contiguous loads, no
+    condition), then the lanes and the row's last ``length % lanes`` elements combined
+    (``"reduce,softmax_max"``, ``"reduce,softmax_sum"``). The sum adds in another order than
+    :func:`_stats`'s (float rounding only)."""
+    shape = shape_of(x)
+    rows, length = tuple(shape[:-1]), shape[-1]
+    full = length // lanes
+    tail = length - full * lanes
+
+    def at(idx: Any, value: Any) -> tuple:
+        return (*idx[:-1], value)
+
+    def combined(part: te.Tensor, t: te.Tensor, row: tuple, r: Any) -> Expr:
+        """Reduction index ``r`` of a combine: lane ``r``, then the tail's elements."""
+        if not tail:
+            return part[(*row, r)]
+        return tir.select(r < lanes, part[(*row, tir.min_(r, lanes - 1))],
+                          t[(*row, full * lanes + tir.max_(r - lanes, 0))])
+
+    k1 = te.reduce_axis((0, full), name="ko")
+    mxl = te.compute((*rows, lanes), lambda *i: te.max(x[(*i[:-1], k1 * lanes + i[-1])], axis=k1),
+                     name="softmax_max_lanes", tag="reduce,softmax_max_lanes", attrs={"axis": a})
+    j1 = te.reduce_axis((0, lanes + tail), name="j")
+    mx = te.compute((*rows, 1), lambda *i: te.max(combined(mxl, x, i[:-1], j1), axis=j1),
+                    name="softmax_max", tag="reduce,softmax_max", attrs={"axis": a})
+    e = te.compute(shape, lambda *i: tir.exp(x[i] - mx[at(i, 0)]), name="softmax_exp",
+                   tag="elemwise,softmax_exp", attrs={"axis": a})
+    k2 = te.reduce_axis((0, full), name="ko")
+    sl = te.compute((*rows, lanes), lambda *i: te.sum(e[(*i[:-1], k2 * lanes + i[-1])], axis=k2),
+                    name="softmax_sum_lanes", tag="reduce,softmax_sum_lanes", attrs={"axis": a})
+    j2 = te.reduce_axis((0, lanes + tail), name="j")
+    s = te.compute((*rows, 1), lambda *i: te.sum(combined(sl, e, i[:-1], j2), axis=j2),
+                   name="softmax_sum", tag="reduce,softmax_sum", attrs={"axis": a})
+    return mx, e, (s, at)
+
+
+def softmax(x: te.Tensor, axis: int = -1, lanes: int = 0) -> te.Tensor:
+    """``exp(x - max) / sum(exp(x - max))`` along ``axis``; ``lanes`` (along the last axis
+    only): its statistics in two steps, ``lanes`` partial results per row first
+    (:func:`_row_stats`)."""
     a = normalize_axis(axis, x.ndim)
-    _, e, (s, at) = _stats(x, a)
+    _, e, (s, at) = _stats(x, a, lanes)
     return te.compute(x.shape, lambda *i: e[i] / s[at(i, 0)], name="softmax",
                       tag="softmax_output", attrs={"axis": a})
 
 
-def log_softmax(x: te.Tensor, axis: int = -1) -> te.Tensor:
-    """``(x - max) - log(sum(exp(x - max)))`` along ``axis``."""
+def log_softmax(x: te.Tensor, axis: int = -1, lanes: int = 0) -> te.Tensor:
+    """``(x - max) - log(sum(exp(x - max)))`` along ``axis`` (``lanes`` as for
+    :func:`softmax`)."""
     a = normalize_axis(axis, x.ndim)
-    mx, _, (s, at) = _stats(x, a)
+    mx, _, (s, at) = _stats(x, a, lanes)
     return te.compute(x.shape, lambda *i: (x[i] - mx[at(i, 0)]) - tir.log(s[at(i, 0)]),
                       name="log_softmax", tag="log_softmax_output", attrs={"axis": a})
+
+
+def row_softmax_computes(lanes: int, shortest: int) -> dict[str, Any]:
+    """A backend's computes (``build_te(computes=...)``) of ``Softmax`` and ``LogSoftmax``
+    along a last axis of at least ``shortest`` float elements in the two-step row form with
+    ``lanes`` partial results (vectorisable reductions); None, the registry's form, for the
+    others."""
+
+    def make(fn: Any) -> Any:
+        def compute(inputs: list, attrs: dict, out_types: list) -> list[te.Tensor] | None:
+            x = inputs[0]
+            a = normalize_axis(attrs["axis"], x.ndim)
+            if a != x.ndim - 1 or shape_of(x)[a] < shortest or \
+                    not str(x.dtype).startswith("float"):
+                return None
+            return [fn(x, a, lanes)]
+        return compute
+
+    return {"Softmax": make(softmax), "LogSoftmax": make(log_softmax)}
 
 
 def hardmax(x: te.Tensor, axis: int = -1) -> te.Tensor:
@@ -79,4 +143,4 @@ def _hardmax(inputs: list, attrs: dict, out_types: list) -> list[te.Tensor]:
     return [hardmax(inputs[0], attrs["axis"])]
 
 
-__all__ = ["hardmax", "log_softmax", "softmax"]
+__all__ = ["hardmax", "log_softmax", "row_softmax_computes", "softmax"]

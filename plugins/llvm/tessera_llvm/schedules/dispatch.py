@@ -25,6 +25,7 @@ from .common import (
 from .config import ScheduleConfig
 from .conv2d import conv_space, find_conv, prefetch_plan, schedule_conv
 from .dense import dense_space, find_dense, schedule_dense
+from .softmax import find_softmax, schedule_softmax
 from .winograd import find_winograd, schedule_winograd
 
 __all__ = ["KEEP_AT_ROOT", "LLVM_SCHEDULES", "GroupSchedule", "schedule_group"]
@@ -107,11 +108,13 @@ def _at_root(ctx: GroupContext) -> None:
 
 
 #: The CPU's templates: a Winograd convolution; a direct convolution, else a matrix product,
-#: with its epilogue (a group with several outputs around either is scheduled at root).
+#: with its epilogue (a group with several outputs around either is scheduled at root); a
+#: softmax along the last axis, row by row.
 LLVM_SCHEDULES = ScheduleTable(
     (Template("winograd", find_winograd, _winograd),
      Template("conv", find_conv, _conv, refused="fallback"),
-     Template("dense", find_dense, _dense, refused="fallback")),
+     Template("dense", find_dense, _dense, refused="fallback"),
+     Template("softmax", find_softmax, schedule_softmax, refused="fallback")),
     fallback=_at_root)
 
 
