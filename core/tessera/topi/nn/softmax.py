@@ -87,6 +87,13 @@ def softmax(x: te.Tensor, axis: int = -1, lanes: int = 0) -> te.Tensor:
     (:func:`_row_stats`)."""
     a = normalize_axis(axis, x.ndim)
     _, e, (s, at) = _stats(x, a, lanes)
+    if lanes and a == x.ndim - 1:
+        # one division per row, then a product per element (a vector division costs several
+        # products); within an ulp or so of dividing each element
+        r = te.compute(s.shape, lambda *i: const(1, x.dtype) / s[i], name="softmax_rsum",
+                       tag="elemwise,softmax_rsum", attrs={"axis": a})
+        return te.compute(x.shape, lambda *i: e[i] * r[at(i, 0)], name="softmax",
+                          tag="softmax_output", attrs={"axis": a})
     return te.compute(x.shape, lambda *i: e[i] / s[at(i, 0)], name="softmax",
                       tag="softmax_output", attrs={"axis": a})
 

@@ -17,12 +17,12 @@ from typing import Any
 from tessera import te
 from tessera.kernel.schedule import GroupContext
 
-from .common import _default_vector, extents
+from .common import extents
 from .config import ConfigSpace
 
 #: Tags of the row form's stages, in the order they are computed within a row.
 ROW_STAGES = ("softmax_max_lanes", "softmax_max", "softmax_exp", "softmax_sum_lanes",
-              "softmax_sum")
+              "softmax_sum", "softmax_rsum")
 OUTPUT_TAGS = ("softmax_output", "log_softmax_output")
 
 
@@ -41,7 +41,11 @@ def softmax_space(out: te.ComputeOp, cpu: Any) -> ConfigSpace:
     shape = extents(out)
     space = ConfigSpace("softmax_rows", (tuple(shape), out.output(0).dtype))
     last = shape[-1]
-    vec = _default_vector(last, cpu.lanes_for(out.output(0).dtype))
+    lanes = cpu.lanes_for(out.output(0).dtype)
+    # a row of whole vectors: vectors of the CPU's width; otherwise (500 = 50 x 10) plain
+    # loops, which LLVM's loop vectorizer runs at full width with a remainder loop, instead of
+    # vectors of an odd width that fill part of a register
+    vec = 1 if last % lanes else lanes
     space.define("vector_width", sorted({1, vec} | {d for d in (4, 8, 16)
                                                    if d <= last and last % d == 0}), vec,
                  "the row's elements as vectors of this width (divides the row)")
