@@ -166,6 +166,26 @@ def test_concat_with_an_nchw_input() -> None:
                                        ("NCHW16c", "NCHW")]
 
 
+def test_concat_of_nchw_inputs_for_a_conv_is_blocked_in_its_block() -> None:
+    # SegFormer's head: resized maps concatenated for a 1x1 convolution; each input is
+    # transformed on its own and the concat joins whole blocks (the conv reads it directly)
+    fn, x = new_graph(c=16)
+    parts = [fn.op("Resize", fn.op("Transpose", x, perm=[0, 1, 3, 2]), sizes=[1, 16, 8, 8],
+                   scales=[1.0, 1.0, 1.0, 1.0], mode="linear") for _ in range(3)]
+    y = fn.op("Concat", *parts, axis=1)
+    fn.outputs = [conv(fn, y, 16, k=1)]
+    new = converted(fn)
+    cat = next(n for n in new.nodes if n.op == "Concat")
+    assert cat.outputs[0].type.shape == (1, 3, 8, 8, 16)
+    assert sorted(transforms(new)) == [("NCHW", "NCHW16c")] * 3 + [("NCHW16c", "NCHW")]
+    # read by anything but one ungrouped conv (here, also returned): the concat stays NCHW
+    fn2, x2 = new_graph(c=16)
+    y2 = fn2.op("Concat", fn2.op("Relu", x2), fn2.op("Neg", x2), axis=1)
+    fn2.outputs = [conv(fn2, y2, 16, k=1), y2]
+    new2 = converted(fn2)
+    assert next(n for n in new2.nodes if n.op == "Concat").outputs[0].type.ndim == 4
+
+
 def test_depthwise_and_grouped_convs() -> None:
     fn, x = new_graph(c=32, hw=9)
     y = fn.op("Relu", conv(fn, x, 32, group=32, stride=2, name="dw"))  # ICg 1

@@ -216,3 +216,33 @@ def test_other_pools_stay(attrs):
     fn.outputs = [fn.op("MaxPool", x, **attrs, name="pool")]
     check_same(fn, {"x": rand((1, 2, 6, 6), seed=5)})
     assert ops(fn) == ["MaxPool"]
+
+
+@pytest.mark.parametrize("op, axes, shape", [
+    ("ReduceMean", [2, 3], (2, 8, 5, 7)),
+    ("ReduceMean", [-1, -2], (1, 4, 3, 3)),
+    ("ReduceMax", [2, 3], (1, 3, 6, 2)),
+    ("ReduceMean", [2], (2, 3, 9)),
+])
+def test_spatial_reduction_is_a_global_pool(op, axes, shape):
+    fn, x = one_input(shape)
+    fn.outputs = [fn.op(op, x, axes=axes, keepdims=1, name="r")]
+    feeds = {"x": rand(shape, seed=6)}
+    want = run_outputs(fn.copy(), feeds)
+    Canonicalize().run(fn)
+    verify(fn)
+    assert ops(fn) == [{"ReduceMean": "GlobalAveragePool", "ReduceMax": "GlobalMaxPool"}[op]]
+    np.testing.assert_allclose(run_outputs(fn, feeds)[0], want[0], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("axes, keepdims, shape", [
+    ([1, 2, 3], 1, (1, 4, 3, 3)),   # channels too
+    ([2, 3], 0, (1, 4, 3, 3)),      # dims dropped
+    ([3], 1, (1, 4, 3, 3)),         # one spatial axis of two
+    ([1], 1, (2, 5)),               # 2-D: no spatial axes
+])
+def test_other_reductions_stay(axes, keepdims, shape):
+    fn, x = one_input(shape)
+    fn.outputs = [fn.op("ReduceMean", x, axes=axes, keepdims=keepdims, name="r")]
+    check_same(fn, {"x": rand(shape, seed=7)})
+    assert ops(fn) == ["ReduceMean"]

@@ -84,6 +84,10 @@ class _LayoutRewriter:
         users = self.fn.users()
         returned = {id(v) for v in self.fn.outputs}
         self.read = {id(v) for v in users} | returned
+        self.returned = returned
+        #: original value -> the nodes that read it
+        self.readers: dict[int, list[Node]] = {
+            id(v): list(dict.fromkeys(n for n, _ in uses)) for v, uses in users.items()}
         self.fn.nodes = []
         #: original value -> its blocked replacement and block size (its producer was converted)
         self.blocked: dict[int, tuple[Value, int]] = {}
@@ -390,7 +394,15 @@ class _LayoutRewriter:
         present = [v for v in node.inputs if v is not None]
         counts = Counter(self.blocked[id(v)][1] for v in present if id(v) in self.blocked)
         if not counts:
-            return False
+            # no input is blocked (SegFormer's head concatenates four resized maps for a 1x1
+            # convolution): blocked in the block its convolution reads, each input is
+            # transformed on its own (with its producer) and the concatenation only copies
+            # whole blocks; concatenated as rows, one kernel transforms all of it, choosing
+            # the input of every element
+            want = self.conv_input_block(y)
+            if want is None:
+                return False
+            counts = Counter({want: 1})
         # the most common block size among the blocked inputs that divides every input
         c = next((blk for blk, _ in counts.most_common()
                   if not any(v.type.shape[1] % blk for v in present)), None)
@@ -400,6 +412,20 @@ class _LayoutRewriter:
         out = self.emit("Concat", inputs, {"axis": 1}, node.name, f"{y.name}_nchw{c}c")
         self.set_blocked(y, out, c)
         return True
+
+
+    def conv_input_block(self, v: Value) -> int | None:
+        """The data block of the convolution (ungrouped, constant weight) that alone reads
+        ``v``, as ``choose`` picks it; None otherwise."""
+        readers = self.readers.get(id(v), [])
+        if len(readers) != 1 or id(v) in self.returned:
+            return None
+        node = readers[0]
+        if constant_weight_conv(node) is None or int(node.attrs.get("group", 1) or 1) != 1 \
+                or node.inputs[0] is not v:
+            return None
+        choice = self.choose(node)
+        return int(choice[0]) if choice is not None and int(choice[0]) > 1 else None
 
 
 def _pad_rows(a: np.ndarray, n: int) -> np.ndarray:

@@ -10,7 +10,11 @@
   whole input (every output spatial size 1, every kernel size at least the input's) is the
   ``GlobalAveragePool`` or ``GlobalMaxPool`` it computes (Hugging Face's EfficientNet pools with
   a 1280 x 1280 window, ``ceil_mode``, over a 7 x 7 map: a pooling kernel would visit the whole
-  window and skip what lies outside).
+  window and skip what lies outside);
+* a float ``ReduceMean`` or ``ReduceMax`` over every spatial axis of 3-D or larger data,
+  keeping them, is ``GlobalAveragePool`` or ``GlobalMaxPool`` (PyTorch's dynamo exporter writes
+  squeeze-and-excitation's pooling that way; a global pool keeps a channel-blocked layout,
+  which a reduction over named axes cannot).
 
 Nodes bypassed this way are removed once nobody reads them. Function outputs are positional, so
 an output may end up being a graph input or a constant.
@@ -28,6 +32,21 @@ TO_RESHAPE = ("Flatten", "Squeeze", "Unsqueeze")
 
 #: Windowed pools and the global pools they equal when one window covers the input.
 GLOBAL_POOL = {"AveragePool": "GlobalAveragePool", "MaxPool": "GlobalMaxPool"}
+
+
+#: Reductions and the global pools they equal over every spatial axis, kept.
+GLOBAL_REDUCE = {"ReduceMean": "GlobalAveragePool", "ReduceMax": "GlobalMaxPool"}
+
+
+def _spatial_reduction(node: Node, x: Value) -> bool:
+    """Whether reduction ``node`` (one input, axes as an attribute) reduces exactly the
+    spatial axes (2 and up) of float data of rank 3 or more, keeping them."""
+    rank = x.type.ndim
+    axes = node.attrs.get("axes")
+    if len(node.inputs) != 1 or rank < 3 or not x.type.dtype.is_float or axes is None:
+        return False
+    return int(node.attrs.get("keepdims", 1)) == 1 and \
+        sorted(int(a) % rank for a in axes) == list(range(2, rank))
 
 
 def _covers_input(node: Node, x: Value) -> bool:
@@ -80,6 +99,11 @@ class Canonicalize(Pass):
                 self._reshape(rw, node, bypassed)
             elif node.op == "Transpose" and len(node.inputs) == 1:
                 self._transpose(rw, node, bypassed)
+            elif node.op in GLOBAL_REDUCE and _spatial_reduction(node, x):
+                pooled = rw.add(GLOBAL_REDUCE[node.op], [x], {}, name=node.name)
+                rw.replace(y, pooled.output)
+                take_name(rw.fn, pooled.output, y)
+                rw.remove(node)
             elif node.op in GLOBAL_POOL and _covers_input(node, x):
                 pooled = rw.add(GLOBAL_POOL[node.op], [x], {}, name=node.name)
                 rw.replace(y, pooled.output)
