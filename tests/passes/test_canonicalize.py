@@ -246,3 +246,37 @@ def test_other_reductions_stay(axes, keepdims, shape):
     fn.outputs = [fn.op("ReduceMean", x, axes=axes, keepdims=keepdims, name="r")]
     check_same(fn, {"x": rand(shape, seed=7)})
     assert ops(fn) == ["ReduceMean"]
+
+
+@pytest.mark.parametrize("pads, conv_pads, value", [
+    ([0, 0, 0, 0, 0, 0, 1, 1], [0, 0, 0, 0], None),        # TF-style "same" before a stride 2
+    ([0, 0, 1, 2, 0, 0, 3, 0], [1, 1, 1, 1], 0.0),         # both, and an explicit zero value
+])
+def test_zero_pad_folds_into_the_conv(pads, conv_pads, value):
+    fn, x = one_input((1, 4, 7, 6))
+    extra = [fn.constant(np.array(value, np.float32), "v")] if value is not None else []
+    p = fn.op("Pad", x, *extra, pads=pads, name="pad")
+    w = fn.constant(rand((5, 4, 3, 3), seed=8), "w")
+    fn.outputs = [fn.op("Conv", p, w, strides=[2, 2], pads=conv_pads, name="conv")]
+    feeds = {"x": rand((1, 4, 7, 6), seed=9)}
+    want = run_outputs(fn.copy(), feeds)
+    Canonicalize().run(fn)
+    verify(fn)
+    assert ops(fn) == ["Conv"] and fn.nodes[0].inputs[0] is fn.inputs[0]
+    np.testing.assert_allclose(run_outputs(fn, feeds)[0], want[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("pads, mode, value", [
+    ([0, 1, 0, 0, 0, 1, 0, 0], "constant", None),    # channels padded
+    ([0, 0, 1, 1, 0, 0, 1, 1], "reflect", None),     # not zeros
+    ([0, 0, 1, 1, 0, 0, 1, 1], "constant", 1.0),     # a non-zero value
+    ([0, 0, -1, 0, 0, 0, 0, 0], "constant", None),   # a crop
+])
+def test_other_pads_stay(pads, mode, value):
+    fn, x = one_input((1, 4, 7, 6))
+    extra = [fn.constant(np.array(value, np.float32), "v")] if value is not None else []
+    p = fn.op("Pad", x, *extra, pads=pads, mode=mode, name="pad")
+    c = p.type.shape[1]
+    fn.outputs = [fn.op("Conv", p, fn.constant(rand((2, c, 3, 3), seed=10), "w"), name="conv")]
+    check_same(fn, {"x": rand((1, 4, 7, 6), seed=11)})
+    assert ops(fn) == ["Pad", "Conv"]

@@ -11,6 +11,10 @@
   ``GlobalAveragePool`` or ``GlobalMaxPool`` it computes (Hugging Face's EfficientNet pools with
   a 1280 x 1280 window, ``ceil_mode``, over a 7 x 7 map: a pooling kernel would visit the whole
   window and skip what lies outside);
+* a ``Conv`` reading a zero ``Pad`` of its data's spatial axes reads the data itself, with the
+  padding added to its own ``pads`` (Hugging Face's MobileNetV2 pads before each strided
+  depthwise convolution, TensorFlow style: a separate pad is a copy of the activation, and on
+  a channel-blocked layout two layout transforms around it);
 * a float ``ReduceMean`` or ``ReduceMax`` over every spatial axis of 3-D or larger data,
   keeping them, is ``GlobalAveragePool`` or ``GlobalMaxPool`` (PyTorch's dynamo exporter writes
   squeeze-and-excitation's pooling that way; a global pool keeps a channel-blocked layout,
@@ -22,6 +26,8 @@ an output may end up being a graph input or a constant.
 
 from __future__ import annotations
 
+import numpy as np
+
 from tessera.errors import PassError
 from tessera.ir.graph import Function, Node, Value
 from tessera.passes.base import Pass, Rewriter, take_name
@@ -32,6 +38,21 @@ TO_RESHAPE = ("Flatten", "Squeeze", "Unsqueeze")
 
 #: Windowed pools and the global pools they equal when one window covers the input.
 GLOBAL_POOL = {"AveragePool": "GlobalAveragePool", "MaxPool": "GlobalMaxPool"}
+
+
+def _zero_spatial_pad(pad: Node | None) -> bool:
+    """Whether ``pad`` is a constant-mode ``Pad`` by zeros (no value, or a constant zero) of
+    float data's spatial axes only, growing them (no crop)."""
+    if pad is None or pad.op != "Pad" or len(pad.outputs) != 1 or pad.inputs[0] is None:
+        return False
+    x = pad.inputs[0]
+    rank = x.type.ndim
+    pads = [int(p) for p in pad.attrs.get("pads") or []]
+    value = pad.inputs[1] if len(pad.inputs) > 1 else None
+    zero = value is None or (value.data is not None and not np.any(np.asarray(value.data)))
+    return (pad.attrs.get("mode", "constant") == "constant" and zero and rank >= 3
+            and x.type.dtype.is_float and len(pads) == 2 * rank and min(pads) >= 0
+            and not any(pads[:2]) and not any(pads[rank:rank + 2]))
 
 
 #: Reductions and the global pools they equal over every spatial axis, kept.
@@ -99,6 +120,8 @@ class Canonicalize(Pass):
                 self._reshape(rw, node, bypassed)
             elif node.op == "Transpose" and len(node.inputs) == 1:
                 self._transpose(rw, node, bypassed)
+            elif node.op == "Conv" and _zero_spatial_pad(x.producer):
+                self._fold_pad(rw, node, bypassed)
             elif node.op in GLOBAL_REDUCE and _spatial_reduction(node, x):
                 pooled = rw.add(GLOBAL_REDUCE[node.op], [x], {}, name=node.name)
                 rw.replace(y, pooled.output)
@@ -111,6 +134,19 @@ class Canonicalize(Pass):
                 rw.remove(node)
         rw.remove_if_unused(bypassed)
         return rw.finish()
+
+    @staticmethod
+    def _fold_pad(rw: Rewriter, node: Node, bypassed: list[Node]) -> None:
+        pad = node.inputs[0].producer
+        assert pad is not None and pad.inputs[0] is not None
+        rank = pad.inputs[0].type.ndim
+        spatial = rank - 2
+        extra = [int(p) for p in pad.attrs["pads"]]
+        begins, ends = extra[2:rank], extra[rank + 2:]
+        own = [int(p) for p in node.attrs.get("pads") or [0] * (2 * spatial)]
+        node.attrs["pads"] = [a + b for a, b in zip(own, begins + ends)]
+        rw.set_input(node, 0, pad.inputs[0])
+        bypassed.append(pad)
 
     @staticmethod
     def _drop(rw: Rewriter, node: Node, x: Value) -> None:
