@@ -148,3 +148,8 @@ def test_tune_config_routes_measure_keywords() -> None:
 def test_tune_settings_are_checked(bad: dict, message: str) -> None:
     with pytest.raises(TesseraError, match=message):
         tune_config(None, bad)
+
+
+def test_backend_options_take_a_loaded_history() -> None:
+    with pytest.raises(TypeError, match="must be a TuningHistory or None, not str"):
+        CompileOptions(tuning_records="tuning.jsonl")

@@ -159,6 +159,13 @@ class CompileOptions:
     schedule_for: tuple[str, str] | None = field(default=None, compare=False, repr=False)
     progress: Progress = field(default_factory=Progress, compare=False, repr=False)
 
+    def __post_init__(self) -> None:
+        if self.tuning_records is not None and not isinstance(self.tuning_records,
+                                                              TuningHistory):
+            raise TypeError(f"CompileOptions.tuning_records must be a TuningHistory or None, "
+                            f"not {type(self.tuning_records).__name__} (load a records file "
+                            f"with TuningHistory.load, or give its path to tessera.compile)")
+
     @property
     def tuned(self) -> bool:
         """Whether the module is compiled with tuning records (a backend that tunes then
