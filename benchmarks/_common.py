@@ -99,6 +99,18 @@ def trials_to_within(curve: list[float], target: float, within: float = 0.05) ->
     return next((n + 1 for n, v in enumerate(curve) if v <= target * (1 + within)), None)
 
 
+def json_safe(obj: Any) -> Any:
+    """``obj`` with NaN and infinite floats replaced by None (strict JSON has no NaN), through
+    dicts, lists and tuples."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [json_safe(v) for v in obj]
+    return obj
+
+
 def fmt_bytes(n: int) -> str:
     """Bytes as MiB with one decimal."""
     return f"{n / (1 << 20):.1f} MiB"

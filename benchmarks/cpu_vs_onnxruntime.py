@@ -39,6 +39,7 @@ from _common import (
     Workload,
     cpu_name,
     geomean,
+    json_safe,
     limit_threads,
     max_abs_diff,
     ort_session,
@@ -264,17 +265,6 @@ def checks(results: list[Result], n_models: int) -> list[tuple[str, bool | None,
     return out
 
 
-def _finite(obj: Any) -> Any:
-    """``obj`` with NaN and infinite floats replaced by None (strict JSON has no NaN)."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_finite(v) for v in obj]
-    return obj
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     limit_threads(args.threads)
@@ -331,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
             "checks": [{"name": n, "passed": p, "detail": d} for n, p, d in outcome],
         }
         with open(args.json, "w") as f:
-            json.dump(_finite(report), f, indent=2)
+            json.dump(json_safe(report), f, indent=2)
         print(f"\nwrote {args.json}")
     if args.check and any(p is False for _, p, _ in outcome):
         return 1

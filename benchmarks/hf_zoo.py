@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from _common import Workload, cpu_name, geomean, limit_threads, ort_session
+from _common import Workload, cpu_name, geomean, json_safe, limit_threads, ort_session
 
 EXPORTERS = ("torchscript", "dynamo")
 SIZES = ("small", "realistic")
@@ -246,16 +246,6 @@ def format_row(r: Row) -> str:
     return line
 
 
-def _finite(obj: Any) -> Any:
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_finite(v) for v in obj]
-    return obj
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     limit_threads(args.threads)
@@ -321,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
                   "rows": [{**asdict(r), "ratio": r.ratio} for r in rows],
                   "geomean": geomean(ratios)}
         with open(args.json, "w") as f:
-            json.dump(_finite(report), f, indent=2)
+            json.dump(json_safe(report), f, indent=2)
         print(f"wrote {args.json}")
     return 0
 

@@ -123,17 +123,20 @@ class Canonicalize(Pass):
             elif node.op == "Conv" and _zero_spatial_pad(x.producer):
                 self._fold_pad(rw, node, bypassed)
             elif node.op in GLOBAL_REDUCE and _spatial_reduction(node, x):
-                pooled = rw.add(GLOBAL_REDUCE[node.op], [x], {}, name=node.name)
-                rw.replace(y, pooled.output)
-                take_name(rw.fn, pooled.output, y)
-                rw.remove(node)
+                self._as_global(rw, node, x, GLOBAL_REDUCE[node.op])
             elif node.op in GLOBAL_POOL and _covers_input(node, x):
-                pooled = rw.add(GLOBAL_POOL[node.op], [x], {}, name=node.name)
-                rw.replace(y, pooled.output)
-                take_name(rw.fn, pooled.output, y)
-                rw.remove(node)
+                self._as_global(rw, node, x, GLOBAL_POOL[node.op])
         rw.remove_if_unused(bypassed)
         return rw.finish()
+
+    @staticmethod
+    def _as_global(rw: Rewriter, node: Node, x: Value, op: str) -> None:
+        """``node`` replaced by the global pool ``op`` of ``x`` (which it computes)."""
+        y = node.outputs[0]
+        pooled = rw.add(op, [x], {}, name=node.name)
+        rw.replace(y, pooled.output)
+        take_name(rw.fn, pooled.output, y)
+        rw.remove(node)
 
     @staticmethod
     def _fold_pad(rw: Rewriter, node: Node, bypassed: list[Node]) -> None:
