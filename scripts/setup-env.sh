@@ -134,13 +134,16 @@ setup_env() {
         if [[ "${LATEST:-0}" == 1 ]]; then
             # setuptools too, so that the version compared with constraints.txt is the newest
             # (pip's build environments take the newest anyway)
-            PYTHONUNBUFFERED=1 "$VENV/bin/python" -m pip install --upgrade \
+            PYTHONUNBUFFERED=1 "$VENV/bin/python" -m pip install --no-compile --upgrade \
                 --upgrade-strategy eager setuptools "${packages[@]}" | pip_progress "$name"
             [[ ${PIPESTATUS[0]} -eq 0 ]] || return 1
         else
-            # PIP_CONSTRAINT reaches the isolated build environments too (setuptools)
+            # PIP_CONSTRAINT reaches the isolated build environments too (setuptools);
+            # --no-compile: Python writes the bytecode of what it imports when it imports it,
+            # instead of pip compiling every module of every package (PyTorch alone has
+            # thousands) at install time
             PYTHONUNBUFFERED=1 PIP_CONSTRAINT="$PWD/constraints.txt" "$VENV/bin/python" -m pip \
-                install -c constraints.txt "${packages[@]}" | pip_progress "$name"
+                install --no-compile -c constraints.txt "${packages[@]}" | pip_progress "$name"
             [[ ${PIPESTATUS[0]} -eq 0 ]] || return 1
         fi
         echo "$wanted" > "$stamp"
