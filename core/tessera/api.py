@@ -3,16 +3,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 
 from tessera.config import CompileConfig, merge_config
-from tessera.errors import CompileError, PluginCompileError
-from tessera.frontend.onnx.importer import ModelSource, import_onnx
+from tessera.errors import ArtifactError, CompileError, PluginCompileError, TesseraError
+from tessera.frontend.onnx.importer import ModelSource, check_onnx_model, import_onnx
+from tessera.frontend.onnx.importer import load_model as load_onnx
+from tessera.frontend.onnx.input_specs import model_input_specs
 from tessera.ir.graph import Function
+from tessera.ir.symbolic import InputSpec, ShapeVars, check_bounds, is_static
 from tessera.ir.types import human_bytes
 from tessera.partition.partitioner import partition
 from tessera.partition.regions import PartitionedGraph
@@ -23,8 +28,10 @@ from tessera.plugin.manager import default_cpu_target, get_backend, resolve_targ
 from tessera.plugin.records import TuningHistory
 from tessera.plugin.target import Target, TargetKind, kind_of_region  # noqa: F401 (re-export)
 from tessera.progress import Progress, ProgressPrinter, RegionProgress
-from tessera.runtime.artifact import load_model
+from tessera.runtime.artifact import model_from_members, read_members
 from tessera.runtime.compiled import CompiledModel
+from tessera.runtime.dynamic import DynamicModule
+from tessera.runtime.dynamic_artifact import DynamicSource, export_dynamic, is_dynamic, read_dynamic
 from tessera.runtime.module import Module
 from tessera.runtime.partitioned import PartitionedModel
 from tessera.runtime.planner import plan_module
@@ -33,7 +40,7 @@ FALLBACK_BACKEND = "ref"
 
 
 def compile(model: ModelSource | Function, target: str | None = "auto",
-            config: CompileConfig | None = None, **settings: Any) -> Module:
+            config: CompileConfig | None = None, **settings: Any) -> Module | DynamicModule:
     """Compile an ONNX model (path, bytes or ModelProto) or a Tessera function for ``target``.
 
     ``target`` is a tvmc-style target string (``"llvm"``, ``"cuda -libs=cudnn, llvm"``);
@@ -47,6 +54,23 @@ def compile(model: ModelSource | Function, target: str | None = "auto",
     them.
     """
     cfg = merge_config(CompileConfig, config, settings, "compile()")
+    if not isinstance(model, Function):
+        proto = load_onnx(model)
+        specs = model_input_specs(proto, cfg.input_shapes, cfg.freeze_inputs)
+        if cfg.specialize or not all(is_static(s.dims) for s in specs):
+            return _compile_dynamic(proto, specs, target, cfg)
+        if cfg.dim_bounds:
+            raise CompileError("dim_bounds bounds the variables of symbolic dimensions; this "
+                               "model has none left (its inputs: "
+                               f"{', '.join(str(s) for s in specs)})")
+        model = proto
+        cfg = dataclasses.replace(cfg, input_shapes={s.name: list(s.dims) for s in specs})
+    return _compile_static(model, target, cfg)
+
+
+def _compile_static(model: ModelSource | Function, target: str | None,
+                    cfg: CompileConfig) -> Module:
+    """:func:`compile` of a model whose inputs have fixed shapes."""
     say = ProgressPrinter(cfg.progress)
     backends = resolve_target(target)
     history = cfg.tuning_records
@@ -77,6 +101,45 @@ def compile(model: ModelSource | Function, target: str | None = "auto",
     except MemoryError as e:
         raise CompileError(f"cannot allocate the model's memory ({e}); its largest tensors: "
                            f"{_largest_values(result.graph)}") from None
+
+
+def _compile_dynamic(proto: onnx.ModelProto, specs: tuple[InputSpec, ...],
+                     target: str | None, cfg: CompileConfig) -> DynamicModule:
+    """:func:`compile` of a model whose inputs keep symbolic dimensions: checked now (ops,
+    target, records, bounds), compiled per size on first use and for ``cfg.specialize``."""
+    check_onnx_model(proto)
+    backends = resolve_target(target)
+    history = cfg.tuning_records
+    if history is not None and not isinstance(history, TuningHistory):
+        history = TuningHistory.load(history)
+    try:
+        shape_vars = ShapeVars(specs, check_bounds(cfg.dim_bounds))
+    except TesseraError as e:
+        raise CompileError(str(e)) from None
+    source = DynamicSource(proto.SerializeToString(), ", ".join(str(k) for _, k in backends),
+                           cfg.opt_level, dict(cfg.pass_config or {}),
+                           tuple(cfg.disabled_passes or ()),
+                           {k: np.asarray(v) for k, v in (cfg.freeze_inputs or {}).items()},
+                           history.to_text() if history is not None else None)
+    settings = dataclasses.replace(cfg, tuning_records=history, specialize=None,
+                                   dim_bounds=None)
+    module = _dynamic_module(proto, source, shape_vars, cfg.max_specializations, settings)
+    for shapes in cfg.specialize or ():
+        module.specialize(shapes)
+    return module
+
+
+def _dynamic_module(proto: onnx.ModelProto, source: DynamicSource, shape_vars: ShapeVars,
+                    max_specializations: int, settings: CompileConfig) -> DynamicModule:
+    """A dynamic module whose specialisations compile ``proto`` for ``source.target`` with
+    ``settings`` (their input shapes replaced by each size's)."""
+    def specializer(shapes: dict[str, list[int]]) -> Module:
+        return _compile_static(proto, source.target,
+                               dataclasses.replace(settings, input_shapes=shapes))
+
+    return DynamicModule(shape_vars, [o.name for o in proto.graph.output], specializer,
+                         source.target, max_specializations=max_specializations,
+                         exporter=lambda mod, path: export_dynamic(mod, source, path))
 
 
 def partition_model(model: ModelSource | Function, target: str | None = "auto",
@@ -196,7 +259,29 @@ def _compile_region(backend: Backend, body: Function, kind: TargetKind,
     return contract.check_compiled(backend, body, result)
 
 
-def load(path: str | Path, devices: Mapping[str, int] | None = None) -> Module:
-    """Load a module exported with :meth:`Module.export` (checks plugins and file hashes);
-    ``devices`` as for :func:`compile` (an artifact runs on any device of its kinds)."""
-    return Module(load_model(Path(path), dict(devices or {})))
+def load(path: str | Path, devices: Mapping[str, int] | None = None) -> Module | DynamicModule:
+    """Load a module exported with :meth:`Module.export` or :meth:`DynamicModule.export`
+    (checks plugins and file hashes); ``devices`` as for :func:`compile` (an artifact runs on
+    any device of its kinds). A dynamic artifact's stored specialisations load without
+    compiling; other sizes compile on first use, as where it was exported."""
+    where = str(path)
+    members = read_members(Path(path))
+    if not is_dynamic(members):
+        return Module(model_from_members(members, where, dict(devices or {})))
+    stored = read_dynamic(members, where)
+    src = stored.source
+    try:
+        proto = onnx.load_model_from_string(src.model)
+    except Exception as e:  # noqa: BLE001 - protobuf's own error types
+        raise ArtifactError(f"model.onnx of {where!r} cannot be read: {e}") from None
+    history = TuningHistory.from_text(src.records, where) if src.records else None
+    settings = CompileConfig(opt_level=src.opt_level, pass_config=dict(src.pass_config),
+                             disabled_passes=list(src.disabled_passes),
+                             freeze_inputs=dict(src.frozen) or None, tuning_records=history,
+                             devices=dict(devices or {}))
+    module = _dynamic_module(proto, src, stored.shape_vars, stored.max_specializations,
+                             settings)
+    for i, (sizes, sub) in enumerate(stored.specializations):
+        model = model_from_members(sub, f"{where} (specialisation {i})", dict(devices or {}))
+        module.preload(sizes, Module(model))
+    return module

@@ -32,7 +32,15 @@ C = TypeVar("C")
 class CompileConfig:
     """How to compile a model (every field optional).
 
-    - ``input_shapes``: input name -> shape, fixing the inputs' symbolic dimensions.
+    - ``input_shapes``: input name -> shape, fixing or naming the inputs' dimensions: each
+      an int (fixed), a variable name (``{"input_ids": ["batch", 128]}``), or None (the
+      model's own). With a variable left, ``compile`` returns a
+      :class:`~tessera.runtime.dynamic.DynamicModule`, which runs at any size.
+    - ``dim_bounds``: variable -> ``(low, high)``: the sizes a dynamic module accepts.
+    - ``specialize``: input shapes (each a mapping like ``input_shapes``, every dimension an
+      int) a dynamic module compiles at once rather than on first use (and exports).
+    - ``max_specializations``: how many specialised modules a dynamic module keeps (least
+      recently used dropped first; default 8).
     - ``opt_level``: 0-3, the graph passes that run (3: all).
     - ``tuning_records``: a JSON-lines file of ``tessera tune`` or a
       :class:`~tessera.plugin.records.TuningHistory`: each workload gets its best measured
@@ -50,7 +58,10 @@ class CompileConfig:
       default: index 0).
     """
 
-    input_shapes: Mapping[str, Sequence[int]] | None = None
+    input_shapes: Mapping[str, Sequence[int | str | None]] | None = None
+    dim_bounds: Mapping[str, Sequence[int]] | None = None
+    specialize: Sequence[Mapping[str, Sequence[int]]] | None = None
+    max_specializations: int = 8
     opt_level: int = 3
     tuning_records: str | Path | TuningHistory | None = None
     pass_config: Mapping[str, bool] | None = None

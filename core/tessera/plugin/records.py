@@ -293,6 +293,25 @@ class TuningHistory:
         records = list(load_records(p, skipped))
         return cls(records, str(p), skipped)
 
+    def to_text(self) -> str:
+        """The records as JSON lines (what :meth:`from_text` reads back)."""
+        return "".join(r.to_json() + "\n" for r in self.records)
+
+    @classmethod
+    def from_text(cls, text: str, source: str = "") -> TuningHistory:
+        """Records written by :meth:`to_text` (an artifact's copy); a line that is not a
+        record is a :class:`~tessera.errors.TuningRecordsError`."""
+        records = []
+        for n, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                records.append(_parse(line.strip()))
+            except (ValueError, TypeError) as e:
+                raise TuningRecordsError(f"tuning records of {source or 'an artifact'}: "
+                                         f"{_describe(n, str(e), line)}") from None
+        return cls(records, source)
+
     def warn_skipped(self) -> str | None:
         """Warn once about the lines and knob values skipped since the last call (what
         ``compile`` calls when it is done); the message, or None when nothing was."""

@@ -169,9 +169,19 @@ def _kept(backend: Backend, cr: Any, body: Function) -> set[str]:
 
 def export_model(model: CompiledModel, path: Path) -> Path:
     """Write ``model`` to ``path`` atomically (a temp file renamed into place)."""
+    check_export_path(path)
+    return write_members(artifact_members(model), path)
+
+
+def check_export_path(path: Path) -> None:
+    """Refuse an export path that is a folder, before any work."""
     if path.is_dir():
         raise ArtifactError(f"cannot export to {str(path)!r}: it is a folder; expected a file "
                             f"name, e.g. {str(path / 'model.tar')!r}")
+
+
+def artifact_members(model: CompiledModel) -> dict[str, bytes]:
+    """The members of ``model``'s artifact: member name -> bytes (the manifest first)."""
     store = _ConstantStore()
     files: dict[str, bytes] = {}
     plugins: dict[str, dict[str, str]] = {}
@@ -221,7 +231,11 @@ def export_model(model: CompiledModel, path: Path) -> Path:
         "arrays": arrays,
         "files": {name: _sha256(data) for name, data in files.items()},
     }
-    files = {MANIFEST: json.dumps(manifest, indent=2).encode(), **files, **store.members}
+    return {MANIFEST: json.dumps(manifest, indent=2).encode(), **files, **store.members}
+
+
+def write_members(files: dict[str, bytes], path: Path) -> Path:
+    """A tar of ``files`` (member name -> bytes) written atomically to ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with _atomic_file(path) as raw, tarfile.open(fileobj=raw, mode="w") as tar:
         for name, data in files.items():
@@ -292,9 +306,15 @@ def read_members(path: Path) -> dict[str, bytes]:
 def load_model(path: Path, devices: dict[str, int] | None = None) -> CompiledModel:
     """Rebuild the compiled model of an artifact without recompiling where backends keep
     code (``tessera.load`` plans it into a module)."""
-    members = read_members(path)
+    return model_from_members(read_members(path), str(path), devices)
+
+
+def model_from_members(members: dict[str, bytes], where: str,
+                       devices: dict[str, int] | None = None) -> CompiledModel:
+    """:func:`load_model` of an artifact's members (``read_members``); ``where`` names the
+    artifact in errors."""
     if MANIFEST not in members:
-        raise ArtifactError(f"{str(path)!r} has no {MANIFEST}; not a Tessera artifact")
+        raise ArtifactError(f"{where!r} has no {MANIFEST}; not a Tessera artifact")
     try:
         manifest = json.loads(members[MANIFEST])
     except json.JSONDecodeError as e:

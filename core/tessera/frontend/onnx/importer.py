@@ -19,6 +19,7 @@ from tessera.frontend.onnx.context import ConvertContext
 from tessera.frontend.onnx.dtypes import onnx_dtype
 from tessera.frontend.onnx.registry import find_converter
 from tessera.ir.graph import Function, Value
+from tessera.ir.symbolic import format_dims, is_static, parse_dim
 from tessera.ir.types import TensorType, oversize
 
 #: The oldest default-domain opset the importer accepts.
@@ -194,7 +195,13 @@ def _declared_type(vi: onnx.ValueInfoProto, override: Sequence[int] | None) -> T
     tt = vi.type.tensor_type
     dtype = onnx_dtype(tt.elem_type, f"graph input {vi.name!r}")
     if override is not None:
-        shape = [int(d) for d in override]
+        dims = [parse_dim(d, f"input_shapes[{vi.name!r}] dimension {i}")
+                for i, d in enumerate(override)]
+        if not is_static(dims):
+            raise ModelImportError(f"input_shapes[{vi.name!r}] = {format_dims(dims)} has "
+                                   f"symbolic dimensions; the importer builds a graph of "
+                                   f"fixed shapes (tessera.compile takes symbolic ones)")
+        shape = [int(d) for d in dims]
         if tt.HasField("shape") and len(tt.shape.dim) != len(shape):
             raise ModelImportError(f"input_shapes gives {vi.name!r} rank {len(shape)} "
                                    f"({shape}); the model declares rank {len(tt.shape.dim)}")
@@ -214,16 +221,10 @@ def _declared_type(vi: onnx.ValueInfoProto, override: Sequence[int] | None) -> T
     return TensorType(tuple(shape), dtype)
 
 
-def import_onnx(model: ModelSource, input_shapes: Mapping[str, Sequence[int]] | None = None,
-                freeze_inputs: Mapping[str, np.ndarray] | None = None,
-                check: bool = True) -> Function:
-    """Import an ONNX model into a Tessera function.
-
-    ``input_shapes`` overrides (or fixes symbolic) input shapes; ``freeze_inputs`` turns graph
-    inputs into constants with the given values. Every unsupported op is reported in one
-    :class:`ModelImportError`.
-    """
-    proto = load_model(model)
+def check_onnx_model(proto: onnx.ModelProto, check: bool = True) -> dict[str, int]:
+    """Refuse a model Tessera cannot import whatever its input shapes: malformed (onnx's
+    checker, with ``check``), too old an opset, or with unsupported ops (every one listed in
+    one :class:`ModelImportError`); the opset of each domain."""
     if check:
         _check_signature(proto.graph)
         try:
@@ -243,11 +244,8 @@ def import_onnx(model: ModelSource, input_shapes: Mapping[str, Sequence[int]] | 
     if opsets[""] < MIN_OPSET:
         raise ModelImportError(f"the model uses default-domain opset {opsets['']}; Tessera "
                                f"imports opsets {MIN_OPSET} and later")
-    g = proto.graph
-    nodes = _sorted_nodes(g)
-
     unsupported: list[tuple[str, str, int]] = []
-    for n in nodes:
+    for n in proto.graph.node:
         domain = "" if n.domain in ("", "ai.onnx") else n.domain
         opset = opsets.get(domain)
         if opset is None or find_converter(n.op_type, domain, opset) is None:
@@ -258,6 +256,22 @@ def import_onnx(model: ModelSource, input_shapes: Mapping[str, Sequence[int]] | 
         kinds = sorted({op for op, _, _ in unsupported})
         raise ModelImportError(f"the model has {len(unsupported)} node(s) with unsupported ops "
                                f"({', '.join(kinds)}):\n{lines}", unsupported)
+    return opsets
+
+
+def import_onnx(model: ModelSource, input_shapes: Mapping[str, Sequence[int]] | None = None,
+                freeze_inputs: Mapping[str, np.ndarray] | None = None,
+                check: bool = True) -> Function:
+    """Import an ONNX model into a Tessera function.
+
+    ``input_shapes`` overrides (or fixes symbolic) input shapes; ``freeze_inputs`` turns graph
+    inputs into constants with the given values. Every unsupported op is reported in one
+    :class:`ModelImportError`.
+    """
+    proto = load_model(model)
+    opsets = check_onnx_model(proto, check)
+    g = proto.graph
+    nodes = _sorted_nodes(g)
 
     shapes = dict(input_shapes or {})
     frozen = dict(freeze_inputs or {})

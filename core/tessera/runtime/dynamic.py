@@ -1,0 +1,336 @@
+"""A model with symbolic input dimensions, run at any size by specialising on first use.
+
+``tessera.compile`` returns a :class:`DynamicModule` for a model whose inputs keep symbolic
+dimensions (``input_ids: int64[batch, seq]``) after ``input_shapes``. Each call binds the
+variables from its arrays (:class:`~tessera.ir.symbolic.ShapeVars`: one check of every
+relation, such as two inputs sharing ``seq``, and of the bounds), then runs the
+:class:`~tessera.runtime.module.Module` compiled for those sizes: the first call at new sizes
+compiles it, later calls at the same sizes reuse it. At most ``max_specializations`` modules
+are kept, least recently used dropped first; :meth:`DynamicModule.cache_info` counts hits,
+compiles and evictions.
+
+Every backend runs at every size this way, whether or not it can generate code for symbolic
+extents: the graph below this module is static, one graph per size.
+
+Thread safety: the cache is guarded by a lock; two threads that meet the same new sizes at
+once compile them once (the second waits for the first), threads at different sizes compile
+in parallel, and each specialised module is itself safe from many threads.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tessera.errors import RunError, TesseraError
+from tessera.ir.symbolic import InputSpec, ShapeVars
+from tessera.partition.report import PartitionReport
+from tessera.runtime.memory import MemoryReport
+from tessera.runtime.module import Module
+from tessera.runtime.profiler import BenchmarkResult, Profile
+
+__all__ = ["DEFAULT_MAX_SPECIALIZATIONS", "DynamicModule", "SpecializationStats"]
+
+#: Specialised modules a :class:`DynamicModule` keeps by default (each holds its own code and
+#: its backends' packed weights: a bigger cache costs memory).
+DEFAULT_MAX_SPECIALIZATIONS = 8
+
+#: What compiles the model for concrete input shapes (input name -> shape).
+Specializer = Callable[[dict[str, list[int]]], Module]
+
+
+@dataclass(frozen=True)
+class SpecializationStats:
+    """The specialisation cache: calls that found their module (``hits``), modules compiled
+    (``compiles``, in ``compile_seconds`` in all), modules dropped to stay within
+    ``max_size`` (``evictions``), and the variables' sizes of each cached module, least
+    recently used first."""
+
+    hits: int
+    compiles: int
+    evictions: int
+    compile_seconds: float
+    max_size: int
+    cached: list[dict[str, int]] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        sizes = "; ".join(ShapeVars.text(s) for s in self.cached) or "none"
+        return (f"specialisations: {self.compiles} compiled ({self.compile_seconds:.2f} s), "
+                f"{self.hits} hits, {self.evictions} evicted; cached ({len(self.cached)}/"
+                f"{self.max_size}): {sizes}")
+
+
+@dataclass
+class _StepInputs:
+    """A thread's step-by-step form: the inputs it set and its last outputs."""
+
+    inputs: dict[str, np.ndarray] = field(default_factory=dict)
+    outputs: dict[str, np.ndarray] | None = None
+
+
+class DynamicModule:
+    """A compiled model whose inputs have symbolic dimensions; runs at any size (within the
+    variables' bounds) by compiling a :class:`Module` per distinct size on first use.
+
+    The calling forms are :class:`Module`'s: ``run(feeds)`` / ``run(**inputs)`` (with
+    ``output_names=``), and ``set_input`` / ``run()`` / ``get_output`` per thread.
+    :meth:`specialize` returns (compiling if needed) the module for given shapes or sizes,
+    e.g. to ``benchmark`` or ``profile`` it; :meth:`export` writes an artifact that keeps the
+    symbolic model and every specialisation cached.
+    """
+
+    def __init__(self, shape_vars: ShapeVars, output_names: Sequence[str],
+                 specializer: Specializer, target: str, *,
+                 max_specializations: int = DEFAULT_MAX_SPECIALIZATIONS,
+                 exporter: Callable[[DynamicModule, Path], Path] | None = None) -> None:
+        if max_specializations < 1:
+            raise TesseraError(f"max_specializations must be at least 1, got "
+                               f"{max_specializations}")
+        self.shape_vars = shape_vars
+        self.output_names = list(output_names)
+        self.target = target
+        self.max_specializations = int(max_specializations)
+        self._specializer = specializer
+        self._exporter = exporter
+        self._cache: OrderedDict[tuple[int, ...], tuple[dict[str, int], Module]] = \
+            OrderedDict()
+        self._pending: dict[tuple[int, ...], Future[Module]] = {}
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self._hits = self._compiles = self._evictions = 0
+        self._compile_seconds = 0.0
+        self._last: Module | None = None
+
+    # -- what the model takes ------------------------------------------------------------------
+    @property
+    def input_specs(self) -> dict[str, InputSpec]:
+        """Input name -> its symbolic shape and dtype."""
+        return {s.name: s for s in self.shape_vars.inputs}
+
+    @property
+    def variables(self) -> list[str]:
+        return self.shape_vars.variables
+
+    # -- the specialisations -------------------------------------------------------------------
+    def specialize(self, shapes: Mapping[str, Sequence[int]] | None = None,
+                   **sizes: int) -> Module:
+        """The module for concrete input ``shapes`` (input name -> shape, every input) or for
+        the variables' ``sizes`` (``specialize(batch=2, seq=16)``), compiled now unless
+        cached."""
+        if (shapes is None) == (not sizes):
+            raise TesseraError(f"specialize() takes the inputs' shapes or the variables' "
+                               f"sizes ({', '.join(self.variables)}), one of them")
+        if shapes is not None:
+            bound = self.shape_vars.sizes_of_shapes(shapes)
+        else:
+            unknown = sorted(set(sizes) - set(self.variables))
+            missing = [v for v in self.variables if v not in sizes]
+            if unknown or missing:
+                raise TesseraError(f"specialize(): the variables are "
+                                   f"{', '.join(self.variables)}"
+                                   f"{'; unknown ' + ', '.join(unknown) if unknown else ''}"
+                                   f"{'; missing ' + ', '.join(missing) if missing else ''}")
+            bound = self.shape_vars.sizes_of_shapes(self.shape_vars.shapes(sizes))
+        return self._module(bound)
+
+    def cache_info(self) -> SpecializationStats:
+        with self._lock:
+            return SpecializationStats(self._hits, self._compiles, self._evictions,
+                                       self._compile_seconds, self.max_specializations,
+                                       [dict(s) for s, _ in self._cache.values()])
+
+    def specializations(self) -> list[tuple[dict[str, int], Module]]:
+        """The cached modules with their variables' sizes, least recently used first."""
+        with self._lock:
+            return [(dict(s), m) for s, m in self._cache.values()]
+
+    def preload(self, sizes: Mapping[str, int], module: Module) -> None:
+        """Put a module compiled (or loaded) for the variables' ``sizes`` into the cache, as
+        if it had been specialised here (loading an artifact does)."""
+        checked = self.shape_vars.sizes_of_shapes(self.shape_vars.shapes(sizes))
+        with self._lock:
+            self._cache[self.shape_vars.key(checked)] = (checked, module)
+            while len(self._cache) > self.max_specializations:
+                self._cache.popitem(last=False)
+                self._evictions += 1
+
+    def _module(self, sizes: dict[str, int]) -> Module:
+        key = self.shape_vars.key(sizes)
+        with self._lock:
+            hit = self._cache.get(key)
+            if hit is not None:
+                self._cache.move_to_end(key)
+                self._hits += 1
+                self._last = hit[1]
+                return hit[1]
+            pending = self._pending.get(key)
+            if pending is None:
+                future: Future[Module] = Future()
+                self._pending[key] = future
+            else:
+                self._hits += 1
+        if pending is not None:
+            return pending.result()  # another thread compiles these sizes; its error is ours
+        start = time.perf_counter()
+        try:
+            module = self._specializer(self.shape_vars.shapes(sizes))
+        except BaseException as e:
+            with self._lock:
+                del self._pending[key]
+            future.set_exception(e)
+            raise
+        with self._lock:
+            del self._pending[key]
+            self._compiles += 1
+            self._compile_seconds += time.perf_counter() - start
+            self._cache[key] = (dict(sizes), module)
+            while len(self._cache) > self.max_specializations:
+                self._cache.popitem(last=False)
+                self._evictions += 1
+            self._last = module
+        future.set_result(module)
+        return module
+
+    def _module_for(self, arrays: Mapping[str, np.ndarray]) -> Module:
+        """The module for a call's (checked) arrays; a failed compile is a :class:`RunError`
+        naming the sizes."""
+        sizes = self.shape_vars.bind(arrays)
+        try:
+            return self._module(sizes)
+        except RunError:
+            raise
+        except TesseraError as e:
+            raise RunError(f"compiling the model for {ShapeVars.text(sizes) or 'its shapes'} "
+                           f"failed: {e}") from e
+
+    def _arrays(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        names = [s.name for s in self.shape_vars.inputs]
+        missing = [n for n in names if n not in inputs]
+        unknown = [n for n in inputs if n not in names]
+        if missing or unknown:
+            parts = ([f"unknown input(s) {', '.join(map(repr, unknown))}"] if unknown else []) \
+                + ([f"missing input(s) {', '.join(missing)}"] if missing else [])
+            raise RunError(f"{'; '.join(parts)}; the model needs {self.shape_vars.describe()}")
+        return {n: np.asarray(inputs[n]) for n in names}
+
+    # -- running --------------------------------------------------------------------------------
+    def run(self, feeds: Mapping[str, Any] | None = None, /, *,
+            output_names: Sequence[str] | None = None,
+            **inputs: Any) -> dict[str, np.ndarray] | None:
+        """As :meth:`Module.run`: the outputs by name for ``feeds`` or keyword inputs, or, with
+        neither, a run on the inputs this thread gave :meth:`set_input` (read the outputs
+        with :meth:`get_output`)."""
+        if feeds is not None:
+            if not isinstance(feeds, Mapping):
+                raise RunError(f"run(feeds): feeds must be a dict of input name -> array, not "
+                               f"{type(feeds).__name__}")
+            if inputs:
+                raise RunError("run(): give the inputs either as a dict or as keywords, not "
+                               "both")
+            inputs = dict(feeds)
+        if inputs or feeds is not None:
+            arrays = self._arrays(inputs)
+            return self._module_for(arrays).run(arrays, output_names=output_names)
+        if output_names is not None:
+            raise RunError("run(output_names=...) needs the inputs (run(feeds, output_names="
+                           "...)); the step-by-step run() returns nothing: read outputs with "
+                           "get_output")
+        state = self._step()
+        missing = [s.name for s in self.shape_vars.inputs if s.name not in state.inputs]
+        if missing:
+            raise RunError(f"input(s) {', '.join(missing)} not set in this thread; call "
+                           "set_input first (the step-by-step form is per thread), or pass "
+                           "the inputs to run(feeds) or run(**inputs)")
+        arrays = self._arrays(state.inputs)
+        state.outputs = self._module_for(arrays).run(arrays)
+        return None
+
+    def _step(self) -> _StepInputs:
+        state = getattr(self._local, "state", None)
+        if state is None:
+            state = self._local.state = _StepInputs()
+        return state
+
+    def set_input(self, name: str, value: Any) -> None:
+        """Keep a copy of one input for this thread's next step-by-step ``run()``."""
+        if name not in self.input_specs:
+            raise RunError(f"unknown input {name!r}; the model's inputs are "
+                           f"{self.shape_vars.describe()}")
+        self._step().inputs[name] = np.array(value, copy=True)
+
+    def get_output(self, index: int | str, out: np.ndarray | None = None) -> np.ndarray:
+        """An output, by position or name, of this thread's last step-by-step ``run()``
+        (written into ``out`` when given, which must have its shape and dtype)."""
+        outputs = self._step().outputs
+        if outputs is None:
+            raise RunError("get_output: no step-by-step run() in this thread yet")
+        if isinstance(index, int):
+            if not -len(self.output_names) <= index < len(self.output_names):
+                raise RunError(f"output index {index} out of range; the model has "
+                               f"{len(self.output_names)} outputs")
+            name = self.output_names[index]
+        elif index in outputs:
+            name = index
+        else:
+            raise RunError(f"unknown output {index!r}; the model's outputs are "
+                           f"{', '.join(self.output_names)}")
+        value = outputs[name]
+        if out is None:
+            return value.copy()
+        if out.shape != value.shape or out.dtype != value.dtype:
+            raise RunError(f"get_output({index!r}, out): out must be {value.dtype}"
+                           f"{list(value.shape)}, got {out.dtype}{list(out.shape)}")
+        np.copyto(out, value)
+        return out
+
+    # -- measuring and reports ------------------------------------------------------------------
+    def _given(self, inputs: Mapping[str, Any], what: str) -> Module:
+        if set(inputs) != set(self.input_specs):
+            raise RunError(f"{what}() of a module with symbolic shapes needs every input (their "
+                           f"shapes pick the specialisation: {self.shape_vars.describe()}), or "
+                           f"call specialize(...).{what}()")
+        return self._module_for(self._arrays(inputs))
+
+    def benchmark(self, repeat: int = 10, number: int = 10, warmup: int = 1,
+                  **inputs: Any) -> BenchmarkResult:
+        """:meth:`Module.benchmark` of the specialisation for ``inputs`` (every input)."""
+        return self._given(inputs, "benchmark").benchmark(repeat, number, warmup, **inputs)
+
+    def profile(self, runs: int = 1, **inputs: Any) -> Profile:
+        """:meth:`Module.profile` of the specialisation for ``inputs`` (every input)."""
+        return self._given(inputs, "profile").profile(runs, **inputs)
+
+    def _latest(self, what: str) -> Module:
+        if self._last is None:
+            raise RunError(f"{what}: nothing has been specialised yet (the module compiles per "
+                           f"input size on first use); run it once, or call specialize(...)")
+        return self._last
+
+    def partition_report(self) -> PartitionReport:
+        """The partition of the specialisation used last."""
+        return self._latest("partition_report()").partition_report()
+
+    def memory_report(self) -> MemoryReport:
+        """The memory plan of the specialisation used last."""
+        return self._latest("memory_report()").memory_report()
+
+    # -- artifacts ------------------------------------------------------------------------------
+    def export(self, path: str | Path) -> Path:
+        """Write a ``.tar`` that keeps the symbolic model and every cached specialisation
+        (:mod:`tessera.runtime.dynamic_artifact`); ``tessera.load`` runs it at any size."""
+        if self._exporter is None:
+            raise TesseraError("this module keeps no source model to export (it was built "
+                               "without one)")
+        return self._exporter(self, Path(path))
+
+    def __repr__(self) -> str:
+        return (f"<DynamicModule target={self.target!r} inputs=[{self.shape_vars.describe()}] "
+                f"outputs={self.output_names} cached={len(self._cache)}>")
