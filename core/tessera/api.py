@@ -55,6 +55,8 @@ def compile(model: ModelSource | Function, target: str | None = "auto",
     """
     cfg = merge_config(CompileConfig, config, settings, "compile()")
     if not isinstance(model, Function):
+        _pass_manager(cfg)  # the settings and the target are checked before the import
+        resolve_target(target)
         proto = load_onnx(model)
         specs = model_input_specs(proto, cfg.input_shapes, cfg.freeze_inputs)
         if cfg.specialize or not all(is_static(s.dims) for s in specs):
@@ -107,8 +109,8 @@ def _compile_dynamic(proto: onnx.ModelProto, specs: tuple[InputSpec, ...],
                      target: str | None, cfg: CompileConfig) -> DynamicModule:
     """:func:`compile` of a model whose inputs keep symbolic dimensions: checked now (ops,
     target, records, bounds), compiled per size on first use and for ``cfg.specialize``."""
-    check_onnx_model(proto)
     backends = resolve_target(target)
+    check_onnx_model(proto)
     history = cfg.tuning_records
     if history is not None and not isinstance(history, TuningHistory):
         history = TuningHistory.load(history)

@@ -31,6 +31,7 @@ functions raise :class:`ZooUnavailable` naming the install command (``pip instal
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.util
 import io
 import os
@@ -396,13 +397,32 @@ def _wrapper(torch: Any) -> Any:
     return _WRAPPER
 
 
-def inputs(model_name: str, size: str = "small", seed: int = 0) -> dict[str, np.ndarray]:
+#: Input kinds whose axis 1 is the sequence (a dynamic export names it ``seq``).
+SEQUENCE_KINDS = ("tokens", "mask", "ones", "zeros")
+
+
+def dynamic_axes(model_name: str, size: str = "small") -> dict[str, dict[int, str]]:
+    """The axes a dynamic export leaves open: every input's axis 0 (``batch``) and the
+    sequence axis of token-like inputs (``seq``)."""
+    return {spec.name: {0: "batch", **({1: "seq"} if spec.kind in SEQUENCE_KINDS else {})}
+            for spec in get(model_name).size(size).inputs}
+
+
+def inputs(model_name: str, size: str = "small", seed: int = 0, batch: int | None = None,
+           seq: int | None = None) -> dict[str, np.ndarray]:
     """Random inputs of ``model_name`` at ``size`` (no torch needed): token ids uniform in the
     vocabulary (never 0, often a padding id), images and features ~N(0, 1), raw audio a
-    normalised mix of tones and noise."""
+    normalised mix of tones and noise. ``batch`` and ``seq`` replace the size's batch and
+    (for token-like inputs) sequence length, as a dynamic export accepts."""
     rng = np.random.default_rng(seed)
     out: dict[str, np.ndarray] = {}
     for spec in get(model_name).size(size).inputs:
+        shape = list(spec.shape)
+        if batch is not None:
+            shape[0] = batch
+        if seq is not None and spec.kind in SEQUENCE_KINDS:
+            shape[1] = seq
+        spec = dataclasses.replace(spec, shape=tuple(shape))
         if spec.kind == "tokens":
             out[spec.name] = rng.integers(1, spec.high, size=spec.shape, dtype=np.int64)
         elif spec.kind == "mask":
@@ -434,7 +454,7 @@ def default_cache_dir() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "tessera" / "hf_zoo"
 
 
-def cache_name(model_name: str, size: str, exporter: str) -> str:
+def cache_name(model_name: str, size: str, exporter: str, dynamic: bool = False) -> str:
     """The cache file name of an export: the model, size and exporter, a digest of what
     defines the model (its configuration, inputs and outputs, :data:`ZOO_VERSION`) and the
     installed torch and transformers versions (read from their metadata, not imported)."""
@@ -444,22 +464,27 @@ def cache_name(model_name: str, size: str, exporter: str) -> str:
                 dict(m.base), dict(m.call), m.size(size), OPSETS[exporter]))
     versions = (f"torch{metadata.version('torch')}-tf{metadata.version('transformers')}"
                 .replace("+", "_"))
-    return f"{model_name}-{size}-{exporter}-{zlib.crc32(key.encode()):08x}-{versions}.onnx"
+    kind = f"{exporter}-dyn" if dynamic else exporter
+    return f"{model_name}-{size}-{kind}-{zlib.crc32(key.encode()):08x}-{versions}.onnx"
 
 
 def export(model_name: str, size: str = "small", exporter: str = "torchscript",
-           cache_dir: str | os.PathLike[str] | None = None, quiet: bool = True) -> Path:
+           cache_dir: str | os.PathLike[str] | None = None, quiet: bool = True,
+           dynamic: bool = False) -> Path:
     """The ``.onnx`` file of a zoo model exported by ``exporter`` (``"torchscript"``: opset
     17; ``"dynamo"``: opset 18), from the cache when it is there; else built, exported into
     a temporary file and renamed in (parallel callers may export the same model). ``quiet``
-    silences the exporters' progress lines and warnings."""
+    silences the exporters' progress lines and warnings. ``dynamic`` (TorchScript only)
+    exports with :func:`dynamic_axes`: symbolic ``batch`` and ``seq``."""
     model = get(model_name)
     model.size(size)
     if exporter not in EXPORTERS:
         raise ValueError(f"unknown exporter {exporter!r}; known: {', '.join(EXPORTERS)}")
     _require_installed(exporter)
     folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    path = folder / cache_name(model_name, size, exporter)
+    if dynamic and exporter != "torchscript":
+        raise ValueError("dynamic exports are made with the TorchScript exporter")
+    path = folder / cache_name(model_name, size, exporter, dynamic)
     if path.exists():  # without importing torch (seconds)
         return path
     torch, _ = _require(exporter)
@@ -477,7 +502,9 @@ def export(model_name: str, size: str = "small", exporter: str = "torchscript",
             if exporter == "torchscript":
                 torch.onnx.export(module, args, str(tmp), input_names=names,
                                   output_names=outputs, opset_version=OPSETS[exporter],
-                                  dynamo=False, do_constant_folding=True)
+                                  dynamo=False, do_constant_folding=True,
+                                  dynamic_axes=dynamic_axes(model_name, size) if dynamic
+                                  else None)
             else:
                 program = torch.onnx.export(module, args, input_names=names,
                                             output_names=outputs, opset_version=OPSETS[exporter],

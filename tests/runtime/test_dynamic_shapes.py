@@ -1,0 +1,273 @@
+"""Models with symbolic input dimensions: compiled without input_shapes, run at any size.
+
+Checked against onnxruntime on random data at several sizes; the run-time relation checks
+(wrong sizes get a clear RunError naming the input and the relation, and the module keeps
+working), the specialisation cache (hits, compiles, evictions, one compile when threads meet
+the same new size), the step-by-step form, artifacts (stored specialisations load without
+compiling, new sizes compile) and the symbolic input specs the importer reads.
+"""
+
+from __future__ import annotations
+
+import io
+import tarfile
+import threading
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import tessera
+from tessera.errors import ArtifactError, CompileError, ModelImportError, RunError
+from tessera.frontend.onnx.input_specs import model_input_specs
+from tessera.plugin.manager import get_backends
+from tessera.runtime.dynamic import DynamicModule
+from tessera.runtime.module import Module
+
+D = 16  # the model's fixed feature width
+SIZES = [(1, 7), (3, 64), (8, 128)]
+
+
+def _targets() -> list[Any]:
+    return [t if t in get_backends() else
+            pytest.param(t, marks=pytest.mark.skip(reason=f"backend {t} not installed"))
+            for t in ("ref", "llvm")]
+
+
+def _encoder(anonymous_batch: bool = False) -> onnx.ModelProto:
+    """x: [batch, seq, 16] and mask: [batch, seq] -> softmax((x @ W + b) * mask) @ V, with a
+    Shape -> Gather -> Concat -> Reshape sub-graph that exporters write for the batch."""
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((D, D)).astype(np.float32)
+    b = rng.standard_normal(D).astype(np.float32)
+    v = rng.standard_normal((D, 8)).astype(np.float32)
+    batch = "" if anonymous_batch else "batch"
+    nodes = [
+        helper.make_node("MatMul", ["x", "W"], ["h"]),
+        helper.make_node("Add", ["h", "B"], ["hb"]),
+        helper.make_node("Unsqueeze", ["mask", "axes"], ["m"]),
+        helper.make_node("Mul", ["hb", "m"], ["hm"]),
+        helper.make_node("Softmax", ["hm"], ["p"], axis=-1),
+        helper.make_node("MatMul", ["p", "V"], ["o"]),
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Gather", ["shape", "zero"], ["n"], axis=0),
+        helper.make_node("Unsqueeze", ["n", "axes0"], ["n1"]),
+        helper.make_node("Concat", ["n1", "minus1"], ["target"], axis=0),
+        helper.make_node("Reshape", ["o", "target"], ["y"]),
+    ]
+    inits = [numpy_helper.from_array(w, "W"), numpy_helper.from_array(b, "B"),
+             numpy_helper.from_array(v, "V"),
+             numpy_helper.from_array(np.array([-1], np.int64), "axes"),
+             numpy_helper.from_array(np.array([0], np.int64), "axes0"),
+             numpy_helper.from_array(np.array(0, np.int64), "zero"),
+             numpy_helper.from_array(np.array([-1], np.int64), "minus1")]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, "seq", D])
+    if anonymous_batch:
+        x.type.tensor_type.shape.dim[0].Clear()
+    mask = helper.make_tensor_value_info("mask", TensorProto.FLOAT, [batch, "seq"])
+    if anonymous_batch:
+        mask.type.tensor_type.shape.dim[0].Clear()
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, None])
+    graph = helper.make_graph(nodes, "encoder", [x, mask], [y], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def _feeds(batch: int, seq: int, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {"x": rng.standard_normal((batch, seq, D)).astype(np.float32),
+            "mask": rng.uniform(0.2, 1.5, (batch, seq)).astype(np.float32)}
+
+
+def _want(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> np.ndarray:
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)[0]
+
+
+@pytest.fixture(scope="module", params=_targets())
+def compiled(request: pytest.FixtureRequest) -> DynamicModule:
+    mod = tessera.compile(_encoder(), request.param)
+    assert isinstance(mod, DynamicModule)
+    return mod
+
+
+def test_compiles_without_input_shapes_and_matches_onnxruntime(compiled: DynamicModule) -> None:
+    assert [str(s) for s in compiled.input_specs.values()] == \
+        ["x: float32[batch, seq, 16]", "mask: float32[batch, seq]"]
+    for batch, seq in SIZES:
+        feeds = _feeds(batch, seq)
+        got = compiled.run(feeds)["y"]
+        assert got.shape == (batch, seq * 8)
+        np.testing.assert_allclose(got, _want(_encoder(), feeds), rtol=1e-5, atol=1e-5)
+    info = compiled.cache_info()
+    assert info.compiles >= len(SIZES)
+    assert {(s["batch"], s["seq"]) for s in info.cached} >= set(SIZES)
+
+
+def test_wrong_sizes_are_clear_errors_and_the_module_keeps_working(
+        compiled: DynamicModule) -> None:
+    good = _feeds(2, 5)
+    with pytest.raises(RunError, match=r"input 'mask': dimension 1 is 6, but 'seq' is 5 "
+                                       r"\(input 'x' dimension 1\)"):
+        compiled.run(x=good["x"], mask=np.ones((2, 6), np.float32))
+    with pytest.raises(RunError, match=r"input 'x': dimension 2 must be 16"):
+        compiled.run(x=np.ones((2, 5, 15), np.float32), mask=good["mask"])
+    with pytest.raises(RunError, match=r"input 'x': expected rank 3 \(\[batch, seq, 16\]\)"):
+        compiled.run(x=np.ones((2, 5), np.float32), mask=good["mask"])
+    with pytest.raises(RunError, match="input 'x': expected dtype float32, got float64"):
+        compiled.run(x=good["x"].astype(np.float64), mask=good["mask"])
+    with pytest.raises(RunError, match="missing input"):
+        compiled.run(x=good["x"])
+    with pytest.raises(RunError, match="unknown input"):
+        compiled.run(x=good["x"], mask=good["mask"], extra=good["mask"])
+    np.testing.assert_allclose(compiled.run(good)["y"], _want(_encoder(), good), rtol=1e-5,
+                               atol=1e-5)
+
+
+def test_cache_counts_hits_and_evicts_the_least_recently_used() -> None:
+    mod = tessera.compile(_encoder(), "ref", max_specializations=2)
+    for batch, seq in [(1, 3), (2, 3), (1, 3), (3, 3), (2, 3)]:
+        mod.run(_feeds(batch, seq))
+    info = mod.cache_info()
+    # (1,3) compiled, (2,3) compiled, (1,3) hit, (3,3) compiled evicting (2,3), (2,3) again
+    assert (info.compiles, info.hits, info.evictions) == (4, 1, 2)
+    assert [(s["batch"], s["seq"]) for s in info.cached] == [(3, 3), (2, 3)]
+    assert "4 compiled" in str(info) and "batch=2, seq=3" in str(info)
+    assert mod.specialize(batch=2, seq=3) is mod.specialize({"x": [2, 3, D], "mask": [2, 3]})
+    assert isinstance(mod.specialize(batch=2, seq=3), Module)
+    with pytest.raises(tessera.errors.TesseraError, match="missing seq"):
+        mod.specialize(batch=2)
+
+
+def test_threads_meeting_a_new_size_compile_it_once() -> None:
+    mod = tessera.compile(_encoder(), "ref")
+    sizes = [(2, 4), (3, 9)] * 4
+    feeds = [_feeds(b, s, seed=i) for i, (b, s) in enumerate(sizes)]
+    results: list[np.ndarray | None] = [None] * len(sizes)
+    start = threading.Barrier(len(sizes))
+
+    def call(i: int) -> None:
+        start.wait()
+        results[i] = mod.run(feeds[i])["y"]
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(len(sizes))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for f, got in zip(feeds, results):
+        np.testing.assert_allclose(got, _want(_encoder(), f), rtol=1e-5, atol=1e-5)
+    info = mod.cache_info()
+    assert info.compiles == 2 and info.hits == len(sizes) - 2
+
+
+def test_step_by_step_form_is_per_thread() -> None:
+    mod = tessera.compile(_encoder(), "ref")
+    feeds = _feeds(2, 3)
+    for name, value in feeds.items():
+        mod.set_input(name, value)
+    assert mod.run() is None
+    out = np.empty((2, 24), np.float32)
+    mod.get_output(0, out)
+    np.testing.assert_allclose(out, _want(_encoder(), feeds), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(mod.get_output("y"), out)
+    seen: list[Exception] = []
+
+    def other() -> None:
+        try:
+            mod.run()
+        except RunError as e:
+            seen.append(e)
+
+    t = threading.Thread(target=other)
+    t.start()
+    t.join()
+    assert seen and "not set in this thread" in str(seen[0])
+
+
+def test_bounds_are_checked_at_compile_and_at_run() -> None:
+    mod = tessera.compile(_encoder(), "ref", dim_bounds={"batch": (1, 4), "seq": (1, 32)})
+    mod.run(_feeds(4, 32))
+    with pytest.raises(RunError, match=r"input 'x': dimension 1 \('seq'\) is 33, outside its "
+                                       r"bounds 1 <= seq <= 32"):
+        mod.run(_feeds(1, 33))
+    with pytest.raises(CompileError, match="dim_bounds names 'length'"):
+        tessera.compile(_encoder(), "ref", dim_bounds={"length": (1, 4)})
+    with pytest.raises(CompileError, match="0 <= low <= high"):
+        tessera.compile(_encoder(), "ref", dim_bounds={"seq": (8, 4)})
+
+
+def test_input_shapes_fix_some_dimensions_and_leave_others() -> None:
+    mod = tessera.compile(_encoder(), "ref", input_shapes={"x": [2, None, D], "mask": [2, "?"]})
+    assert isinstance(mod, DynamicModule) and mod.variables == ["seq"]
+    np.testing.assert_allclose(mod.run(_feeds(2, 5))["y"], _want(_encoder(), _feeds(2, 5)),
+                               rtol=1e-5, atol=1e-5)
+    with pytest.raises(RunError, match="dimension 0 must be 2"):
+        mod.run(_feeds(3, 5))
+    static = tessera.compile(_encoder(), "ref", input_shapes={"x": [2, 5, D], "mask": [2, 5]})
+    assert isinstance(static, Module)
+    renamed = tessera.compile(_encoder(), "ref", input_shapes={"x": ["n", "t", D],
+                                                                  "mask": ["n", "t"]})
+    assert renamed.variables == ["n", "t"]
+
+
+def test_input_specs_name_anonymous_dimensions_and_check_input_shapes() -> None:
+    specs = model_input_specs(_encoder(anonymous_batch=True))
+    assert [s.dims for s in specs] == [("x[0]", "seq", D), ("mask[0]", "seq")]
+    with pytest.raises(ModelImportError, match="rank 2"):
+        model_input_specs(_encoder(), {"x": [1, 2]})
+    with pytest.raises(ModelImportError, match="expected a size or a variable name"):
+        model_input_specs(_encoder(), {"x": [1, "a b", D]})
+    with pytest.raises(ModelImportError, match="'z' is not an input"):
+        model_input_specs(_encoder(), {"z": [1]})
+    # unrelated anonymous batches: each input's own variable
+    mod = tessera.compile(_encoder(anonymous_batch=True), "ref")
+    assert mod.variables == ["x[0]", "seq", "mask[0]"]
+
+
+def test_a_size_the_model_cannot_take_is_a_run_error_naming_it() -> None:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 4])
+    shape = numpy_helper.from_array(np.array([-1, 4], np.int64), "shape")
+    model = helper.make_model(
+        helper.make_graph([helper.make_node("Reshape", ["x", "shape"], ["y"])], "g", [x], [y],
+                          [shape]), opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    mod = tessera.compile(model, "ref")
+    assert mod.run(x=np.arange(8, dtype=np.float32))["y"].shape == (2, 4)
+    with pytest.raises(RunError, match="compiling the model for n=6 failed"):
+        mod.run(x=np.arange(6, dtype=np.float32))
+
+
+@pytest.mark.parametrize("target", _targets())
+def test_artifact_keeps_specializations_and_compiles_new_sizes(tmp_path, target: str) -> None:
+    mod = tessera.compile(_encoder(), target, specialize=[{"x": [2, 5, D], "mask": [2, 5]}])
+    assert mod.cache_info().compiles == 1
+    path = mod.export(tmp_path / "dynamic.tar")
+    loaded = tessera.load(path)
+    assert isinstance(loaded, DynamicModule)
+    assert [str(s) for s in loaded.input_specs.values()] == \
+        [str(s) for s in mod.input_specs.values()]
+    np.testing.assert_allclose(loaded.run(_feeds(2, 5))["y"], _want(_encoder(), _feeds(2, 5)),
+                               rtol=1e-5, atol=1e-5)
+    assert loaded.cache_info().compiles == 0  # loaded, not compiled
+    np.testing.assert_allclose(loaded.run(_feeds(1, 9))["y"], _want(_encoder(), _feeds(1, 9)),
+                               rtol=1e-5, atol=1e-5)
+    assert loaded.cache_info().compiles == 1
+    assert loaded.partition_report().regions
+
+
+def test_tampered_dynamic_artifact_is_refused(tmp_path) -> None:
+    path = tessera.compile(_encoder(), "ref").export(tmp_path / "dynamic.tar")
+    with tarfile.open(path) as tar:
+        members = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}  # type: ignore
+    members["model.onnx"] = members["model.onnx"][:-1] + b"\x00"
+    bad = tmp_path / "bad.tar"
+    with tarfile.open(bad, "w") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    with pytest.raises(ArtifactError, match="model.onnx.*SHA-256"):
+        tessera.load(bad)
