@@ -112,13 +112,14 @@ def test_compile_options_reach_tessera_compile(tmp_path: Path) -> None:
                       "pass_config": {"FoldConstants": False, "Canonicalize": True},
                       "disabled_passes": ["Canonicalize", "SimplifyInference",
                                           "DeadCodeElimination"], "dump_ir": "dumps",
-                      "dump_code": "ll,tir", "dump_dir": "dumps"}
+                      "dump_code": "ll,tir", "dump_dir": "dumps", "dim_bounds": None,
+                      "specialize": None}
     np.testing.assert_array_equal(frozen["mask"], np.ones((1, 3), np.float32))
     defaults = compile_kwargs(build_parser().parse_args(["compile", "model.onnx"]))
     assert defaults == {"target": "auto", "input_shapes": None, "opt_level": 3,
                         "tuning_records": None, "pass_config": None, "disabled_passes": None,
                         "freeze_inputs": None, "dump_ir": None, "dump_code": None,
-                        "dump_dir": "."}
+                        "dump_dir": ".", "dim_bounds": None, "specialize": None}
 
 
 def test_compile_default_output_name(tiny_model: Path, tmp_path: Path,
@@ -300,7 +301,7 @@ def test_missing_model_file(command: str, tmp_path: Path,
 
 
 @pytest.mark.parametrize("shapes, fragment", [
-    ("x:[2,a]", "dimension 'a'"),
+    ("x:[2,a-b]", "dimension 'a-b'"),
     ("x[2,3]", "cannot parse"),
     ("x:[2,3", "missing ']'"),
 ])

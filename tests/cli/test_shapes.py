@@ -6,6 +6,7 @@ import pytest
 
 from tessera.cli.shapes import (
     ArgumentError,
+    parse_dim_bounds,
     parse_input_shapes,
     parse_key_value,
     parse_name_list,
@@ -22,6 +23,7 @@ from tessera.cli.shapes import (
     ("model/input.1:[2,2]", {"model/input.1": [2, 2]}),
     ("scalar:[]", {"scalar": []}),
     ("zero:[0,5]", {"zero": [0, 5]}),
+    ("ids:[batch,128] mask:[?,seq_len]", {"ids": ["batch", 128], "mask": [None, "seq_len"]}),
 ])
 def test_parse_input_shapes(text: str, expected: dict[str, list[int]]) -> None:
     assert parse_input_shapes(text) == expected
@@ -34,7 +36,7 @@ def test_parse_input_shapes(text: str, expected: dict[str, list[int]]) -> None:
     ("data[1,3]", "cannot parse"),
     (":[1,3]", "bad input name"),
     ("data:[1,3", "missing ']'"),
-    ("data:[1,x]", "dimension 'x'"),
+    ("data:[1,-x]", "dimension '-x'"),
     ("data:[1,-1]", "dimension '-1'"),
     ("data:[1,,3]", "dimension ''"),
     ("data:[1.5]", "dimension '1.5'"),
@@ -73,3 +75,11 @@ def test_parse_switch_refuses_other_values(text: str) -> None:
 def test_parse_name_list() -> None:
     assert parse_name_list(None) == []
     assert parse_name_list(["A,B", " C ,", "D"]) == ["A", "B", "C", "D"]
+
+
+def test_parse_dim_bounds() -> None:
+    assert parse_dim_bounds("batch=1..64,seq=1..512") == {"batch": (1, 64), "seq": (1, 512)}
+    for bad, fragment in (("batch=1-64", "cannot parse"), ("seq=9..3", "above"),
+                          (" ", "no bounds")):
+        with pytest.raises(ArgumentError, match=fragment):
+            parse_dim_bounds(bad)

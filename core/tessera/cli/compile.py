@@ -16,6 +16,7 @@ import tessera
 from tessera.cli.arrays import check_output_file, read_npy, read_npz
 from tessera.cli.shapes import (
     ArgumentError,
+    parse_dim_bounds,
     parse_input_shapes,
     parse_key_value,
     parse_name_list,
@@ -25,13 +26,15 @@ from tessera.config import CompileConfig
 from tessera.errors import PassError
 from tessera.frontend.onnx.importer import ARTIFACT, tar_kind
 from tessera.passes import check_pass_switches, default_passes
+from tessera.runtime.dynamic import DynamicModule
 
 if TYPE_CHECKING:
     from tessera.api import Module
 
 #: Flags that only matter when a model is compiled (ignored, with a warning, for a .tar).
 COMPILE_FLAGS = ("target", "input_shapes", "opt_level", "pass_config", "disabled_pass",
-                 "freeze_input", "tuning_records", "dump_ir", "quantize", "dump_code")
+                 "freeze_input", "tuning_records", "dump_ir", "quantize", "dump_code",
+                 "dim_bounds", "specialize")
 
 #: The graph passes ``--pass-config`` and ``--disabled-pass`` name.
 PASS_NAMES = sorted({p.name for p in default_passes(3)})
@@ -49,7 +52,18 @@ def add_compile_options(parser: argparse.ArgumentParser, title: str = "compile o
                        help="target string, e.g. \"llvm -mcpu=znver3\", \"cuda -libs=cudnn, llvm\" "
                             "or \"ref\"; default: auto (the best installed CPU backend)")
     group.add_argument("--input-shapes", default=None, metavar="SHAPES",
-                       help="static input shapes, e.g. \"data:[1,3,224,224],mask:[1,128]\"")
+                       help="input shapes, e.g. \"data:[1,3,224,224],mask:[1,128]\"; a "
+                            "dimension may be a variable (\"input_ids:[batch,128]\": any "
+                            "size) or ? (the model's own); without it symbolic dimensions "
+                            "stay symbolic")
+    group.add_argument("--dim-bounds", default=None, metavar="BOUNDS",
+                       help="the sizes symbolic dimensions may take, e.g. "
+                            "\"batch=1..64,seq=1..512\"")
+    group.add_argument("--specialize", action="append", default=None, metavar="SHAPES",
+                       help="for a model with symbolic dimensions: compile these input shapes "
+                            "now (and store them in the .tar), e.g. "
+                            "\"input_ids:[1,128],attention_mask:[1,128]\" (repeatable); "
+                            "other sizes compile on first use")
     group.add_argument("-O", "--opt-level", type=int, default=None, choices=range(4),
                        metavar="N", help="optimization level 0-3 (default 3)")
     group.add_argument("--pass-config", action="append", default=None, metavar="NAME=VALUE",
@@ -96,7 +110,21 @@ def compile_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "dump_ir": getattr(args, "dump_ir", None),
         "dump_code": getattr(args, "dump_code", None),
         "dump_dir": getattr(args, "dump_ir", None) or _output_dir(args),
+        "dim_bounds": parse_dim_bounds(args.dim_bounds) if args.dim_bounds else None,
+        "specialize": [_fixed_shapes(text) for text in args.specialize or []] or None,
     }
+
+
+def _fixed_shapes(text: str) -> dict[str, list[int]]:
+    """One ``--specialize`` value: input shapes with every dimension a size."""
+    shapes = parse_input_shapes(text)
+    fixed: dict[str, list[int]] = {}
+    for name, dims in shapes.items():
+        if not all(isinstance(d, int) for d in dims):
+            raise ArgumentError(f"--specialize: every dimension of {name!r} must be a size, got "
+                                f"{text!r}")
+        fixed[name] = [int(d) for d in dims if isinstance(d, int)]
+    return fixed
 
 
 def parse_pass_config(items: list[str] | None) -> dict[str, bool]:
@@ -149,7 +177,7 @@ def is_artifact(path: Path) -> bool:
     return path.suffix == ".tar" or tarfile.is_tarfile(path)
 
 
-def compile_model(path: Path, args: argparse.Namespace) -> Module:
+def compile_model(path: Path, args: argparse.Namespace) -> Module | DynamicModule:
     """Compile the ONNX model at ``path`` with the options in ``args``."""
     kwargs = compile_kwargs(args)
     model: Any = str(path)
@@ -165,7 +193,7 @@ def compile_model(path: Path, args: argparse.Namespace) -> Module:
     return module
 
 
-def load_or_compile(path_text: str, args: argparse.Namespace) -> Module:
+def load_or_compile(path_text: str, args: argparse.Namespace) -> Module | DynamicModule:
     """Load an exported ``.tar`` or compile an ONNX model, as ``run`` and ``inspect`` accept."""
     path = check_model_file(path_text)
     if not is_artifact(path):
@@ -184,8 +212,13 @@ def format_type(tensor_type: Any) -> str:
     return f"{tensor_type.dtype}[{dims}]"
 
 
-def summary(module: Module) -> str:
+def summary(module: Module | DynamicModule) -> str:
     """Target, inputs and outputs of a module, a few lines."""
+    if isinstance(module, DynamicModule):
+        return "\n".join([f"target:  {module.target}",
+                          f"inputs:  {module.shape_vars.describe()}",
+                          f"outputs: {', '.join(module.output_names)}",
+                          str(module.cache_info())])
     inputs = ", ".join(f"{name} {format_type(t)}" for name, t in module.input_types.items())
     lines = [f"target:  {module.target}",
              f"inputs:  {inputs}",
@@ -204,8 +237,17 @@ def summary(module: Module) -> str:
     return "\n".join(lines)
 
 
-def reports(module: Module) -> str:
-    """The partition table and the memory plan, as ``compile`` and ``inspect`` print them."""
+def reports(module: Module | DynamicModule) -> str:
+    """The partition table and the memory plan, as ``compile`` and ``inspect`` print them (of
+    the specialisation compiled last, for a module with symbolic shapes)."""
+    if isinstance(module, DynamicModule):
+        cached = module.specializations()
+        if not cached:
+            return ("symbolic input shapes: compiled per size on first use (--specialize "
+                    "compiles sizes now and stores them in the .tar)")
+        sizes, module = cached[-1]
+        head = f"specialisation {', '.join(f'{v}={n}' for v, n in sizes.items())}:\n"
+        return f"{head}{module.partition_report()}\n\n{module.memory_report()}"
     return f"{module.partition_report()}\n\n{module.memory_report()}"
 
 

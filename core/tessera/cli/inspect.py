@@ -31,7 +31,9 @@ from tessera.cli.compile import (
     summary,
 )
 from tessera.cli.quantize import read_calibration
+from tessera.ir.symbolic import ShapeVars
 from tessera.ir.types import human_bytes
+from tessera.runtime.dynamic import DynamicModule
 from tessera.runtime.partitioned import PartitionedModel
 
 if TYPE_CHECKING:
@@ -98,7 +100,18 @@ def _inspected(args: argparse.Namespace) -> Module | PartitionedModel:
     no code generated."""
     path = check_model_file(args.model)
     if args.compile or args.dump_code or args.tuning_records or is_artifact(path):
-        return load_or_compile(args.model, args)
+        module = load_or_compile(args.model, args)
+        if not isinstance(module, DynamicModule):
+            return module
+        cached = module.specializations()
+        if cached:
+            sizes, specialized = cached[-1]
+            progress(f"symbolic dimensions: showing the specialisation {ShapeVars.text(sizes)}")
+            return specialized
+        ones = dict.fromkeys(module.variables, 1)
+        progress(f"symbolic dimensions taken as 1 ({ShapeVars.text(ones)}); give --input-shapes "
+                 f"for other sizes")
+        return module.specialize(**ones)
     kwargs = {k: v for k, v in compile_kwargs(args).items() if k not in _CODE_ONLY}
     model: Any = str(path)
     if args.quantize:

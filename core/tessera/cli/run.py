@@ -25,7 +25,10 @@ from tessera.cli.compile import (
 )
 from tessera.cli.shapes import ArgumentError
 from tessera.errors import TesseraError
+from tessera.ir.symbolic import ShapeVars
 from tessera.plugin.target import Target
+from tessera.runtime.dynamic import DynamicModule
+from tessera.runtime.module import Module
 from tessera.runtime.profiler import Profile
 
 #: Rows of a batched first output that --print-top shows.
@@ -143,6 +146,24 @@ def gather_inputs(module: Any, args: argparse.Namespace,
     return inputs
 
 
+def _specialized(module: DynamicModule, given: dict[str, np.ndarray],
+                 args: argparse.Namespace) -> Module:
+    """The module for the ``--inputs`` arrays' shapes, of a module with symbolic shapes."""
+    missing = [name for name in module.input_specs if name not in given]
+    if missing:
+        raise ArgumentError(f"{args.model} has symbolic input shapes "
+                            f"({module.shape_vars.describe()}): give every input with "
+                            f"--inputs (missing: {', '.join(missing)}), or compile it with "
+                            f"--input-shapes")
+    shapes = {name: list(given[name].shape) for name in module.input_specs}
+    try:
+        sizes = module.shape_vars.sizes_of_shapes(shapes)
+    except TesseraError as e:
+        raise ArgumentError(f"--inputs: {e}") from None
+    progress(f"running the specialisation {ShapeVars.text(sizes)}")
+    return module.specialize(shapes)
+
+
 def _names(names: list[str]) -> str:
     """``array 'z'`` or ``arrays 'a', 'b'``."""
     quoted = ", ".join(repr(n) for n in names)
@@ -201,7 +222,8 @@ def run_run(args: argparse.Namespace) -> int:
         check_output_file(args.outputs, "--outputs", "outputs.npz")
     given = read_inputs(args)
     args.derived_input_shapes = shapes_from_inputs(args, given)
-    module = load_or_compile(args.model, args)
+    loaded = load_or_compile(args.model, args)
+    module = _specialized(loaded, given, args) if isinstance(loaded, DynamicModule) else loaded
     inputs = gather_inputs(module, args, given)
     outputs = module.run(inputs)
     if args.outputs is not None:

@@ -2,7 +2,8 @@
 
 ``--input-shapes`` takes tvmc's syntax, ``"data:[1,3,224,224] mask:[1,128]"``, and also accepts
 commas between entries (``"data:[1,3,224,224],mask:[1,128]"``). Input names may contain colons,
-dots and slashes (``input:0:[1,3]`` names ``input:0``); ``[]`` is a scalar.
+dots and slashes (``input:0:[1,3]`` names ``input:0``); ``[]`` is a scalar. A dimension may be
+a variable name (``"input_ids:[batch,128]"``: left symbolic) or ``?`` (the model's own).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import re
 
 _NAME_FORBIDDEN = re.compile(r"[\s,\[\]]")
 _DIM = re.compile(r"^\d+$")
+_VAR = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_BOUND = re.compile(r"^([A-Za-z_][A-Za-z0-9_.\[\]]*)=(\d+)\.\.(\d+)$")
 _SEPARATORS = " \t\r\n,"
 
 
@@ -18,13 +21,13 @@ class ArgumentError(ValueError):
     """A command-line argument is malformed; the message says which and why."""
 
 
-def parse_input_shapes(text: str) -> dict[str, list[int]]:
+def parse_input_shapes(text: str) -> dict[str, list[int | str | None]]:
     """``"data:[1,3,224,224],mask:[1,128]"`` -> ``{"data": [1, 3, 224, 224], "mask": [1, 128]}``.
 
     Raises :class:`ArgumentError` naming the offending part for anything else: a missing
     bracket or colon, a dimension that is not a non-negative integer, or a repeated name.
     """
-    shapes: dict[str, list[int]] = {}
+    shapes: dict[str, list[int | str | None]] = {}
     pos = 0
     while True:
         while pos < len(text) and text[pos] in _SEPARATORS:
@@ -44,7 +47,7 @@ def parse_input_shapes(text: str) -> dict[str, list[int]]:
     return shapes
 
 
-def _parse_entry(text: str, pos: int) -> tuple[str, list[int], int]:
+def _parse_entry(text: str, pos: int) -> tuple[str, list[int | str | None], int]:
     """One ``name:[d0,d1,...]`` entry starting at ``pos``: name, dims, position after it."""
     expected = "expected entries like \"data:[1,3,224,224]\" separated by commas or spaces"
     bracket = text.find("[", pos)
@@ -61,17 +64,41 @@ def _parse_entry(text: str, pos: int) -> tuple[str, list[int], int]:
     return name, _parse_dims(name, text[bracket + 1:close]), close + 1
 
 
-def _parse_dims(name: str, text: str) -> list[int]:
+def _parse_dims(name: str, text: str) -> list[int | str | None]:
     if not text.strip():
         return []
-    dims = []
+    dims: list[int | str | None] = []
     for part in text.split(","):
         part = part.strip()
-        if not _DIM.match(part):
+        if _DIM.match(part):
+            dims.append(int(part))
+        elif part == "?":
+            dims.append(None)
+        elif _VAR.match(part):
+            dims.append(part)
+        else:
             raise ArgumentError(f"--input-shapes: dimension {part!r} of input {name!r} is not a "
-                                f"non-negative integer (shapes are static)")
-        dims.append(int(part))
+                                f"non-negative integer, a variable name (batch) or ?")
     return dims
+
+
+def parse_dim_bounds(text: str) -> dict[str, tuple[int, int]]:
+    """``"batch=1..64,seq=1..512"`` -> ``{"batch": (1, 64), "seq": (1, 512)}``."""
+    bounds: dict[str, tuple[int, int]] = {}
+    for item in re.split(r"[\s,]+", text.strip()):
+        if not item:
+            continue
+        match = _BOUND.match(item)
+        if match is None:
+            raise ArgumentError(f"--dim-bounds: cannot parse {item!r}; expected entries like "
+                                f"\"batch=1..64\" separated by commas")
+        lo, hi = int(match.group(2)), int(match.group(3))
+        if lo > hi:
+            raise ArgumentError(f"--dim-bounds: {item!r}: the low bound is above the high one")
+        bounds[match.group(1)] = (lo, hi)
+    if not bounds:
+        raise ArgumentError("--dim-bounds: no bounds given; expected e.g. \"batch=1..64\"")
+    return bounds
 
 
 def parse_key_value(text: str, option: str) -> tuple[str, str]:

@@ -139,6 +139,9 @@ def task_result(summary: Any, task: Any, trials: int, best: float) -> str:
 def run_tune(args: argparse.Namespace) -> int:
     check_model_file(args.model)
     shapes = parse_input_shapes(args.input_shapes) if args.input_shapes else None
+    if shapes and any(not isinstance(d, int) for dims in shapes.values() for d in dims):
+        raise ArgumentError("--input-shapes: tessera tune tunes kernels of fixed shapes; give "
+                            "every dimension a size (the sizes the model will run at)")
     if args.tasks is not None and args.tasks.strip() == "list":
         return _list(args, shapes)
     if args.trials < 1:
