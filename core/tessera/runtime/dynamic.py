@@ -103,6 +103,8 @@ class DynamicModule:
         self._cache: OrderedDict[tuple[int, ...], tuple[dict[str, int], Module]] = \
             OrderedDict()
         self._pending: dict[tuple[int, ...], Future[Module]] = {}
+        #: the input arrays' shapes (in input order) of calls seen -> their cache key
+        self._by_shapes: dict[tuple[tuple[int, ...], ...], tuple[int, ...]] = {}
         self._lock = threading.Lock()
         self._local = threading.local()
         self._hits = self._compiles = self._evictions = 0
@@ -202,9 +204,22 @@ class DynamicModule:
     def _module_for(self, arrays: Mapping[str, np.ndarray]) -> Module:
         """The module for a call's (checked) arrays; a failed compile is a :class:`RunError`
         naming the sizes."""
+        shapes = tuple(a.shape for a in arrays.values())
+        with self._lock:  # the fast path: these very shapes were bound before
+            seen = self._by_shapes.get(shapes)
+            if seen is not None and seen in self._cache:
+                self._cache.move_to_end(seen)
+                self._hits += 1
+                module = self._last = self._cache[seen][1]
+                return module
         sizes = self.shape_vars.bind(arrays)
         try:
-            return self._module(sizes)
+            module = self._module(sizes)
+            with self._lock:
+                if len(self._by_shapes) >= 4 * self.max_specializations:
+                    self._by_shapes.clear()  # stale entries of evicted sizes
+                self._by_shapes[shapes] = self.shape_vars.key(sizes)
+            return module
         except RunError:
             raise
         except TesseraError as e:

@@ -534,7 +534,8 @@ def reference_outputs(model_name: str, size: str = "small",
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m tessera.testing.hf_zoo [export NAME SIZE EXPORTER] [--cache-dir DIR]``:
+    """``python -m tessera.testing.hf_zoo [export NAME SIZE EXPORTER] [--cache-dir DIR]
+    [--dynamic]``:
     list the zoo, or export one model and print the file's path (on failure: ``ERROR: `` and
     the error's first line, exit status 1), so that a benchmark can export without importing
     torch itself."""
@@ -547,6 +548,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("size", nargs="?", default="small", choices=SIZES)
     ap.add_argument("exporter", nargs="?", default="torchscript", choices=EXPORTERS)
     ap.add_argument("--cache-dir", default=None)
+    ap.add_argument("--dynamic", action="store_true",
+                    help="export with symbolic batch and sequence axes (TorchScript)")
     args = ap.parse_args(argv)
     if args.command == "list":
         for m in ZOO.values():
@@ -555,7 +558,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.name:
         ap.error("export needs a model name")
     try:
-        print(export(args.name, args.size, args.exporter, args.cache_dir))
+        print(export(args.name, args.size, args.exporter, args.cache_dir,
+                     dynamic=args.dynamic))
     except Exception as e:  # noqa: BLE001 - one line for the caller
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         print(f"ERROR: {type(e).__name__}: {first}")

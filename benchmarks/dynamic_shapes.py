@@ -1,0 +1,131 @@
+"""Models with symbolic batch and sequence: one compile, any size, against static compiles.
+
+Every model of :mod:`tessera.testing.hf_zoo` (``--models``), exported by TorchScript with
+symbolic ``batch`` (every input's axis 0) and ``seq`` (token inputs' axis 1), in a child
+process (this one never imports torch). Per model, Tessera compiles it for ``--target``
+without ``input_shapes`` (a :class:`~tessera.runtime.dynamic.DynamicModule`), then at each
+``--sizes`` (batch x seq) runs it and checks it against onnxruntime on the same file, and times:
+
+- ``first``: the first call at that size (it compiles the specialisation);
+- ``dyn`` and ``static``: the median latency through the dynamic module and of a module
+  compiled statically for that size (``input_shapes``), measured alternately; ``dyn/st``
+  their ratio; ``ort`` onnxruntime's median and ``st/ort``;
+- ``compile``: the dynamic ``compile()`` call against one static compile (``cmp/st``).
+
+    python benchmarks/dynamic_shapes.py
+    python benchmarks/dynamic_shapes.py --models bert,vit --sizes 1x7,3x32,8x64 --size small
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from _common import cpu_name, geomean, limit_threads, ort_session
+
+DEFAULT_MODELS = ("gpt2,llama,bert,distilbert,t5-encoder,whisper-encoder,vit,swin,convnext,"
+                  "resnet,mobilenetv2,efficientnet,segformer,wav2vec2,clip-vision,clip-text")
+
+
+def export(name: str, size: str) -> Path:
+    proc = subprocess.run([sys.executable, "-m", "tessera.testing.hf_zoo", "export", name, size,
+                           "torchscript", "--dynamic"], capture_output=True, text=True)
+    line = (proc.stdout.strip().splitlines() or ["ERROR: no output"])[-1]
+    if proc.returncode != 0 or line.startswith("ERROR"):
+        raise RuntimeError(line)
+    return Path(line)
+
+
+def median_ms(fn, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1000.0)
+    return statistics.median(times)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default=DEFAULT_MODELS)
+    ap.add_argument("--size", default="small", choices=("small", "realistic"))
+    ap.add_argument("--sizes", default="1x7,3x32,8x64", help="batch x seq, comma-separated")
+    ap.add_argument("--target", default="llvm")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=20)
+    args = ap.parse_args()
+    limit_threads(args.threads)
+    import numpy as np
+    import onnx
+
+    import tessera
+    from tessera.testing import hf_zoo
+
+    sizes = [tuple(int(n) for n in s.split("x")) for s in args.sizes.split(",")]
+    print(f"machine: {cpu_name()}, {os.cpu_count()} CPUs; target {args.target}; "
+          f"{args.threads} threads for Tessera and onnxruntime; zoo size {args.size}")
+    print(f"{'model':<16} {'batch x seq':>11} {'relerr':>8} {'first s':>8} {'dyn ms':>8} "
+          f"{'static ms':>9} {'dyn/st':>6} {'ort ms':>8} {'st/ort':>6}")
+    ratios, compile_ratios = [], []
+    for name in args.models.split(","):
+        try:
+            path = export(name, args.size)
+        except RuntimeError as e:
+            print(f"{name:<16} export failed: {e}")
+            continue
+        model = onnx.load(str(path))
+        sess = ort_session(model, args.threads)
+        start = time.perf_counter()
+        try:
+            dyn = tessera.compile(str(path), args.target)
+        except Exception as e:  # noqa: BLE001 - one line per model
+            print(f"{name:<16} compile failed: {type(e).__name__}: {str(e).splitlines()[0]}")
+            continue
+        dyn_compile = time.perf_counter() - start
+        static_compile = None
+        for batch, seq in sizes:
+            feeds = hf_zoo.inputs(name, args.size, batch=batch, seq=seq)
+            label = f"{batch} x {seq}"
+            try:
+                start = time.perf_counter()
+                got = dyn.run(feeds)
+                first = time.perf_counter() - start
+                start = time.perf_counter()
+                static = tessera.compile(str(path), args.target,
+                                         input_shapes={k: list(v.shape) for k, v in feeds.items()})
+                if static_compile is None:
+                    static_compile = time.perf_counter() - start
+            except Exception as e:  # noqa: BLE001
+                print(f"{name:<16} {label:>11} failed: {type(e).__name__}: "
+                      f"{str(e).splitlines()[0][:120]}")
+                continue
+            want = sess.run(None, feeds)
+            err = max(float(np.abs(np.asarray(g, np.float64) - w).max() / (np.abs(w).max() or 1))
+                      for g, w in zip(got.values(), want))
+            dyn_ms, static_ms, ort_ms = [], [], []
+            for _ in range(3):  # alternate, so drift hits all three alike
+                dyn_ms.append(median_ms(lambda m=dyn, f=feeds: m.run(f), args.repeat))
+                static_ms.append(median_ms(lambda m=static, f=feeds: m.run(f), args.repeat))
+                ort_ms.append(median_ms(lambda s=sess, f=feeds: s.run(None, f), args.repeat))
+            d, s, o = min(dyn_ms), min(static_ms), min(ort_ms)
+            ratios.append(d / s)
+            print(f"{name:<16} {label:>11} {err:8.1e} {first:8.2f} {d:8.3f} {s:9.3f} "
+                  f"{d / s:6.2f} {o:8.3f} {s / o:6.2f}", flush=True)
+        if static_compile:
+            compile_ratios.append(dyn_compile / static_compile)
+            print(f"{name:<16} compile: dynamic {dyn_compile:.2f} s, one static "
+                  f"{static_compile:.2f} s (cmp/st {dyn_compile / static_compile:.2f}); "
+                  f"{dyn.cache_info()}")
+    if ratios:
+        print(f"geomean dyn/static {geomean(ratios):.3f} (max {max(ratios):.3f}); "
+              f"compile geomean dyn/static {geomean(compile_ratios):.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
