@@ -101,3 +101,28 @@ def test_zoo_covers_the_families() -> None:
             "mobile-cnn", "segmentation", "speech", "multimodal"} <= families
     for m in hf_zoo.ZOO.values():
         assert set(m.sizes) == set(hf_zoo.SIZES), m.name
+
+
+#: Models also exported with symbolic batch and sequence, compiled once without input_shapes
+#: and run at three sizes (``benchmarks/dynamic_shapes.py`` runs every zoo model): an encoder
+#: LM with a padding mask and a decoder LM with its causal mask built from the shapes.
+DYNAMIC = ("bert", "gpt2")
+#: (batch, seq): the small models' positions end at 64.
+DYNAMIC_SIZES = ((1, 7), (3, 32), (2, 64))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", DYNAMIC)
+def test_dynamic_export_runs_at_every_size(name: str) -> None:
+    path = hf_zoo.export(name, "small", "torchscript", dynamic=True)
+    model = onnx.load(str(path))
+    mod = tessera.compile(model, target="llvm")  # no input_shapes
+    assert set(mod.variables) == {"batch", "seq"}
+    names = [o.name for o in model.graph.output]
+    for batch, seq in DYNAMIC_SIZES:
+        feeds = hf_zoo.inputs(name, "small", seed=batch, batch=batch, seq=seq)
+        want = dict(zip(names, run_onnxruntime(model, feeds)))
+        got = mod.run(feeds)
+        errors = relative_errors(got, want)
+        assert max(errors.values()) <= REL_TOL, f"{name} at {batch} x {seq}: {errors}"
+    assert mod.cache_info().compiles == len(DYNAMIC_SIZES)
