@@ -95,6 +95,7 @@ class DynamicModule:
             raise TesseraError(f"max_specializations must be at least 1, got "
                                f"{max_specializations}")
         self.shape_vars = shape_vars
+        self._names = tuple(s.name for s in shape_vars.inputs)
         self.output_names = list(output_names)
         self.target = target
         self.max_specializations = int(max_specializations)
@@ -227,7 +228,12 @@ class DynamicModule:
                            f"failed: {e}") from e
 
     def _arrays(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        names = [s.name for s in self.shape_vars.inputs]
+        names = self._names
+        if len(inputs) == len(names):
+            try:
+                return {n: np.asarray(inputs[n]) for n in names}
+            except KeyError:
+                pass  # the error below names what is wrong
         missing = [n for n in names if n not in inputs]
         unknown = [n for n in inputs if n not in names]
         if missing or unknown:
