@@ -59,6 +59,8 @@ def test_compile_keeps_symbolic_dims_and_run_takes_any_size(
     assert_error(capsys, code, "outside its bounds 1 <= batch <= 8")
     code = main(["run", str(tar)])
     assert_error(capsys, code, "symbolic input shapes", "--inputs")
+    code = main(["compile", str(tar)])
+    assert_error(capsys, code, "is a compiled Tessera artifact")
 
 
 def test_input_shapes_may_name_variables(symbolic_model: Path, tmp_path: Path,

@@ -57,7 +57,8 @@ def load_model(model: ModelSource) -> onnx.ModelProto:
 
 
 def tar_kind(path: Path) -> str | None:
-    """:data:`ARTIFACT` for a Tessera artifact (a tar whose first member is its manifest),
+    """:data:`ARTIFACT` for a Tessera artifact (a tar whose first member is its manifest:
+    ``manifest.json``, or ``dynamic.json`` for a module with symbolic shapes),
     ``"a tar archive"`` for another tar file, None for anything else."""
     try:
         if not tarfile.is_tarfile(path):
@@ -66,7 +67,8 @@ def tar_kind(path: Path) -> str | None:
             first = tar.next()
     except (OSError, tarfile.TarError):
         return None
-    return ARTIFACT if first is not None and first.name == "manifest.json" else "a tar archive"
+    manifests = ("manifest.json", "dynamic.json")
+    return ARTIFACT if first is not None and first.name in manifests else "a tar archive"
 
 
 def _attr_value(attr: onnx.AttributeProto) -> Any:
