@@ -67,6 +67,9 @@ def compile(model: ModelSource | Function, target: str | None = "auto",
                                f"{', '.join(str(s) for s in specs)})")
         model = proto
         cfg = dataclasses.replace(cfg, input_shapes={s.name: list(s.dims) for s in specs})
+    elif cfg.specialize or cfg.dim_bounds:
+        raise CompileError("specialize and dim_bounds are for ONNX models with symbolic input "
+                           "dimensions; a Tessera Function's shapes are fixed")
     return _compile_static(model, target, cfg)
 
 

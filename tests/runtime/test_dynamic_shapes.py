@@ -21,6 +21,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import tessera
+from tessera.autotune.tasks import extract_tasks
 from tessera.errors import ArtifactError, CompileError, ModelImportError, RunError
 from tessera.frontend.onnx.input_specs import model_input_specs
 from tessera.plugin.manager import get_backends
@@ -271,3 +272,10 @@ def test_tampered_dynamic_artifact_is_refused(tmp_path) -> None:
             tar.addfile(info, io.BytesIO(data))
     with pytest.raises(ArtifactError, match="model.onnx.*SHA-256"):
         tessera.load(bad)
+
+
+def test_tuning_a_symbolic_model_asks_for_its_sizes() -> None:
+    with pytest.raises(tessera.errors.TesseraError, match="tune it at a size it runs at"):
+        extract_tasks(_encoder(), "ref")
+    assert extract_tasks(_encoder(), "ref", input_shapes={"x": [1, 4, D], "mask": [1, 4]}) \
+        == []  # ref has no tunable kernels; the sizes given, the model compiles

@@ -17,6 +17,8 @@ from typing import Any
 
 import tessera
 from tessera.autotune.knobspace import Conditions, KnobSpace
+from tessera.errors import TesseraError
+from tessera.runtime.dynamic import DynamicModule
 
 __all__ = ["Task", "extract_tasks", "tasks_of_module"]
 
@@ -85,4 +87,17 @@ def extract_tasks(model: Any, target: str | None = "auto", **compile_args: Any) 
     (:func:`tasks_of_module`); ``compile_args`` go to :func:`tessera.compile`
     (``input_shapes``, ``opt_level``, ...)."""
     compile_args.pop("tuning_records", None)
-    return tasks_of_module(tessera.compile(model, target=target, **compile_args))
+    return tasks_of_module(static_module(tessera.compile(model, target=target, **compile_args)))
+
+
+def static_module(module: Any) -> Any:
+    """``module`` if its shapes are fixed; for a model whose inputs keep symbolic dimensions a
+    :class:`~tessera.errors.TesseraError` asking for the sizes to tune at (kernels are tuned
+    per size: the records apply to the specialisations of those sizes)."""
+    if isinstance(module, DynamicModule):
+        raise TesseraError(f"the model has symbolic input dimensions "
+                           f"({module.shape_vars.describe()}); tune it at a size it runs at: "
+                           f"give every dimension in input_shapes (CLI: --input-shapes). The "
+                           f"records apply where the model is compiled or specialised for "
+                           f"that size")
+    return module

@@ -35,7 +35,7 @@ from tessera.autotune.measure import Measurer, MeasureResult
 from tessera.autotune.ray_measure import RayPool, require_ray
 from tessera.autotune.records import TuningRecord, append_records, load_records, record_for
 from tessera.autotune.space import ScheduleConfig
-from tessera.autotune.tasks import Task, tasks_of_module
+from tessera.autotune.tasks import Task, static_module, tasks_of_module
 from tessera.autotune.tuners import make_tuner
 from tessera.errors import TesseraError
 from tessera.plugin.manager import get_registry
@@ -216,7 +216,7 @@ def tune(model: Any, target: str | None = "auto", output: str | Path = "tuning.j
     if cfg.ray_address is not None:
         require_ray()  # before compiling: a missing extra is said at once
 
-    module = tessera.compile(model, target=target, input_shapes=cfg.input_shapes)
+    module = static_module(tessera.compile(model, target=target, input_shapes=cfg.input_shapes))
     if module.missing_devices and cfg.ray_address is None:
         # every candidate would fail to run: say so once instead of once per trial
         raise TesseraError(f"cannot tune for {module.target!r} here: {module.missing_devices}; "

@@ -171,8 +171,11 @@ class ShapeVars:
                 for s in self.inputs}
 
     def sizes_of_shapes(self, shapes: Mapping[str, Sequence[int]]) -> dict[str, int]:
-        """The variables' sizes that concrete ``shapes`` (input name -> shape, every input)
-        give; the same checks as :meth:`bind`, without arrays."""
+        """The variables' sizes that concrete ``shapes`` (input name -> shape; an input whose
+        dimensions are all fixed may be left out) give; the same checks as :meth:`bind`,
+        without arrays."""
+        shapes = {**{s.name: list(s.dims) for s in self.inputs if is_static(s.dims)},
+                  **shapes}
         missing = [s.name for s in self.inputs if s.name not in shapes]
         unknown = [n for n in shapes if n not in {s.name for s in self.inputs}]
         if missing or unknown:
