@@ -48,10 +48,21 @@ class Tuner:
         self.covered = 0
         self.rng = random.Random(seed)
         self.results: list[tuple[dict[str, Any], float]] = []
+        #: index -> (config_key of config_at(index), key of it): the space does not change,
+        #: and the tuners look the same indices up again and again (small spaces)
+        self._keys: dict[int, tuple[str, str]] = {}
 
     def config_at(self, index: int) -> dict[str, Any]:
         """The ``index``-th canonical config (``0 <= index < size``)."""
         return self.space.config_at(index)
+
+    def _keys_at(self, index: int) -> tuple[str, str]:
+        """``(config_key(config_at(index)), key(config_at(index)))``, remembered."""
+        keys = self._keys.get(index)
+        if keys is None:
+            config = self.config_at(index)
+            keys = self._keys[index] = (config_key(config), self.key(config))
+        return keys
 
     def canonical(self, config: dict[str, Any]) -> dict[str, Any]:
         return self.space.canonical(config) if self.space.conditional else config
@@ -106,14 +117,15 @@ class RandomTuner(Tuner):
             return None
         if self.size <= 4 * max(len(self.visited), 1):
             # a mostly visited space: draw among what is left
-            left = [i for i in range(self.size) if not self.seen(self.config_at(i))]
+            left = [i for i in range(self.size) if self._keys_at(i)[1] not in self.visited]
             if not left:
                 return None
             config = self.config_at(self.rng.choice(left))
         else:
             while True:
-                config = self.config_at(self.rng.randrange(self.size))
-                if not self.seen(config):
+                index = self.rng.randrange(self.size)
+                if self._keys_at(index)[1] not in self.visited:
+                    config = self.config_at(index)
                     break
         self.mark(config)
         return config
@@ -289,8 +301,10 @@ class XGBTuner(Tuner):
         tries = 0
         while len(pool) < self.pool and tries < 4 * self.pool:
             tries += 1
-            c = self.config_at(self.rng.randrange(self.size))
-            pool.setdefault(config_key(c), c)
+            index = self.rng.randrange(self.size)
+            key = self._keys_at(index)[0]
+            if key not in pool:
+                pool[key] = self.config_at(index)
         return [c for k, c in pool.items() if k not in self.visited]
 
     def next(self) -> dict[str, Any] | None:

@@ -26,6 +26,7 @@ from tessera.ir.graph import Function, Value
 from tessera.kernel.flops import group_flops
 from tessera.kernel.fuse_ops import FusedGroup, fuse_ops
 from tessera.progress import Progress
+from tessera.tir.heavy import heavy_work
 from tessera.tir.stmt import PrimFunc
 from tessera.topi.from_graph import build_te, group_error, kernel_names
 
@@ -91,6 +92,7 @@ def group_text(item: tuple[FusedGroup, str]) -> str:
     return f"{item[0].name} ({ops if len(ops) <= 40 else ops[:37] + '...'})"
 
 
+@heavy_work
 def lower_groups(groups: list[FusedGroup], lower: Callable[[FusedGroup, str],
                                                            tuple[K, list[Value]]],
                  prefix: str = "", progress: Progress | None = None,

@@ -36,6 +36,7 @@ from tessera.te.tensor import ComputeOp, IterVar, Tensor
 from tessera.tir import expr as E
 from tessera.tir.buffer import Buffer
 from tessera.tir.functor import IRMutator, post_order_visit
+from tessera.tir.heavy import heavy_work
 from tessera.tir.stmt import Allocate, BufferStore, For, ForKind, IfThenElse, PrimFunc, Stmt, seq
 
 __all__ = ["lower"]
@@ -350,6 +351,7 @@ def _check_lowered(body: Stmt) -> None:
     post_order_visit(body, f)
 
 
+@heavy_work
 def lower(sch: Schedule, args: Sequence[Tensor], name: str = "main",
           attrs: dict[str, Any] | None = None) -> PrimFunc:
     """Lower schedule ``sch`` to a :class:`~tessera.tir.PrimFunc` named ``name``.

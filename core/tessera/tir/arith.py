@@ -72,8 +72,57 @@ def struct_key(e: Any) -> Any:
 
 
 def struct_equal(a: Any, b: Any) -> bool:
-    """Whether two expressions have the same structure."""
-    return a is b or struct_key(a) == struct_key(b)
+    """Whether two expressions have the same structure (``struct_key(a) == struct_key(b)``,
+    compared node by node: shared subtrees and the first difference end the walk early)."""
+    if a is b:
+        return True
+    ta, tb = type(a), type(b)
+    same = _SAME.get(ta)
+    if same is not None:
+        if ta is tb:
+            return same(a, b)
+        if tb in _SAME:  # the keys of these classes start with different tags
+            return False
+    return struct_key(a) == struct_key(b)
+
+
+def _same_binary(a: Any, b: Any) -> bool:
+    return struct_equal(a.a, b.a) and struct_equal(a.b, b.b)
+
+
+def _same_seq(xs: Any, ys: Any) -> bool:
+    if len(xs) != len(ys):
+        return False
+    for x, y in zip(xs, ys):
+        if not struct_equal(x, y):
+            return False
+    return True
+
+
+#: Structural equality of two nodes of the same class (the cases of :func:`struct_key`).
+_SAME: dict[type, Callable[[Any, Any], bool]] = {
+    E.IntImm: lambda a, b: a.value == b.value and a.dtype == b.dtype,
+    E.FloatImm: lambda a, b: repr(a.value) == repr(b.value) and a.dtype == b.dtype,
+    E.Var: lambda a, b: False,  # by identity
+    E.Not: lambda a, b: struct_equal(a.a, b.a),
+    E.Select: lambda a, b: (struct_equal(a.condition, b.condition)
+                            and struct_equal(a.true_value, b.true_value)
+                            and struct_equal(a.false_value, b.false_value)),
+    E.Cast: lambda a, b: a.dtype == b.dtype and struct_equal(a.value, b.value),
+    E.Call: lambda a, b: (a.name == b.name and a.dtype == b.dtype
+                          and _same_seq(a.args, b.args)),
+    E.BufferLoad: lambda a, b: a.buffer is b.buffer and _same_seq(a.indices, b.indices),
+    E.ProducerLoad: lambda a, b: (a.producer is b.producer
+                                  and _same_seq(a.indices, b.indices)),
+    E.Ramp: lambda a, b: (a.lanes == b.lanes and struct_equal(a.base, b.base)
+                          and struct_equal(a.stride, b.stride)),
+    E.Broadcast: lambda a, b: a.lanes == b.lanes and struct_equal(a.value, b.value),
+    E.Let: lambda a, b: (a.var is b.var and struct_equal(a.value, b.value)
+                         and struct_equal(a.body, b.body)),
+}
+_SAME.update({cls: _same_binary for cls in (
+    E.Add, E.Sub, E.Mul, E.Div, E.FloorDiv, E.FloorMod, E.Min, E.Max, E.EQ, E.NE, E.LT,
+    E.LE, E.GT, E.GE, E.And, E.Or)})
 
 
 def uses_var(node: Any, var: E.Var) -> bool:
@@ -133,6 +182,12 @@ def interval_of(e: E.PrimExpr, bounds: Bounds | None = None) -> Interval:
     return _Bounder(bounds or {}).bound(e)
 
 
+def _interval_normalized(e: E.PrimExpr, bounds: dict[E.Var, Interval]) -> Interval:
+    """:func:`interval_of` for ``bounds`` already in ``(-inf/int, int/inf)`` form (no None),
+    used as is rather than copied (a let inside ``e`` narrows it only while it is read)."""
+    return _Bounder(bounds, normalized=True).bound(e)
+
+
 def const_int_bound(e: E.PrimExpr, bounds: Bounds | None = None) -> tuple[int | None, int | None]:
     """Constant ``(lo, hi)`` with ``lo <= e <= hi`` for every value of the variables within
     ``bounds`` (``None`` for an unknown side)."""
@@ -141,18 +196,27 @@ def const_int_bound(e: E.PrimExpr, bounds: Bounds | None = None) -> tuple[int | 
 
 
 class _Bounder:
-    def __init__(self, bounds: Bounds) -> None:
-        self.bounds: dict[E.Var, Interval] = {v: _norm(b) for v, b in bounds.items()}
+    #: node class -> its ``b_<Class>`` function (or None), found once per class
+    _methods: dict[type, Any] = {}
+
+    def __init__(self, bounds: Bounds, normalized: bool = False) -> None:
+        self.bounds: dict[E.Var, Interval] = bounds if normalized else {  # type: ignore
+            v: _norm(b) for v, b in bounds.items()}
 
     def bound(self, e: E.PrimExpr) -> Interval:
         if E.is_float(e.dtype):
             return -INF, INF
-        method = method_for(self, "b_", e)
+        cls = type(e)
+        try:
+            method = self._methods[cls]
+        except KeyError:
+            found = method_for(self, "b_", e)
+            method = self._methods[cls] = found.__func__ if found is not None else None
         if method is None:
             if isinstance(e, E.CmpOp | E.And | E.Or):
                 return 0, 1
             return _dtype_interval(e.dtype)
-        return method(e)
+        return method(self, e)
 
     def b_IntImm(self, e: E.IntImm) -> Interval:
         return e.value, e.value
@@ -283,6 +347,30 @@ class Poly:
                 p.terms[k] = [sign * c, list(atoms)]
         return p
 
+    def _iadd(self, other: Poly, sign: int = 1) -> Poly:
+        """``self += sign * other`` in place (for polynomials nobody else holds)."""
+        self.const += sign * other.const
+        terms = self.terms
+        for k, (c, atoms) in other.terms.items():
+            t = terms.get(k)
+            if t is not None:
+                t[0] += sign * c
+                if t[0] == 0:
+                    del terms[k]
+            else:
+                terms[k] = [sign * c, list(atoms)]
+        return self
+
+    def _iscale(self, c: int) -> Poly:
+        """``self *= c`` in place (for polynomials nobody else holds)."""
+        self.const *= c
+        if c == 0:
+            self.terms = {}
+        else:
+            for t in self.terms.values():
+                t[0] *= c
+        return self
+
     def scale(self, c: int) -> Poly:
         """``self * c``."""
         p = Poly(self.dtype, self.const * c)
@@ -298,12 +386,12 @@ class Poly:
             return other.scale(self.const)
         p = Poly(self.dtype, self.const * other.const)
         for k1, (c1, a1) in self.terms.items():
-            p = p.add(_mono(self.dtype, c1 * other.const, k1, a1))
+            p._iadd(_mono(self.dtype, c1 * other.const, k1, a1))
             for k2, (c2, a2) in other.terms.items():
                 key = tuple(sorted(k1 + k2, key=repr))
-                p = p.add(_mono(self.dtype, c1 * c2, key, a1 + a2))
+                p._iadd(_mono(self.dtype, c1 * c2, key, a1 + a2))
         for k2, (c2, a2) in other.terms.items():
-            p = p.add(_mono(self.dtype, c2 * self.const, k2, a2))
+            p._iadd(_mono(self.dtype, c2 * self.const, k2, a2))
         return p
 
     def gcd(self) -> int:
@@ -326,7 +414,9 @@ class Poly:
 
     def bound(self, bounds: Bounds | None = None) -> Interval:
         """``(lo, hi)`` over ``bounds`` (``-inf``/``inf`` when unbounded)."""
-        b = _Bounder(bounds or {})
+        return self._bound(_Bounder(bounds or {}))
+
+    def _bound(self, b: _Bounder) -> Interval:
         lo = hi = self.const
         for coef, atoms in self.terms.values():
             iv: Interval = (coef, coef)
@@ -369,6 +459,57 @@ class Poly:
         return out
 
 
+def _is_imm(e: Any, value: int, dtype: str) -> bool:
+    """Whether ``e`` is structurally ``IntImm(value, dtype)``."""
+    return isinstance(e, E.IntImm) and e.value == value and e.dtype == dtype
+
+
+def _term_is(e: Any, coef: int, atoms: list[E.PrimExpr], dtype: str) -> bool:
+    """Whether ``e`` is structurally the term ``to_expr`` builds of ``coef * prod(atoms)``."""
+    if coef != 1:
+        if type(e) is not E.Mul or not _is_imm(e.b, coef, dtype):
+            return False
+        e = e.a
+    for a in reversed(atoms[1:]):
+        if type(e) is not E.Mul or not struct_equal(e.b, a):
+            return False
+        e = e.a
+    return struct_equal(e, atoms[0])
+
+
+def poly_is(p: Poly, e: Any) -> bool:
+    """Whether ``p.to_expr()`` would be structurally equal to ``e``, found without building it
+    (False may also mean "not sure": then compare the built expression)."""
+    dt = p.dtype
+    pos = [(c, a) for c, a in p.terms.values() if c > 0]
+    neg = [(-c, a) for c, a in p.terms.values() if c < 0]
+    if not pos and not neg:
+        return _is_imm(e, p.const, dt)
+    if not pos and len(neg) == 1 and p.const == 0:
+        c, a = neg[0]
+        return _term_is(e, -c, a, dt)
+    # the steps of to_expr, left to right: (operator joining it, coefficient, atoms or None
+    # for the constant)
+    steps: list[tuple[Any, int, list[E.PrimExpr] | None]] = [(E.Add, c, a) for c, a in pos]
+    const_used = not pos or p.const > 0
+    if const_used:
+        steps.append((E.Add, p.const, None))
+    steps.extend((E.Sub, c, a) for c, a in neg)
+    if not const_used and p.const < 0:
+        steps.append((E.Sub, -p.const, None))
+    for i in range(len(steps) - 1, -1, -1):
+        op, coef, atoms = steps[i]
+        if i:
+            if type(e) is not op:
+                return False
+            part, e = e.b, e.a
+        else:
+            part = e
+        if not (_is_imm(part, coef, dt) if atoms is None else _term_is(part, coef, atoms, dt)):
+            return False
+    return True
+
+
 def _mono(dtype: str, coef: int, key: tuple, atoms: list[E.PrimExpr]) -> Poly:
     p = Poly(dtype)
     if coef != 0:
@@ -382,31 +523,37 @@ def to_poly(e: E.PrimExpr, atom: Callable[[E.PrimExpr], E.PrimExpr] | None = Non
     sub-expression before it becomes an atom (the simplifier passes itself); a product of two
     non-constant polynomials is expanded only when one side has at most ``expand_limit``
     monomials, otherwise it becomes an atom."""
+    return _poly_of(e, atom, expand_limit)
 
-    def go(x: E.PrimExpr) -> Poly:
-        if isinstance(x, E.IntImm):
-            return Poly(x.dtype, x.value)
-        if isinstance(x, E.Add):
-            return go(x.a).add(go(x.b))
-        if isinstance(x, E.Sub):
-            return go(x.a).add(go(x.b), -1)
-        if isinstance(x, E.Mul):
-            pa, pb = go(x.a), go(x.b)
-            if pa.is_const() or pb.is_const():
-                return pa.mul(pb)
-            na = len(pa.terms) + (pa.const != 0)
-            nb = len(pb.terms) + (pb.const != 0)
-            if min(na, nb) <= expand_limit:
-                return pa.mul(pb)
-            return Poly.atom(E.Mul(pa.to_expr(), pb.to_expr()))
-        y = atom(x) if atom is not None else x
-        if y is not x and isinstance(y, E.IntImm | E.Add | E.Sub | E.Mul):
-            return to_poly(y, None, expand_limit)
-        if isinstance(y, E.IntImm):
-            return Poly(y.dtype, y.value)
-        return Poly.atom(y)
 
-    return go(e)
+def _poly_of(x: E.PrimExpr, atom: Callable[[E.PrimExpr], E.PrimExpr] | None,
+             expand_limit: int) -> Poly:
+    """:func:`to_poly`'s recursion (a module function: a recursive closure would be a
+    reference cycle left for the garbage collector on every call). Every Poly it returns is
+    a new one, which it may then change in place."""
+    if isinstance(x, E.IntImm):
+        return Poly(x.dtype, x.value)
+    if isinstance(x, E.Add):
+        return _poly_of(x.a, atom, expand_limit)._iadd(_poly_of(x.b, atom, expand_limit))
+    if isinstance(x, E.Sub):
+        return _poly_of(x.a, atom, expand_limit)._iadd(_poly_of(x.b, atom, expand_limit), -1)
+    if isinstance(x, E.Mul):
+        pa, pb = _poly_of(x.a, atom, expand_limit), _poly_of(x.b, atom, expand_limit)
+        if not pb.terms:  # what pa.mul(pb) makes, in place
+            return pa._iscale(pb.const)
+        if not pa.terms:
+            return pb._iscale(pa.const)
+        na = len(pa.terms) + (pa.const != 0)
+        nb = len(pb.terms) + (pb.const != 0)
+        if min(na, nb) <= expand_limit:
+            return pa.mul(pb)
+        return Poly.atom(E.Mul(pa.to_expr(), pb.to_expr()))
+    y = atom(x) if atom is not None else x
+    if y is not x and isinstance(y, E.IntImm | E.Add | E.Sub | E.Mul):
+        return _poly_of(y, None, expand_limit)
+    if isinstance(y, E.IntImm):
+        return Poly(y.dtype, y.value)
+    return Poly.atom(y)
 
 
 def linear_in(e: E.PrimExpr, var: E.Var) -> tuple[E.PrimExpr, E.PrimExpr] | None:

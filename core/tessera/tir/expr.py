@@ -40,9 +40,15 @@ def is_unsigned(dtype: str) -> bool:
 
 
 def bits(dtype: str) -> int:
-    if dtype == "bool":
-        return 1
-    return int("".join(c for c in dtype if c.isdigit()))
+    n = _BITS.get(dtype)
+    if n is None:
+        n = 1 if dtype == "bool" else int("".join(c for c in dtype if c.isdigit()))
+        _BITS[dtype] = n
+    return n
+
+
+#: dtype -> bits, filled as dtypes are met
+_BITS: dict[str, int] = {}
 
 
 class PrimExpr:

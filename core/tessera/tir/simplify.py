@@ -38,8 +38,10 @@ from tessera.tir.arith import (
     INF,
     Bounds,
     Poly,
+    _Bounder,
+    _interval_normalized,
     _norm,
-    interval_of,
+    poly_is,
     struct_equal,
     struct_key,
     to_poly,
@@ -109,6 +111,9 @@ def _fold(cls: type, a: E.PrimExpr, b: E.PrimExpr | None = None,
     return E.IntImm(int(value), node.dtype)
 
 
+#: Nodes the memo of :class:`Simplifier` skips (cheaper to visit than to look up).
+_LEAVES = frozenset({type(None), E.IntImm, E.FloatImm, E.Var})
+
 _FLIP = {E.LT: E.GE, E.LE: E.GT, E.GT: E.LE, E.GE: E.LT, E.EQ: E.NE, E.NE: E.EQ}
 
 
@@ -116,9 +121,31 @@ class Simplifier(IRMutator):
     """The rewriting engine behind :func:`simplify`; ``bounds`` holds the known variable
     ranges and grows while descending into loops, lets and ifs."""
 
-    def __init__(self, bounds: Bounds | None = None) -> None:
+    def __init__(self, bounds: Bounds | None = None, memo: bool = False) -> None:
         self.bounds: dict[E.Var, tuple[Any, Any]] = {v: _norm(b)
                                                      for v, b in (bounds or {}).items()}
+        #: With ``memo`` (a plain Simplifier only: a subclass may read more state), what each
+        #: node visited became, by (id(node), scope): a node met again in the same scope
+        #: (the same ranges) gives the same result. For callers that visit the same subtrees
+        #: several times (the copies of an unrolled loop body, then their sequence).
+        self._memo: dict[tuple[int, int], tuple[Any, Any]] | None = \
+            {} if memo and type(self) is Simplifier else None
+        #: The current scope: 0 for ``bounds`` as given, else the number of
+        #: (enclosing scope, the ranges a :meth:`bound_scope` set).
+        self._scope = 0
+        self._scopes: dict[tuple[int, tuple[Any, ...]], int] = {}
+
+    def visit(self, node: Any) -> Any:
+        memo = self._memo
+        if memo is None or type(node) in _LEAVES:
+            return IRMutator.visit(self, node)
+        key = (id(node), self._scope)
+        hit = memo.get(key)
+        if hit is not None and hit[0] is node:
+            return hit[1]
+        out = IRMutator.visit(self, node)
+        memo[key] = (node, out)  # holding the node keeps its id from being reused
+        return out
 
     # -- helpers --------------------------------------------------------------------------
     @contextmanager
@@ -128,9 +155,14 @@ class Simplifier(IRMutator):
         for v, (lo, hi) in updates.items():
             old = self.bounds.get(v, (-INF, INF))
             self.bounds[v] = (max(old[0], lo), min(old[1], hi))
+        scope = self._scope
+        if self._memo is not None:
+            key = (scope, tuple((v, self.bounds[v]) for v in updates))
+            self._scope = self._scopes.setdefault(key, len(self._scopes) + 1)
         try:
             yield
         finally:
+            self._scope = scope
             for v, b in saved.items():
                 if b is None:
                     self.bounds.pop(v, None)
@@ -139,7 +171,8 @@ class Simplifier(IRMutator):
 
     def interval(self, e: E.PrimExpr) -> tuple[Any, Any]:
         """Bounds of ``e`` under the current variable ranges."""
-        return interval_of(e, self.bounds)
+        # ``bounds`` holds only normalised ranges (-inf/int, int/inf): no copy needed
+        return _interval_normalized(e, self.bounds)
 
     def poly(self, e: E.PrimExpr) -> Poly:
         """The polynomial of an already simplified integer scalar expression."""
@@ -147,7 +180,7 @@ class Simplifier(IRMutator):
 
     def poly_interval(self, p: Poly) -> tuple[Any, Any]:
         """Bounds of a polynomial under the current variable ranges."""
-        return p.bound(self.bounds)
+        return p._bound(_Bounder(self.bounds, normalized=True))
 
     @staticmethod
     def _int_scalar(e: E.PrimExpr) -> bool:
@@ -155,8 +188,10 @@ class Simplifier(IRMutator):
 
     # -- integer polynomials ----------------------------------------------------------------
     def _poly_expr(self, e: E.PrimExpr) -> E.PrimExpr:
-        p = to_poly(e, atom=self.visit)
-        out = self._fuse_divmod(p).to_expr()
+        p = self._fuse_divmod(to_poly(e, atom=self.visit))
+        if poly_is(p, e):
+            return e
+        out = p.to_expr()
         return e if struct_equal(out, e) else out
 
     def _fuse_divmod(self, p: Poly) -> Poly:
@@ -178,17 +213,17 @@ class Simplifier(IRMutator):
     def visit_Add(self, e: E.Add) -> E.PrimExpr:
         if self._int_scalar(e):
             return self._poly_expr(e)
-        return self.binop(E.Add, self.visit(e.a), self.visit(e.b))
+        return self.generic_binary(e)
 
     def visit_Sub(self, e: E.Sub) -> E.PrimExpr:
         if self._int_scalar(e):
             return self._poly_expr(e)
-        return self.binop(E.Sub, self.visit(e.a), self.visit(e.b))
+        return self.generic_binary(e)
 
     def visit_Mul(self, e: E.Mul) -> E.PrimExpr:
         if self._int_scalar(e):
             return self._poly_expr(e)
-        return self.binop(E.Mul, self.visit(e.a), self.visit(e.b))
+        return self.generic_binary(e)
 
     def generic_binary(self, e: E.BinaryOp) -> E.PrimExpr:
         a, b = self.visit(e.a), self.visit(e.b)
@@ -479,7 +514,10 @@ class Simplifier(IRMutator):
         return E.Ramp(base, stride, lanes)
 
     def visit_Ramp(self, e: E.Ramp) -> E.PrimExpr:
-        return self.ramp(self.visit(e.base), self.visit(e.stride), e.lanes)
+        base, stride = self.visit(e.base), self.visit(e.stride)
+        if base is e.base and stride is e.stride and not _is_const(stride, 0):
+            return e  # what self.ramp would rebuild
+        return self.ramp(base, stride, e.lanes)
 
     def visit_Broadcast(self, e: E.Broadcast) -> E.PrimExpr:
         v = self.visit(e.value)

@@ -45,6 +45,7 @@ from tessera.plugin.backend import (
 from tessera.plugin.patterns import Pattern
 from tessera.plugin.space import schedule_info, tuning_info
 from tessera.plugin.target import TargetKind
+from tessera.tir.heavy import heavy_work
 from tessera.topi.registry import has_compute, registered_ops, unsupported_reason
 
 from . import parallel
@@ -298,6 +299,7 @@ class LLVMBackend(Backend):
         cpu = cpu_info(target.get("mcpu"), self._threads(target), target.get("mtriple") or None)
         return llvm_features(region, kernel, configs, key, cpu, options.opt_level)
 
+    @heavy_work
     def compile(self, region: Function, target: TargetKind,
                 options: CompileOptions) -> CompiledRegion:
         for node in region.nodes:

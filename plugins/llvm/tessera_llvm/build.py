@@ -17,6 +17,7 @@ import llvmlite.binding as llvm
 
 from tessera.errors import RunError
 from tessera.progress import Progress
+from tessera.tir.heavy import heavy_work
 from tessera.tir.stmt import PrimFunc
 from tessera_llvm.codegen import CodeGenerator
 from tessera_llvm.loader import Library, load_object
@@ -99,6 +100,7 @@ def _signature(func: PrimFunc, workspace: int) -> list[tuple[str, int | None]]:
     return sig
 
 
+@heavy_work
 def build_module(funcs: list[PrimFunc], name: str, mcpu: str | None = None,
                  mattr: str | None = None, triple: str | None = None,
                  progress: Progress | None = None) -> BuiltModule:

@@ -30,6 +30,17 @@ _FLOAT_TYPES: dict[str, ir.Type] = {"float16": ir.HalfType(), "float32": ir.Floa
 
 def scalar_type(dtype: str, memory: bool = False) -> ir.Type:
     """The LLVM type of one ``dtype`` element, in registers or (``memory``) in a buffer."""
+    t = _SCALAR_TYPES.get((dtype, memory))
+    if t is None:
+        t = _SCALAR_TYPES[dtype, memory] = _scalar_type(dtype, memory)
+    return t
+
+
+#: (dtype, memory) -> what :func:`scalar_type` gives (llvmlite types are immutable values)
+_SCALAR_TYPES: dict[tuple[str, bool], ir.Type] = {}
+
+
+def _scalar_type(dtype: str, memory: bool) -> ir.Type:
     if dtype in _FLOAT_TYPES:
         return _FLOAT_TYPES[dtype]
     if dtype == "bool":

@@ -40,6 +40,7 @@ from tessera.kernel.lowering import prepare_region as prepare_graph
 from tessera.kernel.pad_matmul import matmul_sizes, pad_matmul
 from tessera.ops.layout import pack_matmul_weight
 from tessera.progress import Progress
+from tessera.tir.heavy import heavy_work
 from tessera.tir.stmt import PrimFunc
 from tessera.tir.transform import lower_pipeline
 from tessera.topi.from_graph import build_te
@@ -352,6 +353,7 @@ def scheduled_loop_nest(group: Any, name: str, cpu: CPUInfo,
     raise AssertionError("unreachable")  # pragma: no cover - for type checkers
 
 
+@heavy_work
 def lower_group(group: Any, name: str, cpu: CPUInfo,
                 overrides: dict[str, dict[str, Any]] | None = None
                 ) -> tuple[LoweredKernel, list[Value]]:

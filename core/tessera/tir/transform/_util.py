@@ -43,6 +43,17 @@ class ScopedMutator(IRMutator):
             _restore(self.bounds, s.var, saved)
 
 
+class StmtScopedMutator(ScopedMutator):
+    """A :class:`ScopedMutator` that rewrites statements only: it has no ``visit_`` method for
+    an expression, so every expression would come back as the same object; it is returned
+    without walking it."""
+
+    def visit(self, node: Any) -> Any:
+        if isinstance(node, E.PrimExpr):
+            return node
+        return super().visit(node)
+
+
 def _restore(d: dict, key: Any, saved: Any) -> None:
     if saved is None:
         d.pop(key, None)

@@ -18,6 +18,7 @@ from typing import Any
 
 from tessera.tir import stmt as S
 from tessera.tir.functor import IRMutator
+from tessera.tir.heavy import heavy_work
 from tessera.tir.simplify import simplify
 from tessera.tir.transform.flatten import flatten_buffers
 from tessera.tir.transform.remove_checks import remove_redundant_checks
@@ -65,6 +66,7 @@ class Pipeline:
     def names(self) -> list[str]:
         return [n for n, _ in self.passes]
 
+    @heavy_work
     def run(self, func: S.PrimFunc) -> S.PrimFunc:
         for _name, fn in self.passes:
             func = fn(func)

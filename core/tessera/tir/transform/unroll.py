@@ -19,7 +19,7 @@ from typing import Any
 from tessera.tir import expr as E
 from tessera.tir import stmt as S
 from tessera.tir.simplify import Simplifier
-from tessera.tir.transform._util import ScopedMutator, copy_with, has_loop, stmt_count
+from tessera.tir.transform._util import StmtScopedMutator, copy_with, has_loop, stmt_count
 
 __all__ = ["unroll", "MAX_UNROLLED_NODES"]
 
@@ -27,7 +27,7 @@ __all__ = ["unroll", "MAX_UNROLLED_NODES"]
 MAX_UNROLLED_NODES = 1 << 16
 
 
-class _Unroller(ScopedMutator):
+class _Unroller(StmtScopedMutator):
     def __init__(self, auto_max_extent: int, max_nodes: int) -> None:
         super().__init__()
         self.auto_max_extent = auto_max_extent
@@ -46,7 +46,7 @@ class _Unroller(ScopedMutator):
         if not isinstance(ext, E.IntImm) or ext.value * stmt_count(new.body) > self.max_nodes:
             return S.For(new.loop_var, new.min, new.extent, S.ForKind.SERIAL, new.body,
                          new.thread_tag, new.annotations)
-        simp = Simplifier(self.bounds)
+        simp = Simplifier(self.bounds, memo=True)
         copies = []
         for k in range(ext.value):
             value = simp.visit(new.min + k) if k else new.min

@@ -29,7 +29,7 @@ from tessera.tir import stmt as S
 from tessera.tir.arith import struct_key
 from tessera.tir.functor import post_order_visit, substitute
 from tessera.tir.simplify import Simplifier
-from tessera.tir.transform._util import ScopedMutator, stmt_count
+from tessera.tir.transform._util import StmtScopedMutator, stmt_count
 
 __all__ = ["vectorize", "MAX_LANES"]
 
@@ -170,7 +170,7 @@ class _StmtVectorizer:
                 raise _CannotVectorize("a buffer is stored at different indices")
 
 
-class _Vectorizer(ScopedMutator):
+class _Vectorizer(StmtScopedMutator):
     def __init__(self, max_lanes: int) -> None:
         super().__init__()
         self.max_lanes = max_lanes
