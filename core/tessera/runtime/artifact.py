@@ -66,7 +66,7 @@ MANIFEST = "manifest.json"
 CONSTANTS_DIR = "constants"
 
 
-def _sha256(data: bytes) -> str:
+def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
@@ -87,7 +87,7 @@ class _ConstantStore:
         except ValueError as e:
             raise ArtifactError(f"cannot store {what} ({a.dtype}): {e}") from None
         data = buf.getvalue()
-        digest = _sha256(data)
+        digest = sha256(data)
         self.members.setdefault(f"{CONSTANTS_DIR}/{digest}.npy", data)
         return digest
 
@@ -229,7 +229,7 @@ def artifact_members(model: CompiledModel) -> dict[str, bytes]:
                                     if isinstance(v, (bool, int, float, str))}},
         "params": params,
         "arrays": arrays,
-        "files": {name: _sha256(data) for name, data in files.items()},
+        "files": {name: sha256(data) for name, data in files.items()},
     }
     return {MANIFEST: json.dumps(manifest, indent=2).encode(), **files, **store.members}
 
@@ -336,16 +336,11 @@ def model_from_members(members: dict[str, bytes], where: str,
             if digest not in used:
                 raise ArtifactError(f"artifact member {name!r} is not used by the manifest "
                                     f"(tampered artifact?)")
-            if _sha256(data) != digest:
+            if sha256(data) != digest:
                 raise ArtifactError(f"artifact member {name!r} does not match the SHA-256 it "
                                     f"is named by (tampered or corrupted artifact)")
             continue
-        if name not in listed:
-            raise ArtifactError(f"artifact member {name!r} is not listed in the manifest "
-                                f"(tampered artifact?)")
-        if _sha256(data) != listed[name]:
-            raise ArtifactError(f"artifact member {name!r} does not match its SHA-256 in the "
-                                f"manifest (tampered or corrupted artifact)")
+        check_listed(name, data, listed)
     for name in listed:
         if name not in members:
             raise ArtifactError(f"artifact member {name!r} is missing")
@@ -427,6 +422,17 @@ def model_from_members(members: dict[str, bytes], where: str,
         compiled[body.name] = contract.check_compiled(backend, body, loaded)
     return CompiledModel(partitioned, compiled, backends, manifest.get("target", ""), [],
                          options)
+
+
+def check_listed(name: str, data: bytes, listed: dict[str, Any]) -> None:
+    """Refuse a member the manifest's ``files`` (name -> SHA-256) does not list, or whose
+    bytes do not match its hash."""
+    if name not in listed:
+        raise ArtifactError(f"artifact member {name!r} is not listed in the manifest "
+                            f"(tampered artifact?)")
+    if sha256(data) != listed[name]:
+        raise ArtifactError(f"artifact member {name!r} does not match its SHA-256 in the "
+                            f"manifest (tampered or corrupted artifact)")
 
 
 def _json_member(members: dict[str, bytes], name: str) -> Any:

@@ -161,9 +161,13 @@ class DynamicModule:
         checked = self.shape_vars.sizes_of_shapes(self.shape_vars.shapes(sizes))
         with self._lock:
             self._cache[self.shape_vars.key(checked)] = (checked, module)
-            while len(self._cache) > self.max_specializations:
-                self._cache.popitem(last=False)
-                self._evictions += 1
+            self._evict()
+
+    def _evict(self) -> None:
+        """Drop the least recently used modules beyond the cache's size (lock held)."""
+        while len(self._cache) > self.max_specializations:
+            self._cache.popitem(last=False)
+            self._evictions += 1
 
     def _module(self, sizes: dict[str, int]) -> Module:
         key = self.shape_vars.key(sizes)
@@ -195,9 +199,7 @@ class DynamicModule:
             self._compiles += 1
             self._compile_seconds += time.perf_counter() - start
             self._cache[key] = (dict(sizes), module)
-            while len(self._cache) > self.max_specializations:
-                self._cache.popitem(last=False)
-                self._evictions += 1
+            self._evict()
             self._last = module
         future.set_result(module)
         return module

@@ -16,7 +16,6 @@ The tar holds:
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 from collections.abc import Mapping
@@ -29,7 +28,13 @@ import numpy as np
 from tessera._version import __version__
 from tessera.errors import ArtifactError, TesseraError
 from tessera.ir.symbolic import InputSpec, ShapeVars, check_bounds
-from tessera.runtime.artifact import artifact_members, check_export_path, write_members
+from tessera.runtime.artifact import (
+    artifact_members,
+    check_export_path,
+    check_listed,
+    sha256,
+    write_members,
+)
 from tessera.runtime.dynamic import DynamicModule
 
 __all__ = ["DYNAMIC_MANIFEST", "DynamicSource", "StoredDynamic", "export_dynamic",
@@ -66,10 +71,6 @@ class StoredDynamic:
     specializations: list[tuple[dict[str, int], dict[str, bytes]]]
 
 
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
 def export_dynamic(module: DynamicModule, source: DynamicSource, path: Path) -> Path:
     """Write ``module`` (its source and every cached specialisation) to ``path`` atomically."""
     check_export_path(path)
@@ -80,7 +81,7 @@ def export_dynamic(module: DynamicModule, source: DynamicSource, path: Path) -> 
         files["frozen.npz"] = buf.getvalue()
     if source.records:
         files["records.jsonl"] = source.records.encode()
-    listed = {name: _sha256(data) for name, data in files.items()}
+    listed = {name: sha256(data) for name, data in files.items()}
     stored = []
     for i, (sizes, mod) in enumerate(module.specializations()):
         prefix = f"{SPECIALIZATIONS}{i}/"
@@ -139,12 +140,7 @@ def read_dynamic(members: dict[str, bytes], where: str) -> StoredDynamic:
                 raise ArtifactError(f"artifact member {name!r} belongs to no specialisation "
                                     f"the manifest lists (tampered artifact?)")
             continue  # checked by that specialisation's own manifest when it loads
-        if name not in listed:
-            raise ArtifactError(f"artifact member {name!r} is not listed in the manifest "
-                                f"(tampered artifact?)")
-        if _sha256(data) != listed[name]:
-            raise ArtifactError(f"artifact member {name!r} does not match its SHA-256 in the "
-                                f"manifest (tampered or corrupted artifact)")
+        check_listed(name, data, listed)
     missing = [n for n in listed if n not in members]
     if missing:
         raise ArtifactError(f"artifact member(s) {', '.join(missing)} of {where!r} are missing")
