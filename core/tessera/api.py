@@ -35,6 +35,7 @@ from tessera.runtime.dynamic_artifact import DynamicSource, export_dynamic, is_d
 from tessera.runtime.module import Module
 from tessera.runtime.partitioned import PartitionedModel
 from tessera.runtime.planner import plan_module
+from tessera.runtime.split import SplitModule, plan_split
 
 FALLBACK_BACKEND = "ref"
 
@@ -61,15 +62,15 @@ def compile(model: ModelSource | Function, target: str | None = "auto",
         specs = model_input_specs(proto, cfg.input_shapes, cfg.freeze_inputs)
         if cfg.specialize or not all(is_static(s.dims) for s in specs):
             return _compile_dynamic(proto, specs, target, cfg)
-        if cfg.dim_bounds:
-            raise CompileError("dim_bounds bounds the variables of symbolic dimensions; this "
-                               "model has none left (its inputs: "
+        if cfg.dim_bounds or cfg.symbolic_dims:
+            raise CompileError("dim_bounds and symbolic_dims are about the variables of "
+                               "symbolic dimensions; this model has none left (its inputs: "
                                f"{', '.join(str(s) for s in specs)})")
         model = proto
         cfg = dataclasses.replace(cfg, input_shapes={s.name: list(s.dims) for s in specs})
-    elif cfg.specialize or cfg.dim_bounds:
-        raise CompileError("specialize and dim_bounds are for ONNX models with symbolic input "
-                           "dimensions; a Tessera Function's shapes are fixed")
+    elif cfg.specialize or cfg.dim_bounds or cfg.symbolic_dims:
+        raise CompileError("specialize, dim_bounds and symbolic_dims are for ONNX models "
+                           "with symbolic input dimensions; a Tessera Function's shapes are fixed")
     return _compile_static(model, target, cfg)
 
 
@@ -125,9 +126,10 @@ def _compile_dynamic(proto: onnx.ModelProto, specs: tuple[InputSpec, ...],
                            cfg.opt_level, dict(cfg.pass_config or {}),
                            tuple(cfg.disabled_passes or ()),
                            {k: np.asarray(v) for k, v in (cfg.freeze_inputs or {}).items()},
-                           history.to_text() if history is not None else None)
+                           history.to_text() if history is not None else None,
+                           tuple(cfg.symbolic_dims or ()))
     settings = dataclasses.replace(cfg, tuning_records=history, specialize=None,
-                                   dim_bounds=None)
+                                   dim_bounds=None, symbolic_dims=None)
     module = _dynamic_module(proto, source, shape_vars, cfg.max_specializations, settings)
     for shapes in cfg.specialize or ():
         module.specialize(shapes)
@@ -142,9 +144,23 @@ def _dynamic_module(proto: onnx.ModelProto, source: DynamicSource, shape_vars: S
         return _compile_static(proto, source.target,
                                dataclasses.replace(settings, input_shapes=shapes))
 
-    return DynamicModule(shape_vars, [o.name for o in proto.graph.output], specializer,
-                         source.target, max_specializations=max_specializations,
-                         exporter=lambda mod, path: export_dynamic(mod, source, path))
+    def compile_segment(segment: onnx.ModelProto) -> Module:
+        return _compile_static(segment, source.target,
+                               dataclasses.replace(settings, input_shapes=None,
+                                                   freeze_inputs=None))
+
+    def splitter(arrays: dict[str, np.ndarray]) -> SplitModule:
+        return plan_split(proto, shape_vars.inputs, source.symbolic, arrays, compile_segment,
+                          settings.freeze_inputs)
+
+    try:
+        return DynamicModule(shape_vars, [o.name for o in proto.graph.output], specializer,
+                             source.target, max_specializations=max_specializations,
+                             exporter=lambda mod, path: export_dynamic(mod, source, path),
+                             symbolic=source.symbolic,
+                             splitter=splitter if source.symbolic else None)
+    except TesseraError as e:
+        raise CompileError(str(e)) from None
 
 
 def partition_model(model: ModelSource | Function, target: str | None = "auto",

@@ -39,6 +39,11 @@ class CompileConfig:
     - ``dim_bounds``: variable -> ``(low, high)``: the sizes a dynamic module accepts.
     - ``specialize``: input shapes (each a mapping like ``input_shapes``, every dimension an
       int) a dynamic module compiles at once rather than on first use (and exports).
+    - ``symbolic_dims``: variables a dynamic module does not specialise on, because they
+      change on nearly every call (a decoder's cache length: ``["past", "total"]``): for
+      each size of the other variables the model is split once into the parts whose shapes
+      do not depend on them, compiled once, and the parts that do, evaluated at each call's
+      sizes (:mod:`tessera.runtime.split`).
     - ``max_specializations``: how many specialised modules a dynamic module keeps (least
       recently used dropped first; default 8).
     - ``opt_level``: 0-3, the graph passes that run (3: all).
@@ -62,6 +67,7 @@ class CompileConfig:
     dim_bounds: Mapping[str, Sequence[int]] | None = None
     specialize: Sequence[Mapping[str, Sequence[int]]] | None = None
     max_specializations: int = 8
+    symbolic_dims: Sequence[str] | None = None
     opt_level: int = 3
     tuning_records: str | Path | TuningHistory | None = None
     pass_config: Mapping[str, bool] | None = None

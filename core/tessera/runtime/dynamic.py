@@ -12,6 +12,11 @@ compiles and evictions.
 Every backend runs at every size this way, whether or not it can generate code for symbolic
 extents: the graph below this module is static, one graph per size.
 
+Variables named in ``symbolic`` (a decoder's cache length: ``past``, ``total``) are not
+specialised on: for each size of the others, the model is split once
+(:mod:`tessera.runtime.split`) into parts compiled once and parts evaluated at each call's
+sizes, and a call whose sizes break the split plan's checks runs specialised instead.
+
 Thread safety: the cache is guarded by a lock; two threads that meet the same new sizes at
 once compile them once (the second waits for the first), threads at different sizes compile
 in parallel, and each specialised module is itself safe from many threads.
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import threading
 import time
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
@@ -36,6 +42,7 @@ from tessera.partition.report import PartitionReport
 from tessera.runtime.memory import MemoryReport
 from tessera.runtime.module import Module
 from tessera.runtime.profiler import BenchmarkResult, Profile
+from tessera.runtime.split import SplitMismatch, SplitModule
 
 __all__ = ["DEFAULT_MAX_SPECIALIZATIONS", "DynamicModule", "SpecializationStats"]
 
@@ -45,6 +52,10 @@ DEFAULT_MAX_SPECIALIZATIONS = 8
 
 #: What compiles the model for concrete input shapes (input name -> shape).
 Specializer = Callable[[dict[str, list[int]]], Module]
+#: What splits the model for a call's arrays (:func:`tessera.runtime.split.plan_split`).
+Splitter = Callable[[dict[str, np.ndarray]], SplitModule]
+#: What a cache entry runs: a module specialised for every size, or a split plan.
+Runner = Module | SplitModule
 
 
 @dataclass(frozen=True)
@@ -60,12 +71,18 @@ class SpecializationStats:
     compile_seconds: float
     max_size: int
     cached: list[dict[str, int]] = field(default_factory=list)
+    #: split plans among the cached (their sizes leave the symbolic variables out)
+    split: int = 0
+    #: calls a split plan could not run (their sizes broke its checks), run specialised
+    split_fallbacks: int = 0
 
     def __str__(self) -> str:
-        sizes = "; ".join(ShapeVars.text(s) for s in self.cached) or "none"
+        sizes = "; ".join(ShapeVars.text(s) or "any size" for s in self.cached) or "none"
+        split = (f"; {self.split} split plan(s), {self.split_fallbacks} call(s) run "
+                 f"specialised instead" if self.split or self.split_fallbacks else "")
         return (f"specialisations: {self.compiles} compiled ({self.compile_seconds:.2f} s), "
                 f"{self.hits} hits, {self.evictions} evicted; cached ({len(self.cached)}/"
-                f"{self.max_size}): {sizes}")
+                f"{self.max_size}): {sizes}{split}")
 
 
 @dataclass
@@ -90,10 +107,22 @@ class DynamicModule:
     def __init__(self, shape_vars: ShapeVars, output_names: Sequence[str],
                  specializer: Specializer, target: str, *,
                  max_specializations: int = DEFAULT_MAX_SPECIALIZATIONS,
-                 exporter: Callable[[DynamicModule, Path], Path] | None = None) -> None:
+                 exporter: Callable[[DynamicModule, Path], Path] | None = None,
+                 symbolic: Sequence[str] = (), splitter: Splitter | None = None) -> None:
         if max_specializations < 1:
             raise TesseraError(f"max_specializations must be at least 1, got "
                                f"{max_specializations}")
+        unknown = sorted(set(symbolic) - set(shape_vars.variables))
+        if unknown:
+            raise TesseraError(f"symbolic_dims: {', '.join(map(repr, unknown))} not among "
+                               f"the model's variables ({', '.join(shape_vars.variables)})")
+        if symbolic and splitter is None:
+            raise TesseraError("symbolic_dims needs a splitter")
+        #: variables not specialised on (the split plans leave them open)
+        self.symbolic = tuple(v for v in shape_vars.variables if v in set(symbolic))
+        self._splitter = splitter
+        self._unsplit: dict[tuple[int, ...], str] = {}  # split keys that did not split: why
+        self._split_fallbacks = 0
         self.shape_vars = shape_vars
         self._names = tuple(s.name for s in shape_vars.inputs)
         self.output_names = list(output_names)
@@ -101,16 +130,16 @@ class DynamicModule:
         self.max_specializations = int(max_specializations)
         self._specializer = specializer
         self._exporter = exporter
-        self._cache: OrderedDict[tuple[int, ...], tuple[dict[str, int], Module]] = \
+        self._cache: OrderedDict[tuple[int, ...], tuple[dict[str, int], Runner]] = \
             OrderedDict()
-        self._pending: dict[tuple[int, ...], Future[Module]] = {}
+        self._pending: dict[tuple[int, ...], Future[Runner]] = {}
         #: the input arrays' shapes (in input order) of calls seen -> their cache key
         self._by_shapes: dict[tuple[tuple[int, ...], ...], tuple[int, ...]] = {}
         self._lock = threading.Lock()
         self._local = threading.local()
         self._hits = self._compiles = self._evictions = 0
         self._compile_seconds = 0.0
-        self._last: Module | None = None
+        self._last: Runner | None = None
 
     # -- what the model takes ------------------------------------------------------------------
     @property
@@ -142,18 +171,30 @@ class DynamicModule:
                                    f"{'; unknown ' + ', '.join(unknown) if unknown else ''}"
                                    f"{'; missing ' + ', '.join(missing) if missing else ''}")
             bound = self.shape_vars.sizes_of_shapes(self.shape_vars.shapes(sizes))
-        return self._module(bound)
+        module = self._module(bound)
+        assert isinstance(module, Module)
+        return module
 
     def cache_info(self) -> SpecializationStats:
         with self._lock:
-            return SpecializationStats(self._hits, self._compiles, self._evictions,
-                                       self._compile_seconds, self.max_specializations,
-                                       [dict(s) for s, _ in self._cache.values()])
+            return SpecializationStats(
+                self._hits, self._compiles, self._evictions, self._compile_seconds,
+                self.max_specializations, [dict(s) for s, _ in self._cache.values()],
+                sum(isinstance(m, SplitModule) for _, m in self._cache.values()),
+                self._split_fallbacks)
 
     def specializations(self) -> list[tuple[dict[str, int], Module]]:
-        """The cached modules with their variables' sizes, least recently used first."""
+        """The cached modules with their variables' sizes, least recently used first (split
+        plans left out: see :meth:`split_plans`)."""
         with self._lock:
-            return [(dict(s), m) for s, m in self._cache.values()]
+            return [(dict(s), m) for s, m in self._cache.values() if isinstance(m, Module)]
+
+    def split_plans(self) -> list[tuple[dict[str, int], SplitModule]]:
+        """The cached split plans with the sizes they fix (the variables not in
+        ``symbolic``), least recently used first."""
+        with self._lock:
+            return [(dict(s), m) for s, m in self._cache.values()
+                    if isinstance(m, SplitModule)]
 
     def preload(self, sizes: Mapping[str, int], module: Module) -> None:
         """Put a module compiled (or loaded) for the variables' ``sizes`` into the cache, as
@@ -169,8 +210,16 @@ class DynamicModule:
             self._cache.popitem(last=False)
             self._evictions += 1
 
-    def _module(self, sizes: dict[str, int]) -> Module:
-        key = self.shape_vars.key(sizes)
+    def _module(self, sizes: dict[str, int],
+                split: Mapping[str, np.ndarray] | None = None) -> Runner:
+        """The cached runner for ``sizes`` (compiled now if missing): the module specialised
+        for them, or, given the call's arrays as ``split``, the split plan for the sizes of
+        the variables not in ``symbolic`` (its key has -1 for the others)."""
+        if split is not None:
+            key = tuple(-1 if v in self.symbolic else sizes[v] for v in self.variables)
+            sizes = {v: n for v, n in sizes.items() if v not in self.symbolic}
+        else:
+            key = self.shape_vars.key(sizes)
         with self._lock:
             hit = self._cache.get(key)
             if hit is not None:
@@ -180,7 +229,7 @@ class DynamicModule:
                 return hit[1]
             pending = self._pending.get(key)
             if pending is None:
-                future: Future[Module] = Future()
+                future: Future[Runner] = Future()
                 self._pending[key] = future
             else:
                 self._hits += 1
@@ -188,7 +237,12 @@ class DynamicModule:
             return pending.result()  # another thread compiles these sizes; its error is ours
         start = time.perf_counter()
         try:
-            module = self._specializer(self.shape_vars.shapes(sizes))
+            module: Runner
+            if split is not None:
+                assert self._splitter is not None
+                module = self._splitter(dict(split))
+            else:
+                module = self._specializer(self.shape_vars.shapes(sizes))
         except BaseException as e:
             with self._lock:
                 del self._pending[key]
@@ -204,9 +258,48 @@ class DynamicModule:
         future.set_result(module)
         return module
 
-    def _module_for(self, arrays: Mapping[str, np.ndarray]) -> Module:
-        """The module for a call's (checked) arrays; a failed compile is a :class:`RunError`
+    def _run(self, arrays: Mapping[str, np.ndarray],
+             output_names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        """One call on checked arrays: its split plan's run, or its specialisation's."""
+        runner = self._module_for(arrays)
+        if isinstance(runner, SplitModule):
+            try:
+                return runner.run(arrays, output_names)
+            except SplitMismatch:
+                with self._lock:
+                    self._split_fallbacks += 1
+                runner = self._module_for(arrays, split=False)
+        outputs = runner.run(arrays, output_names=output_names)
+        assert outputs is not None
+        return outputs
+
+    def _split_runner(self, arrays: Mapping[str, np.ndarray],
+                      sizes: dict[str, int]) -> Runner | None:
+        """The split plan for these sizes, or None where the model does not split at them
+        (said once per plan key, with the reason)."""
+        key = tuple(-1 if v in self.symbolic else sizes[v] for v in self.variables)
+        if key in self._unsplit:
+            return None
+        try:
+            return self._module(sizes, split=arrays)
+        except RunError:
+            raise
+        except TesseraError as e:
+            with self._lock:
+                self._unsplit[key] = str(e)
+            warnings.warn(f"symbolic_dims {', '.join(self.symbolic)}: the model does not "
+                          f"split at {ShapeVars.text(sizes)} ({e}); each size is compiled "
+                          f"instead", RuntimeWarning, stacklevel=4)
+            return None
+
+    def _module_for(self, arrays: Mapping[str, np.ndarray], split: bool = True) -> Runner:
+        """The runner for a call's (checked) arrays; a failed compile is a :class:`RunError`
         naming the sizes."""
+        if split and self.symbolic:
+            sizes = self.shape_vars.bind(arrays)
+            runner = self._split_runner(arrays, sizes)
+            if runner is not None:
+                return runner
         shapes = tuple(a.shape for a in arrays.values())
         with self._lock:  # the fast path: these very shapes were bound before
             seen = self._by_shapes.get(shapes)
@@ -260,8 +353,7 @@ class DynamicModule:
                                "both")
             inputs = dict(feeds)
         if inputs or feeds is not None:
-            arrays = self._arrays(inputs)
-            return self._module_for(arrays).run(arrays, output_names=output_names)
+            return self._run(self._arrays(inputs), output_names)
         if output_names is not None:
             raise RunError("run(output_names=...) needs the inputs (run(feeds, output_names="
                            "...)); the step-by-step run() returns nothing: read outputs with "
@@ -272,8 +364,7 @@ class DynamicModule:
             raise RunError(f"input(s) {', '.join(missing)} not set in this thread; call "
                            "set_input first (the step-by-step form is per thread), or pass "
                            "the inputs to run(feeds) or run(**inputs)")
-        arrays = self._arrays(state.inputs)
-        state.outputs = self._module_for(arrays).run(arrays)
+        state.outputs = self._run(self._arrays(state.inputs))
         return None
 
     def _step(self) -> _StepInputs:
@@ -315,7 +406,7 @@ class DynamicModule:
         return out
 
     # -- measuring and reports ------------------------------------------------------------------
-    def _given(self, inputs: Mapping[str, Any], what: str) -> Module:
+    def _given(self, inputs: Mapping[str, Any], what: str) -> Runner:
         if set(inputs) != set(self.input_specs):
             raise RunError(f"{what}() of a module with symbolic shapes needs every input (their "
                            f"shapes pick the specialisation: {self.shape_vars.describe()}), or "
@@ -328,13 +419,20 @@ class DynamicModule:
         return self._given(inputs, "benchmark").benchmark(repeat, number, warmup, **inputs)
 
     def profile(self, runs: int = 1, **inputs: Any) -> Profile:
-        """:meth:`Module.profile` of the specialisation for ``inputs`` (every input)."""
-        return self._given(inputs, "profile").profile(runs, **inputs)
+        """:meth:`Module.profile` of the specialisation for ``inputs`` (every input); under a
+        split plan, of the module specialised for these sizes."""
+        if set(inputs) != set(self.input_specs):
+            self._given(inputs, "profile")  # its error names what is missing
+        runner = self._module_for(self._arrays(inputs), split=False)
+        assert isinstance(runner, Module)
+        return runner.profile(runs, **inputs)
 
     def _latest(self, what: str) -> Module:
-        if self._last is None:
+        if not isinstance(self._last, Module):
+            split = "; split plans have no single plan" if self.symbolic else ""
             raise RunError(f"{what}: nothing has been specialised yet (the module compiles per "
-                           f"input size on first use); run it once, or call specialize(...)")
+                           f"input size on first use{split}); run it once, or call "
+                           f"specialize(...)")
         return self._last
 
     def partition_report(self) -> PartitionReport:

@@ -3,9 +3,10 @@
 The tar holds:
 
 - ``dynamic.json``: format, Tessera version, target, the inputs' symbolic shapes, the output
-  names, the variables' bounds, the cache size, the settings that compile the model again
-  (opt level, pass switches), where each specialisation is, and the SHA-256 of every member
-  outside ``specializations/``;
+  names, the variables' bounds, the cache size, the variables not specialised on
+  (``symbolic_dims``: split plans are made again where it loads), the settings that compile
+  the model again (opt level, pass switches), where each specialisation is, and the SHA-256
+  of every member outside ``specializations/``;
 - ``model.onnx``: the model, so that a loaded module compiles new sizes on first use as the
   one exported did (the plugins the target names must be installed where it is loaded);
 - ``frozen.npz`` (inputs bound with ``freeze_inputs``) and ``records.jsonl`` (the tuning
@@ -57,6 +58,8 @@ class DynamicSource:
     disabled_passes: tuple[str, ...] = ()
     frozen: Mapping[str, np.ndarray] = field(default_factory=dict)
     records: str | None = None
+    #: variables not specialised on (split plans; :mod:`tessera.runtime.split`)
+    symbolic: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,7 @@ def export_dynamic(module: DynamicModule, source: DynamicSource, path: Path) -> 
         "outputs": list(module.output_names),
         "bounds": {v: list(b) for v, b in module.shape_vars.bounds.items()},
         "max_specializations": module.max_specializations,
+        "symbolic_dims": list(source.symbolic),
         "options": {"opt_level": source.opt_level, "pass_config": dict(source.pass_config),
                     "disabled_passes": list(source.disabled_passes)},
         "specializations": stored,
@@ -128,6 +132,7 @@ def read_dynamic(members: dict[str, bytes], where: str) -> StoredDynamic:
         options: dict[str, Any] = dict(manifest.get("options", {}))
         outputs = [str(n) for n in manifest["outputs"]]
         max_size = int(manifest.get("max_specializations", 1))
+        symbolic = tuple(str(v) for v in manifest.get("symbolic_dims", ()))
     except (KeyError, TypeError, ValueError, TesseraError) as e:
         raise ArtifactError(f"{DYNAMIC_MANIFEST} of {where!r} is malformed ({e}); export the "
                             f"model again") from None
@@ -152,7 +157,8 @@ def read_dynamic(members: dict[str, bytes], where: str) -> StoredDynamic:
     source = DynamicSource(members["model.onnx"], str(manifest.get("target", "")),
                            int(options.get("opt_level", 3)),
                            dict(options.get("pass_config", {})),
-                           tuple(options.get("disabled_passes", ())), frozen, records)
+                           tuple(options.get("disabled_passes", ())), frozen, records,
+                           symbolic)
     stored = [(sizes, {k[len(p):]: v for k, v in members.items() if k.startswith(p)})
               for sizes, p in specs]
     return StoredDynamic(source, shape_vars, outputs, max(1, max_size), stored)

@@ -1,0 +1,404 @@
+"""Split execution: run a model whose symbolic dimensions change on every call without
+compiling it per size.
+
+A text generator's decoder step takes its key/value cache as inputs, one position longer at
+every step (``past_0: float32[1, 2, past, 16]``). Specialising per size
+(:mod:`tessera.runtime.dynamic`) compiles the whole model at every step. Most of that model,
+though, has the same shapes at every cache length: the embeddings, the projections, the MLPs
+and the head see one token whatever ``past`` is; only the attention over the cache, the mask
+and the shape arithmetic around them change. Split execution compiles the first kind once and
+evaluates only the second at each call's sizes.
+
+How the parts are found (:func:`plan_split`): the call's inputs are widened along the axes of
+the variables kept symbolic (``symbolic_dims``; the others are fixed for the plan) by one and
+by two positions, and the model is evaluated at both sizes with ONNX's reference evaluator
+(``onnx.reference``), keeping every intermediate value. A value *varies* when its shape differs
+between the two, or when it is a small integer tensor (shape arithmetic) whose contents
+differ. A node is *dynamic* when it reads or writes a varying value; the others are *static*.
+Nodes are then ordered so that each kind stays together as long as the graph allows, and cut
+into segments: each static segment becomes an ONNX model of its own compiled by the target's
+backends like any model (once, for the plan's fixed sizes), and each dynamic segment is
+evaluated by ``onnx.reference`` at whatever sizes the call has.
+
+Why this is sound although two sizes prove nothing: a static segment checks, at every call,
+that the shapes it receives are the ones it was compiled for, and that the small shape values
+it was given as constants (a ``Reshape``'s target computed from a dynamic tensor's fixed
+dimensions) still have those values. When a check fails, :class:`SplitMismatch` is raised and
+the caller (:class:`~tessera.runtime.dynamic.DynamicModule`) runs that call on a module
+specialised for its sizes instead. The dynamic segments compute with real shapes.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from tessera.errors import RunError, TesseraError
+from tessera.frontend.onnx.importer import _sorted_nodes
+from tessera.ir.symbolic import InputSpec
+from tessera.runtime.module import Module
+from tessera.runtime.profiler import BenchmarkResult
+
+__all__ = ["SegmentInfo", "SplitMismatch", "SplitModule", "plan_split", "widen_inputs"]
+
+#: Integer tensors up to this many elements are treated as shape values: compared between
+#: the probes, and given to static segments as checked constants.
+SHAPE_VALUE_LIMIT = 64
+
+#: What compiles a static segment's ONNX model (all its shapes fixed) into a module.
+SegmentCompiler = Callable[[onnx.ModelProto], Module]
+
+
+class SplitMismatch(TesseraError):
+    """A call whose sizes break an assumption of the split plan (a static segment would see
+    another shape or shape value than it was compiled for): run it specialised instead."""
+
+
+@dataclass(frozen=True)
+class SegmentInfo:
+    """One segment of a split plan: ``static`` (compiled once) or dynamic (evaluated per
+    call), its node count and the ops it holds most of."""
+
+    static: bool
+    nodes: int
+    ops: str
+
+    def __str__(self) -> str:
+        return f"{'static' if self.static else 'dynamic'}: {self.nodes} nodes ({self.ops})"
+
+
+@dataclass
+class _Segment:
+    static: bool
+    nodes: list[onnx.NodeProto]
+    inputs: list[str] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
+    #: static segments: shape values given as constants, checked at each call
+    baked: dict[str, np.ndarray] = field(default_factory=dict)
+    #: static segments: the input shapes they were compiled for
+    shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    runner: Any = None
+
+    def info(self) -> SegmentInfo:
+        counts: dict[str, int] = {}
+        for n in self.nodes:
+            counts[n.op_type] = counts.get(n.op_type, 0) + 1
+        top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:4]
+        return SegmentInfo(self.static, len(self.nodes),
+                           ", ".join(f"{op} x{c}" for op, c in top))
+
+
+def widen_inputs(arrays: Mapping[str, np.ndarray], specs: Sequence[InputSpec],
+                 symbolic: Sequence[str], delta: int) -> dict[str, np.ndarray]:
+    """The call's inputs with every axis named by a ``symbolic`` variable ``delta`` longer:
+    the last position repeated (ones, or small random values for floats, where the axis is
+    empty), so that masks stay masks and indices stay in range."""
+    rng = np.random.default_rng(delta)
+    out: dict[str, np.ndarray] = {}
+    for spec in specs:
+        array = np.asarray(arrays[spec.name])
+        for axis, dim in enumerate(spec.dims):
+            if not (isinstance(dim, str) and dim in symbolic):
+                continue
+            size = array.shape[axis]
+            if size:
+                index = np.minimum(np.arange(size + delta), size - 1)
+                array = np.take(array, index, axis=axis)
+            else:
+                shape = list(array.shape)
+                shape[axis] = delta
+                if array.dtype.kind == "f":
+                    array = rng.standard_normal(shape).astype(array.dtype)
+                else:
+                    array = np.ones(shape, array.dtype)
+        out[spec.name] = array
+    return out
+
+
+def _probe(proto: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Every value of ``proto`` evaluated on ``feeds`` by ``onnx.reference``."""
+    from onnx.reference import ReferenceEvaluator
+
+    model = onnx.ModelProto()
+    model.CopyFrom(proto)
+    names = [o for n in model.graph.node for o in n.output if o]
+    del model.graph.output[:]
+    model.graph.output.extend(onnx.ValueInfoProto(name=n) for n in names)
+    try:
+        results = ReferenceEvaluator(model).run(None, dict(feeds))
+    except Exception as e:  # noqa: BLE001 - any failure means: no split plan
+        raise TesseraError(f"evaluating the model to find its size-dependent parts failed: "
+                           f"{type(e).__name__}: {e}") from e
+    values = {name: np.asarray(v) for name, v in zip(names, results)}
+    values.update({k: np.asarray(v) for k, v in feeds.items()})
+    return values
+
+
+def _is_shape_value(a: np.ndarray) -> bool:
+    return a.dtype.kind in "iub" and a.size <= SHAPE_VALUE_LIMIT
+
+
+def _varies(a: np.ndarray, b: np.ndarray) -> bool:
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return True
+    return _is_shape_value(a) and not np.array_equal(a, b)
+
+
+def _order(nodes: list[onnx.NodeProto], dynamic: list[bool]) -> list[int]:
+    """A topological order of ``nodes`` that keeps each kind together as long as it can:
+    ready nodes of the current kind first (by original position), switching kind only when
+    none is ready."""
+    produced = {o: i for i, n in enumerate(nodes) for o in n.output if o}
+    users: list[list[int]] = [[] for _ in nodes]
+    waiting = [0] * len(nodes)
+    for i, n in enumerate(nodes):
+        deps = {produced[x] for x in n.input if x in produced}
+        waiting[i] = len(deps)
+        for j in deps:
+            users[j].append(i)
+    ready: dict[bool, list[int]] = {False: [], True: []}
+    for i, w in enumerate(waiting):
+        if w == 0:
+            heapq.heappush(ready[dynamic[i]], i)
+    order: list[int] = []
+    kind = dynamic[0] if nodes else False
+    while ready[False] or ready[True]:
+        if not ready[kind]:
+            kind = not kind
+        i = heapq.heappop(ready[kind])
+        order.append(i)
+        for j in users[i]:
+            waiting[j] -= 1
+            if waiting[j] == 0:
+                heapq.heappush(ready[dynamic[j]], j)
+    return order
+
+
+def _shape_derived(nodes: Sequence[onnx.NodeProto], constants: set[str]) -> set[str]:
+    """Values computed from tensors' shapes only (``Shape``/``Size`` and arithmetic on them
+    and on constants): what a static segment may take as a checked constant."""
+    derived: set[str] = set()
+    for n in nodes:
+        if n.op_type in ("Shape", "Size") or (
+                n.input and all(not x or x in derived or x in constants for x in n.input)):
+            derived.update(o for o in n.output if o)
+    return derived
+
+
+def plan_split(proto: onnx.ModelProto, specs: Sequence[InputSpec], symbolic: Sequence[str],
+               arrays: Mapping[str, np.ndarray], compile_segment: SegmentCompiler,
+               frozen: Mapping[str, np.ndarray] | None = None) -> SplitModule:
+    """The split plan of ``proto`` for the sizes of ``arrays`` with the ``symbolic`` variables
+    left open; its static segments compiled with ``compile_segment``. Raises
+    :class:`TesseraError` when the model does not split (nothing static, or nothing dynamic,
+    or a segment that does not compile)."""
+    start = time.perf_counter()
+    frozen = {k: np.asarray(v) for k, v in (frozen or {}).items()}
+    probes = [_probe(proto, {**widen_inputs(arrays, specs, symbolic, d), **frozen})
+              for d in (1, 2)]
+    graph = proto.graph
+    initializers = {t.name for t in graph.initializer}
+    all_nodes = _sorted_nodes(graph)
+    constants = set(initializers) | set(frozen)
+    constant_nodes = [n for n in all_nodes if n.op_type == "Constant"]
+    constants.update(o for n in constant_nodes for o in n.output)
+    nodes = [n for n in all_nodes if n.op_type != "Constant"]
+    varying = {name for name, a in probes[0].items()
+               if name in probes[1] and name not in constants and _varies(a, probes[1][name])}
+    dynamic = [any(x in varying for x in (*n.input, *n.output) if x) for n in nodes]
+    if not any(dynamic) or all(dynamic):
+        raise TesseraError("no part of the model has the same shapes at every size of "
+                           f"{', '.join(symbolic)}" if all(dynamic) else
+                           f"no part of the model depends on {', '.join(symbolic)}")
+    order = _order(nodes, dynamic)
+    segments: list[_Segment] = []
+    for i in order:
+        if not segments or segments[-1].static == dynamic[i]:
+            segments.append(_Segment(not dynamic[i], []))
+        segments[-1].nodes.append(nodes[i])
+
+    derived = _shape_derived(all_nodes, constants)
+    producer_segment: dict[str, int] = {}
+    for k, seg in enumerate(segments):
+        for n in seg.nodes:
+            producer_segment.update((o, k) for o in n.output if o)
+    needed_later: dict[str, int] = {}
+    for k, seg in enumerate(segments):
+        for n in seg.nodes:
+            for x in n.input:
+                if x and producer_segment.get(x, k) != k:
+                    needed_later[x] = max(needed_later.get(x, -1), k)
+    graph_outputs = [o.name for o in graph.output]
+    for k, seg in enumerate(segments):
+        seen: set[str] = set()
+        for n in seg.nodes:
+            for x in n.input:
+                if not x or x in seen or x in constants or producer_segment.get(x) == k:
+                    continue
+                seen.add(x)
+                baked = (seg.static and x in derived and _is_shape_value(probes[0][x])
+                         and x in producer_segment)
+                if baked:
+                    seg.baked[x] = probes[0][x]
+                else:
+                    seg.inputs.append(x)
+        seg.outputs = [o for n in seg.nodes for o in n.output
+                       if o and (needed_later.get(o, -1) > k or o in graph_outputs)]
+    split = SplitModule(segments, [s.name for s in specs], graph_outputs, frozen)
+    for seg in segments:
+        used = {x for n in seg.nodes for x in n.input if x in constants and x not in frozen}
+        model = _segment_model(proto, seg, probes[0], used, constant_nodes, frozen)
+        if seg.static and not seg.inputs:  # constants only: their values are the probe's
+            split._frozen.update({o: probes[0][o] for o in seg.outputs})
+            seg.runner = None
+        elif seg.static:
+            seg.shapes = {x: probes[0][x].shape for x in seg.inputs}
+            try:
+                seg.runner = compile_segment(model)
+            except TesseraError as e:
+                raise TesseraError(f"compiling a part of the model whose shapes do not depend "
+                                   f"on {', '.join(symbolic)} failed: {e}") from e
+        else:
+            seg.runner = _Evaluator(model)
+    split.plan_seconds = time.perf_counter() - start
+    return split
+
+
+def _segment_model(proto: onnx.ModelProto, seg: _Segment, values: Mapping[str, np.ndarray],
+                   used_constants: set[str], constant_nodes: Sequence[onnx.NodeProto],
+                   frozen: Mapping[str, np.ndarray]) -> onnx.ModelProto:
+    """The ONNX model of one segment: its nodes, the constants they read (initializers,
+    ``Constant`` nodes' values, frozen inputs, checked shape values) and typed inputs and
+    outputs (static segments; dynamic ones leave shapes open)."""
+    def info(name: str) -> onnx.ValueInfoProto:
+        a = values[name]
+        elem = helper.np_dtype_to_tensor_dtype(a.dtype)
+        return helper.make_tensor_value_info(name, elem, list(a.shape) if seg.static else None)
+
+    inits = [t for t in proto.graph.initializer if t.name in used_constants]
+    named_constants = [n for n in constant_nodes if any(o in used_constants for o in n.output)]
+    extra = {**{k: v for k, v in frozen.items()
+                if any(k in n.input for n in seg.nodes)}, **seg.baked}
+    inits += [numpy_helper.from_array(np.asarray(v), k) for k, v in extra.items()]
+    graph = helper.make_graph(named_constants + seg.nodes, "segment",
+                              [info(x) for x in seg.inputs], [info(o) for o in seg.outputs],
+                              inits)
+    model = helper.make_model(graph, opset_imports=list(proto.opset_import),
+                              ir_version=proto.ir_version)
+    return model
+
+
+class _Evaluator:
+    """A dynamic segment's nodes run by ``onnx.reference``'s operator implementations, called
+    directly with their attributes bound once (its evaluator's own ``run`` checks and logs
+    around every node, which costs more than the small operations themselves). Nodes that
+    need a context or linked attributes (none in a segment, which holds no sub-graphs) go
+    through the operator's checked ``run``, as do operators that replace ``run`` itself."""
+
+    def __init__(self, model: onnx.ModelProto) -> None:
+        from onnx.reference import ReferenceEvaluator
+        from onnx.reference.op_run import OpRun
+
+        evaluator = ReferenceEvaluator(model)
+        self._inits = dict(evaluator.rt_inits_)
+        self._steps: list[tuple[Any, list[str], list[str], dict[str, Any] | None]] = []
+        for node in evaluator.rt_nodes_:
+            plain = type(node).run is OpRun.run and not (
+                node.need_context() or node.has_linked_attribute or node.has_subgraph)
+            kwargs = ({a: getattr(node, a) for a in node.attributes_names_} if plain
+                      else None)
+            self._steps.append((node, list(node.input), list(node.output), kwargs))
+        self._outputs = [o.name for o in model.graph.output]
+
+    def run(self, _names: None, feeds: Mapping[str, Any]) -> list[np.ndarray]:
+        env: dict[str, Any] = {"": None, **self._inits, **feeds}
+        for node, ins, outs, kwargs in self._steps:
+            args = [env[x] for x in ins]
+            res = node._run(*args, **kwargs) if kwargs is not None else node.run(*args)
+            for name, value in zip(outs, res):
+                env[name] = value if isinstance(value, np.ndarray) else np.asarray(value)
+        return [env[o] for o in self._outputs]
+
+
+class SplitModule:
+    """A model run in segments for one set of fixed sizes: static segments compiled once
+    (each a :class:`Module`), dynamic ones evaluated at each call's sizes. Safe from many
+    threads (each call keeps its values to itself)."""
+
+    def __init__(self, segments: list[_Segment], input_names: Sequence[str],
+                 output_names: Sequence[str], frozen: Mapping[str, np.ndarray]) -> None:
+        self._segments = segments
+        self.input_names = list(input_names)
+        self.output_names = list(output_names)
+        self._frozen = dict(frozen)
+        self.plan_seconds = 0.0
+
+    def segments(self) -> list[SegmentInfo]:
+        return [s.info() for s in self._segments]
+
+    def describe(self) -> str:
+        static = sum(s.static for s in self._segments)
+        nodes = [sum(len(s.nodes) for s in self._segments if s.static == k) for k in (True, False)]
+        return (f"split into {len(self._segments)} segments ({static} compiled once, "
+                f"{nodes[0]} nodes; {len(self._segments) - static} evaluated per call, "
+                f"{nodes[1]} nodes)")
+
+    def benchmark(self, repeat: int = 10, number: int = 10, warmup: int = 1,
+                  **inputs: Any) -> BenchmarkResult:
+        """As :meth:`Module.benchmark`, for ``inputs`` (every input)."""
+        arrays = {n: np.asarray(inputs[n]) for n in self.input_names}
+        for _ in range(max(warmup, 0)):
+            self.run(arrays)
+        results = []
+        for _ in range(max(repeat, 1)):
+            start = time.perf_counter()
+            for _ in range(max(number, 1)):
+                self.run(arrays)
+            results.append((time.perf_counter() - start) * 1000.0 / max(number, 1))
+        return BenchmarkResult(results)
+
+    def run(self, arrays: Mapping[str, np.ndarray],
+            output_names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        """The outputs for ``arrays`` (every input, checked by the caller); raises
+        :class:`SplitMismatch` when a static segment would see other shapes than it was
+        compiled for."""
+        env: dict[str, Any] = {**self._frozen, **arrays}
+        for seg in self._segments:
+            if seg.runner is None:
+                continue
+            feeds = {x: env[x] for x in seg.inputs}
+            if seg.static:
+                for x, value in seg.baked.items():
+                    if x in env and not np.array_equal(env[x], value):
+                        raise SplitMismatch(f"{x!r} is {env[x].tolist()} at these sizes, "
+                                            f"{value.tolist()} where the plan was made")
+                for x, shape in seg.shapes.items():
+                    if np.shape(feeds[x]) != shape:
+                        raise SplitMismatch(f"{x!r} has shape {list(np.shape(feeds[x]))} at "
+                                            f"these sizes, {list(shape)} where the plan was "
+                                            f"made")
+                env.update(seg.runner.run(feeds))
+            else:
+                try:
+                    results = seg.runner.run(None, feeds)
+                except Exception as e:  # noqa: BLE001
+                    raise RunError(f"evaluating the size-dependent part "
+                                   f"({seg.info().ops}) failed: {type(e).__name__}: "
+                                   f"{e}") from e
+                env.update(zip(seg.outputs, (np.asarray(r) for r in results)))
+        names = self.output_names if output_names is None else list(output_names)
+        unknown = [n for n in names if n not in self.output_names]
+        if unknown:
+            raise RunError(f"unknown output(s) {', '.join(map(repr, unknown))}; the model's "
+                           f"outputs are {', '.join(self.output_names)}")
+        return {n: env[n] for n in names}
+
+    def __repr__(self) -> str:
+        return f"<SplitModule {self.describe()}>"
