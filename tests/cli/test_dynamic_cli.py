@@ -81,3 +81,17 @@ def test_inspect_compile_shows_a_specialisation(symbolic_model: Path,
     captured = capsys.readouterr()
     assert "symbolic dimensions taken as 1 (batch=1, seq=1)" in captured.err
     assert "x float32[1,1,4]" in captured.out
+
+
+def test_symbolic_dims_flag_is_kept_in_the_tar(symbolic_model: Path, tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    tar = tmp_path / "m.tar"
+    code = main(["compile", str(symbolic_model), "--target", "ref", "-o", str(tar),
+                 "--symbolic-dims", "seq"])
+    out = capsys.readouterr().out
+    assert code == 0 and "split:   seq not specialised on" in out
+    loaded = tessera.load(tar)
+    assert isinstance(loaded, DynamicModule) and loaded.symbolic == ("seq",)
+    code = main(["compile", str(symbolic_model), "--target", "ref", "-o", str(tar),
+                 "--symbolic-dims", "length"])
+    assert_error(capsys, code, "'length' not among the model's variables (batch, seq)")

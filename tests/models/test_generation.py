@@ -42,3 +42,15 @@ def test_llvm_generates_pytorchs_first_tokens(want: list[int]) -> None:
     # each step compiles (seconds on llvm): the prompt step (empty cache), one one-token step
     mod = tessera.compile(str(kv_decoder.export()), "llvm")
     assert kv_decoder.greedy(lambda f: list(mod.run(f).values()), PROMPT, 2) == want[:2]
+
+
+@pytest.mark.skipif("llvm" not in get_backends(), reason="the tessera-llvm plugin is missing")
+def test_llvm_with_the_cache_length_open_generates_every_token(want: list[int]) -> None:
+    # past and total not specialised on: two split plans (the prompt's seq, then seq = 1),
+    # compiled once each; every later step runs them at its own cache length
+    mod = tessera.compile(str(kv_decoder.export()), "llvm", symbolic_dims=["past", "total"])
+    tokens = kv_decoder.greedy(lambda f: list(mod.run(f).values()), PROMPT, 32)
+    assert tokens == want
+    info = mod.cache_info()
+    assert info.compiles == 2 and info.split == 2 and info.split_fallbacks == 0
+    assert [s for s, _ in mod.split_plans()] == [{"seq": len(PROMPT)}, {"seq": 1}]

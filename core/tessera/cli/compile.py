@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 #: Flags that only matter when a model is compiled (ignored, with a warning, for a .tar).
 COMPILE_FLAGS = ("target", "input_shapes", "opt_level", "pass_config", "disabled_pass",
                  "freeze_input", "tuning_records", "dump_ir", "quantize", "dump_code",
-                 "dim_bounds", "specialize")
+                 "dim_bounds", "specialize", "symbolic_dims")
 
 #: The graph passes ``--pass-config`` and ``--disabled-pass`` name.
 PASS_NAMES = sorted({p.name for p in default_passes(3)})
@@ -59,6 +59,12 @@ def add_compile_options(parser: argparse.ArgumentParser, title: str = "compile o
     group.add_argument("--dim-bounds", default=None, metavar="BOUNDS",
                        help="the sizes symbolic dimensions may take, e.g. "
                             "\"batch=1..64,seq=1..512\"")
+    group.add_argument("--symbolic-dims", action="append", default=None, metavar="A,B",
+                       help="for a model with symbolic dimensions: variables not to compile "
+                            "per size, because nearly every call changes them (a decoder's "
+                            "cache length, e.g. \"past,total\"): the parts of the model whose "
+                            "shapes do not depend on them compile once, the rest is "
+                            "evaluated per call")
     group.add_argument("--specialize", action="append", default=None, metavar="SHAPES",
                        help="for a model with symbolic dimensions: compile these input shapes "
                             "now (and store them in the .tar), e.g. "
@@ -112,6 +118,7 @@ def compile_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "dump_dir": getattr(args, "dump_ir", None) or _output_dir(args),
         "dim_bounds": parse_dim_bounds(args.dim_bounds) if args.dim_bounds else None,
         "specialize": [_fixed_shapes(text) for text in args.specialize or []] or None,
+        "symbolic_dims": parse_name_list(getattr(args, "symbolic_dims", None)) or None,
     }
 
 
@@ -215,10 +222,12 @@ def format_type(tensor_type: Any) -> str:
 def summary(module: Module | DynamicModule) -> str:
     """Target, inputs and outputs of a module, a few lines."""
     if isinstance(module, DynamicModule):
+        split = ([f"split:   {', '.join(module.symbolic)} not specialised on (parts "
+                  f"compiled once, the rest evaluated per call)"] if module.symbolic else [])
         return "\n".join([f"target:  {module.target}",
                           f"inputs:  {module.shape_vars.describe()}",
                           f"outputs: {', '.join(module.output_names)}",
-                          str(module.cache_info())])
+                          *split, str(module.cache_info())])
     inputs = ", ".join(f"{name} {format_type(t)}" for name, t in module.input_types.items())
     lines = [f"target:  {module.target}",
              f"inputs:  {inputs}",

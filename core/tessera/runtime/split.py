@@ -64,11 +64,13 @@ class SplitMismatch(TesseraError):
 @dataclass(frozen=True)
 class SegmentInfo:
     """One segment of a split plan: ``static`` (compiled once) or dynamic (evaluated per
-    call), its node count and the ops it holds most of."""
+    call), its node count, the ops it holds most of (``ops``, for people) and every op type
+    in it."""
 
     static: bool
     nodes: int
     ops: str
+    op_types: frozenset[str] = frozenset()
 
     def __str__(self) -> str:
         return f"{'static' if self.static else 'dynamic'}: {self.nodes} nodes ({self.ops})"
@@ -92,7 +94,7 @@ class _Segment:
             counts[n.op_type] = counts.get(n.op_type, 0) + 1
         top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:4]
         return SegmentInfo(self.static, len(self.nodes),
-                           ", ".join(f"{op} x{c}" for op, c in top))
+                           ", ".join(f"{op} x{c}" for op, c in top), frozenset(counts))
 
 
 def widen_inputs(arrays: Mapping[str, np.ndarray], specs: Sequence[InputSpec],
