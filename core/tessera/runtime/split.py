@@ -42,6 +42,12 @@ from onnx import helper, numpy_helper
 
 from tessera.errors import RunError, TesseraError
 from tessera.frontend.onnx.importer import _sorted_nodes
+from tessera.frontend.onnx.symbolic_shapes import (
+    contents_function,
+    infer_symbolic,
+    to_python,
+    uses_any_var,
+)
 from tessera.ir.symbolic import InputSpec
 from tessera.runtime.module import Module
 from tessera.runtime.profiler import BenchmarkResult
@@ -196,7 +202,8 @@ def _shape_derived(nodes: Sequence[onnx.NodeProto], constants: set[str]) -> set[
 
 def plan_split(proto: onnx.ModelProto, specs: Sequence[InputSpec], symbolic: Sequence[str],
                arrays: Mapping[str, np.ndarray], compile_segment: SegmentCompiler,
-               frozen: Mapping[str, np.ndarray] | None = None) -> SplitModule:
+               frozen: Mapping[str, np.ndarray] | None = None,
+               bounds: Mapping[str, tuple[int, int]] | None = None) -> SplitModule:
     """The split plan of ``proto`` for the sizes of ``arrays`` with the ``symbolic`` variables
     left open; its static segments compiled with ``compile_segment``. Raises
     :class:`TesseraError` when the model does not split (nothing static, or nothing dynamic,
@@ -206,12 +213,22 @@ def plan_split(proto: onnx.ModelProto, specs: Sequence[InputSpec], symbolic: Seq
     probes = [_probe(proto, {**widen_inputs(arrays, specs, symbolic, d), **frozen})
               for d in (1, 2)]
     graph = proto.graph
-    initializers = {t.name for t in graph.initializer}
     all_nodes = _sorted_nodes(graph)
-    constants = set(initializers) | set(frozen)
+    known: dict[str, np.ndarray] = dict(frozen)  # constant values segments may read
+    constants = {t.name for t in graph.initializer} | set(frozen)
     constant_nodes = [n for n in all_nodes if n.op_type == "Constant"]
     constants.update(o for n in constant_nodes for o in n.output)
-    nodes = [n for n in all_nodes if n.op_type != "Constant"]
+
+    # shape arithmetic: values whose contents symbolic inference knows need no node
+    computed, folded = _fold_shapes(proto, all_nodes, specs, symbolic, arrays, frozen, probes,
+                                    bounds)
+    for name in folded:
+        if name not in computed:
+            known[name] = probes[0][name]
+            constants.add(name)
+    nodes = [n for n in all_nodes if n.op_type != "Constant"
+             and not all(o in folded for o in n.output if o)]
+
     varying = {name for name, a in probes[0].items()
                if name in probes[1] and name not in constants and _varies(a, probes[1][name])}
     dynamic = [any(x in varying for x in (*n.input, *n.output) if x) for n in nodes]
@@ -245,18 +262,24 @@ def plan_split(proto: onnx.ModelProto, specs: Sequence[InputSpec], symbolic: Seq
                 if not x or x in seen or x in constants or producer_segment.get(x) == k:
                     continue
                 seen.add(x)
-                baked = (seg.static and x in derived and _is_shape_value(probes[0][x])
-                         and x in producer_segment)
+                baked = seg.static and (x in computed or (
+                    x in derived and _is_shape_value(probes[0][x]) and x in producer_segment))
                 if baked:
                     seg.baked[x] = probes[0][x]
                 else:
                     seg.inputs.append(x)
         seg.outputs = [o for n in seg.nodes for o in n.output
                        if o and (needed_later.get(o, -1) > k or o in graph_outputs)]
-    split = SplitModule(segments, [s.name for s in specs], graph_outputs, frozen)
+    used_computed = {x for seg in segments for n in seg.nodes for x in n.input} | \
+        set(graph_outputs)
+    contents = {n: c for n, c in computed.items() if n in used_computed}
+    split = SplitModule(segments, [s.name for s in specs], graph_outputs,
+                        {k: v for k, v in known.items() if k in frozen or k in graph_outputs},
+                        _size_reader(specs, symbolic), contents_function(contents)
+                        if contents else None, len(folded))
     for seg in segments:
-        used = {x for n in seg.nodes for x in n.input if x in constants and x not in frozen}
-        model = _segment_model(proto, seg, probes[0], used, constant_nodes, frozen)
+        used = {x for n in seg.nodes for x in n.input if x in constants}
+        model = _segment_model(proto, seg, probes[0], used, constant_nodes, known)
         if seg.static and not seg.inputs:  # constants only: their values are the probe's
             split._frozen.update({o: probes[0][o] for o in seg.outputs})
             seg.runner = None
@@ -273,12 +296,70 @@ def plan_split(proto: onnx.ModelProto, specs: Sequence[InputSpec], symbolic: Seq
     return split
 
 
+def _fold_shapes(proto: onnx.ModelProto, nodes: Sequence[onnx.NodeProto],
+                 specs: Sequence[InputSpec], symbolic: Sequence[str],
+                 arrays: Mapping[str, np.ndarray], frozen: Mapping[str, np.ndarray],
+                 probes: Sequence[Mapping[str, np.ndarray]],
+                 bounds: Mapping[str, tuple[int, int]] | None
+                 ) -> tuple[dict[str, tuple[Any, np.dtype, tuple[int, ...]]], set[str]]:
+    """The values symbolic shape inference computes outright
+    (:mod:`tessera.frontend.onnx.symbolic_shapes`), the variables kept open being the only
+    unknowns (the others have this plan's sizes): ``(computed, folded)``, where ``folded``
+    holds every such value and ``computed`` those that depend on the open variables, with
+    their contents, dtype and shape (evaluated at each call)."""
+    fixed: dict[str, int] = {}
+    for spec in specs:
+        for axis, dim in enumerate(spec.dims):
+            if isinstance(dim, str) and dim not in symbolic:
+                fixed[dim] = int(np.shape(arrays[spec.name])[axis])
+    dims = {s.name: [fixed.get(d, d) if isinstance(d, str) else d for d in s.dims]
+            for s in specs}
+    constants: dict[str, Any] = {t.name: t for t in proto.graph.initializer}
+    constants.update(frozen)
+    opset = next((int(o.version) for o in proto.opset_import if o.domain in ("", "ai.onnx")),
+                 17)
+    values, _ = infer_symbolic(nodes, dims, constants, opset,
+                               {v: tuple(b) for v, b in (bounds or {}).items()})
+    computed: dict[str, tuple[Any, np.dtype, tuple[int, ...]]] = {}
+    folded: set[str] = set()
+    for node in nodes:
+        if node.op_type == "Constant":
+            continue
+        for name in node.output:
+            v = values.get(name)
+            probe = probes[0].get(name)
+            if (not name or v is None or v.contents is None or probe is None
+                    or probe.dtype.kind not in "iub" or probe.size != len(v.contents)):
+                continue
+            try:
+                for c in v.contents:
+                    to_python(c)
+            except TypeError:
+                continue
+            folded.add(name)
+            if any(uses_any_var(c) for c in v.contents):
+                computed[name] = (v.contents, probe.dtype, probe.shape)
+    return computed, folded
+
+
+def _size_reader(specs: Sequence[InputSpec], symbolic: Sequence[str]
+                 ) -> list[tuple[str, str, int]]:
+    """Where each open variable's size is read: ``(variable, input, axis)``."""
+    where: dict[str, tuple[str, str, int]] = {}
+    for spec in specs:
+        for axis, dim in enumerate(spec.dims):
+            if isinstance(dim, str) and dim in symbolic and dim not in where:
+                where[dim] = (dim, spec.name, axis)
+    return list(where.values())
+
+
 def _segment_model(proto: onnx.ModelProto, seg: _Segment, values: Mapping[str, np.ndarray],
                    used_constants: set[str], constant_nodes: Sequence[onnx.NodeProto],
-                   frozen: Mapping[str, np.ndarray]) -> onnx.ModelProto:
+                   known: Mapping[str, np.ndarray]) -> onnx.ModelProto:
     """The ONNX model of one segment: its nodes, the constants they read (initializers,
-    ``Constant`` nodes' values, frozen inputs, checked shape values) and typed inputs and
-    outputs (static segments; dynamic ones leave shapes open)."""
+    ``Constant`` nodes' values, ``known`` values: frozen inputs and shape values computed
+    outright; checked shape values) and typed inputs and outputs (static segments; dynamic
+    ones leave shapes open)."""
     def info(name: str) -> onnx.ValueInfoProto:
         a = values[name]
         elem = helper.np_dtype_to_tensor_dtype(a.dtype)
@@ -286,8 +367,7 @@ def _segment_model(proto: onnx.ModelProto, seg: _Segment, values: Mapping[str, n
 
     inits = [t for t in proto.graph.initializer if t.name in used_constants]
     named_constants = [n for n in constant_nodes if any(o in used_constants for o in n.output)]
-    extra = {**{k: v for k, v in frozen.items()
-                if any(k in n.input for n in seg.nodes)}, **seg.baked}
+    extra = {**{k: v for k, v in known.items() if k in used_constants}, **seg.baked}
     inits += [numpy_helper.from_array(np.asarray(v), k) for k, v in extra.items()]
     graph = helper.make_graph(named_constants + seg.nodes, "segment",
                               [info(x) for x in seg.inputs], [info(o) for o in seg.outputs],
@@ -335,11 +415,18 @@ class SplitModule:
     threads (each call keeps its values to itself)."""
 
     def __init__(self, segments: list[_Segment], input_names: Sequence[str],
-                 output_names: Sequence[str], frozen: Mapping[str, np.ndarray]) -> None:
+                 output_names: Sequence[str], frozen: Mapping[str, np.ndarray],
+                 sizes: Sequence[tuple[str, str, int]] = (),
+                 contents: Callable[[Mapping[str, int]], dict[str, np.ndarray]] | None = None,
+                 folded: int = 0) -> None:
         self._segments = segments
         self.input_names = list(input_names)
         self.output_names = list(output_names)
         self._frozen = dict(frozen)
+        self._sizes = list(sizes)
+        self._contents = contents
+        #: nodes of shape arithmetic that symbolic inference replaced
+        self.folded = folded
         self.plan_seconds = 0.0
 
     def segments(self) -> list[SegmentInfo]:
@@ -350,7 +437,7 @@ class SplitModule:
         nodes = [sum(len(s.nodes) for s in self._segments if s.static == k) for k in (True, False)]
         return (f"split into {len(self._segments)} segments ({static} compiled once, "
                 f"{nodes[0]} nodes; {len(self._segments) - static} evaluated per call, "
-                f"{nodes[1]} nodes)")
+                f"{nodes[1]} nodes); {self.folded} shape values computed from the sizes")
 
     def benchmark(self, repeat: int = 10, number: int = 10, warmup: int = 1,
                   **inputs: Any) -> BenchmarkResult:
@@ -372,6 +459,9 @@ class SplitModule:
         :class:`SplitMismatch` when a static segment would see other shapes than it was
         compiled for."""
         env: dict[str, Any] = {**self._frozen, **arrays}
+        if self._contents is not None:
+            env.update(self._contents({v: arrays[name].shape[axis]
+                                       for v, name, axis in self._sizes}))
         for seg in self._segments:
             if seg.runner is None:
                 continue

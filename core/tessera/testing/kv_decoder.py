@@ -9,7 +9,7 @@ an empty cache (``past = 0``), every later step one token. Random weights from a
 ``transformers.LlamaConfig`` (no download); the export (TorchScript, opset 17) is cached like
 the zoo's (:func:`tessera.testing.hf_zoo.default_cache_dir`).
 
-    python -m tessera.testing.kv_decoder export        # prints the .onnx path
+    python -m tessera.testing.kv_decoder export [small|realistic]   # prints the .onnx path
 """
 
 from __future__ import annotations
@@ -27,13 +27,21 @@ import numpy as np
 
 from tessera.testing.hf_zoo import _require, _silenced, default_cache_dir
 
-__all__ = ["CONFIG", "DecoderShape", "export", "greedy", "torch_greedy"]
+__all__ = ["CONFIG", "CONFIGS", "REALISTIC", "DecoderShape", "export", "greedy",
+           "torch_greedy"]
 
 #: The decoder: two layers of width 64, grouped-query attention (4 heads, 2 key/value heads).
 CONFIG: dict[str, Any] = {"vocab_size": 256, "hidden_size": 64, "intermediate_size": 128,
                           "num_hidden_layers": 2, "num_attention_heads": 4,
                           "num_key_value_heads": 2, "max_position_embeddings": 256,
                           "tie_word_embeddings": False}
+#: A decoder where the work per token is the weights' (about 20 M parameters, 80 MB), not the
+#: calls': eight heads of 64, four key/value heads, four layers, a vocabulary of 8192.
+REALISTIC: dict[str, Any] = {"vocab_size": 8192, "hidden_size": 512, "intermediate_size": 1408,
+                             "num_hidden_layers": 4, "num_attention_heads": 8,
+                             "num_key_value_heads": 4, "max_position_embeddings": 1024,
+                             "tie_word_embeddings": False}
+CONFIGS: dict[str, dict[str, Any]] = {"small": CONFIG, "realistic": REALISTIC}
 WEIGHT_SEED = 0
 
 
@@ -52,15 +60,16 @@ class DecoderShape:
                             int(config["hidden_size"]) // int(config["num_attention_heads"]))
 
 
-def _model() -> Any:
+def _model(config: Mapping[str, Any] = CONFIG) -> Any:
     torch, transformers = _require()
     torch.manual_seed(WEIGHT_SEED)
-    return transformers.LlamaForCausalLM(transformers.LlamaConfig(**CONFIG)).eval()
+    return transformers.LlamaForCausalLM(transformers.LlamaConfig(**config)).eval()
 
 
-def export(cache_dir: str | os.PathLike[str] | None = None) -> Path:
-    """The step's ``.onnx`` file (from the cache when there)."""
-    key = f"{sorted(CONFIG.items())}{WEIGHT_SEED}"
+def export(cache_dir: str | os.PathLike[str] | None = None,
+           config: Mapping[str, Any] = CONFIG) -> Path:
+    """The step's ``.onnx`` file for ``config`` (from the cache when there)."""
+    key = f"{sorted(config.items())}{WEIGHT_SEED}"
     versions = (f"torch{metadata.version('torch')}-tf{metadata.version('transformers')}"
                 .replace("+", "_"))
     folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
@@ -68,8 +77,8 @@ def export(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     if path.exists():
         return path
     torch, transformers = _require()
-    shape = DecoderShape.of()
-    model = _model()
+    shape = DecoderShape.of(config)
+    model = _model(config)
 
     class Step(torch.nn.Module):  # type: ignore[misc,name-defined]
         def __init__(self) -> None:
@@ -137,10 +146,11 @@ def greedy(run: Callable[[dict[str, np.ndarray]], Sequence[np.ndarray]], prompt:
     return out
 
 
-def torch_greedy(prompt: Sequence[int], tokens: int) -> list[int]:
+def torch_greedy(prompt: Sequence[int], tokens: int,
+                 config: Mapping[str, Any] = CONFIG) -> list[int]:
     """PyTorch's own greedy generation (``generate``, no sampling) with the same weights."""
     torch, _ = _require()
-    model = _model()
+    model = _model(config)
     ids = torch.tensor([list(prompt)])
     with torch.no_grad():
         result = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
@@ -149,6 +159,7 @@ def torch_greedy(prompt: Sequence[int], tokens: int) -> list[int]:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] != ["export"]:
-        sys.exit("usage: python -m tessera.testing.kv_decoder export")
-    print(export())
+    if sys.argv[1:2] != ["export"] or len(sys.argv) > 3 or sys.argv[2:3] and \
+            sys.argv[2] not in CONFIGS:
+        sys.exit(f"usage: python -m tessera.testing.kv_decoder export [{'|'.join(CONFIGS)}]")
+    print(export(config=CONFIGS[sys.argv[2] if len(sys.argv) > 2 else "small"]))

@@ -1,0 +1,94 @@
+"""Greedy generation with a key/value-cache decoder: Tessera against onnxruntime, per token.
+
+The Llama-style decoders of :mod:`tessera.testing.kv_decoder` (``small``: two layers of width
+64, where a token costs calls rather than arithmetic; ``realistic``: four layers of width 512
+and a vocabulary of 8192, 20 M parameters), exported in a child process (this one never
+imports torch). Tessera compiles each file once without input shapes, with the cache length
+left open (``symbolic_dims=["past", "total"]``: split execution), and generates ``--tokens``
+greedy tokens after a four-token prompt; onnxruntime runs the same file. Printed per model:
+
+- ``compile s``: the ``compile()`` call; ``plans s``: the two split plans (the prompt's
+  length, then one-token steps), made by the first steps;
+- ``token ms``: the median time of a one-token step, Tessera and onnxruntime, measured in
+  alternating rounds (the best round's median each); their ratio;
+- whether the two runtimes chose the same tokens.
+
+    python benchmarks/generation.py
+    python benchmarks/generation.py --sizes realistic --tokens 64 --target llvm
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from _common import cpu_name, limit_threads, ort_session
+
+PROMPT = [5, 7, 9, 11]
+
+
+def export(size: str) -> Path:
+    proc = subprocess.run([sys.executable, "-m", "tessera.testing.kv_decoder", "export", size],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr.strip().splitlines()[-1] if proc.stderr else "failed")
+    return Path(proc.stdout.strip().splitlines()[-1])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="small,realistic")
+    ap.add_argument("--target", default="llvm")
+    ap.add_argument("--tokens", type=int, default=32)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    limit_threads(args.threads)
+    import onnx
+
+    import tessera
+    from tessera.testing import kv_decoder
+
+    print(f"machine: {cpu_name()}, {os.cpu_count()} CPUs; target {args.target}; "
+          f"{args.threads} threads for Tessera and onnxruntime; {args.tokens} tokens after a "
+          f"{len(PROMPT)}-token prompt")
+    print(f"{'decoder':<10} {'compile s':>9} {'plans s':>8} {'tessera ms':>10} {'ort ms':>8} "
+          f"{'ratio':>6}  tokens")
+    for size in args.sizes.split(","):
+        shape = kv_decoder.DecoderShape.of(kv_decoder.CONFIGS[size])
+        path = export(size)
+        sess = ort_session(onnx.load(str(path)), args.threads)
+        start = time.perf_counter()
+        mod = tessera.compile(str(path), args.target, symbolic_dims=["past", "total"])
+        compiled = time.perf_counter() - start
+
+        def generate(run, times: list[float]) -> list[int]:
+            return kv_decoder.greedy(run, PROMPT, args.tokens, shape,
+                                     on_step=lambda _t, s: times.append(s))
+
+        first: list[float] = []
+        ours = generate(lambda f: list(mod.run(f).values()), first)
+        plans = first[0] + first[1]  # the prompt's plan, then the one-token steps' plan
+        tessera_ms, ort_ms = [], []
+        for _ in range(args.rounds):  # alternate, so drift hits both alike
+            times: list[float] = []
+            generate(lambda f: list(mod.run(f).values()), times)
+            tessera_ms.append(statistics.median(times[1:]) * 1e3)
+            times = []
+            theirs = generate(lambda f: sess.run(None, f), times)
+            ort_ms.append(statistics.median(times[1:]) * 1e3)
+        t, o = min(tessera_ms), min(ort_ms)
+        print(f"{size:<10} {compiled:9.2f} {plans:8.2f} {t:10.3f} {o:8.3f} {t / o:6.2f}  "
+              f"{'same' if ours == theirs else 'DIFFERENT'}", flush=True)
+        for sizes, plan in mod.split_plans():
+            print(f"{'':<10} plan for {sizes}: {plan.describe()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

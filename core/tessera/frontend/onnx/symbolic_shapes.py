@@ -1,0 +1,551 @@
+"""Symbolic shape inference over an ONNX graph, with TIR expressions.
+
+Every value gets, where the rules below can say, its **shape** as a tuple of expressions over
+the graph inputs' symbolic dimensions (``past``, ``total``: :class:`~tessera.tir.expr.Var`\\ s),
+and, for small integer tensors of rank 0 or 1 (what exporters compute shapes with: ``Shape ->
+Gather -> Concat -> Reshape``), its **contents** as expressions too. Arithmetic goes through
+the TIR simplifier with the variables' bounds, so ``Shape(Concat(past_k, k))[2]`` is
+``past + 1`` and ``Equal(past + 1, -1)`` is false.
+
+What it is for: a value whose contents are known needs no node to compute it at run time;
+:func:`contents_function` turns the contents of many values into one Python function of the
+variables' sizes (:mod:`tessera.runtime.split` evaluates a decoder step's shape arithmetic
+that way, once per call, instead of running its nodes).
+
+The rules follow ONNX's semantics for valid inputs (broadcasting, ``Reshape``'s 0 and -1,
+``Slice``'s clamping). An op without a rule, or an argument whose value the rules cannot
+express, leaves the outputs unknown (``None``): nothing is guessed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from tessera.tir import expr as E
+from tessera.tir.arith import Bounds
+from tessera.tir.simplify import can_prove, simplify
+
+__all__ = ["SymValue", "contents_function", "infer_symbolic", "to_python", "uses_any_var"]
+
+#: Integer tensors up to this many elements get their contents tracked.
+CONTENT_LIMIT = 64
+
+INDEX = "int64"
+
+
+@dataclass(frozen=True)
+class SymValue:
+    """A value's shape (expressions, None if unknown) and, for a small integer tensor of rank
+    0 or 1, its elements (expressions, None if unknown)."""
+
+    shape: tuple[E.PrimExpr, ...] | None
+    contents: tuple[E.PrimExpr, ...] | None = None
+
+    @property
+    def rank(self) -> int | None:
+        return None if self.shape is None else len(self.shape)
+
+
+UNKNOWN = SymValue(None)
+
+
+def _imm(v: int) -> E.PrimExpr:
+    return E.IntImm(int(v), INDEX)
+
+
+def _const_value(e: E.PrimExpr) -> int | None:
+    return e.value if isinstance(e, E.IntImm) else None
+
+
+class _Inference:
+    def __init__(self, bounds: Bounds) -> None:
+        self.bounds = bounds
+        self.values: dict[str, SymValue] = {}
+
+    # -- helpers ------------------------------------------------------------------------------
+    def s(self, e: E.PrimExpr) -> E.PrimExpr:
+        return simplify(e, self.bounds)
+
+    def proves(self, cond: E.PrimExpr) -> bool:
+        return can_prove(cond, self.bounds)
+
+    def get(self, name: str) -> SymValue:
+        return self.values.get(name, UNKNOWN) if name else UNKNOWN
+
+    def ints(self, name: str) -> list[int] | None:
+        """A value's contents as Python ints, when they are constants."""
+        v = self.get(name)
+        if v.contents is None:
+            return None
+        out = [_const_value(c) for c in v.contents]
+        return None if any(x is None for x in out) else out  # type: ignore[misc]
+
+    def from_array(self, a: np.ndarray) -> SymValue:
+        shape = tuple(_imm(d) for d in a.shape)
+        if a.dtype.kind in "iub" and a.ndim <= 1 and a.size <= CONTENT_LIMIT:
+            return SymValue(shape, tuple(_imm(int(x)) for x in a.reshape(-1)))
+        return SymValue(shape)
+
+    def broadcast(self, shapes: Sequence[tuple[E.PrimExpr, ...] | None]
+                  ) -> tuple[E.PrimExpr, ...] | None:
+        if any(s is None for s in shapes):
+            return None
+        rank = max(len(s) for s in shapes)  # type: ignore[arg-type]
+        out: list[E.PrimExpr] = []
+        for axis in range(rank):
+            dims = [s[len(s) - rank + axis] for s in shapes  # type: ignore[index]
+                    if axis >= rank - len(s)]  # type: ignore[arg-type]
+            dim = dims[0]
+            for d in dims[1:]:
+                if _const_value(d) == 1:
+                    continue
+                if _const_value(dim) == 1:
+                    dim = d
+                elif not self.proves(E.eq(dim, d)):
+                    # valid inputs: equal, or one of them 1
+                    dim = self.s(E.select(E.eq(dim, _imm(1)), d, dim))
+            out.append(dim)
+        return tuple(out)
+
+    def elementwise(self, args: list[SymValue], fn: Callable[..., E.PrimExpr]
+                    ) -> tuple[E.PrimExpr, ...] | None:
+        """Contents of an elementwise op over rank <= 1 operands with known contents."""
+        if any(a.contents is None for a in args):
+            return None
+        lengths = {len(a.contents) for a in args if len(a.contents) != 1}  # type: ignore[arg-type]
+        if len(lengths) > 1:
+            return None
+        n = lengths.pop() if lengths else 1
+        out = []
+        for i in range(n):
+            items = [a.contents[i if len(a.contents) > 1 else 0]  # type: ignore[index,arg-type]
+                     for a in args]
+            out.append(self.s(fn(*items)))
+        return tuple(out)
+
+    # -- the graph ----------------------------------------------------------------------------
+    def run(self, nodes: Sequence[onnx.NodeProto], opset: int) -> None:
+        for node in nodes:
+            try:
+                outs = self.node(node, opset)
+            except (TypeError, ValueError, IndexError, ZeroDivisionError):
+                outs = None  # an argument the rules cannot express: unknown
+            for i, name in enumerate(node.output):
+                if name:
+                    self.values[name] = outs[i] if outs is not None and i < len(outs) \
+                        else UNKNOWN
+
+    def node(self, node: onnx.NodeProto, opset: int) -> list[SymValue] | None:
+        op = node.op_type
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        ins = [self.get(x) for x in node.input]
+        if op == "Constant":
+            from onnx import numpy_helper
+            if "value" in attrs:
+                return [self.from_array(numpy_helper.to_array(attrs["value"]))]
+            for key in ("value_int", "value_ints"):
+                if key in attrs:
+                    return [self.from_array(np.array(attrs[key], np.int64))]
+            return None
+        if op == "Shape":
+            shape = ins[0].shape
+            if shape is None:
+                return None
+            rank = len(shape)
+            start, end = attrs.get("start", 0), attrs.get("end", rank)
+            start, end = (max(0, min(rank, x + rank if x < 0 else x)) for x in (start, end))
+            dims = shape[start:end]
+            return [SymValue((_imm(len(dims)),), dims)]
+        if op == "Size":
+            shape = ins[0].shape
+            if shape is None:
+                return None
+            total: E.PrimExpr = _imm(1)
+            for d in shape:
+                total = total * d
+            return [SymValue((), (self.s(total),))]
+        if op in ("Identity", "Cast", "CastLike"):
+            keep = op == "Identity" or self._int_cast(node, attrs, ins)
+            return [SymValue(ins[0].shape, ins[0].contents if keep else None)]
+        if op in _UNARY_SAME_SHAPE:
+            contents = None
+            if op == "Neg":
+                contents = self.elementwise(ins[:1], lambda a: _imm(0) - a)
+            elif op == "Abs":
+                contents = self.elementwise(ins[:1], lambda a: E.select(a < _imm(0),
+                                                                        _imm(0) - a, a))
+            elif op == "Not":
+                contents = self.elementwise(ins[:1], lambda a: _bool(E.eq(a, _imm(0))))
+            return [SymValue(ins[0].shape, contents)]
+        if op in _BINARY:
+            shape = self.broadcast([a.shape for a in ins])
+            contents = None
+            fn = _BINARY[op]
+            if fn is not None and not (op == "Div" and not self._nonneg(ins)):
+                contents = self.elementwise(ins, fn)
+            return [SymValue(shape, contents)]
+        if op in ("Min", "Max", "Sum"):
+            shape = self.broadcast([a.shape for a in ins])
+            fn = {"Min": E.min_, "Max": E.max_, "Sum": lambda a, b: a + b}[op]
+            contents = self.elementwise(ins, lambda *xs: _fold(fn, xs))
+            return [SymValue(shape, contents)]
+        if op == "Where":
+            shape = self.broadcast([a.shape for a in ins])
+            contents = self.elementwise(
+                ins, lambda c, a, b: E.select(E.ne(c, _imm(0)), a, b))
+            return [SymValue(shape, contents)]
+        if op in ("Unsqueeze", "Squeeze"):
+            axes = attrs.get("axes") if opset < 13 else (
+                self.ints(node.input[1]) if len(node.input) > 1 and node.input[1] else None)
+            return [self._squeeze(op, ins[0], axes)]
+        if op == "Concat":
+            shapes = [a.shape for a in ins]
+            if any(s is None for s in shapes):
+                return None
+            rank = len(shapes[0])  # type: ignore[arg-type]
+            axis = attrs["axis"] + rank if attrs["axis"] < 0 else attrs["axis"]
+            total = _imm(0)
+            for s in shapes:
+                total = total + s[axis]  # type: ignore[index]
+            shape = tuple(self.s(total) if i == axis else d
+                          for i, d in enumerate(shapes[0]))  # type: ignore[arg-type]
+            contents = None
+            if rank == 1 and all(a.contents is not None for a in ins):
+                contents = tuple(c for a in ins for c in a.contents)  # type: ignore[union-attr]
+            return [SymValue(shape, contents)]
+        if op == "Gather":
+            return [self._gather(ins[0], node.input[1], ins[1], attrs.get("axis", 0))]
+        if op == "Range":
+            return [self._range(ins)]
+        if op == "ConstantOfShape":
+            dims = ins[0].contents
+            if dims is None:
+                return None
+            contents = None
+            n = 1
+            for d in dims:
+                n = n * _const_value(d) if _const_value(d) is not None and n is not None \
+                    else None  # type: ignore[operator]
+            value = attrs.get("value")
+            if n is not None and n <= CONTENT_LIMIT and len(dims) <= 1:
+                from onnx import numpy_helper
+                fill = numpy_helper.to_array(value).reshape(-1) if value is not None \
+                    else np.zeros(1, np.float32)
+                if fill.dtype.kind in "iub":
+                    contents = tuple(_imm(int(fill[0])) for _ in range(n))
+            return [SymValue(tuple(dims), contents)]
+        if op == "Expand":
+            target = ins[1].contents
+            if target is None:
+                return None
+            return [SymValue(self.broadcast([ins[0].shape, tuple(target)]),
+                             None)]
+        if op == "Reshape":
+            return [self._reshape(ins[0], ins[1], attrs.get("allowzero", 0))]
+        if op == "Transpose":
+            shape = ins[0].shape
+            if shape is None:
+                return None
+            perm = attrs.get("perm", list(range(len(shape)))[::-1])
+            return [SymValue(tuple(shape[p] for p in perm))]
+        if op == "MatMul":
+            a, b = ins[0].shape, ins[1].shape
+            if a is None or b is None or len(a) < 2 or len(b) < 2:
+                return None
+            batch = self.broadcast([a[:-2], b[:-2]])
+            return [SymValue((*batch, a[-2], b[-1]))]  # type: ignore[misc]
+        if op == "Flatten":
+            shape = ins[0].shape
+            if shape is None:
+                return None
+            axis = attrs.get("axis", 1)
+            axis = axis + len(shape) if axis < 0 else axis
+            lead, rest = _imm(1), _imm(1)
+            for d in shape[:axis]:
+                lead = lead * d
+            for d in shape[axis:]:
+                rest = rest * d
+            return [SymValue((self.s(lead), self.s(rest)))]
+        if op == "Slice":
+            return [self._slice(node, ins)]
+        if op in _REDUCE:
+            return [self._reduce(node, ins[0], attrs, opset)]
+        return None
+
+    def _int_cast(self, node: onnx.NodeProto, attrs: Mapping[str, Any],
+                  ins: list[SymValue]) -> bool:
+        to = attrs.get("to")
+        return to in (onnx.TensorProto.INT64, onnx.TensorProto.INT32)
+
+    def _nonneg(self, ins: list[SymValue]) -> bool:
+        return all(a.contents is not None and all(self.proves(c >= _imm(0)) for c in a.contents)
+                   for a in ins)
+
+    def _squeeze(self, op: str, x: SymValue, axes: list[int] | None) -> SymValue:
+        shape = x.shape
+        if shape is None:
+            return UNKNOWN
+        if op == "Unsqueeze":
+            if axes is None:
+                return UNKNOWN
+            rank = len(shape) + len(axes)
+            norm = sorted(a + rank if a < 0 else a for a in axes)
+            dims = list(shape)
+            for a in norm:
+                dims.insert(a, _imm(1))
+            return SymValue(tuple(dims), x.contents if rank <= 1 else None)
+        if axes is None:
+            axes = [i for i, d in enumerate(shape) if _const_value(d) == 1]
+            if len(axes) != sum(1 for d in shape if _const_value(d) is not None and
+                                _const_value(d) == 1) or any(_const_value(d) is None
+                                                             for d in shape):
+                return UNKNOWN
+        norm = {a + len(shape) if a < 0 else a for a in axes}
+        dims = tuple(d for i, d in enumerate(shape) if i not in norm)
+        return SymValue(dims, x.contents if len(dims) <= 1 else None)
+
+    def _gather(self, data: SymValue, index_name: str, indices: SymValue,
+                axis: int) -> SymValue:
+        if data.shape is None or indices.shape is None:
+            return UNKNOWN
+        rank = len(data.shape)
+        axis = axis + rank if axis < 0 else axis
+        shape = (*data.shape[:axis], *indices.shape, *data.shape[axis + 1:])
+        contents = None
+        idx = self.ints(index_name)
+        if rank == 1 and data.contents is not None and idx is not None:
+            n = len(data.contents)
+            contents = tuple(data.contents[i + n if i < 0 else i] for i in idx)
+        return SymValue(shape, contents)
+
+    def _range(self, ins: list[SymValue]) -> SymValue:
+        if any(a.contents is None or len(a.contents) != 1 for a in ins):
+            return UNKNOWN
+        start, limit, delta = (a.contents[0] for a in ins)  # type: ignore[index]
+        step = _const_value(delta)
+        if step is None or step == 0:
+            return UNKNOWN
+        length = self.s(E.max_(E.FloorDiv(limit - start + _imm(step - (1 if step > 0 else -1)),
+                                          _imm(step)), _imm(0)))
+        n = _const_value(length)
+        contents = None
+        if n is not None and n <= CONTENT_LIMIT:
+            contents = tuple(self.s(start + _imm(i * step)) for i in range(n))
+        return SymValue((length,), contents)
+
+    def _reshape(self, x: SymValue, target: SymValue, allowzero: int) -> SymValue:
+        if target.contents is None or x.shape is None:
+            return UNKNOWN
+        dims: list[E.PrimExpr | None] = []
+        for i, t in enumerate(target.contents):
+            value = _const_value(t)
+            if value == -1:
+                dims.append(None)
+            elif value == 0 and not allowzero:
+                dims.append(x.shape[i])
+            elif value is not None or self.proves(t >= _imm(0)):
+                dims.append(t)
+            else:
+                return UNKNOWN
+        if dims.count(None) > 1:
+            return UNKNOWN
+        if None in dims:
+            total: E.PrimExpr = _imm(1)
+            for d in x.shape:
+                total = total * d
+            known: E.PrimExpr = _imm(1)
+            for d in dims:
+                if d is not None:
+                    known = known * d
+            dims[dims.index(None)] = self.s(E.FloorDiv(total, known))
+        return SymValue(tuple(dims), x.contents if len(dims) <= 1 else None)  # type: ignore
+
+    def _slice(self, node: onnx.NodeProto, ins: list[SymValue]) -> SymValue:
+        data = ins[0]
+        if data.shape is None or len(node.input) < 3:
+            return UNKNOWN
+        rank = len(data.shape)
+        starts = ins[1].contents
+        ends = ins[2].contents
+        axes = self.ints(node.input[3]) if len(node.input) > 3 and node.input[3] else \
+            list(range(len(starts or ())))
+        steps = self.ints(node.input[4]) if len(node.input) > 4 and node.input[4] else \
+            [1] * len(axes or ())
+        if starts is None or ends is None or axes is None or steps is None or \
+                any(s != 1 for s in steps):
+            return UNKNOWN
+        dims = list(data.shape)
+        lo_hi: dict[int, tuple[E.PrimExpr, E.PrimExpr]] = {}
+        for start, end, axis in zip(starts, ends, axes):
+            axis = axis + rank if axis < 0 else axis
+            dim = dims[axis]
+
+            def clamp(v: E.PrimExpr, d: E.PrimExpr = dim) -> E.PrimExpr:
+                v = E.select(v < _imm(0), v + d, v)
+                return E.min_(E.max_(v, _imm(0)), d)
+
+            lo, hi = self.s(clamp(start)), self.s(clamp(end))
+            lo_hi[axis] = (lo, hi)
+            dims[axis] = self.s(E.max_(hi - lo, _imm(0)))
+        contents = None
+        if rank == 1 and data.contents is not None and 0 in lo_hi:
+            lo, hi = (_const_value(x) for x in lo_hi[0])
+            if lo is not None and hi is not None:
+                contents = data.contents[lo:hi]
+        return SymValue(tuple(dims), contents)
+
+    def _reduce(self, node: onnx.NodeProto, x: SymValue, attrs: Mapping[str, Any],
+                opset: int) -> SymValue:
+        if x.shape is None:
+            return UNKNOWN
+        rank = len(x.shape)
+        axes_input = node.op_type == "ReduceSum" and opset >= 13 or opset >= 18
+        axes = (self.ints(node.input[1]) if len(node.input) > 1 and node.input[1] else [])\
+            if axes_input else attrs.get("axes")
+        if axes is None:
+            return UNKNOWN
+        if not axes:
+            if attrs.get("noop_with_empty_axes", 0):
+                return SymValue(x.shape)
+            axes = list(range(rank))
+        norm = {a + rank if a < 0 else a for a in axes}
+        keep = attrs.get("keepdims", 1)
+        dims = tuple(_imm(1) if i in norm else d for i, d in enumerate(x.shape)
+                     if keep or i not in norm)
+        return SymValue(dims)
+
+
+def _bool(cond: E.PrimExpr) -> E.PrimExpr:
+    return E.select(cond, _imm(1), _imm(0))
+
+
+def _fold(fn: Callable[[Any, Any], E.PrimExpr], xs: Sequence[E.PrimExpr]) -> E.PrimExpr:
+    acc = xs[0]
+    for x in xs[1:]:
+        acc = fn(acc, x)
+    return acc
+
+
+_UNARY_SAME_SHAPE = {
+    "Neg", "Abs", "Not", "Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Reciprocal", "Erf",
+    "Sin", "Cos", "Softmax", "LogSoftmax", "IsNaN", "IsInf", "Floor", "Ceil", "Round", "Sign",
+    "Gelu", "Softplus", "LeakyRelu", "Elu", "HardSigmoid", "HardSwish", "Trilu", "Dropout",
+}
+
+_BINARY: dict[str, Callable[[E.PrimExpr, E.PrimExpr], E.PrimExpr] | None] = {
+    "Add": lambda a, b: a + b,
+    "Sub": lambda a, b: a - b,
+    "Mul": lambda a, b: a * b,
+    "Div": lambda a, b: E.FloorDiv(a, b),  # only for non-negative operands (checked)
+    "Equal": lambda a, b: _bool(E.eq(a, b)),
+    "Less": lambda a, b: _bool(a < b),
+    "LessOrEqual": lambda a, b: _bool(a <= b),
+    "Greater": lambda a, b: _bool(a > b),
+    "GreaterOrEqual": lambda a, b: _bool(a >= b),
+    "And": lambda a, b: _bool(E.all_of(E.ne(a, _imm(0)), E.ne(b, _imm(0)))),
+    "Or": lambda a, b: _bool(E.any_of(E.ne(a, _imm(0)), E.ne(b, _imm(0)))),
+    "Pow": None, "Mod": None, "BitShift": None, "PRelu": None,
+}
+
+_INT_TENSORS = {onnx.TensorProto.INT64, onnx.TensorProto.INT32, onnx.TensorProto.INT16,
+                onnx.TensorProto.INT8, onnx.TensorProto.UINT8, onnx.TensorProto.BOOL}
+
+_REDUCE = {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2",
+           "ReduceL1", "ReduceSumSquare", "ReduceLogSumExp"}
+
+
+def infer_symbolic(nodes: Sequence[onnx.NodeProto], inputs: Mapping[str, Sequence[Any]],
+                   constants: Mapping[str, np.ndarray | onnx.TensorProto], opset: int,
+                   bounds: Mapping[str, tuple[int | None, int | None]] | None = None
+                   ) -> tuple[dict[str, SymValue], dict[str, E.Var]]:
+    """Shapes and small integer contents of every value of ``nodes`` (in topological order):
+    ``inputs`` maps graph inputs to their dimensions (ints, or variable names), ``constants``
+    holds initializers (``TensorProto`` values: only small integer ones are read) and any value
+    known outright. Returns the values and the variables
+    by name. ``bounds`` gives variables' ranges (default: non-negative)."""
+    names = sorted({d for dims in inputs.values() for d in dims if isinstance(d, str)})
+    variables = {n: E.Var(n, INDEX) for n in names}
+    bounds = dict(bounds or {})
+    inference = _Inference({variables[n]: bounds.get(n, (0, None)) for n in names})
+    for name, dims in inputs.items():
+        inference.values[name] = SymValue(tuple(variables[d] if isinstance(d, str) else
+                                                _imm(d) for d in dims))
+    for name, array in constants.items():
+        if isinstance(array, onnx.TensorProto):
+            small = array.data_type in _INT_TENSORS and len(array.dims) <= 1 and \
+                int(np.prod(array.dims)) <= CONTENT_LIMIT
+            if not small:  # the shape is enough: no copy of a weight
+                inference.values[name] = SymValue(tuple(_imm(d) for d in array.dims))
+                continue
+            from onnx import numpy_helper
+            array = numpy_helper.to_array(array)
+        inference.values[name] = inference.from_array(np.asarray(array))
+    inference.run(nodes, opset)
+    return inference.values, variables
+
+
+def uses_any_var(e: E.PrimExpr) -> bool:
+    """Whether an expression reads a variable."""
+    if isinstance(e, E.Var):
+        return True
+    return any(uses_any_var(c) for c in _children(e))
+
+
+def _children(e: E.PrimExpr) -> list[E.PrimExpr]:
+    if isinstance(e, E.BinaryOp):
+        return [e.a, e.b]
+    if isinstance(e, E.Not):
+        return [e.a]
+    if isinstance(e, E.Select):
+        return [e.condition, e.true_value, e.false_value]
+    if isinstance(e, E.Cast):
+        return [e.value]
+    return []
+
+
+def to_python(e: E.PrimExpr) -> str:
+    """An integer expression as Python source over the variables (by name in ``s``); raises
+    ``TypeError`` for a node it does not write."""
+    if isinstance(e, E.IntImm):
+        return str(int(e.value))
+    if isinstance(e, E.Var):
+        return f"s[{e.name!r}]"
+    ops = {E.Add: "+", E.Sub: "-", E.Mul: "*", E.FloorDiv: "//", E.FloorMod: "%",
+           E.EQ: "==", E.NE: "!=", E.LT: "<", E.LE: "<=", E.GT: ">", E.GE: ">="}
+    for cls, sym in ops.items():
+        if type(e) is cls:
+            return f"({to_python(e.a)} {sym} {to_python(e.b)})"
+    if isinstance(e, E.Min | E.Max):
+        return f"{'min' if isinstance(e, E.Min) else 'max'}({to_python(e.a)}, {to_python(e.b)})"
+    if isinstance(e, E.And | E.Or):
+        return f"({to_python(e.a)} {'and' if isinstance(e, E.And) else 'or'} {to_python(e.b)})"
+    if isinstance(e, E.Not):
+        return f"(not {to_python(e.a)})"
+    if isinstance(e, E.Select):
+        return (f"({to_python(e.true_value)} if {to_python(e.condition)} else "
+                f"{to_python(e.false_value)})")
+    if isinstance(e, E.Cast):
+        return f"int({to_python(e.value)})"
+    raise TypeError(f"no Python form for {type(e).__name__}")
+
+
+def contents_function(values: Mapping[str, tuple[tuple[E.PrimExpr, ...], np.dtype, tuple[int, ...]]]
+                      ) -> Callable[[Mapping[str, int]], dict[str, np.ndarray]]:
+    """One function that computes, from the variables' sizes, every value of ``values``
+    (name -> contents, dtype, shape): generated Python, one call per run."""
+    lines = ["def contents(s):", "    return {"]
+    constants: dict[str, Any] = {"np": np}
+    for i, (name, (contents, dtype, shape)) in enumerate(values.items()):
+        items = ", ".join(to_python(c) for c in contents)
+        constants[f"d{i}"] = np.dtype(dtype)
+        lines.append(f"        {name!r}: np.array([{items}], d{i}).reshape({tuple(shape)!r}),")
+    lines.append("    }")
+    scope: dict[str, Any] = dict(constants)
+    exec(compile("\n".join(lines), "<tessera shape contents>", "exec"), scope)  # noqa: S102
+    return scope["contents"]  # type: ignore[no-any-return]
