@@ -50,6 +50,7 @@ from tessera.frontend.onnx.symbolic_shapes import (
 )
 from tessera.ir.symbolic import InputSpec
 from tessera.runtime.module import Module
+from tessera.runtime.onnx_fast_ops import Unwritten, fast_op
 from tessera.runtime.profiler import BenchmarkResult
 
 __all__ = ["SegmentInfo", "SplitMismatch", "SplitModule", "plan_split", "widen_inputs"]
@@ -378,32 +379,44 @@ def _segment_model(proto: onnx.ModelProto, seg: _Segment, values: Mapping[str, n
 
 
 class _Evaluator:
-    """A dynamic segment's nodes run by ``onnx.reference``'s operator implementations, called
-    directly with their attributes bound once (its evaluator's own ``run`` checks and logs
-    around every node, which costs more than the small operations themselves). Nodes that
-    need a context or linked attributes (none in a segment, which holds no sub-graphs) go
-    through the operator's checked ``run``, as do operators that replace ``run`` itself."""
+    """A dynamic segment's nodes, each run by its direct numpy form
+    (:mod:`tessera.runtime.onnx_fast_ops`) where there is one, else by ``onnx.reference``'s
+    implementation called with its attributes bound once (the evaluator's own ``run`` checks
+    and logs around every node, which costs more than the small operations themselves).
+    Operators that need a context, linked attributes or replace ``run`` itself go through
+    their checked ``run``."""
 
     def __init__(self, model: onnx.ModelProto) -> None:
         from onnx.reference import ReferenceEvaluator
         from onnx.reference.op_run import OpRun
 
         evaluator = ReferenceEvaluator(model)
+        opset = next((int(o.version) for o in model.opset_import
+                      if o.domain in ("", "ai.onnx")), 17)
         self._inits = dict(evaluator.rt_inits_)
-        self._steps: list[tuple[Any, list[str], list[str], dict[str, Any] | None]] = []
-        for node in evaluator.rt_nodes_:
+        self._steps: list[tuple[Any, Any, list[str], list[str], dict[str, Any] | None]] = []
+        protos = [n for n in model.graph.node]
+        for node, proto in zip(evaluator.rt_nodes_, protos, strict=True):
             plain = type(node).run is OpRun.run and not (
                 node.need_context() or node.has_linked_attribute or node.has_subgraph)
             kwargs = ({a: getattr(node, a) for a in node.attributes_names_} if plain
                       else None)
-            self._steps.append((node, list(node.input), list(node.output), kwargs))
+            self._steps.append((fast_op(proto, opset), node, list(node.input),
+                                list(node.output), kwargs))
         self._outputs = [o.name for o in model.graph.output]
 
     def run(self, _names: None, feeds: Mapping[str, Any]) -> list[np.ndarray]:
         env: dict[str, Any] = {"": None, **self._inits, **feeds}
-        for node, ins, outs, kwargs in self._steps:
+        for fast, node, ins, outs, kwargs in self._steps:
             args = [env[x] for x in ins]
-            res = node._run(*args, **kwargs) if kwargs is not None else node.run(*args)
+            res: Any = None
+            if fast is not None:
+                try:
+                    res = fast(args)
+                except Unwritten:
+                    res = None
+            if res is None:
+                res = node._run(*args, **kwargs) if kwargs is not None else node.run(*args)
             for name, value in zip(outs, res):
                 env[name] = value if isinstance(value, np.ndarray) else np.asarray(value)
         return [env[o] for o in self._outputs]
