@@ -1,0 +1,114 @@
+"""The direct numpy forms of ONNX ops (split plans' dynamic segments) against onnx's reference
+implementation on random data, and the calls they hand back to it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+from onnx.reference import ReferenceEvaluator
+
+from tessera.runtime.onnx_fast_ops import Unwritten, fast_op
+
+RNG = np.random.default_rng(3)
+
+
+def _f(*shape: int) -> np.ndarray:
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def _i(*shape: int) -> np.ndarray:
+    return RNG.integers(-4, 5, shape).astype(np.int64)
+
+
+CASES: list[tuple[str, dict[str, object], list[np.ndarray]]] = [
+    ("Add", {}, [_f(2, 3, 4), _f(3, 1)]),
+    ("Sub", {}, [_i(2, 3), _i(3)]),
+    ("Mul", {}, [_f(1, 8, 4, 5), np.array(0.125, np.float32)]),
+    ("Div", {}, [_f(2, 3), _f(2, 3) + 3]),
+    ("MatMul", {}, [_f(1, 4, 1, 16), _f(1, 4, 16, 7)]),
+    ("MatMul", {}, [_f(3, 5), _f(2, 5, 4)]),
+    ("Equal", {}, [_i(2, 5), _i(1, 5)]),
+    ("Less", {}, [_f(4), _f(4)]),
+    ("LessOrEqual", {}, [_i(1, 1, 1, 6), _i(1, 1, 3, 1)]),
+    ("Greater", {}, [_i(3), _i(3)]),
+    ("GreaterOrEqual", {}, [_f(2, 2), _f(2, 1)]),
+    ("And", {}, [_i(2, 3) > 0, _i(3) > 0]),
+    ("Or", {}, [_i(2, 3) > 0, _i(2, 3) > 0]),
+    ("Not", {}, [_i(5) > 0]),
+    ("IsNaN", {}, [np.array([1.0, np.nan, -np.inf, 0.0], np.float32)]),
+    ("Neg", {}, [_f(3, 2)]),
+    ("Sqrt", {}, [np.abs(_f(6))]),
+    ("Exp", {}, [_f(6)]),
+    ("Identity", {}, [_i(2, 2)]),
+    ("Where", {}, [_i(1, 1, 1, 6) > 0, _f(1, 4, 1, 6), np.array([-1e9], np.float32)]),
+    ("Cast", {"to": TensorProto.FLOAT}, [_i(2, 3)]),
+    ("Cast", {"to": TensorProto.INT64}, [_i(2, 3) > 0]),
+    ("Cast", {"to": TensorProto.BOOL}, [_i(7)]),
+    ("Reshape", {}, [_f(1, 4, 2, 7, 16), np.array([1, 8, -1, 16], np.int64)]),
+    ("Reshape", {}, [_f(2, 3, 4), np.array([0, 12], np.int64)]),
+    ("Unsqueeze", {}, [_f(1, 4, 7, 16), np.array([2], np.int64)]),
+    ("Unsqueeze", {}, [_f(3), np.array([0, -1], np.int64)]),
+    ("Squeeze", {}, [_f(1, 3, 1, 2), np.array([0, 2], np.int64)]),
+    ("Expand", {}, [_f(1, 4, 1, 7, 16), np.array([1, 4, 2, 7, 16], np.int64)]),
+    ("Expand", {}, [_f(3, 1), np.array([2, 1, 6], np.int64)]),
+    ("Concat", {"axis": 2}, [_f(1, 4, 6, 16), _f(1, 4, 1, 16)]),
+    ("Concat", {"axis": -1}, [_i(2, 0), _i(2, 3)]),
+    ("Transpose", {"perm": [0, 1, 3, 2]}, [_f(1, 8, 7, 16)]),
+    ("Transpose", {}, [_f(2, 3, 4)]),
+    ("Softmax", {"axis": -1}, [_f(1, 8, 1, 9) * 10]),
+    ("Softmax", {"axis": 1}, [_f(2, 5, 3)]),
+    ("Flatten", {"axis": 2}, [_f(2, 3, 4, 5)]),
+    ("Flatten", {}, [_f(1, 9)]),
+    ("Gather", {"axis": 0}, [_f(16, 4), np.array([[3, -1]], np.int64)]),
+    ("Gather", {"axis": 1}, [_f(2, 5, 3), np.array(2, np.int64)]),
+    ("Range", {}, [np.array(2, np.int64), np.array(9, np.int64), np.array(3, np.int64)]),
+]
+
+
+def _reference(op: str, attrs: dict[str, object], args: list[np.ndarray]) -> list[np.ndarray]:
+    names = [f"i{k}" for k in range(len(args))]
+    node = helper.make_node(op, names, ["y"], **attrs)
+    graph = helper.make_graph(
+        [node], "g",
+        [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+         for n, a in zip(names, args)],
+        [helper.make_tensor_value_info("y", TensorProto.UNDEFINED, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return ReferenceEvaluator(model).run(None, dict(zip(names, args)))
+
+
+@pytest.mark.parametrize("case", range(len(CASES)),
+                         ids=[f"{op}-{i}" for i, (op, _, _) in enumerate(CASES)])
+def test_fast_form_matches_the_reference(case: int) -> None:
+    op, attrs, args = CASES[case]
+    node = helper.make_node(op, [f"i{k}" for k in range(len(args))], ["y"], **attrs)
+    form = fast_op(node, 17)
+    assert form is not None, f"{op} has no fast form"
+    (got,) = form(args)
+    (want,) = _reference(op, attrs, args)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
+def test_calls_that_need_the_reference_are_handed_back() -> None:
+    div = fast_op(helper.make_node("Div", ["a", "b"], ["y"]), 17)
+    with pytest.raises(Unwritten):  # integer division truncates in ONNX, floors in numpy
+        div([np.array([-7], np.int64), np.array([2], np.int64)])
+    cast = fast_op(helper.make_node("Cast", ["a"], ["y"], to=TensorProto.INT32), 17)
+    with pytest.raises(Unwritten):
+        cast([np.array([np.nan], np.float32)])
+    # forms that are not written: another domain, old opsets, attributes not read
+    assert fast_op(helper.make_node("Softmax", ["a"], ["y"]), 11) is None
+    assert fast_op(helper.make_node("Unsqueeze", ["a"], ["y"], axes=[0]), 11) is None
+    assert fast_op(helper.make_node("Reshape", ["a", "s"], ["y"], allowzero=1), 17) is None
+    assert fast_op(helper.make_node("Add", ["a", "b"], ["y"], domain="com.example"), 17) is None
+    assert fast_op(helper.make_node("Cast", ["a"], ["y"], to=TensorProto.BFLOAT16), 17) is None
+
+
+def test_views_are_never_written() -> None:
+    # Expand and Reshape return views of their input; the evaluator never writes an output
+    x = _f(1, 2, 1, 3)
+    (y,) = fast_op(helper.make_node("Expand", ["x", "s"], ["y"]), 17)(
+        [x, np.array([1, 2, 4, 3], np.int64)])
+    assert not y.flags.writeable and np.shares_memory(x, y)
