@@ -16,6 +16,7 @@ from tessera.errors import ArtifactError, CompileError, PluginCompileError, Tess
 from tessera.frontend.onnx.importer import ModelSource, check_onnx_model, import_onnx
 from tessera.frontend.onnx.importer import load_model as load_onnx
 from tessera.frontend.onnx.input_specs import model_input_specs
+from tessera.frontend.onnx.symbolic_shapes import model_relations, relations_check
 from tessera.ir.graph import Function
 from tessera.ir.symbolic import InputSpec, ShapeVars, check_bounds, is_static
 from tessera.ir.types import human_bytes
@@ -151,14 +152,18 @@ def _dynamic_module(proto: onnx.ModelProto, source: DynamicSource, shape_vars: S
 
     def splitter(arrays: dict[str, np.ndarray]) -> SplitModule:
         return plan_split(proto, shape_vars.inputs, source.symbolic, arrays, compile_segment,
-                          settings.freeze_inputs)
+                          settings.freeze_inputs, shape_vars.bounds)
 
+    relations = model_relations(proto, {s.name: list(s.dims) for s in shape_vars.inputs},
+                                settings.freeze_inputs,
+                                {v: (lo, hi) for v, (lo, hi) in shape_vars.bounds.items()})
     try:
         return DynamicModule(shape_vars, [o.name for o in proto.graph.output], specializer,
                              source.target, max_specializations=max_specializations,
                              exporter=lambda mod, path: export_dynamic(mod, source, path),
                              symbolic=source.symbolic,
-                             splitter=splitter if source.symbolic else None)
+                             splitter=splitter if source.symbolic else None,
+                             relations=relations_check(relations))
     except TesseraError as e:
         raise CompileError(str(e)) from None
 

@@ -279,3 +279,36 @@ def test_tuning_a_symbolic_model_asks_for_its_sizes() -> None:
         extract_tasks(_encoder(), "ref")
     assert extract_tasks(_encoder(), "ref", input_shapes={"x": [1, 4, D], "mask": [1, 4]}) \
         == []  # ref has no tunable kernels; the sizes given, the model compiles
+
+
+def test_relations_the_nodes_need_are_checked_before_compiling() -> None:
+    # x: [batch, n] + y: [batch, m] needs n == m or one of them 1, and concatenating x and
+    # z: [rows, 2] along axis 1 needs batch == rows
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "y"], ["s"]),
+         helper.make_node("Concat", ["x", "z"], ["c"], axis=1)],
+        "relations",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "n"]),
+         helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "m"]),
+         helper.make_tensor_value_info("z", TensorProto.FLOAT, ["rows", 2])],
+        [helper.make_tensor_value_info("s", TensorProto.FLOAT, ["batch", None]),
+         helper.make_tensor_value_info("c", TensorProto.FLOAT, ["batch", None])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    mod = tessera.compile(model, "ref")
+    rng = np.random.default_rng(0)
+
+    def run(b: int, n: int, m: int, rows: int) -> dict[str, np.ndarray]:
+        return mod.run(x=rng.standard_normal((b, n)).astype(np.float32),
+                       y=rng.standard_normal((b, m)).astype(np.float32),
+                       z=rng.standard_normal((rows, 2)).astype(np.float32))
+
+    assert run(2, 3, 3, 2)["s"].shape == (2, 3)
+    assert run(2, 3, 1, 2)["s"].shape == (2, 3)  # broadcasting
+    with pytest.raises(RunError, match=r"node 's' \(Add\): n and m must be equal or one of "
+                                       r"them 1 \(broadcasting\); here n = 3, m = 4"):
+        run(2, 3, 4, 2)
+    with pytest.raises(RunError, match=r"\(Concat\): batch and rows must be equal .*"
+                                       r"here batch = 2, rows = 5"):
+        run(2, 3, 3, 5)
+    assert mod.cache_info().compiles == 2  # the broken sizes compiled nothing
+    assert run(1, 2, 2, 1)["c"].shape == (1, 4)  # and the module keeps working

@@ -108,7 +108,8 @@ class DynamicModule:
                  specializer: Specializer, target: str, *,
                  max_specializations: int = DEFAULT_MAX_SPECIALIZATIONS,
                  exporter: Callable[[DynamicModule, Path], Path] | None = None,
-                 symbolic: Sequence[str] = (), splitter: Splitter | None = None) -> None:
+                 symbolic: Sequence[str] = (), splitter: Splitter | None = None,
+                 relations: Callable[[Mapping[str, int]], str | None] | None = None) -> None:
         if max_specializations < 1:
             raise TesseraError(f"max_specializations must be at least 1, got "
                                f"{max_specializations}")
@@ -121,6 +122,8 @@ class DynamicModule:
         #: variables not specialised on (the split plans leave them open)
         self.symbolic = tuple(v for v in shape_vars.variables if v in set(symbolic))
         self._splitter = splitter
+        #: the relations between sizes the model's nodes need (a message when one breaks)
+        self._relations = relations
         self._unsplit: dict[tuple[int, ...], str] = {}  # split keys that did not split: why
         self._split_fallbacks = 0
         self.shape_vars = shape_vars
@@ -258,6 +261,18 @@ class DynamicModule:
         future.set_result(module)
         return module
 
+    def _bind(self, arrays: Mapping[str, np.ndarray]) -> dict[str, int]:
+        """The variables' sizes in a call's arrays, every relation between them checked: the
+        inputs' own (a variable shared by two inputs, the bounds) and those the model's nodes
+        need (symbolic shape inference: :mod:`tessera.frontend.onnx.symbolic_shapes`)."""
+        sizes = self.shape_vars.bind(arrays)
+        if self._relations is not None:
+            broken = self._relations(sizes)
+            if broken is not None:
+                raise RunError(f"the inputs' sizes ({ShapeVars.text(sizes)}) do not fit the "
+                               f"model: {broken}")
+        return sizes
+
     def _run(self, arrays: Mapping[str, np.ndarray],
              output_names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
         """One call on checked arrays: its split plan's run, or its specialisation's."""
@@ -296,7 +311,7 @@ class DynamicModule:
         """The runner for a call's (checked) arrays; a failed compile is a :class:`RunError`
         naming the sizes."""
         if split and self.symbolic:
-            sizes = self.shape_vars.bind(arrays)
+            sizes = self._bind(arrays)
             runner = self._split_runner(arrays, sizes)
             if runner is not None:
                 return runner
@@ -308,7 +323,7 @@ class DynamicModule:
                 self._hits += 1
                 module = self._last = self._cache[seen][1]
                 return module
-        sizes = self.shape_vars.bind(arrays)
+        sizes = self._bind(arrays)
         try:
             module = self._module(sizes)
             with self._lock:

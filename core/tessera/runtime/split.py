@@ -320,7 +320,7 @@ def _fold_shapes(proto: onnx.ModelProto, nodes: Sequence[onnx.NodeProto],
     opset = next((int(o.version) for o in proto.opset_import if o.domain in ("", "ai.onnx")),
                  17)
     values, _ = infer_symbolic(nodes, dims, constants, opset,
-                               {v: tuple(b) for v, b in (bounds or {}).items()})
+                               {v: (b[0], b[1]) for v, b in (bounds or {}).items()})
     computed: dict[str, tuple[Any, np.dtype, tuple[int, ...]]] = {}
     folded: set[str] = set()
     for node in nodes:

@@ -28,10 +28,11 @@ import onnx
 from onnx import helper
 
 from tessera.tir import expr as E
-from tessera.tir.arith import Bounds
+from tessera.tir.arith import Bounds, struct_equal
 from tessera.tir.simplify import can_prove, simplify
 
-__all__ = ["SymValue", "contents_function", "infer_symbolic", "to_python", "uses_any_var"]
+__all__ = ["Relation", "SymValue", "contents_function", "infer_symbolic", "model_relations",
+           "relations_check", "to_python", "uses_any_var"]
 
 #: Integer tensors up to this many elements get their contents tracked.
 CONTENT_LIMIT = 64
@@ -55,6 +56,18 @@ class SymValue:
 UNKNOWN = SymValue(None)
 
 
+@dataclass(frozen=True)
+class Relation:
+    """Sizes a node needs to agree, where nothing proves they do: two broadcast dimensions
+    equal or one of them 1, a concatenation's other dimensions equal, a matrix product's inner
+    dimensions equal. ``condition`` holds for valid inputs; ``sizes`` are what an error shows."""
+
+    condition: E.PrimExpr
+    node: str
+    text: str
+    sizes: tuple[E.PrimExpr, ...]
+
+
 def _imm(v: int) -> E.PrimExpr:
     return E.IntImm(int(v), INDEX)
 
@@ -67,6 +80,20 @@ class _Inference:
     def __init__(self, bounds: Bounds) -> None:
         self.bounds = bounds
         self.values: dict[str, SymValue] = {}
+        self.relations: list[Relation] = []
+        self._seen: set[str] = set()
+        self.where = ""
+
+    def relate(self, condition: E.PrimExpr, text: str, *sizes: E.PrimExpr) -> None:
+        """Record that valid inputs satisfy ``condition`` (unless it is proved already)."""
+        condition = self.s(condition)
+        if self.proves(condition):
+            return
+        key = repr(condition)
+        if key in self._seen:
+            return
+        self._seen.add(key)
+        self.relations.append(Relation(condition, self.where, text, sizes))
 
     # -- helpers ------------------------------------------------------------------------------
     def s(self, e: E.PrimExpr) -> E.PrimExpr:
@@ -109,6 +136,9 @@ class _Inference:
                     dim = d
                 elif not self.proves(E.eq(dim, d)):
                     # valid inputs: equal, or one of them 1
+                    self.relate(E.any_of(E.eq(dim, d), E.eq(dim, _imm(1)), E.eq(d, _imm(1))),
+                                f"{dim} and {d} must be equal or one of them 1 (broadcasting)",
+                                dim, d)
                     dim = self.s(E.select(E.eq(dim, _imm(1)), d, dim))
             out.append(dim)
         return tuple(out)
@@ -132,6 +162,7 @@ class _Inference:
     # -- the graph ----------------------------------------------------------------------------
     def run(self, nodes: Sequence[onnx.NodeProto], opset: int) -> None:
         for node in nodes:
+            self.where = f"{node.name or node.output[0]!r} ({node.op_type})"
             try:
                 outs = self.node(node, opset)
             except (TypeError, ValueError, IndexError, ZeroDivisionError):
@@ -210,6 +241,12 @@ class _Inference:
                 return None
             rank = len(shapes[0])  # type: ignore[arg-type]
             axis = attrs["axis"] + rank if attrs["axis"] < 0 else attrs["axis"]
+            for other in shapes[1:]:
+                for i in range(min(rank, len(other))):  # type: ignore[arg-type]
+                    a, b = shapes[0][i], other[i]  # type: ignore[index]
+                    if i != axis:
+                        self.relate(E.eq(a, b), f"{a} and {b} must be equal (dimension {i} "
+                                    f"of the inputs concatenated along {axis})", a, b)
             total = _imm(0)
             for s in shapes:
                 total = total + s[axis]  # type: ignore[index]
@@ -258,6 +295,8 @@ class _Inference:
             a, b = ins[0].shape, ins[1].shape
             if a is None or b is None or len(a) < 2 or len(b) < 2:
                 return None
+            self.relate(E.eq(a[-1], b[-2]), f"{a[-1]} and {b[-2]} must be equal (the "
+                        f"product's inner dimension)", a[-1], b[-2])
             batch = self.broadcast([a[:-2], b[:-2]])
             return [SymValue((*batch, a[-2], b[-1]))]  # type: ignore[misc]
         if op == "Flatten":
@@ -356,15 +395,37 @@ class _Inference:
         if dims.count(None) > 1:
             return UNKNOWN
         if None in dims:
-            total: E.PrimExpr = _imm(1)
-            for d in x.shape:
-                total = total * d
-            known: E.PrimExpr = _imm(1)
-            for d in dims:
-                if d is not None:
-                    known = known * d
-            dims[dims.index(None)] = self.s(E.FloorDiv(total, known))
+            dims[dims.index(None)] = self._quotient(list(x.shape),
+                                                    [d for d in dims if d is not None])
         return SymValue(tuple(dims), x.contents if len(dims) <= 1 else None)  # type: ignore
+
+    def _quotient(self, numerator: list[E.PrimExpr], denominator: list[E.PrimExpr]
+                  ) -> E.PrimExpr:
+        """``prod(numerator) // prod(denominator)``, the factors both share cancelled first
+        (a ``Reshape``'s -1: ``[1, seq, 64] -> [1, seq, -1, 16]`` gives 4, not
+        ``(seq * 64) // (seq * 16)``)."""
+        num = [self.s(d) for d in numerator]
+        den = [self.s(d) for d in denominator]
+        for d in list(den):
+            match = next((i for i, n in enumerate(num) if struct_equal(n, d)), None)
+            if match is not None and _const_value(d) is None:
+                del num[match]
+                den.remove(d)
+        num_const = int(np.prod([_const_value(n) for n in num if _const_value(n) is not None],
+                                dtype=np.int64))
+        den_const = int(np.prod([_const_value(d) for d in den if _const_value(d) is not None],
+                                dtype=np.int64))
+        num_syms = [n for n in num if _const_value(n) is None]
+        den_syms = [d for d in den if _const_value(d) is None]
+        if den_const and num_const % den_const == 0:
+            num_const, den_const = num_const // den_const, 1
+        top: E.PrimExpr = _imm(num_const)
+        for n in num_syms:
+            top = top * n
+        bottom: E.PrimExpr = _imm(den_const)
+        for d in den_syms:
+            bottom = bottom * d
+        return self.s(top if _const_value(bottom) == 1 else E.FloorDiv(top, bottom))
 
     def _slice(self, node: onnx.NodeProto, ins: list[SymValue]) -> SymValue:
         data = ins[0]
@@ -462,13 +523,15 @@ _REDUCE = {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "R
 
 def infer_symbolic(nodes: Sequence[onnx.NodeProto], inputs: Mapping[str, Sequence[Any]],
                    constants: Mapping[str, np.ndarray | onnx.TensorProto], opset: int,
-                   bounds: Mapping[str, tuple[int | None, int | None]] | None = None
+                   bounds: Mapping[str, tuple[int | None, int | None]] | None = None,
+                   relations: list[Relation] | None = None
                    ) -> tuple[dict[str, SymValue], dict[str, E.Var]]:
     """Shapes and small integer contents of every value of ``nodes`` (in topological order):
     ``inputs`` maps graph inputs to their dimensions (ints, or variable names), ``constants``
     holds initializers (``TensorProto`` values: only small integer ones are read) and any value
     known outright. Returns the values and the variables
-    by name. ``bounds`` gives variables' ranges (default: non-negative)."""
+    by name. ``bounds`` gives variables' ranges (default: non-negative). The relations between
+    sizes that valid inputs satisfy and nothing proves are appended to ``relations``."""
     names = sorted({d for dims in inputs.values() for d in dims if isinstance(d, str)})
     variables = {n: E.Var(n, INDEX) for n in names}
     bounds = dict(bounds or {})
@@ -487,6 +550,8 @@ def infer_symbolic(nodes: Sequence[onnx.NodeProto], inputs: Mapping[str, Sequenc
             array = numpy_helper.to_array(array)
         inference.values[name] = inference.from_array(np.asarray(array))
     inference.run(nodes, opset)
+    if relations is not None:
+        relations.extend(inference.relations)
     return inference.values, variables
 
 
@@ -549,3 +614,53 @@ def contents_function(values: Mapping[str, tuple[tuple[E.PrimExpr, ...], np.dtyp
     scope: dict[str, Any] = dict(constants)
     exec(compile("\n".join(lines), "<tessera shape contents>", "exec"), scope)  # noqa: S102
     return scope["contents"]  # type: ignore[no-any-return]
+
+
+def model_relations(proto: onnx.ModelProto, inputs: Mapping[str, Sequence[Any]],
+                    frozen: Mapping[str, np.ndarray] | None = None,
+                    bounds: Mapping[str, tuple[int | None, int | None]] | None = None
+                    ) -> list[Relation]:
+    """The relations between the inputs' sizes that ``proto``'s nodes need and nothing proves
+    (``inputs``: each graph input's dimensions, ints or variable names)."""
+    from tessera.frontend.onnx.importer import _sorted_nodes
+
+    constants: dict[str, Any] = {t.name: t for t in proto.graph.initializer}
+    constants.update(frozen or {})
+    opset = next((int(o.version) for o in proto.opset_import if o.domain in ("", "ai.onnx")),
+                 17)
+    relations: list[Relation] = []
+    infer_symbolic(_sorted_nodes(proto.graph), inputs, constants, opset, bounds, relations)
+    return relations
+
+
+def relations_check(relations: Sequence[Relation]
+                    ) -> Callable[[Mapping[str, int]], str | None] | None:
+    """One function of the variables' sizes that returns None when every relation holds, else
+    a message naming the first broken one (its node, what it needs, the sizes it got); None
+    when there is nothing to check. Relations it cannot write are left out."""
+    usable = []
+    for r in relations:
+        try:
+            usable.append((r, to_python(r.condition)))
+        except TypeError:
+            continue
+    if not usable:
+        return None
+    lines = ["def check(s):"]
+    for i, (_, src) in enumerate(usable):
+        lines.append(f"    if not {src}:")
+        lines.append(f"        return {i}")
+    lines.append("    return None")
+    scope: dict[str, Any] = {}
+    exec(compile("\n".join(lines), "<tessera size relations>", "exec"), scope)  # noqa: S102
+    check = scope["check"]
+
+    def run(sizes: Mapping[str, int]) -> str | None:
+        broken = check(sizes)
+        if broken is None:
+            return None
+        relation = usable[broken][0]
+        got = ", ".join(f"{e} = {eval(to_python(e), {'s': sizes})}"  # noqa: S307
+                        for e in relation.sizes if uses_any_var(e))
+        return f"node {relation.node}: {relation.text}; here {got}"
+    return run
