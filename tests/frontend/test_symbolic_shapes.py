@@ -68,6 +68,38 @@ CASES: dict[str, tuple[list[onnx.NodeProto], list[onnx.TensorProto], list[str]]]
         [_i64("zero", [0]), _i64("one", [1]), _i64("big", [100]), _i64("minus2", [-2]),
          _i64("three", [3])],
         ["tail", "xs", "xss", "mn", "mx"]),
+    "slice_with_steps": (
+        [_node("Shape", ["x"], "s"), _node("Slice", ["x", "zero", "big", "one", "two"], "even"),
+         _node("Slice", ["x", "minus1", "lowest", "one", "minus1"], "rev"),
+         _node("Slice", ["s", "minus1", "lowest", "zero", "minus2"], "srev"),
+         _node("Slice", ["x", "one", "big", "zero", "three"], "third")],
+        [_i64("zero", [0]), _i64("one", [1]), _i64("two", [2]), _i64("three", [3]),
+         _i64("big", [100]), _i64("minus1", [-1]), _i64("minus2", [-2]),
+         _i64("lowest", [-(2**62)])],
+        ["even", "rev", "srev", "third"]),
+    "conv_pool_gemm_pad_split": (
+        [_node("Unsqueeze", ["x", "one"], "img"),
+         _node("Conv", ["img", "w"], "c", pads=[1, 0, 0, 1], strides=[2, 1]),
+         _node("MaxPool", ["c"], "p", kernel_shape=[1, 2], strides=[1, 2], ceil_mode=1),
+         _node("AveragePool", ["img"], "ap", kernel_shape=[1, 3], auto_pad="SAME_UPPER",
+               strides=[1, 2]),
+         _node("GlobalAveragePool", ["c"], "g"),
+         _node("Flatten", ["g"], "gf"), _node("Gemm", ["gf", "wg"], "y", transB=1),
+         _node("Pad", ["x", "pads"], "xp"),
+         helper.make_node("Split", ["x", "parts"], ["s0", "s1"], axis=2),
+         _node("LayerNormalization", ["x", "gamma"], "ln", axis=-1)],
+        [_i64("one", [1]), _i64("parts", [1, 3]), numpy_helper.from_array(np.ones((3, 1, 2, 2), np.float32), "w"),
+         numpy_helper.from_array(np.ones((5, 3), np.float32), "wg"),
+         _i64("pads", [0, 1, 0, 2, 0, 1]),
+         numpy_helper.from_array(np.ones(4, np.float32), "gamma")],
+        ["c", "p", "ap", "g", "y", "xp", "s0", "s1", "ln"]),
+    "resize_and_gather_nd": (
+        [_node("Resize", ["x", "", "scales"], "up", mode="nearest"),
+         _node("Resize", ["x", "", "", "sizes"], "fixed"),
+         _node("GatherND", ["x", "idx"], "gn")],
+        [numpy_helper.from_array(np.array([1.0, 2.0, 0.5], np.float32), "scales"),
+         _i64("sizes", [2, 3, 5]), numpy_helper.from_array(np.zeros((2, 1), np.int64), "idx")],
+        ["up", "fixed", "gn"]),
     "transpose_matmul_flatten_expand": (
         [_node("Transpose", ["x"], "xt", perm=[0, 2, 1]), _node("MatMul", ["x", "xt"], "g"),
          _node("Flatten", ["g"], "f", axis=1), _node("Shape", ["f"], "fs"),
@@ -137,7 +169,7 @@ def test_exporter_shape_arithmetic_becomes_expressions() -> None:
 
 def test_unknown_ops_and_data_dependent_values_stay_unknown() -> None:
     nodes = [_node("NonZero", ["m"], "nz"), _node("Shape", ["nz"], "s"),
-             _node("Reshape", ["x", "m1"], "y"), _node("ArgMax", ["m"], "am")]
+             _node("Reshape", ["x", "m1"], "y"), _node("Unique", ["m"], "am")]
     values, _ = infer_symbolic(nodes, {"x": ["a", "b", 4], "m": [1, "c"], "m1": [2]}, {}, 17)
     assert values["nz"].shape is None and values["s"].contents is None
     assert values["y"].shape is None  # the target is a run-time tensor

@@ -81,6 +81,8 @@ class _Inference:
         self.bounds = bounds
         self.values: dict[str, SymValue] = {}
         self.relations: list[Relation] = []
+        #: small float constants (Resize's scales)
+        self.floats: dict[str, np.ndarray] = {}
         self._seen: set[str] = set()
         self.where = ""
 
@@ -163,6 +165,11 @@ class _Inference:
     def run(self, nodes: Sequence[onnx.NodeProto], opset: int) -> None:
         for node in nodes:
             self.where = f"{node.name or node.output[0]!r} ({node.op_type})"
+            if node.op_type == "Constant" and node.output:
+                for a in node.attribute:
+                    if a.name == "value" and a.t.data_type in _FLOAT_TENSORS:
+                        from onnx import numpy_helper
+                        self.floats[node.output[0]] = numpy_helper.to_array(a.t)
             try:
                 outs = self.node(node, opset)
             except (TypeError, ValueError, IndexError, ZeroDivisionError):
@@ -315,7 +322,174 @@ class _Inference:
             return [self._slice(node, ins)]
         if op in _REDUCE:
             return [self._reduce(node, ins[0], attrs, opset)]
+        if op in _SAME_SHAPE_MULTI:  # normalisations: the first output has the input's shape
+            return [SymValue(ins[0].shape)] + [UNKNOWN] * (len(node.output) - 1)
+        if op in ("ArgMax", "ArgMin"):
+            return [self._reduce_axes(ins[0], [attrs.get("axis", 0)],
+                                      attrs.get("keepdims", 1))]
+        if op in ("Conv", "MaxPool", "AveragePool", "LpPool"):
+            return [self._window(op, ins, attrs)] + [UNKNOWN] * (len(node.output) - 1)
+        if op in ("GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"):
+            shape = ins[0].shape
+            if shape is None:
+                return None
+            return [SymValue((*shape[:2], *[_imm(1)] * (len(shape) - 2)))]
+        if op == "Gemm":
+            a, b = ins[0].shape, ins[1].shape
+            if a is None or b is None:
+                return None
+            m = a[1] if attrs.get("transA", 0) else a[0]
+            n = b[0] if attrs.get("transB", 0) else b[1]
+            return [SymValue((m, n))]
+        if op == "Pad":
+            return [self._pad(node, ins, attrs, opset)]
+        if op == "Split":
+            return self._split(node, ins, attrs, opset)
+        if op == "Resize":
+            return [self._resize(node, ins, attrs)]
+        if op == "GatherND":
+            data, idx = ins[0].shape, ins[1].shape
+            batch = attrs.get("batch_dims", 0)
+            if data is None or idx is None or _const_value(idx[-1]) is None:
+                return None
+            depth = _const_value(idx[-1])
+            return [SymValue((*idx[:-1], *data[batch + depth:]))]  # type: ignore[operator]
+        if op == "Tile":
+            reps = ins[1].contents
+            shape = ins[0].shape
+            if reps is None or shape is None or len(reps) != len(shape):
+                return None
+            return [SymValue(tuple(self.s(d * r) for d, r in zip(shape, reps)))]
         return None
+
+    def _resize(self, node: onnx.NodeProto, ins: list[SymValue],
+                attrs: Mapping[str, Any]) -> SymValue:
+        """``sizes`` when given, else ``floor(in * scale)`` per axis (scales that are exact
+        small fractions)."""
+        x = ins[0].shape
+        if x is None:
+            return UNKNOWN
+        axes = attrs.get("axes", list(range(len(x))))
+        axes = [a + len(x) if a < 0 else a for a in axes]
+        dims = list(x)
+        if len(node.input) > 3 and node.input[3]:
+            sizes = ins[3].contents
+            if sizes is None or len(sizes) != len(axes):
+                return UNKNOWN
+            for a, size in zip(axes, sizes):
+                dims[a] = size
+            return SymValue(tuple(dims))
+        scales = self.floats.get(node.input[2]) if len(node.input) > 2 else None
+        if scales is None or scales.size != len(axes):
+            return UNKNOWN
+        from fractions import Fraction
+        for a, scale in zip(axes, scales.reshape(-1).tolist()):
+            frac = Fraction(scale).limit_denominator(64)
+            if float(frac) != scale or frac <= 0:
+                return UNKNOWN
+            dims[a] = self.s(E.FloorDiv(dims[a] * _imm(frac.numerator),
+                                        _imm(frac.denominator)))
+        return SymValue(tuple(dims))
+
+    def _reduce_axes(self, x: SymValue, axes: Sequence[int], keep: int) -> SymValue:
+        if x.shape is None:
+            return UNKNOWN
+        rank = len(x.shape)
+        norm = {a + rank if a < 0 else a for a in axes}
+        return SymValue(tuple(_imm(1) if i in norm else d for i, d in enumerate(x.shape)
+                              if keep or i not in norm))
+
+    def _window(self, op: str, ins: list[SymValue], attrs: Mapping[str, Any]) -> SymValue:
+        """Convolutions and pools: ``floor((in + pads - dilation * (k - 1) - 1) / stride) + 1``
+        per spatial axis (``ceil`` with ``ceil_mode``; ``SAME_*``: ``ceil(in / stride)``)."""
+        x = ins[0].shape
+        if x is None:
+            return UNKNOWN
+        spatial = len(x) - 2
+        if op == "Conv":
+            w = ins[1].shape
+            if w is None:
+                return UNKNOWN
+            kernel = list(attrs.get("kernel_shape", w[2:]))
+            channels = w[0]
+        else:
+            kernel = list(attrs["kernel_shape"])
+            channels = x[1]
+        kernel = [k if isinstance(k, E.PrimExpr) else _imm(k) for k in kernel]
+        strides = attrs.get("strides", [1] * spatial)
+        dilations = attrs.get("dilations", [1] * spatial)
+        pads = attrs.get("pads", [0] * (2 * spatial))
+        auto = attrs.get("auto_pad", b"NOTSET")
+        auto = auto.decode() if isinstance(auto, bytes) else auto
+        ceil_mode = attrs.get("ceil_mode", 0)
+        out = [x[0], channels]
+        for i in range(spatial):
+            size, stride = x[2 + i], strides[i]
+            if auto in ("SAME_UPPER", "SAME_LOWER"):
+                out.append(self.s(E.FloorDiv(size + _imm(stride - 1), _imm(stride))))
+                continue
+            if auto == "VALID":
+                pad = 0
+            else:
+                pad = pads[i] + pads[i + spatial]
+            span = size + _imm(pad) - _imm(dilations[i]) * (kernel[i] - _imm(1)) - _imm(1)
+            if not ceil_mode:
+                out.append(self.s(E.FloorDiv(span, _imm(stride)) + _imm(1)))
+                continue
+            n = E.FloorDiv(span + _imm(stride - 1), _imm(stride)) + _imm(1)
+            # the last window must start within the input or its leading padding
+            begin = 0 if auto == "VALID" else pads[i]
+            out.append(self.s(n - E.select((n - _imm(1)) * _imm(stride) >= size + _imm(begin),
+                                           _imm(1), _imm(0))))
+        return SymValue(tuple(out))
+
+    def _pad(self, node: onnx.NodeProto, ins: list[SymValue], attrs: Mapping[str, Any],
+             opset: int) -> SymValue:
+        x = ins[0].shape
+        if x is None:
+            return UNKNOWN
+        rank = len(x)
+        if opset < 11:
+            pads: Sequence[E.PrimExpr] | None = tuple(_imm(p) for p in attrs.get("pads", ()))
+        else:
+            pads = ins[1].contents if len(ins) > 1 else None
+        if pads is None:
+            return UNKNOWN
+        axes = list(range(rank))
+        if len(node.input) > 3 and node.input[3]:
+            got = self.ints(node.input[3])
+            if got is None:
+                return UNKNOWN
+            axes = [a + rank if a < 0 else a for a in got]
+        if len(pads) != 2 * len(axes):
+            return UNKNOWN
+        dims = list(x)
+        for k, axis in enumerate(axes):
+            dims[axis] = self.s(dims[axis] + pads[k] + pads[k + len(axes)])
+        return SymValue(tuple(dims))
+
+    def _split(self, node: onnx.NodeProto, ins: list[SymValue], attrs: Mapping[str, Any],
+               opset: int) -> list[SymValue] | None:
+        x = ins[0].shape
+        if x is None:
+            return None
+        rank = len(x)
+        axis = attrs.get("axis", 0)
+        axis = axis + rank if axis < 0 else axis
+        parts: Sequence[E.PrimExpr] | None
+        if opset >= 13 and len(node.input) > 1 and node.input[1]:
+            parts = ins[1].contents
+        elif "split" in attrs:
+            parts = tuple(_imm(p) for p in attrs["split"])
+        else:
+            n = attrs.get("num_outputs", len(node.output))
+            size = x[axis]
+            chunk = self.s(E.FloorDiv(size + _imm(n - 1), _imm(n)))
+            parts = tuple([chunk] * (n - 1) + [self.s(size - chunk * _imm(n - 1))])
+        if parts is None or len(parts) != len(node.output):
+            return None
+        return [SymValue(tuple(p if i == axis else d for i, d in enumerate(x)))
+                for p in parts]
 
     def _int_cast(self, node: onnx.NodeProto, attrs: Mapping[str, Any],
                   ins: list[SymValue]) -> bool:
@@ -438,27 +612,37 @@ class _Inference:
             list(range(len(starts or ())))
         steps = self.ints(node.input[4]) if len(node.input) > 4 and node.input[4] else \
             [1] * len(axes or ())
-        if starts is None or ends is None or axes is None or steps is None or \
-                any(s != 1 for s in steps):
+        if starts is None or ends is None or axes is None or steps is None or 0 in steps:
             return UNKNOWN
         dims = list(data.shape)
-        lo_hi: dict[int, tuple[E.PrimExpr, E.PrimExpr]] = {}
-        for start, end, axis in zip(starts, ends, axes):
+        ranges: dict[int, tuple[E.PrimExpr, E.PrimExpr, int]] = {}
+        for start, end, axis, step in zip(starts, ends, axes, steps):
             axis = axis + rank if axis < 0 else axis
             dim = dims[axis]
 
-            def clamp(v: E.PrimExpr, d: E.PrimExpr = dim) -> E.PrimExpr:
+            def clamp(v: E.PrimExpr, lo: E.PrimExpr, hi: E.PrimExpr,
+                      d: E.PrimExpr = dim) -> E.PrimExpr:
                 v = E.select(v < _imm(0), v + d, v)
-                return E.min_(E.max_(v, _imm(0)), d)
+                return E.min_(E.max_(v, lo), hi)
 
-            lo, hi = self.s(clamp(start)), self.s(clamp(end))
-            lo_hi[axis] = (lo, hi)
-            dims[axis] = self.s(E.max_(hi - lo, _imm(0)))
+            if step > 0:
+                first, last = (self.s(clamp(v, _imm(0), dim)) for v in (start, end))
+                span = last - first
+            else:  # backwards: from start down to (not including) end
+                first, last = (self.s(clamp(v, _imm(-1), dim - _imm(1)))
+                               for v in (start, end))
+                span = first - last
+            size = abs(step)
+            ranges[axis] = (first, last, step)
+            dims[axis] = self.s(E.max_(E.FloorDiv(span + _imm(size - 1), _imm(size)),
+                                       _imm(0)))
         contents = None
-        if rank == 1 and data.contents is not None and 0 in lo_hi:
-            lo, hi = (_const_value(x) for x in lo_hi[0])
-            if lo is not None and hi is not None:
-                contents = data.contents[lo:hi]
+        if rank == 1 and data.contents is not None and 0 in ranges:
+            first_c, last_c = (_const_value(x) for x in ranges[0][:2])
+            if first_c is not None and last_c is not None:
+                step = ranges[0][2]
+                stop = None if step < 0 and last_c < 0 else last_c
+                contents = data.contents[first_c:stop:step]
         return SymValue(tuple(dims), contents)
 
     def _reduce(self, node: onnx.NodeProto, x: SymValue, attrs: Mapping[str, Any],
@@ -514,6 +698,15 @@ _BINARY: dict[str, Callable[[E.PrimExpr, E.PrimExpr], E.PrimExpr] | None] = {
     "Pow": None, "Mod": None, "BitShift": None, "PRelu": None,
 }
 
+#: ops whose first output has the first input's shape (the others are left unknown)
+_SAME_SHAPE_MULTI = {"LayerNormalization", "BatchNormalization", "InstanceNormalization",
+                     "GroupNormalization", "Clip", "CumSum", "LpNormalization",
+                     "MeanVarianceNormalization", "SimplifiedLayerNormalization",
+                     "ThresholdedRelu", "Selu", "Celu", "Mish", "Shrink", "Hardmax",
+                     "QuantizeLinear", "DequantizeLinear"}
+
+_FLOAT_TENSORS = {onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16}
+
 _INT_TENSORS = {onnx.TensorProto.INT64, onnx.TensorProto.INT32, onnx.TensorProto.INT16,
                 onnx.TensorProto.INT8, onnx.TensorProto.UINT8, onnx.TensorProto.BOOL}
 
@@ -543,6 +736,9 @@ def infer_symbolic(nodes: Sequence[onnx.NodeProto], inputs: Mapping[str, Sequenc
         if isinstance(array, onnx.TensorProto):
             small = array.data_type in _INT_TENSORS and len(array.dims) <= 1 and \
                 int(np.prod(array.dims)) <= CONTENT_LIMIT
+            if array.data_type in _FLOAT_TENSORS and int(np.prod(array.dims)) <= CONTENT_LIMIT:
+                from onnx import numpy_helper
+                inference.floats[name] = numpy_helper.to_array(array)
             if not small:  # the shape is enough: no copy of a weight
                 inference.values[name] = SymValue(tuple(_imm(d) for d in array.dims))
                 continue
