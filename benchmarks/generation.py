@@ -40,6 +40,49 @@ def export(size: str) -> Path:
     return Path(proc.stdout.strip().splitlines()[-1])
 
 
+def measure(size: str, args: argparse.Namespace) -> None:
+    """One decoder's row: compile, the plans, per-token medians in alternating rounds."""
+    import onnx
+
+    import tessera
+    from tessera.testing import kv_decoder
+
+    shape = kv_decoder.DecoderShape.of(kv_decoder.CONFIGS[size])
+    path = export(size)
+    sess = ort_session(onnx.load(str(path)), args.threads)
+    start = time.perf_counter()
+    mod = tessera.compile(str(path), args.target, symbolic_dims=["past", "total"])
+    compiled = time.perf_counter() - start
+
+    def generate(run, times: list[float]) -> list[int]:
+        return kv_decoder.greedy(run, PROMPT, args.tokens, shape,
+                                 on_step=lambda _t, s: times.append(s))
+
+    def ours(f):
+        return list(mod.run(f).values())
+
+    def theirs(f):
+        return sess.run(None, f)
+
+    first: list[float] = []
+    our_tokens = generate(ours, first)
+    plans = first[0] + first[1]  # the prompt's plan, then the one-token steps' plan
+    tessera_ms, ort_ms = [], []
+    their_tokens: list[int] = []
+    for _ in range(args.rounds):  # alternate, so drift hits both alike
+        times: list[float] = []
+        generate(ours, times)
+        tessera_ms.append(statistics.median(times[1:]) * 1e3)
+        times = []
+        their_tokens = generate(theirs, times)
+        ort_ms.append(statistics.median(times[1:]) * 1e3)
+    t, o = min(tessera_ms), min(ort_ms)
+    print(f"{size:<10} {compiled:9.2f} {plans:8.2f} {t:10.3f} {o:8.3f} {t / o:6.2f}  "
+          f"{'same' if our_tokens == their_tokens else 'DIFFERENT'}", flush=True)
+    for sizes, plan in mod.split_plans():
+        print(f"{'':<10} plan for {sizes}: {plan.describe()}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="small,realistic")
@@ -49,44 +92,13 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     limit_threads(args.threads)
-    import onnx
-
-    import tessera
-    from tessera.testing import kv_decoder
-
     print(f"machine: {cpu_name()}, {os.cpu_count()} CPUs; target {args.target}; "
           f"{args.threads} threads for Tessera and onnxruntime; {args.tokens} tokens after a "
           f"{len(PROMPT)}-token prompt")
     print(f"{'decoder':<10} {'compile s':>9} {'plans s':>8} {'tessera ms':>10} {'ort ms':>8} "
           f"{'ratio':>6}  tokens")
     for size in args.sizes.split(","):
-        shape = kv_decoder.DecoderShape.of(kv_decoder.CONFIGS[size])
-        path = export(size)
-        sess = ort_session(onnx.load(str(path)), args.threads)
-        start = time.perf_counter()
-        mod = tessera.compile(str(path), args.target, symbolic_dims=["past", "total"])
-        compiled = time.perf_counter() - start
-
-        def generate(run, times: list[float]) -> list[int]:
-            return kv_decoder.greedy(run, PROMPT, args.tokens, shape,
-                                     on_step=lambda _t, s: times.append(s))
-
-        first: list[float] = []
-        ours = generate(lambda f: list(mod.run(f).values()), first)
-        plans = first[0] + first[1]  # the prompt's plan, then the one-token steps' plan
-        tessera_ms, ort_ms = [], []
-        for _ in range(args.rounds):  # alternate, so drift hits both alike
-            times: list[float] = []
-            generate(lambda f: list(mod.run(f).values()), times)
-            tessera_ms.append(statistics.median(times[1:]) * 1e3)
-            times = []
-            theirs = generate(lambda f: sess.run(None, f), times)
-            ort_ms.append(statistics.median(times[1:]) * 1e3)
-        t, o = min(tessera_ms), min(ort_ms)
-        print(f"{size:<10} {compiled:9.2f} {plans:8.2f} {t:10.3f} {o:8.3f} {t / o:6.2f}  "
-              f"{'same' if ours == theirs else 'DIFFERENT'}", flush=True)
-        for sizes, plan in mod.split_plans():
-            print(f"{'':<10} plan for {sizes}: {plan.describe()}")
+        measure(size, args)
     return 0
 
 

@@ -16,7 +16,8 @@ from tessera.errors import ArtifactError, CompileError, PluginCompileError, Tess
 from tessera.frontend.onnx.importer import ModelSource, check_onnx_model, import_onnx
 from tessera.frontend.onnx.importer import load_model as load_onnx
 from tessera.frontend.onnx.input_specs import model_input_specs
-from tessera.frontend.onnx.symbolic_shapes import model_relations, relations_check
+from tessera.frontend.onnx.symbolic_eval import relations_check
+from tessera.frontend.onnx.symbolic_shapes import model_symbolic
 from tessera.ir.graph import Function
 from tessera.ir.symbolic import InputSpec, ShapeVars, check_bounds, is_static
 from tessera.ir.types import human_bytes
@@ -37,6 +38,7 @@ from tessera.runtime.module import Module
 from tessera.runtime.partitioned import PartitionedModel
 from tessera.runtime.planner import plan_module
 from tessera.runtime.split import SplitModule, plan_split
+from tessera.tir.expr import IntImm
 
 FALLBACK_BACKEND = "ref"
 
@@ -154,18 +156,28 @@ def _dynamic_module(proto: onnx.ModelProto, source: DynamicSource, shape_vars: S
         return plan_split(proto, shape_vars.inputs, source.symbolic, arrays, compile_segment,
                           settings.freeze_inputs, shape_vars.bounds)
 
-    relations = model_relations(proto, {s.name: list(s.dims) for s in shape_vars.inputs},
-                                settings.freeze_inputs,
-                                {v: (lo, hi) for v, (lo, hi) in shape_vars.bounds.items()})
+    values, relations = model_symbolic(
+        proto, {s.name: list(s.dims) for s in shape_vars.inputs}, settings.freeze_inputs,
+        {v: (lo, hi) for v, (lo, hi) in shape_vars.bounds.items()})
+    outputs = {o.name: _symbolic_dims(values[o.name].shape) if o.name in values else None
+               for o in proto.graph.output}
     try:
-        return DynamicModule(shape_vars, [o.name for o in proto.graph.output], specializer,
+        return DynamicModule(shape_vars, list(outputs), specializer,
                              source.target, max_specializations=max_specializations,
                              exporter=lambda mod, path: export_dynamic(mod, source, path),
                              symbolic=source.symbolic,
                              splitter=splitter if source.symbolic else None,
-                             relations=relations_check(relations))
+                             relations=relations_check(relations), output_shapes=outputs)
     except TesseraError as e:
         raise CompileError(str(e)) from None
+
+
+def _symbolic_dims(shape: tuple[Any, ...] | None) -> tuple[int | str, ...] | None:
+    """An inferred shape for people: sizes as ints, expressions as text (``past + seq``)."""
+    if shape is None:
+        return None
+    return tuple(d.value if isinstance(d, IntImm) else str(d).removeprefix("(")
+                 .removesuffix(")") for d in shape)
 
 
 def partition_model(model: ModelSource | Function, target: str | None = "auto",

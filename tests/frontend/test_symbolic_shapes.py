@@ -10,12 +10,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from tessera.frontend.onnx.symbolic_shapes import (
-    contents_function,
-    infer_symbolic,
-    to_python,
-    uses_any_var,
-)
+from tessera.frontend.onnx.symbolic_eval import contents_function, to_python, uses_any_var
+from tessera.frontend.onnx.symbolic_shapes import infer_symbolic
 
 
 def _i64(name: str, values: list[int]) -> onnx.TensorProto:
@@ -88,7 +84,8 @@ CASES: dict[str, tuple[list[onnx.NodeProto], list[onnx.TensorProto], list[str]]]
          _node("Pad", ["x", "pads"], "xp"),
          helper.make_node("Split", ["x", "parts"], ["s0", "s1"], axis=2),
          _node("LayerNormalization", ["x", "gamma"], "ln", axis=-1)],
-        [_i64("one", [1]), _i64("parts", [1, 3]), numpy_helper.from_array(np.ones((3, 1, 2, 2), np.float32), "w"),
+        [_i64("one", [1]), _i64("parts", [1, 3]),
+         numpy_helper.from_array(np.ones((3, 1, 2, 2), np.float32), "w"),
          numpy_helper.from_array(np.ones((5, 3), np.float32), "wg"),
          _i64("pads", [0, 1, 0, 2, 0, 1]),
          numpy_helper.from_array(np.ones(4, np.float32), "gamma")],

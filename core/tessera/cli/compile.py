@@ -226,7 +226,7 @@ def summary(module: Module | DynamicModule) -> str:
                   f"compiled once, the rest evaluated per call)"] if module.symbolic else [])
         return "\n".join([f"target:  {module.target}",
                           f"inputs:  {module.shape_vars.describe()}",
-                          f"outputs: {', '.join(module.output_names)}",
+                          f"outputs: {module.describe_outputs()}",
                           *split, str(module.cache_info())])
     inputs = ", ".join(f"{name} {format_type(t)}" for name, t in module.input_types.items())
     lines = [f"target:  {module.target}",

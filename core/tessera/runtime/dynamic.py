@@ -109,7 +109,9 @@ class DynamicModule:
                  max_specializations: int = DEFAULT_MAX_SPECIALIZATIONS,
                  exporter: Callable[[DynamicModule, Path], Path] | None = None,
                  symbolic: Sequence[str] = (), splitter: Splitter | None = None,
-                 relations: Callable[[Mapping[str, int]], str | None] | None = None) -> None:
+                 relations: Callable[[Mapping[str, int]], str | None] | None = None,
+                 output_shapes: Mapping[str, tuple[int | str, ...] | None] | None = None
+                 ) -> None:
         if max_specializations < 1:
             raise TesseraError(f"max_specializations must be at least 1, got "
                                f"{max_specializations}")
@@ -124,6 +126,10 @@ class DynamicModule:
         self._splitter = splitter
         #: the relations between sizes the model's nodes need (a message when one breaks)
         self._relations = relations
+        #: each output's shape as symbolic shape inference found it (sizes, and expressions
+        #: such as ``"past + seq"``), None where it could not say
+        self.output_shapes: dict[str, tuple[int | str, ...] | None] = {
+            n: (output_shapes or {}).get(n) for n in output_names}
         self._unsplit: dict[tuple[int, ...], str] = {}  # split keys that did not split: why
         self._split_fallbacks = 0
         self.shape_vars = shape_vars
@@ -153,6 +159,12 @@ class DynamicModule:
     @property
     def variables(self) -> list[str]:
         return self.shape_vars.variables
+
+    def describe_outputs(self) -> str:
+        """``logits[batch, seq, 1000], present_0[1, 2, past + seq, 16]`` (``?`` where the shape
+        is not known before a run)."""
+        return ", ".join(f"{n}[{', '.join(str(d) for d in shape)}]" if shape is not None
+                         else f"{n}[?]" for n, shape in self.output_shapes.items())
 
     # -- the specialisations -------------------------------------------------------------------
     def specialize(self, shapes: Mapping[str, Sequence[int]] | None = None,

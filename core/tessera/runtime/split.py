@@ -42,12 +42,8 @@ from onnx import helper, numpy_helper
 
 from tessera.errors import RunError, TesseraError
 from tessera.frontend.onnx.importer import _sorted_nodes
-from tessera.frontend.onnx.symbolic_shapes import (
-    contents_function,
-    infer_symbolic,
-    to_python,
-    uses_any_var,
-)
+from tessera.frontend.onnx.symbolic_eval import contents_function, to_python, uses_any_var
+from tessera.frontend.onnx.symbolic_shapes import infer_symbolic
 from tessera.ir.symbolic import InputSpec
 from tessera.runtime.module import Module
 from tessera.runtime.onnx_fast_ops import Unwritten, fast_op

@@ -8,13 +8,17 @@ the TIR simplifier with the variables' bounds, so ``Shape(Concat(past_k, k))[2]`
 ``past + 1`` and ``Equal(past + 1, -1)`` is false.
 
 What it is for: a value whose contents are known needs no node to compute it at run time;
-:func:`contents_function` turns the contents of many values into one Python function of the
-variables' sizes (:mod:`tessera.runtime.split` evaluates a decoder step's shape arithmetic
-that way, once per call, instead of running its nodes).
+:func:`~tessera.frontend.onnx.symbolic_eval.contents_function` turns the contents of many
+values into one Python function of the variables' sizes (:mod:`tessera.runtime.split`
+evaluates a decoder step's shape arithmetic that way, once per call, instead of running its
+nodes).
 
 The rules follow ONNX's semantics for valid inputs (broadcasting, ``Reshape``'s 0 and -1,
 ``Slice``'s clamping). An op without a rule, or an argument whose value the rules cannot
-express, leaves the outputs unknown (``None``): nothing is guessed.
+express, leaves the outputs unknown (``None``): nothing is guessed. Where a node needs sizes
+to agree and nothing proves they do (two broadcast dimensions, a concatenation's other
+dimensions, a product's inner dimension), the need is recorded as a :class:`Relation`, which
+a dynamic module checks when it binds a call's sizes.
 """
 
 from __future__ import annotations
@@ -27,12 +31,12 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from tessera.frontend.onnx.importer import _sorted_nodes
 from tessera.tir import expr as E
 from tessera.tir.arith import Bounds, struct_equal
 from tessera.tir.simplify import can_prove, simplify
 
-__all__ = ["Relation", "SymValue", "contents_function", "infer_symbolic", "model_relations",
-           "relations_check", "to_python", "uses_any_var"]
+__all__ = ["Relation", "SymValue", "infer_symbolic", "model_symbolic"]
 
 #: Integer tensors up to this many elements get their contents tracked.
 CONTENT_LIMIT = 64
@@ -751,112 +755,20 @@ def infer_symbolic(nodes: Sequence[onnx.NodeProto], inputs: Mapping[str, Sequenc
     return inference.values, variables
 
 
-def uses_any_var(e: E.PrimExpr) -> bool:
-    """Whether an expression reads a variable."""
-    if isinstance(e, E.Var):
-        return True
-    return any(uses_any_var(c) for c in _children(e))
-
-
-def _children(e: E.PrimExpr) -> list[E.PrimExpr]:
-    if isinstance(e, E.BinaryOp):
-        return [e.a, e.b]
-    if isinstance(e, E.Not):
-        return [e.a]
-    if isinstance(e, E.Select):
-        return [e.condition, e.true_value, e.false_value]
-    if isinstance(e, E.Cast):
-        return [e.value]
-    return []
-
-
-def to_python(e: E.PrimExpr) -> str:
-    """An integer expression as Python source over the variables (by name in ``s``); raises
-    ``TypeError`` for a node it does not write."""
-    if isinstance(e, E.IntImm):
-        return str(int(e.value))
-    if isinstance(e, E.Var):
-        return f"s[{e.name!r}]"
-    ops = {E.Add: "+", E.Sub: "-", E.Mul: "*", E.FloorDiv: "//", E.FloorMod: "%",
-           E.EQ: "==", E.NE: "!=", E.LT: "<", E.LE: "<=", E.GT: ">", E.GE: ">="}
-    for cls, sym in ops.items():
-        if type(e) is cls:
-            return f"({to_python(e.a)} {sym} {to_python(e.b)})"
-    if isinstance(e, E.Min | E.Max):
-        return f"{'min' if isinstance(e, E.Min) else 'max'}({to_python(e.a)}, {to_python(e.b)})"
-    if isinstance(e, E.And | E.Or):
-        return f"({to_python(e.a)} {'and' if isinstance(e, E.And) else 'or'} {to_python(e.b)})"
-    if isinstance(e, E.Not):
-        return f"(not {to_python(e.a)})"
-    if isinstance(e, E.Select):
-        return (f"({to_python(e.true_value)} if {to_python(e.condition)} else "
-                f"{to_python(e.false_value)})")
-    if isinstance(e, E.Cast):
-        return f"int({to_python(e.value)})"
-    raise TypeError(f"no Python form for {type(e).__name__}")
-
-
-def contents_function(values: Mapping[str, tuple[tuple[E.PrimExpr, ...], np.dtype, tuple[int, ...]]]
-                      ) -> Callable[[Mapping[str, int]], dict[str, np.ndarray]]:
-    """One function that computes, from the variables' sizes, every value of ``values``
-    (name -> contents, dtype, shape): generated Python, one call per run."""
-    lines = ["def contents(s):", "    return {"]
-    constants: dict[str, Any] = {"np": np}
-    for i, (name, (contents, dtype, shape)) in enumerate(values.items()):
-        items = ", ".join(to_python(c) for c in contents)
-        constants[f"d{i}"] = np.dtype(dtype)
-        lines.append(f"        {name!r}: np.array([{items}], d{i}).reshape({tuple(shape)!r}),")
-    lines.append("    }")
-    scope: dict[str, Any] = dict(constants)
-    exec(compile("\n".join(lines), "<tessera shape contents>", "exec"), scope)  # noqa: S102
-    return scope["contents"]  # type: ignore[no-any-return]
-
-
-def model_relations(proto: onnx.ModelProto, inputs: Mapping[str, Sequence[Any]],
-                    frozen: Mapping[str, np.ndarray] | None = None,
-                    bounds: Mapping[str, tuple[int | None, int | None]] | None = None
-                    ) -> list[Relation]:
-    """The relations between the inputs' sizes that ``proto``'s nodes need and nothing proves
-    (``inputs``: each graph input's dimensions, ints or variable names)."""
-    from tessera.frontend.onnx.importer import _sorted_nodes
-
+def model_symbolic(proto: onnx.ModelProto, inputs: Mapping[str, Sequence[Any]],
+                   frozen: Mapping[str, np.ndarray] | None = None,
+                   bounds: Mapping[str, tuple[int | None, int | None]] | None = None
+                   ) -> tuple[dict[str, SymValue], list[Relation]]:
+    """Every value of ``proto`` inferred from ``inputs`` (each graph input's dimensions, ints
+    or variable names), and the relations between the sizes that its nodes need and nothing
+    proves."""
     constants: dict[str, Any] = {t.name: t for t in proto.graph.initializer}
     constants.update(frozen or {})
     opset = next((int(o.version) for o in proto.opset_import if o.domain in ("", "ai.onnx")),
                  17)
     relations: list[Relation] = []
-    infer_symbolic(_sorted_nodes(proto.graph), inputs, constants, opset, bounds, relations)
-    return relations
+    values, _ = infer_symbolic(_sorted_nodes(proto.graph), inputs, constants, opset, bounds,
+                               relations)
+    return values, relations
 
 
-def relations_check(relations: Sequence[Relation]
-                    ) -> Callable[[Mapping[str, int]], str | None] | None:
-    """One function of the variables' sizes that returns None when every relation holds, else
-    a message naming the first broken one (its node, what it needs, the sizes it got); None
-    when there is nothing to check. Relations it cannot write are left out."""
-    usable = []
-    for r in relations:
-        try:
-            usable.append((r, to_python(r.condition)))
-        except TypeError:
-            continue
-    if not usable:
-        return None
-    lines = ["def check(s):"]
-    for i, (_, src) in enumerate(usable):
-        lines.append(f"    if not {src}:")
-        lines.append(f"        return {i}")
-    lines.append("    return None")
-    scope: dict[str, Any] = {}
-    exec(compile("\n".join(lines), "<tessera size relations>", "exec"), scope)  # noqa: S102
-    check = scope["check"]
-
-    def run(sizes: Mapping[str, int]) -> str | None:
-        broken = check(sizes)
-        if broken is None:
-            return None
-        relation = usable[broken][0]
-        got = ", ".join(f"{e} = {eval(to_python(e), {'s': sizes})}"  # noqa: S307
-                        for e in relation.sizes if uses_any_var(e))
-        return f"node {relation.node}: {relation.text}; here {got}"
-    return run

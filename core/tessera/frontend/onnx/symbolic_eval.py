@@ -1,0 +1,110 @@
+"""Symbolic sizes evaluated: Python source of TIR integer expressions, and the functions
+of the variables' sizes a dynamic module calls (the contents of shape values, the checks of
+relations between sizes), each generated once and called once per run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from tessera.frontend.onnx.symbolic_shapes import Relation
+from tessera.tir import expr as E
+
+__all__ = ["contents_function", "relations_check", "to_python", "uses_any_var"]
+
+
+def uses_any_var(e: E.PrimExpr) -> bool:
+    """Whether an expression reads a variable."""
+    if isinstance(e, E.Var):
+        return True
+    return any(uses_any_var(c) for c in _children(e))
+
+
+def _children(e: E.PrimExpr) -> list[E.PrimExpr]:
+    if isinstance(e, E.BinaryOp):
+        return [e.a, e.b]
+    if isinstance(e, E.Not):
+        return [e.a]
+    if isinstance(e, E.Select):
+        return [e.condition, e.true_value, e.false_value]
+    if isinstance(e, E.Cast):
+        return [e.value]
+    return []
+
+
+def to_python(e: E.PrimExpr) -> str:
+    """An integer expression as Python source over the variables (by name in ``s``); raises
+    ``TypeError`` for a node it does not write."""
+    if isinstance(e, E.IntImm):
+        return str(int(e.value))
+    if isinstance(e, E.Var):
+        return f"s[{e.name!r}]"
+    ops = {E.Add: "+", E.Sub: "-", E.Mul: "*", E.FloorDiv: "//", E.FloorMod: "%",
+           E.EQ: "==", E.NE: "!=", E.LT: "<", E.LE: "<=", E.GT: ">", E.GE: ">="}
+    for cls, sym in ops.items():
+        if type(e) is cls:
+            return f"({to_python(e.a)} {sym} {to_python(e.b)})"
+    if isinstance(e, E.Min | E.Max):
+        return f"{'min' if isinstance(e, E.Min) else 'max'}({to_python(e.a)}, {to_python(e.b)})"
+    if isinstance(e, E.And | E.Or):
+        return f"({to_python(e.a)} {'and' if isinstance(e, E.And) else 'or'} {to_python(e.b)})"
+    if isinstance(e, E.Not):
+        return f"(not {to_python(e.a)})"
+    if isinstance(e, E.Select):
+        return (f"({to_python(e.true_value)} if {to_python(e.condition)} else "
+                f"{to_python(e.false_value)})")
+    if isinstance(e, E.Cast):
+        return f"int({to_python(e.value)})"
+    raise TypeError(f"no Python form for {type(e).__name__}")
+
+
+def contents_function(values: Mapping[str, tuple[tuple[E.PrimExpr, ...], np.dtype, tuple[int, ...]]]
+                      ) -> Callable[[Mapping[str, int]], dict[str, np.ndarray]]:
+    """One function that computes, from the variables' sizes, every value of ``values``
+    (name -> contents, dtype, shape): generated Python, one call per run."""
+    lines = ["def contents(s):", "    return {"]
+    constants: dict[str, Any] = {"np": np}
+    for i, (name, (contents, dtype, shape)) in enumerate(values.items()):
+        items = ", ".join(to_python(c) for c in contents)
+        constants[f"d{i}"] = np.dtype(dtype)
+        lines.append(f"        {name!r}: np.array([{items}], d{i}).reshape({tuple(shape)!r}),")
+    lines.append("    }")
+    scope: dict[str, Any] = dict(constants)
+    exec(compile("\n".join(lines), "<tessera shape contents>", "exec"), scope)  # noqa: S102
+    return scope["contents"]  # type: ignore[no-any-return]
+
+
+def relations_check(relations: Sequence[Relation]
+                    ) -> Callable[[Mapping[str, int]], str | None] | None:
+    """One function of the variables' sizes that returns None when every relation holds, else
+    a message naming the first broken one (its node, what it needs, the sizes it got); None
+    when there is nothing to check. Relations it cannot write are left out."""
+    usable = []
+    for r in relations:
+        try:
+            usable.append((r, to_python(r.condition)))
+        except TypeError:
+            continue
+    if not usable:
+        return None
+    lines = ["def check(s):"]
+    for i, (_, src) in enumerate(usable):
+        lines.append(f"    if not {src}:")
+        lines.append(f"        return {i}")
+    lines.append("    return None")
+    scope: dict[str, Any] = {}
+    exec(compile("\n".join(lines), "<tessera size relations>", "exec"), scope)  # noqa: S102
+    check = scope["check"]
+
+    def run(sizes: Mapping[str, int]) -> str | None:
+        broken = check(sizes)
+        if broken is None:
+            return None
+        relation = usable[broken][0]
+        got = ", ".join(f"{e} = {eval(to_python(e), {'s': sizes})}"  # noqa: S307
+                        for e in relation.sizes if uses_any_var(e))
+        return f"node {relation.node}: {relation.text}; here {got}"
+    return run
