@@ -43,13 +43,26 @@ _UNARY = {"IsNaN": np.isnan, "Not": np.logical_not, "Neg": np.negative, "Sqrt": 
 
 
 def _ints(a: Any) -> list[int]:
-    return [int(v) for v in np.asarray(a).reshape(-1)]
+    return np.asarray(a).reshape(-1).tolist()  # type: ignore[no-any-return]
 
 
 def _reshape(x: np.ndarray, shape: Any) -> tuple[np.ndarray, ...]:
     target = _ints(shape)
     target = [x.shape[i] if d == 0 else d for i, d in enumerate(target)]
     return (x.reshape(target),)
+
+
+def _unsqueeze(args: Sequence[Any]) -> tuple[np.ndarray, ...]:
+    """``np.expand_dims`` without its argument normalisation (a reshape with 1s inserted)."""
+    x = args[0]
+    rank = x.ndim + np.size(args[1])
+    axes = sorted(a + rank if a < 0 else a for a in _ints(args[1]))
+    if len(set(axes)) != len(axes) or any(not 0 <= a < rank for a in axes):
+        raise _Unwritten  # the reference's error
+    shape = list(x.shape)
+    for a in axes:
+        shape.insert(a, 1)
+    return (x.reshape(shape),)
 
 
 def _softmax(axis: int) -> FastOp:
@@ -102,7 +115,7 @@ def fast_op(node: onnx.NodeProto, opset: int) -> FastOp | None:
     if op == "Reshape" and not attrs.get("allowzero", 0):
         return lambda args: _reshape(args[0], args[1])
     if op == "Unsqueeze" and opset >= 13 and not attrs:
-        return lambda args: (np.expand_dims(args[0], tuple(_ints(args[1]))),)
+        return _unsqueeze
     if op == "Squeeze" and opset >= 13 and not attrs:
         return lambda args: (np.squeeze(args[0], tuple(_ints(args[1])))
                              if len(args) > 1 and args[1] is not None else np.squeeze(args[0]),)

@@ -375,12 +375,12 @@ def _segment_model(proto: onnx.ModelProto, seg: _Segment, values: Mapping[str, n
 
 
 class _Evaluator:
-    """A dynamic segment's nodes, each run by its direct numpy form
-    (:mod:`tessera.runtime.onnx_fast_ops`) where there is one, else by ``onnx.reference``'s
-    implementation called with its attributes bound once (the evaluator's own ``run`` checks
-    and logs around every node, which costs more than the small operations themselves).
-    Operators that need a context, linked attributes or replace ``run`` itself go through
-    their checked ``run``."""
+    """A dynamic segment as one generated Python function of straight-line calls: each node
+    by its direct numpy form (:mod:`tessera.runtime.onnx_fast_ops`) where there is one, else
+    by ``onnx.reference``'s implementation called with its attributes bound once (the
+    reference evaluator's own ``run`` checks and logs around every node, which costs more
+    than the small operations themselves). Operators that need a context, linked attributes
+    or replace ``run`` itself go through their checked ``run``."""
 
     def __init__(self, model: onnx.ModelProto) -> None:
         from onnx.reference import ReferenceEvaluator
@@ -389,33 +389,51 @@ class _Evaluator:
         evaluator = ReferenceEvaluator(model)
         opset = next((int(o.version) for o in model.opset_import
                       if o.domain in ("", "ai.onnx")), 17)
-        self._inits = dict(evaluator.rt_inits_)
-        self._steps: list[tuple[Any, Any, list[str], list[str], dict[str, Any] | None]] = []
-        protos = [n for n in model.graph.node]
-        for node, proto in zip(evaluator.rt_nodes_, protos, strict=True):
+        names: dict[str, str] = {}
+
+        def var(name: str) -> str:
+            if not name:
+                return "None"
+            if name not in names:
+                names[name] = f"v{len(names)}"
+            return names[name]
+
+        scope: dict[str, Any] = {"Unwritten": Unwritten}
+        for k, (name, value) in enumerate(evaluator.rt_inits_.items()):
+            scope[f"c{k}"] = value
+            names[name] = f"c{k}"
+        lines = ["def run(feeds):"]
+        lines += [f"    {var(i.name)} = feeds[{i.name!r}]" for i in model.graph.input]
+        for k, (node, proto) in enumerate(zip(evaluator.rt_nodes_, model.graph.node,
+                                              strict=True)):
             plain = type(node).run is OpRun.run and not (
                 node.need_context() or node.has_linked_attribute or node.has_subgraph)
-            kwargs = ({a: getattr(node, a) for a in node.attributes_names_} if plain
-                      else None)
-            self._steps.append((fast_op(proto, opset), node, list(node.input),
-                                list(node.output), kwargs))
-        self._outputs = [o.name for o in model.graph.output]
+            scope[f"S{k}"] = _reference_call(node, plain)
+            args = "(" + "".join(f"{var(x)}, " for x in node.input) + ")"
+            fast = fast_op(proto, opset)
+            if fast is not None:
+                scope[f"F{k}"] = fast
+                lines += ["    try:", f"        r = F{k}({args})", "    except Unwritten:",
+                          f"        r = S{k}({args})"]
+            else:
+                lines.append(f"    r = S{k}({args})")
+            lines += [f"    {var(o)} = r[{j}]" for j, o in enumerate(node.output) if o]
+        lines.append(f"    return [{', '.join(var(o.name) for o in model.graph.output)}]")
+        exec(compile("\n".join(lines), "<tessera dynamic segment>", "exec"), scope)  # noqa: S102
+        self._run = scope["run"]
 
     def run(self, _names: None, feeds: Mapping[str, Any]) -> list[np.ndarray]:
-        env: dict[str, Any] = {"": None, **self._inits, **feeds}
-        for fast, node, ins, outs, kwargs in self._steps:
-            args = [env[x] for x in ins]
-            res: Any = None
-            if fast is not None:
-                try:
-                    res = fast(args)
-                except Unwritten:
-                    res = None
-            if res is None:
-                res = node._run(*args, **kwargs) if kwargs is not None else node.run(*args)
-            for name, value in zip(outs, res):
-                env[name] = value if isinstance(value, np.ndarray) else np.asarray(value)
-        return [env[o] for o in self._outputs]
+        return self._run(feeds)  # type: ignore[no-any-return]
+
+
+def _reference_call(node: Any, plain: bool) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
+    """``onnx.reference``'s implementation of one node, outputs as arrays."""
+    kwargs = {a: getattr(node, a) for a in node.attributes_names_} if plain else None
+
+    def call(args: tuple[Any, ...]) -> tuple[Any, ...]:
+        res = node._run(*args, **kwargs) if kwargs is not None else node.run(*args)
+        return tuple(v if isinstance(v, np.ndarray) else np.asarray(v) for v in res)
+    return call
 
 
 class SplitModule:
