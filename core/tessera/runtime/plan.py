@@ -12,6 +12,7 @@ from tessera.ir.types import TensorType
 from tessera.partition.partitioner import HOST
 from tessera.partition.regions import DeviceCopy, PartitionedGraph
 from tessera.plugin.backend import CompiledRegion, KernelFn, SequenceBinder
+from tessera.runtime.constant_pool import shared_constants
 
 
 @dataclass
@@ -98,6 +99,7 @@ def build_plan(partitioned: PartitionedGraph, compiled: dict[str, CompiledRegion
         cr = compiled[region]
         for name, type in cr.tensors.items():
             declare(name, type, device)
+        shared_constants(cr.constants)  # identical weights of other modules: kept once
         for name, buf in cr.constants.items():
             constants[f"{region}/{name}"] = (device, buf)
         for k in cr.kernels:

@@ -15,10 +15,18 @@ by two positions, and the model is evaluated at both sizes with ONNX's reference
 (``onnx.reference``), keeping every intermediate value. A value *varies* when its shape differs
 between the two, or when it is a small integer tensor (shape arithmetic) whose contents
 differ. A node is *dynamic* when it reads or writes a varying value; the others are *static*.
-Nodes are then ordered so that each kind stays together as long as the graph allows, and cut
-into segments: each static segment becomes an ONNX model of its own compiled by the target's
-backends like any model (once, for the plan's fixed sizes), and each dynamic segment is
-evaluated by ``onnx.reference`` at whatever sizes the call has.
+Shape values that symbolic shape inference computes outright
+(:mod:`tessera.frontend.onnx.symbolic_shapes`) leave the graph: one generated function of the
+open variables' sizes computes those that depend on them at each call. The remaining nodes are
+ordered so that each kind stays together as long as the graph allows, and cut into segments:
+each static segment becomes an ONNX model of its own compiled by the target's backends like
+any model (once, for the plan's fixed sizes), and each dynamic segment becomes one generated
+function of straight-line numpy calls (:mod:`tessera.runtime.onnx_fast_ops`, else
+``onnx.reference``'s operator implementations), run at whatever sizes the call has.
+
+Planning evaluates the whole model twice with ``onnx.reference`` and keeps every intermediate
+value: seconds for a decoder step, longer for a large convolutional network (name only the
+variables that change on nearly every call).
 
 Why this is sound although two sizes prove nothing: a static segment checks, at every call,
 that the shapes it receives are the ones it was compiled for, and that the small shape values
