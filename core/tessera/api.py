@@ -167,7 +167,8 @@ def _dynamic_module(proto: onnx.ModelProto, source: DynamicSource, shape_vars: S
                              exporter=lambda mod, path: export_dynamic(mod, source, path),
                              symbolic=source.symbolic,
                              splitter=splitter if source.symbolic else None,
-                             relations=relations_check(relations), output_shapes=outputs)
+                             relations=relations_check(relations), output_shapes=outputs,
+                             relation_texts=[f"node {r.node}: {r.text}" for r in relations])
     except TesseraError as e:
         raise CompileError(str(e)) from None
 
@@ -176,8 +177,19 @@ def _symbolic_dims(shape: tuple[Any, ...] | None) -> tuple[int | str, ...] | Non
     """An inferred shape for people: sizes as ints, expressions as text (``past + seq``)."""
     if shape is None:
         return None
-    return tuple(d.value if isinstance(d, IntImm) else str(d).removeprefix("(")
-                 .removesuffix(")") for d in shape)
+    return tuple(d.value if isinstance(d, IntImm) else _unwrapped(str(d)) for d in shape)
+
+
+def _unwrapped(text: str) -> str:
+    """``(past + seq)`` -> ``past + seq``; ``(a) + (b)`` stays as it is."""
+    if not (text.startswith("(") and text.endswith(")")):
+        return text
+    depth = 0
+    for i, ch in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth == 0 and i < len(text) - 1:
+            return text  # the first parenthesis closes before the end
+    return text[1:-1]
 
 
 def partition_model(model: ModelSource | Function, target: str | None = "auto",

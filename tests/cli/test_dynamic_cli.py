@@ -95,3 +95,10 @@ def test_symbolic_dims_flag_is_kept_in_the_tar(symbolic_model: Path, tmp_path: P
     code = main(["compile", str(symbolic_model), "--target", "ref", "-o", str(tar),
                  "--symbolic-dims", "length"])
     assert_error(capsys, code, "'length' not among the model's variables (batch, seq)")
+
+
+def test_inspect_shows_the_symbolic_output_shapes(symbolic_model: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["inspect", str(symbolic_model), "--compile", "--target", "ref"])
+    err = capsys.readouterr().err
+    assert code == 0 and "symbolic shapes: outputs y[batch, seq, 3]" in err

@@ -103,6 +103,9 @@ def _inspected(args: argparse.Namespace) -> Module | PartitionedModel:
         module = load_or_compile(args.model, args)
         if not isinstance(module, DynamicModule):
             return module
+        progress(f"symbolic shapes: outputs {module.describe_outputs()}")
+        for text in module.relations:
+            progress(f"checked at each new size: {text}")
         cached = module.specializations()
         if cached:
             sizes, specialized = cached[-1]

@@ -110,8 +110,8 @@ class DynamicModule:
                  exporter: Callable[[DynamicModule, Path], Path] | None = None,
                  symbolic: Sequence[str] = (), splitter: Splitter | None = None,
                  relations: Callable[[Mapping[str, int]], str | None] | None = None,
-                 output_shapes: Mapping[str, tuple[int | str, ...] | None] | None = None
-                 ) -> None:
+                 output_shapes: Mapping[str, tuple[int | str, ...] | None] | None = None,
+                 relation_texts: Sequence[str] = ()) -> None:
         if max_specializations < 1:
             raise TesseraError(f"max_specializations must be at least 1, got "
                                f"{max_specializations}")
@@ -126,6 +126,8 @@ class DynamicModule:
         self._splitter = splitter
         #: the relations between sizes the model's nodes need (a message when one breaks)
         self._relations = relations
+        #: those relations for people: ``"node 'Add' (Add): n and m must be equal ..."``
+        self.relations = list(relation_texts)
         #: each output's shape as symbolic shape inference found it (sizes, and expressions
         #: such as ``"past + seq"``), None where it could not say
         self.output_shapes: dict[str, tuple[int | str, ...] | None] = {
