@@ -37,7 +37,7 @@ from tessera.runtime.dynamic_artifact import DynamicSource, export_dynamic, is_d
 from tessera.runtime.module import Module
 from tessera.runtime.partitioned import PartitionedModel
 from tessera.runtime.planner import plan_module
-from tessera.runtime.split import SplitModule, plan_split
+from tessera.runtime.split import SplitModule, model_evaluator, plan_split
 from tessera.tir.expr import IntImm
 
 FALLBACK_BACKEND = "ref"
@@ -168,7 +168,9 @@ def _dynamic_module(proto: onnx.ModelProto, source: DynamicSource, shape_vars: S
                              symbolic=source.symbolic,
                              splitter=splitter if source.symbolic else None,
                              relations=relations_check(relations), output_shapes=outputs,
-                             relation_texts=[f"node {r.node}: {r.text}" for r in relations])
+                             relation_texts=[f"node {r.node}: {r.text}" for r in relations],
+                             evaluator=lambda: model_evaluator(proto, settings.freeze_inputs),
+                             background_compile=settings.background_compile)
     except TesseraError as e:
         raise CompileError(str(e)) from None
 

@@ -44,6 +44,10 @@ class CompileConfig:
       each size of the other variables the model is split once into the parts whose shapes
       do not depend on them, compiled once, and the parts that do, evaluated at each call's
       sizes (:mod:`tessera.runtime.split`).
+    - ``background_compile``: a dynamic module's call at a size not compiled yet does not
+      wait for the compile: it runs on the evaluator (the model in numpy, at any size) while
+      the module for its size compiles in a background thread; later calls use the compiled
+      module once it is ready (``DynamicModule.wait_compiles()`` waits for it).
     - ``max_specializations``: how many specialised modules a dynamic module keeps (least
       recently used dropped first; default 8).
     - ``opt_level``: 0-3, the graph passes that run (3: all).
@@ -68,6 +72,7 @@ class CompileConfig:
     specialize: Sequence[Mapping[str, Sequence[int]]] | None = None
     max_specializations: int = 8
     symbolic_dims: Sequence[str] | None = None
+    background_compile: bool = False
     opt_level: int = 3
     tuning_records: str | Path | TuningHistory | None = None
     pass_config: Mapping[str, bool] | None = None

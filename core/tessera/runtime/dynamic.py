@@ -24,12 +24,14 @@ in parallel, and each specialised module is itself safe from many threads.
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
+from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,6 +58,26 @@ Specializer = Callable[[dict[str, list[int]]], Module]
 Splitter = Callable[[dict[str, np.ndarray]], SplitModule]
 #: What a cache entry runs: a module specialised for every size, or a split plan.
 Runner = Module | SplitModule
+#: The whole model evaluated at any size (numpy): inputs -> outputs by name.
+Evaluate = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
+
+
+class _Evaluated:
+    """A call run by the evaluator (a background compile of its size is under way)."""
+
+    def __init__(self, evaluate: Evaluate) -> None:
+        self._evaluate = evaluate
+
+    def run(self, arrays: Mapping[str, np.ndarray],
+            output_names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        outputs = self._evaluate(arrays)
+        if output_names is None:
+            return outputs
+        unknown = [n for n in output_names if n not in outputs]
+        if unknown:
+            raise RunError(f"unknown output(s) {', '.join(map(repr, unknown))}; the model's "
+                           f"outputs are {', '.join(outputs)}")
+        return {n: outputs[n] for n in output_names}
 
 
 @dataclass(frozen=True)
@@ -75,11 +97,18 @@ class SpecializationStats:
     split: int = 0
     #: calls a split plan could not run (their sizes broke its checks), run specialised
     split_fallbacks: int = 0
+    #: calls run by the evaluator while their size compiled in the background, and the
+    #: compiles under way
+    evaluated: int = 0
+    pending: int = 0
 
     def __str__(self) -> str:
         sizes = "; ".join(ShapeVars.text(s) or "any size" for s in self.cached) or "none"
         split = (f"; {self.split} split plan(s), {self.split_fallbacks} call(s) run "
                  f"specialised instead" if self.split or self.split_fallbacks else "")
+        if self.evaluated or self.pending:
+            split += (f"; {self.evaluated} call(s) evaluated while compiling in the background, "
+                      f"{self.pending} compile(s) under way")
         return (f"specialisations: {self.compiles} compiled ({self.compile_seconds:.2f} s), "
                 f"{self.hits} hits, {self.evictions} evicted; cached ({len(self.cached)}/"
                 f"{self.max_size}): {sizes}{split}")
@@ -111,7 +140,9 @@ class DynamicModule:
                  symbolic: Sequence[str] = (), splitter: Splitter | None = None,
                  relations: Callable[[Mapping[str, int]], str | None] | None = None,
                  output_shapes: Mapping[str, tuple[int | str, ...] | None] | None = None,
-                 relation_texts: Sequence[str] = ()) -> None:
+                 relation_texts: Sequence[str] = (),
+                 evaluator: Callable[[], Evaluate] | None = None,
+                 background_compile: bool = False) -> None:
         if max_specializations < 1:
             raise TesseraError(f"max_specializations must be at least 1, got "
                                f"{max_specializations}")
@@ -133,6 +164,14 @@ class DynamicModule:
         self.output_shapes: dict[str, tuple[int | str, ...] | None] = {
             n: (output_shapes or {}).get(n) for n in output_names}
         self._unsplit: dict[tuple[int, ...], str] = {}  # split keys that did not split: why
+        #: whether a call at a size not compiled yet runs on the evaluator while its module
+        #: compiles in a background thread (True), or waits for the compile (False)
+        self.background_compile = bool(background_compile)
+        self._evaluator = evaluator
+        self._evaluated_runner: _Evaluated | None = None
+        self._queue: queue.Queue[Any] | None = None
+        self._failed: dict[tuple[int, ...], Exception] = {}  # background compiles that failed
+        self._evaluated = 0
         self._split_fallbacks = 0
         self.shape_vars = shape_vars
         self._names = tuple(s.name for s in shape_vars.inputs)
@@ -198,7 +237,7 @@ class DynamicModule:
                 self._hits, self._compiles, self._evictions, self._compile_seconds,
                 self.max_specializations, [dict(s) for s, _ in self._cache.values()],
                 sum(isinstance(m, SplitModule) for _, m in self._cache.values()),
-                self._split_fallbacks)
+                self._split_fallbacks, self._evaluated, len(self._pending))
 
     def specializations(self) -> list[tuple[dict[str, int], Module]]:
         """The cached modules with their variables' sizes, least recently used first (split
@@ -227,16 +266,19 @@ class DynamicModule:
             self._cache.popitem(last=False)
             self._evictions += 1
 
-    def _module(self, sizes: dict[str, int],
-                split: Mapping[str, np.ndarray] | None = None) -> Runner:
+    def _module(self, sizes: dict[str, int], split: Mapping[str, np.ndarray] | None = None,
+                wait: bool = True) -> Runner | _Evaluated:
         """The cached runner for ``sizes`` (compiled now if missing): the module specialised
         for them, or, given the call's arrays as ``split``, the split plan for the sizes of
-        the variables not in ``symbolic`` (its key has -1 for the others)."""
+        the variables not in ``symbolic`` (its key has -1 for the others). With ``wait``
+        false and background compiles on, a missing runner is compiled in the background and
+        this call gets the evaluator instead."""
         if split is not None:
             key = tuple(-1 if v in self.symbolic else sizes[v] for v in self.variables)
             sizes = {v: n for v, n in sizes.items() if v not in self.symbolic}
         else:
             key = self.shape_vars.key(sizes)
+        background = not wait and self.background_compile and self._evaluator is not None
         with self._lock:
             hit = self._cache.get(key)
             if hit is not None:
@@ -244,26 +286,54 @@ class DynamicModule:
                 self._hits += 1
                 self._last = hit[1]
                 return hit[1]
+            failed = self._failed.get(key)
+            if failed is not None:
+                raise failed
             pending = self._pending.get(key)
             if pending is None:
                 future: Future[Runner] = Future()
                 self._pending[key] = future
+            elif background:
+                self._evaluated += 1
             else:
                 self._hits += 1
         if pending is not None:
+            if background:  # being compiled in the background: evaluate meanwhile
+                return self._evaluator_runner()
             return pending.result()  # another thread compiles these sizes; its error is ours
+        job = (key, dict(sizes), None if split is None else dict(split), future)
+        if background:
+            with self._lock:
+                self._evaluated += 1
+            self._background_queue().put(job)
+            return self._evaluator_runner()
+        return self._build(*job, background=False)
+
+    def _build(self, key: tuple[int, ...], sizes: dict[str, int],
+               split: dict[str, np.ndarray] | None, future: Future[Runner],
+               background: bool) -> Runner:
+        """Compile (or split) for ``sizes`` and cache the result; a failure is the future's
+        error (raised here unless in the background, where it is kept for the next call)."""
         start = time.perf_counter()
         try:
             module: Runner
             if split is not None:
                 assert self._splitter is not None
-                module = self._splitter(dict(split))
+                module = self._splitter(split)
             else:
                 module = self._specializer(self.shape_vars.shapes(sizes))
         except BaseException as e:
             with self._lock:
                 del self._pending[key]
+                if background and split is None and isinstance(e, Exception):
+                    self._failed[key] = e if isinstance(e, TesseraError) else RunError(
+                        f"compiling the model for {ShapeVars.text(sizes)} failed: "
+                        f"{type(e).__name__}: {e}")
+            if background and split is not None and isinstance(e, TesseraError):
+                self._not_split(key, sizes, e)
             future.set_exception(e)
+            if background:
+                return None  # type: ignore[return-value]
             raise
         with self._lock:
             del self._pending[key]
@@ -274,6 +344,39 @@ class DynamicModule:
             self._last = module
         future.set_result(module)
         return module
+
+    def _background_queue(self) -> queue.Queue[Any]:
+        """The queue of the background compiler thread (started on first use)."""
+        with self._lock:
+            if self._queue is None:
+                self._queue = queue.Queue()
+                worker = threading.Thread(target=self._background_worker, args=(self._queue,),
+                                          name="tessera-compile", daemon=True)
+                worker.start()
+            return self._queue
+
+    def _background_worker(self, jobs: queue.Queue[Any]) -> None:
+        while True:
+            job = jobs.get()
+            try:
+                self._build(*job, background=True)
+            finally:
+                jobs.task_done()
+
+    def wait_compiles(self, timeout: float | None = None) -> bool:
+        """Wait until the background compiles started so far are done (True), or ``timeout``
+        seconds have passed (False)."""
+        with self._lock:
+            pending = list(self._pending.values())
+        done, not_done = wait_futures(pending, timeout=timeout)
+        return not not_done
+
+    def _evaluator_runner(self) -> _Evaluated:
+        with self._lock:
+            if self._evaluated_runner is None:
+                assert self._evaluator is not None
+                self._evaluated_runner = _Evaluated(self._evaluator())
+            return self._evaluated_runner
 
     def _bind(self, arrays: Mapping[str, np.ndarray]) -> dict[str, int]:
         """The variables' sizes in a call's arrays, every relation between them checked: the
@@ -310,16 +413,23 @@ class DynamicModule:
         if key in self._unsplit:
             return None
         try:
-            return self._module(sizes, split=arrays)
+            return self._module(sizes, split=arrays, wait=False)
         except RunError:
             raise
         except TesseraError as e:
-            with self._lock:
-                self._unsplit[key] = str(e)
-            warnings.warn(f"symbolic_dims {', '.join(self.symbolic)}: the model does not "
-                          f"split at {ShapeVars.text(sizes)} ({e}); each size is compiled "
-                          f"instead", RuntimeWarning, stacklevel=4)
+            self._not_split(key, {v: n for v, n in sizes.items() if v not in self.symbolic}, e)
             return None
+
+    def _not_split(self, key: tuple[int, ...], sizes: dict[str, int],
+                   error: TesseraError) -> None:
+        """Remember (and say once) that the model does not split at these sizes."""
+        with self._lock:
+            if key in self._unsplit:
+                return
+            self._unsplit[key] = str(error)
+        warnings.warn(f"symbolic_dims {', '.join(self.symbolic)}: the model does not split at "
+                      f"{ShapeVars.text(sizes) or 'these sizes'} ({error}); each size is "
+                      f"compiled instead", RuntimeWarning, stacklevel=5)
 
     def _module_for(self, arrays: Mapping[str, np.ndarray], split: bool = True) -> Runner:
         """The runner for a call's (checked) arrays; a failed compile is a :class:`RunError`
@@ -339,7 +449,7 @@ class DynamicModule:
                 return module
         sizes = self._bind(arrays)
         try:
-            module = self._module(sizes)
+            module = self._module(sizes, wait=False)
             with self._lock:
                 if len(self._by_shapes) >= 4 * self.max_specializations:
                     self._by_shapes.clear()  # stale entries of evicted sizes
@@ -436,6 +546,13 @@ class DynamicModule:
 
     # -- measuring and reports ------------------------------------------------------------------
     def _given(self, inputs: Mapping[str, Any], what: str) -> Runner:
+        runner = self._given_now(inputs, what)
+        if isinstance(runner, _Evaluated):  # measure the compiled module, not the evaluator
+            self.wait_compiles()
+            runner = self._given_now(inputs, what)
+        return runner  # type: ignore[return-value]
+
+    def _given_now(self, inputs: Mapping[str, Any], what: str) -> Runner | _Evaluated:
         if set(inputs) != set(self.input_specs):
             raise RunError(f"{what}() of a module with symbolic shapes needs every input (their "
                            f"shapes pick the specialisation: {self.shape_vars.describe()}), or "

@@ -57,7 +57,8 @@ from tessera.runtime.module import Module
 from tessera.runtime.onnx_fast_ops import Unwritten, fast_op
 from tessera.runtime.profiler import BenchmarkResult
 
-__all__ = ["SegmentInfo", "SplitMismatch", "SplitModule", "plan_split", "widen_inputs"]
+__all__ = ["SegmentInfo", "SplitMismatch", "SplitModule", "model_evaluator", "plan_split",
+           "widen_inputs"]
 
 #: Integer tensors up to this many elements are treated as shape values: compared between
 #: the probes, and given to static segments as checked constants.
@@ -411,7 +412,10 @@ class _Evaluator:
             scope[f"c{k}"] = value
             names[name] = f"c{k}"
         lines = ["def run(feeds):"]
-        lines += [f"    {var(i.name)} = feeds[{i.name!r}]" for i in model.graph.input]
+        for i in model.graph.input:
+            default = names.pop(i.name, None)  # an input an initializer gives a default
+            lines.append(f"    {var(i.name)} = feeds[{i.name!r}]" if default is None else
+                         f"    {var(i.name)} = feeds.get({i.name!r}, {default})")
         for k, (node, proto) in enumerate(zip(evaluator.rt_nodes_, model.graph.node,
                                               strict=True)):
             plain = type(node).run is OpRun.run and not (
@@ -432,6 +436,23 @@ class _Evaluator:
 
     def run(self, _names: None, feeds: Mapping[str, Any]) -> list[np.ndarray]:
         return self._run(feeds)  # type: ignore[no-any-return]
+
+
+def model_evaluator(proto: onnx.ModelProto, frozen: Mapping[str, np.ndarray] | None = None
+                    ) -> Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]:
+    """The whole model as one generated numpy function of its inputs (any sizes): what a
+    dynamic module runs while the module for a call's size compiles in the background."""
+    evaluator = _Evaluator(proto)
+    fixed = dict(frozen or {})
+    names = [o.name for o in proto.graph.output]
+
+    def evaluate(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        try:
+            results = evaluator.run(None, {**fixed, **arrays})
+        except Exception as e:  # noqa: BLE001 - numpy's and the reference's own errors
+            raise RunError(f"evaluating the model failed: {type(e).__name__}: {e}") from e
+        return dict(zip(names, results))
+    return evaluate
 
 
 def _reference_call(node: Any, plain: bool) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
