@@ -172,6 +172,8 @@ class DynamicModule:
         self._queue: queue.Queue[Any] | None = None
         self._failed: dict[tuple[int, ...], Exception] = {}  # background compiles that failed
         self._evaluated = 0
+        if self.background_compile and evaluator is not None:
+            self._evaluated_runner = _Evaluated(evaluator())  # ready for the first call
         self._split_fallbacks = 0
         self.shape_vars = shape_vars
         self._names = tuple(s.name for s in shape_vars.inputs)
