@@ -119,3 +119,9 @@ def test_off_by_default_and_switchable() -> None:
     mod.run(x=_x(1, 3))
     assert mod.cache_info().evaluated == 1
     assert mod.wait_compiles(timeout=60)
+
+
+def test_profile_waits_for_the_compiled_module() -> None:
+    mod = tessera.compile(_model(), TARGET, background_compile=True)
+    profile = mod.profile(x=_x(2, 5))
+    assert profile.kernels and mod.cache_info().compiles == 1

@@ -331,8 +331,9 @@ class DynamicModule:
                     self._failed[key] = e if isinstance(e, TesseraError) else RunError(
                         f"compiling the model for {ShapeVars.text(sizes)} failed: "
                         f"{type(e).__name__}: {e}")
-            if background and split is not None and isinstance(e, TesseraError):
-                self._not_split(key, sizes, e)
+            if background and split is not None and isinstance(e, Exception):
+                self._not_split(key, sizes, e if isinstance(e, TesseraError) else TesseraError(
+                    f"{type(e).__name__}: {e}"))
             future.set_exception(e)
             if background:
                 return None  # type: ignore[return-value]
@@ -370,8 +371,7 @@ class DynamicModule:
         seconds have passed (False)."""
         with self._lock:
             pending = list(self._pending.values())
-        done, not_done = wait_futures(pending, timeout=timeout)
-        return not not_done
+        return not wait_futures(pending, timeout=timeout).not_done
 
     def _evaluator_runner(self) -> _Evaluated:
         with self._lock:
@@ -433,9 +433,10 @@ class DynamicModule:
                       f"{ShapeVars.text(sizes) or 'these sizes'} ({error}); each size is "
                       f"compiled instead", RuntimeWarning, stacklevel=5)
 
-    def _module_for(self, arrays: Mapping[str, np.ndarray], split: bool = True) -> Runner:
-        """The runner for a call's (checked) arrays; a failed compile is a :class:`RunError`
-        naming the sizes."""
+    def _module_for(self, arrays: Mapping[str, np.ndarray],
+                    split: bool = True) -> Runner | _Evaluated:
+        """The runner for a call's (checked) arrays (the evaluator while its size compiles in
+        the background); a failed compile is a :class:`RunError` naming the sizes."""
         if split and self.symbolic:
             sizes = self._bind(arrays)
             runner = self._split_runner(arrays, sizes)
@@ -571,7 +572,11 @@ class DynamicModule:
         split plan, of the module specialised for these sizes."""
         if set(inputs) != set(self.input_specs):
             self._given(inputs, "profile")  # its error names what is missing
-        runner = self._module_for(self._arrays(inputs), split=False)
+        arrays = self._arrays(inputs)
+        runner = self._module_for(arrays, split=False)
+        if isinstance(runner, _Evaluated):  # profile the compiled module
+            self.wait_compiles()
+            runner = self._module_for(arrays, split=False)
         assert isinstance(runner, Module)
         return runner.profile(runs, **inputs)
 
