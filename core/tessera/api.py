@@ -142,7 +142,13 @@ def _compile_dynamic(proto: onnx.ModelProto, specs: tuple[InputSpec, ...],
 def _dynamic_module(proto: onnx.ModelProto, source: DynamicSource, shape_vars: ShapeVars,
                     max_specializations: int, settings: CompileConfig) -> DynamicModule:
     """A dynamic module whose specialisations compile ``proto`` for ``source.target`` with
-    ``settings`` (their input shapes replaced by each size's)."""
+    ``settings`` (their input shapes replaced by each size's). Its tuning records apply at
+    every size: a workload tuned at another size takes the nearest size's knob values."""
+    records = settings.tuning_records
+    if isinstance(records, TuningHistory):
+        nearest = TuningHistory(records.records, records.source, records.skipped_lines)
+        nearest.nearest_sizes = True
+        settings = dataclasses.replace(settings, tuning_records=nearest)
     def specializer(shapes: dict[str, list[int]]) -> Module:
         return _compile_static(proto, source.target,
                                dataclasses.replace(settings, input_shapes=shapes))

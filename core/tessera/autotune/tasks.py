@@ -93,11 +93,13 @@ def extract_tasks(model: Any, target: str | None = "auto", **compile_args: Any) 
 def static_module(module: Any) -> Any:
     """``module`` if its shapes are fixed; for a model whose inputs keep symbolic dimensions a
     :class:`~tessera.errors.TesseraError` asking for the sizes to tune at (kernels are tuned
-    per size: the records apply to the specialisations of those sizes)."""
+    per size; a dynamic module compiled with the records applies them at every size, each
+    workload taking the nearest tuned size's knobs)."""
     if isinstance(module, DynamicModule):
         raise TesseraError(f"the model has symbolic input dimensions "
                            f"({module.shape_vars.describe()}); tune it at a size it runs at: "
-                           f"give every dimension in input_shapes (CLI: --input-shapes). The "
-                           f"records apply where the model is compiled or specialised for "
-                           f"that size")
+                           f"give every dimension in input_shapes (CLI: --input-shapes), a "
+                           f"representative size. Compiled without input_shapes and with the "
+                           f"records, the model uses them at every size (each kernel takes "
+                           f"the nearest tuned size's knobs)")
     return module

@@ -246,9 +246,62 @@ class ScheduleOverrides(dict[str, dict[str, Any]]):
     it once."""
 
     def __init__(self, values: dict[str, dict[str, Any]],
-                 ignored: set[tuple[str, str, str]] | None = None) -> None:
+                 ignored: set[tuple[str, str, str]] | None = None,
+                 nearest_sizes: bool = False) -> None:
         super().__init__(values)
         self.ignored: set[tuple[str, str, str]] = ignored if ignored is not None else set()
+        #: whether a workload without a record of its own takes the knob values of the
+        #: record of the nearest size (:meth:`nearest`)
+        self.nearest_sizes = nearest_sizes
+        self._shapes: list[tuple[str, Any, str]] | None = None
+
+    def nearest(self, key: str) -> dict[str, Any] | None:
+        """With ``nearest_sizes``, for a workload key without a record: the knob values of
+        the record of the same template whose workload differs only in sizes, the nearest
+        one (least sum of ``|log(a / b)|`` over the sizes that differ). What a module
+        specialised at a size nobody tuned takes from records tuned at representative sizes;
+        ``ConfigSpace.pick`` keeps only the values that are candidates at this size."""
+        if not self.nearest_sizes:
+            return None
+        try:
+            template, workload = json.loads(key)
+        except (ValueError, TypeError):
+            return None
+        if self._shapes is None:
+            self._shapes = []
+            for k in self:
+                try:
+                    t, w = json.loads(k)
+                except (ValueError, TypeError):
+                    continue
+                self._shapes.append((t, w, k))
+        best: tuple[float, str] | None = None
+        for t, w, k in self._shapes:
+            if t != template:
+                continue
+            distance = _size_distance(workload, w)
+            if distance is not None and (best is None or distance < best[0]):
+                best = (distance, k)
+        return None if best is None else self[best[1]]
+
+
+def _size_distance(a: Any, b: Any) -> float | None:
+    """How far two workloads are when they differ only in sizes (ints), or None."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return 0.0 if a == b else None
+    if isinstance(a, int) and isinstance(b, int):
+        return abs(math.log(max(a, 1)) - math.log(max(b, 1)))
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return None
+        total = 0.0
+        for x, y in zip(a, b):
+            d = _size_distance(x, y)
+            if d is None:
+                return None
+            total += d
+        return total
+    return 0.0 if a == b else None
 
 
 def best_configs(records: Iterable[TuningRecord], backend: str | None = None,
@@ -281,6 +334,10 @@ class TuningHistory:
         #: Knob values of records that templates did not take (reason, detail, key), not yet
         #: reported (``ConfigSpace.pick`` fills it through :class:`ScheduleOverrides`).
         self.ignored_values: set[tuple[str, str, str]] = set()
+        #: Whether workloads without a record of their own take the nearest size's (what a
+        #: dynamic module's specialisations do: records tuned at representative sizes apply
+        #: at every size).
+        self.nearest_sizes = False
 
     @classmethod
     def load(cls, path: str | Path) -> TuningHistory:
@@ -332,7 +389,8 @@ class TuningHistory:
 
     def overrides(self, backend: str, target: str | None = None) -> ScheduleOverrides:
         """Workload key -> the best knob values (what templates' ``pick`` reads; values it
-        cannot use are collected for :meth:`warn_skipped`)."""
+        cannot use are collected for :meth:`warn_skipped`). With :attr:`nearest_sizes`, a
+        workload without a record takes the nearest size's (:meth:`ScheduleOverrides.nearest`)."""
         best = self.best(backend, target)
         return ScheduleOverrides({k: dict(r.config) for k, r in best.items()},
-                                 self.ignored_values)
+                                 self.ignored_values, self.nearest_sizes)

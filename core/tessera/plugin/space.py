@@ -92,6 +92,12 @@ class ConfigSpace:
         cfg = self.default_config()
         cfg.space = self
         chosen = (overrides or {}).get(cfg.key())
+        if chosen is None and overrides:
+            nearest = getattr(overrides, "nearest", None)
+            chosen = nearest(cfg.key()) if nearest is not None else None
+            if chosen is not None:  # another size's record: only values valid here count
+                chosen = {k: v for k, v in chosen.items()
+                          if k in self.knobs and v in self.knobs[k].candidates}
         ignored = getattr(overrides, "ignored", None)
         for name, value in (chosen or {}).items():
             knob = self.knobs.get(name)
