@@ -2,10 +2,11 @@
 
 The Llama-style decoders of :mod:`tessera.testing.kv_decoder` (``small``: two layers of width
 64, where a token costs calls rather than arithmetic; ``realistic``: four layers of width 512
-and a vocabulary of 8192, 20 M parameters), exported in a child process (this one never
-imports torch). Tessera compiles each file once without input shapes, with the cache length
-left open (``symbolic_dims=["past", "total"]``: split execution), and generates ``--tokens``
-greedy tokens after a four-token prompt; onnxruntime runs the same file. Printed per model:
+and a vocabulary of 8192, 20 M parameters), exported by TorchScript and by dynamo in a child
+process (this one never imports torch). Tessera compiles each file once without input
+shapes, with the cache length left open (``symbolic_dims=["past", "total"]``: split
+execution), and generates ``--tokens`` greedy tokens after a four-token prompt; onnxruntime
+runs the same file. Printed per model and exporter:
 
 - ``compile s``: the ``compile()`` call; ``plans s``: the two split plans (the prompt's
   length, then one-token steps), made by the first steps;
@@ -32,15 +33,15 @@ from _common import cpu_name, limit_threads, ort_session
 PROMPT = [5, 7, 9, 11]
 
 
-def export(size: str) -> Path:
-    proc = subprocess.run([sys.executable, "-m", "tessera.testing.kv_decoder", "export", size],
-                          capture_output=True, text=True)
+def export(size: str, exporter: str) -> Path:
+    proc = subprocess.run([sys.executable, "-m", "tessera.testing.kv_decoder", "export", size,
+                           exporter], capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(proc.stderr.strip().splitlines()[-1] if proc.stderr else "failed")
     return Path(proc.stdout.strip().splitlines()[-1])
 
 
-def measure(size: str, args: argparse.Namespace) -> None:
+def measure(size: str, exporter: str, args: argparse.Namespace) -> None:
     """One decoder's row: compile, the plans, per-token medians in alternating rounds."""
     import onnx
 
@@ -48,7 +49,7 @@ def measure(size: str, args: argparse.Namespace) -> None:
     from tessera.testing import kv_decoder
 
     shape = kv_decoder.DecoderShape.of(kv_decoder.CONFIGS[size])
-    path = export(size)
+    path = export(size, exporter)
     sess = ort_session(onnx.load(str(path)), args.threads)
     start = time.perf_counter()
     mod = tessera.compile(str(path), args.target, symbolic_dims=["past", "total"])
@@ -77,15 +78,16 @@ def measure(size: str, args: argparse.Namespace) -> None:
         their_tokens = generate(theirs, times)
         ort_ms.append(statistics.median(times[1:]) * 1e3)
     t, o = min(tessera_ms), min(ort_ms)
-    print(f"{size:<10} {compiled:9.2f} {plans:8.2f} {t:10.3f} {o:8.3f} {t / o:6.2f}  "
-          f"{'same' if our_tokens == their_tokens else 'DIFFERENT'}", flush=True)
+    print(f"{size:<10} {exporter:<11} {compiled:9.2f} {plans:8.2f} {t:10.3f} {o:8.3f} "
+          f"{t / o:6.2f}  {'same' if our_tokens == their_tokens else 'DIFFERENT'}", flush=True)
     for sizes, plan in mod.split_plans():
-        print(f"{'':<10} plan for {sizes}: {plan.describe()}")
+        print(f"{'':<22} plan for {sizes}: {plan.describe()}")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="small,realistic")
+    ap.add_argument("--exporters", default="torchscript,dynamo")
     ap.add_argument("--target", default="llvm")
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=3)
@@ -95,10 +97,11 @@ def main() -> int:
     print(f"machine: {cpu_name()}, {os.cpu_count()} CPUs; target {args.target}; "
           f"{args.threads} threads for Tessera and onnxruntime; {args.tokens} tokens after a "
           f"{len(PROMPT)}-token prompt")
-    print(f"{'decoder':<10} {'compile s':>9} {'plans s':>8} {'tessera ms':>10} {'ort ms':>8} "
-          f"{'ratio':>6}  tokens")
+    print(f"{'decoder':<10} {'exporter':<11} {'compile s':>9} {'plans s':>8} {'tessera ms':>10} "
+          f"{'ort ms':>8} {'ratio':>6}  tokens")
     for size in args.sizes.split(","):
-        measure(size, args)
+        for exporter in args.exporters.split(","):
+            measure(size, exporter, args)
     return 0
 
 

@@ -54,3 +54,13 @@ def test_llvm_with_the_cache_length_open_generates_every_token(want: list[int]) 
     info = mod.cache_info()
     assert info.compiles == 2 and info.split == 2 and info.split_fallbacks == 0
     assert [s for s, _ in mod.split_plans()] == [{"seq": len(PROMPT)}, {"seq": 1}]
+
+
+@pytest.mark.skipif("llvm" not in get_backends(), reason="the tessera-llvm plugin is missing")
+def test_the_dynamo_export_generates_every_token_too(want: list[int]) -> None:
+    # opset 18, named torch.export.Dim's, different shape arithmetic from TorchScript's
+    mod = tessera.compile(str(kv_decoder.export(exporter="dynamo")), "llvm",
+                          symbolic_dims=["past", "total"])
+    assert kv_decoder.greedy(lambda f: list(mod.run(f).values()), PROMPT, 32) == want
+    assert mod.cache_info().split == 2
+    assert "present_0[1, 2, past + seq, 16]" in mod.describe_outputs()

@@ -9,7 +9,7 @@ an empty cache (``past = 0``), every later step one token. Random weights from a
 ``transformers.LlamaConfig`` (no download); the export (TorchScript, opset 17) is cached like
 the zoo's (:func:`tessera.testing.hf_zoo.default_cache_dir`).
 
-    python -m tessera.testing.kv_decoder export [small|realistic]   # prints the .onnx path
+    python -m tessera.testing.kv_decoder export [small|realistic] [torchscript|dynamo]
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import numpy as np
 
 from tessera.testing.hf_zoo import _require, _silenced, default_cache_dir
 
-__all__ = ["CONFIG", "CONFIGS", "REALISTIC", "DecoderShape", "export", "greedy",
+__all__ = ["CONFIG", "CONFIGS", "EXPORTERS", "REALISTIC", "DecoderShape", "export", "greedy",
            "torch_greedy"]
 
 #: The decoder: two layers of width 64, grouped-query attention (4 heads, 2 key/value heads).
@@ -66,14 +66,23 @@ def _model(config: Mapping[str, Any] = CONFIG) -> Any:
     return transformers.LlamaForCausalLM(transformers.LlamaConfig(**config)).eval()
 
 
+#: The exporters :func:`export` takes: TorchScript (opset 17, ``dynamic_axes``) and dynamo
+#: (opset 18, named ``torch.export.Dim``\ s ``seq``, ``past`` and ``total``).
+EXPORTERS = ("torchscript", "dynamo")
+
+
 def export(cache_dir: str | os.PathLike[str] | None = None,
-           config: Mapping[str, Any] = CONFIG) -> Path:
-    """The step's ``.onnx`` file for ``config`` (from the cache when there)."""
+           config: Mapping[str, Any] = CONFIG, exporter: str = "torchscript") -> Path:
+    """The step's ``.onnx`` file for ``config`` exported by ``exporter`` (from the cache when
+    there)."""
+    if exporter not in EXPORTERS:
+        raise ValueError(f"exporter must be one of {', '.join(EXPORTERS)}, not {exporter!r}")
     key = f"{sorted(config.items())}{WEIGHT_SEED}"
     versions = (f"torch{metadata.version('torch')}-tf{metadata.version('transformers')}"
                 .replace("+", "_"))
     folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    path = folder / f"llama-kv-{zlib.crc32(key.encode()):08x}-{versions}.onnx"
+    kind = "" if exporter == "torchscript" else f"-{exporter}"
+    path = folder / f"llama-kv{kind}-{zlib.crc32(key.encode()):08x}-{versions}.onnx"
     if path.exists():
         return path
     torch, transformers = _require()
@@ -108,9 +117,19 @@ def export(cache_dir: str | os.PathLike[str] | None = None,
     tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.onnx")
     try:
         with _silenced(), torch.no_grad():
-            torch.onnx.export(Step().eval(), example, str(tmp), input_names=names,
-                              output_names=outputs, opset_version=17, dynamo=False,
-                              dynamic_axes=axes)
+            if exporter == "dynamo":
+                dim = torch.export.Dim
+                seq, past, total = dim("seq", max=4096), dim("past", max=4096), \
+                    dim("total", max=8192)
+                torch.onnx.export(Step().eval(), example, str(tmp), input_names=names,
+                                  output_names=outputs, opset_version=18, dynamo=True,
+                                  dynamic_shapes=({1: seq}, {1: total},
+                                                  tuple({2: past} for _ in range(n))),
+                                  external_data=False)
+            else:
+                torch.onnx.export(Step().eval(), example, str(tmp), input_names=names,
+                                  output_names=outputs, opset_version=17, dynamo=False,
+                                  dynamic_axes=axes)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -159,7 +178,11 @@ def torch_greedy(prompt: Sequence[int], tokens: int,
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] != ["export"] or len(sys.argv) > 3 or sys.argv[2:3] and \
-            sys.argv[2] not in CONFIGS:
-        sys.exit(f"usage: python -m tessera.testing.kv_decoder export [{'|'.join(CONFIGS)}]")
-    print(export(config=CONFIGS[sys.argv[2] if len(sys.argv) > 2 else "small"]))
+    usage = (f"usage: python -m tessera.testing.kv_decoder export [{'|'.join(CONFIGS)}] "
+             f"[{'|'.join(EXPORTERS)}]")
+    args = sys.argv[1:]
+    if args[:1] != ["export"] or len(args) > 3 or len(args) > 1 and args[1] not in CONFIGS \
+            or len(args) > 2 and args[2] not in EXPORTERS:
+        sys.exit(usage)
+    print(export(config=CONFIGS[args[1] if len(args) > 1 else "small"],
+                 exporter=args[2] if len(args) > 2 else "torchscript"))
