@@ -63,6 +63,9 @@ CASES: list[tuple[str, dict[str, object], list[np.ndarray]]] = [
     ("Gather", {"axis": 0}, [_f(16, 4), np.array([[3, -1]], np.int64)]),
     ("Gather", {"axis": 1}, [_f(2, 5, 3), np.array(2, np.int64)]),
     ("Range", {}, [np.array(2, np.int64), np.array(9, np.int64), np.array(3, np.int64)]),
+    ("Max", {}, [_i(3, 1), _i(3, 4), _i(4)]),
+    ("Min", {}, [_f(2, 3), _f(3)]),
+    ("Reshape", {"allowzero": 0}, [_f(2, 6), np.array([3, -1], np.int64)]),
 ]
 
 
@@ -104,6 +107,18 @@ def test_calls_that_need_the_reference_are_handed_back() -> None:
     assert fast_op(helper.make_node("Reshape", ["a", "s"], ["y"], allowzero=1), 17) is None
     assert fast_op(helper.make_node("Add", ["a", "b"], ["y"], domain="com.example"), 17) is None
     assert fast_op(helper.make_node("Cast", ["a"], ["y"], to=TensorProto.BFLOAT16), 17) is None
+
+
+def test_unsqueeze_with_constant_axes() -> None:
+    node = helper.make_node("Unsqueeze", ["x", "axes"], ["y"])
+    axes = np.array([0, -1], np.int64)
+    form = fast_op(node, 17, {"axes": axes})
+    x = _f(3, 4)
+    (got,) = form([x, axes])
+    (want,) = _reference("Unsqueeze", {}, [x, axes])
+    assert got.shape == want.shape == (1, 3, 4, 1)
+    with pytest.raises(Unwritten):  # an axis beyond the rank: the reference's error
+        fast_op(node, 17, {"axes": np.array([5], np.int64)})([x, np.array([5], np.int64)])
 
 
 def test_views_are_never_written() -> None:

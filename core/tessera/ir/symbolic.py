@@ -119,10 +119,18 @@ class ShapeVars:
     @property
     def variables(self) -> list[str]:
         """Every variable, in the order of first appearance."""
-        seen: list[str] = []
-        for spec in self.inputs:
-            seen += [v for v in spec.variables if v not in seen]
-        return seen
+        return list(self._order)
+
+    @property
+    def _order(self) -> tuple[str, ...]:
+        order = self.__dict__.get("_order_cache")
+        if order is None:  # computed once: a call binds with it
+            seen: list[str] = []
+            for spec in self.inputs:
+                seen += [v for v in spec.variables if v not in seen]
+            order = tuple(seen)
+            object.__setattr__(self, "_order_cache", order)
+        return order  # type: ignore[no-any-return]
 
     def describe(self) -> str:
         """``input_ids: int64[batch, seq], mask: int64[batch, seq]; 1 <= batch <= 64``."""
@@ -190,7 +198,7 @@ class ShapeVars:
 
     def key(self, sizes: Mapping[str, int]) -> tuple[int, ...]:
         """The cache key of ``sizes``: the variables' sizes in :attr:`variables` order."""
-        return tuple(int(sizes[v]) for v in self.variables)
+        return tuple(int(sizes[v]) for v in self._order)
 
     @staticmethod
     def text(sizes: Mapping[str, int]) -> str:

@@ -177,6 +177,7 @@ class DynamicModule:
         self._split_fallbacks = 0
         self.shape_vars = shape_vars
         self._names = tuple(s.name for s in shape_vars.inputs)
+        self._variables = tuple(shape_vars.variables)
         self.output_names = list(output_names)
         self.target = target
         self.max_specializations = int(max_specializations)
@@ -276,7 +277,7 @@ class DynamicModule:
         false and background compiles on, a missing runner is compiled in the background and
         this call gets the evaluator instead."""
         if split is not None:
-            key = tuple(-1 if v in self.symbolic else sizes[v] for v in self.variables)
+            key = tuple(-1 if v in self.symbolic else sizes[v] for v in self._variables)
             sizes = {v: n for v, n in sizes.items() if v not in self.symbolic}
         else:
             key = self.shape_vars.key(sizes)
@@ -411,7 +412,7 @@ class DynamicModule:
                       sizes: dict[str, int]) -> Runner | None:
         """The split plan for these sizes, or None where the model does not split at them
         (said once per plan key, with the reason)."""
-        key = tuple(-1 if v in self.symbolic else sizes[v] for v in self.variables)
+        key = tuple(-1 if v in self.symbolic else sizes[v] for v in self._variables)
         if key in self._unsplit:
             return None
         try:

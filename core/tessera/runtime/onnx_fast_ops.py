@@ -16,7 +16,7 @@ random data.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -65,6 +65,23 @@ def _unsqueeze(args: Sequence[Any]) -> tuple[np.ndarray, ...]:
     return (x.reshape(shape),)
 
 
+def _unsqueeze_by(axes: list[int]) -> FastOp:
+    """Unsqueeze by constant ``axes``."""
+    if len(set(axes)) != len(axes):
+        return _unsqueeze  # the reference's error, from the general form
+
+    def run(args: Sequence[Any]) -> tuple[np.ndarray, ...]:
+        x = args[0]
+        rank = x.ndim + len(axes)
+        shape = list(x.shape)
+        for a in sorted(a + rank if a < 0 else a for a in axes):
+            if not 0 <= a < rank:
+                raise _Unwritten
+            shape.insert(a, 1)
+        return (x.reshape(shape),)
+    return run
+
+
 def _softmax(axis: int) -> FastOp:
     def run(args: Sequence[Any]) -> tuple[np.ndarray, ...]:
         x = args[0]
@@ -82,8 +99,10 @@ def _flatten(axis: int) -> FastOp:
     return run
 
 
-def fast_op(node: onnx.NodeProto, opset: int) -> FastOp | None:
-    """The numpy form of ``node`` (default domain), or None."""
+def fast_op(node: onnx.NodeProto, opset: int,
+            constants: Mapping[str, np.ndarray] | None = None) -> FastOp | None:
+    """The numpy form of ``node`` (default domain), or None; ``constants`` (the values of
+    inputs known when the form is made) let a form read its axes once."""
     if node.domain not in ("", "ai.onnx"):
         return None
     op = node.op_type
@@ -101,6 +120,15 @@ def fast_op(node: onnx.NodeProto, opset: int) -> FastOp | None:
     if op in _UNARY and not attrs:
         fn1 = _UNARY[op]
         return lambda args: (np.asarray(fn1(args[0])),)
+    if op in ("Max", "Min") and not attrs:
+        fold = np.maximum if op == "Max" else np.minimum
+
+        def extreme(args: Sequence[Any]) -> tuple[np.ndarray, ...]:
+            out = args[0]
+            for a in args[1:]:
+                out = fold(out, a)
+            return (np.asarray(out),)
+        return extreme
     if op == "Where" and not attrs:
         return lambda args: (np.where(args[0], args[1], args[2]),)
     if op == "Cast" and set(attrs) <= {"to", "saturate"} and attrs.get("to") in _CAST_TO:
@@ -112,9 +140,12 @@ def fast_op(node: onnx.NodeProto, opset: int) -> FastOp | None:
                 raise _Unwritten  # NaN and out-of-range conversions: the reference's rules
             return (x.astype(dtype, copy=False),)
         return cast
-    if op == "Reshape" and not attrs.get("allowzero", 0):
+    if op == "Reshape" and set(attrs) <= {"allowzero"} and not attrs.get("allowzero", 0):
         return lambda args: _reshape(args[0], args[1])
     if op == "Unsqueeze" and opset >= 13 and not attrs:
+        given = (constants or {}).get(node.input[1]) if len(node.input) > 1 else None
+        if given is not None:
+            return _unsqueeze_by(_ints(given))
         return _unsqueeze
     if op == "Squeeze" and opset >= 13 and not attrs:
         return lambda args: (np.squeeze(args[0], tuple(_ints(args[1])))

@@ -422,7 +422,7 @@ class _Evaluator:
                 node.need_context() or node.has_linked_attribute or node.has_subgraph)
             scope[f"S{k}"] = _reference_call(node, plain)
             args = "(" + "".join(f"{var(x)}, " for x in node.input) + ")"
-            fast = fast_op(proto, opset)
+            fast = fast_op(proto, opset, evaluator.rt_inits_)
             if fast is not None:
                 scope[f"F{k}"] = fast
                 lines += ["    try:", f"        r = F{k}({args})", "    except Unwritten:",
