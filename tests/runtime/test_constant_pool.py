@@ -43,31 +43,38 @@ def test_specialisations_share_their_weights() -> None:
     np.testing.assert_allclose(mod.run(x=x)["y"], np.maximum(x @ w, 0), rtol=1e-5, atol=1e-5)
 
 
+def _placed(values: np.ndarray, offset: int) -> np.ndarray:
+    """A copy of ``values`` whose data starts ``offset`` bytes after a 64-byte boundary."""
+    raw = np.empty(values.nbytes + 128, np.uint8)
+    start = (-raw.ctypes.data) % 64 + offset
+    out = raw[start:start + values.nbytes].view(values.dtype).reshape(values.shape)
+    out[...] = values
+    return out
+
+
 def test_pool_compares_bytes_and_keeps_alignment() -> None:
     pool = ConstantPool()
     base = np.arange(MIN_BYTES, dtype=np.float32)
-    first = pool.share(base.copy())
-    same = base.copy()
+    first = pool.share(_placed(base, 0))
+    same = _placed(base, 0)
     assert pool.share(same) is first and pool.saved_bytes == same.nbytes
-    other = base.copy()
+    other = _placed(base, 0)
     other[-1] = -1.0  # one element differs (outside the sampled bytes, too)
     assert pool.share(other) is other
-    minus_zero = np.zeros(MIN_BYTES, np.float32)
-    plus_zero = minus_zero.copy()
+    plus_zero = _placed(np.zeros(MIN_BYTES, np.float32), 0)
+    minus_zero = _placed(np.zeros(MIN_BYTES, np.float32), 0)
     minus_zero[3] = -0.0  # equal as numbers, not as bytes
     pool.share(plus_zero)
     assert pool.share(minus_zero) is minus_zero
     small = np.ones(4, np.float32)
     assert pool.share(small) is small and small.flags.writeable  # not worth sharing
-    # a 64-byte aligned array is never replaced by a less aligned one
-    raw = np.empty(MIN_BYTES * 4 + 64, np.uint8)
-    off = (-raw.ctypes.data) % 64
-    unaligned = raw[off + 4:off + 4 + MIN_BYTES * 4].view(np.float32)
-    unaligned[...] = np.full(MIN_BYTES, 7.0, np.float32)
-    pool.share(unaligned)
-    aligned = np.full(MIN_BYTES, 7.0, np.float32)
-    if aligned.ctypes.data % 64 == 0:
-        assert pool.share(aligned) is aligned
+    # a 64-byte aligned array is never replaced by a less aligned one; the other way is fine
+    sevens = np.full(MIN_BYTES, 7.0, np.float32)
+    unaligned = pool.share(_placed(sevens, 4))
+    aligned = _placed(sevens, 0)
+    assert pool.share(aligned) is aligned  # not the 4-byte aligned array held already
+    assert pool.share(_placed(sevens, 8)) is aligned  # 8-byte aligned: the 64-byte one
+    assert pool.share(_placed(sevens, 4)) is unaligned  # as aligned as the first
 
 
 def test_entries_go_with_the_last_module() -> None:
