@@ -8,13 +8,13 @@ import gc
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import tessera
 from tessera.plugin.manager import get_backends
 from tessera.runtime.constant_pool import MIN_BYTES, ConstantPool
 
-TARGET = "llvm" if "llvm" in get_backends() else "ref"
 
 
 def _model() -> onnx.ModelProto:
@@ -32,8 +32,10 @@ def _host_constants(module: tessera.Module) -> list[np.ndarray]:
             if isinstance(v, np.ndarray) and v.nbytes >= MIN_BYTES]
 
 
+@pytest.mark.skipif("llvm" not in get_backends(), reason="needs tessera-llvm (64-byte aligned "
+                    "weights: the reference backend's land wherever malloc puts them)")
 def test_specialisations_share_their_weights() -> None:
-    mod = tessera.compile(_model(), TARGET)
+    mod = tessera.compile(_model(), "llvm")
     a, b = mod.specialize(batch=1), mod.specialize(batch=5)
     ca, cb = _host_constants(a), _host_constants(b)
     assert ca and all(any(x is y for y in ca) for x in cb)  # b holds a's arrays
