@@ -16,7 +16,6 @@ from tessera.plugin.manager import get_backends
 from tessera.runtime.constant_pool import MIN_BYTES, ConstantPool
 
 
-
 def _model() -> onnx.ModelProto:
     w = np.random.default_rng(0).standard_normal((64, 128)).astype(np.float32)
     graph = helper.make_graph(
