@@ -130,7 +130,7 @@ def _compile_dynamic(proto: onnx.ModelProto, specs: tuple[InputSpec, ...],
                            tuple(cfg.disabled_passes or ()),
                            {k: np.asarray(v) for k, v in (cfg.freeze_inputs or {}).items()},
                            history.to_text() if history is not None else None,
-                           tuple(cfg.symbolic_dims or ()))
+                           *_symbolic_setting(cfg.symbolic_dims))
     settings = dataclasses.replace(cfg, tuning_records=history, specialize=None,
                                    dim_bounds=None, symbolic_dims=None)
     module = _dynamic_module(proto, source, shape_vars, cfg.max_specializations, settings)
@@ -158,8 +158,8 @@ def _dynamic_module(proto: onnx.ModelProto, source: DynamicSource, shape_vars: S
                                dataclasses.replace(settings, input_shapes=None,
                                                    freeze_inputs=None))
 
-    def splitter(arrays: dict[str, np.ndarray]) -> SplitModule:
-        return plan_split(proto, shape_vars.inputs, source.symbolic, arrays, compile_segment,
+    def splitter(arrays: dict[str, np.ndarray], symbolic: tuple[str, ...]) -> SplitModule:
+        return plan_split(proto, shape_vars.inputs, symbolic, arrays, compile_segment,
                           settings.freeze_inputs, shape_vars.bounds)
 
     values, relations = model_symbolic(
@@ -171,14 +171,28 @@ def _dynamic_module(proto: onnx.ModelProto, source: DynamicSource, shape_vars: S
         return DynamicModule(shape_vars, list(outputs), specializer,
                              source.target, max_specializations=max_specializations,
                              exporter=lambda mod, path: export_dynamic(mod, source, path),
-                             symbolic=source.symbolic,
-                             splitter=splitter if source.symbolic else None,
+                             symbolic=source.symbolic, auto_symbolic=source.auto_symbolic,
+                             splitter=splitter if source.symbolic or source.auto_symbolic
+                             else None,
                              relations=relations_check(relations), output_shapes=outputs,
                              relation_texts=[f"node {r.node}: {r.text}" for r in relations],
                              evaluator=lambda: model_evaluator(proto, settings.freeze_inputs),
                              background_compile=settings.background_compile)
     except TesseraError as e:
         raise CompileError(str(e)) from None
+
+
+def _symbolic_setting(value: Sequence[str] | str | None) -> tuple[tuple[str, ...], bool]:
+    """``symbolic_dims`` as (the variables named, whether to choose more automatically)."""
+    if value is None:
+        return (), False
+    if isinstance(value, str):
+        if value != "auto":
+            raise CompileError(f"symbolic_dims: expected variable names or \"auto\", got "
+                               f"{value!r}")
+        return (), True
+    names = tuple(str(v) for v in value)
+    return tuple(v for v in names if v != "auto"), "auto" in names
 
 
 def _symbolic_dims(shape: tuple[Any, ...] | None) -> tuple[int | str, ...] | None:

@@ -43,7 +43,8 @@ class CompileConfig:
       change on nearly every call (a decoder's cache length: ``["past", "total"]``): for
       each size of the other variables the model is split once into the parts whose shapes
       do not depend on them, compiled once, and the parts that do, evaluated at each call's
-      sizes (:mod:`tessera.runtime.split`).
+      sizes (:mod:`tessera.runtime.split`). ``"auto"`` (alone or with names): a variable
+      seen at three sizes joins them, unless the model does not split on it.
     - ``background_compile``: a dynamic module's call at a size not compiled yet does not
       wait for the compile: it runs on the evaluator (the model in numpy, at any size) while
       the module for its size compiles in a background thread; later calls use the compiled
@@ -71,7 +72,7 @@ class CompileConfig:
     dim_bounds: Mapping[str, Sequence[int]] | None = None
     specialize: Sequence[Mapping[str, Sequence[int]]] | None = None
     max_specializations: int = 8
-    symbolic_dims: Sequence[str] | None = None
+    symbolic_dims: Sequence[str] | str | None = None
     background_compile: bool = False
     opt_level: int = 3
     tuning_records: str | Path | TuningHistory | None = None

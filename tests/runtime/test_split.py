@@ -209,3 +209,37 @@ def test_a_model_that_does_not_split_is_compiled_per_size() -> None:
         np.testing.assert_array_equal(mod.run(past=x[:, :3])["y"], np.maximum(x[:, :3], 0))
     info = mod.cache_info()
     assert info.split == 0 and info.compiles == 2
+
+
+def test_auto_opens_a_variable_seen_at_three_sizes(tmp_path: object) -> None:
+    model = _attention_step()
+    mod = tessera.compile(model, "ref", symbolic_dims="auto")
+    assert mod.symbolic == () and mod.auto_symbolic
+    _check(mod, model, 5)
+    _check(mod, model, 6)
+    assert mod.symbolic == () and mod.cache_info().compiles == 2  # specialised so far
+    _check(mod, model, 7)  # past and total have been seen at three sizes: open from now on
+    assert mod.symbolic == ("past", "total")
+    for past in (8, 0, 30):
+        _check(mod, model, past)
+    info = mod.cache_info()
+    assert info.split == 1 and info.compiles == 3  # two specialisations and one plan
+    loaded = tessera.load(mod.export(tmp_path / "auto.tar"))  # type: ignore[operator]
+    assert loaded.auto_symbolic and loaded.symbolic == ()  # type: ignore[union-attr]
+
+
+def test_auto_leaves_a_variable_that_does_not_split_quietly() -> None:
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["past"], ["y"])], "all_dynamic",
+        [helper.make_tensor_value_info("past", TensorProto.FLOAT, [1, "past"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "past"])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    mod = tessera.compile(model, "ref", symbolic_dims=["auto"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning: auto mode just stops trying
+        for n in (2, 3, 4, 5, 6):
+            x = np.random.default_rng(n).standard_normal((1, n)).astype(np.float32)
+            np.testing.assert_array_equal(mod.run(past=x)["y"], np.maximum(x, 0))
+    assert mod.symbolic == () and mod.cache_info().compiles == 5
+    with pytest.raises(CompileError, match='expected variable names or "auto"'):
+        tessera.compile(model, "ref", symbolic_dims="past")

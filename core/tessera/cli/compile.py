@@ -64,7 +64,7 @@ def add_compile_options(parser: argparse.ArgumentParser, title: str = "compile o
                             "per size, because nearly every call changes them (a decoder's "
                             "cache length, e.g. \"past,total\"): the parts of the model whose "
                             "shapes do not depend on them compile once, the rest is "
-                            "evaluated per call")
+                            "evaluated per call; \"auto\": any variable seen at three sizes")
     group.add_argument("--specialize", action="append", default=None, metavar="SHAPES",
                        help="for a model with symbolic dimensions: compile these input shapes "
                             "now (and store them in the .tar), e.g. "
@@ -222,8 +222,11 @@ def format_type(tensor_type: Any) -> str:
 def summary(module: Module | DynamicModule) -> str:
     """Target, inputs and outputs of a module, a few lines."""
     if isinstance(module, DynamicModule):
-        split = ([f"split:   {', '.join(module.symbolic)} not specialised on (parts "
-                  f"compiled once, the rest evaluated per call)"] if module.symbolic else [])
+        opened = ", ".join(module.symbolic) + (" and any variable seen at three sizes"
+                                                if module.auto_symbolic else "")
+        split = ([f"split:   {opened.removeprefix(' and ')} not specialised on (parts "
+                  f"compiled once, the rest evaluated per call)"]
+                 if module.symbolic or module.auto_symbolic else [])
         return "\n".join([f"target:  {module.target}",
                           f"inputs:  {module.shape_vars.describe()}",
                           f"outputs: {module.describe_outputs()}",

@@ -54,8 +54,12 @@ DEFAULT_MAX_SPECIALIZATIONS = 8
 
 #: What compiles the model for concrete input shapes (input name -> shape).
 Specializer = Callable[[dict[str, list[int]]], Module]
-#: What splits the model for a call's arrays (:func:`tessera.runtime.split.plan_split`).
-Splitter = Callable[[dict[str, np.ndarray]], SplitModule]
+#: What splits the model for a call's arrays with some variables left open
+#: (:func:`tessera.runtime.split.plan_split`).
+Splitter = Callable[[dict[str, np.ndarray], tuple[str, ...]], SplitModule]
+
+#: With ``symbolic_dims="auto"``: a variable seen at this many sizes stops being specialised on.
+AUTO_SYMBOLIC_AFTER = 3
 #: What a cache entry runs: a module specialised for every size, or a split plan.
 Runner = Module | SplitModule
 #: The whole model evaluated at any size (numpy): inputs -> outputs by name.
@@ -142,7 +146,7 @@ class DynamicModule:
                  output_shapes: Mapping[str, tuple[int | str, ...] | None] | None = None,
                  relation_texts: Sequence[str] = (),
                  evaluator: Callable[[], Evaluate] | None = None,
-                 background_compile: bool = False) -> None:
+                 background_compile: bool = False, auto_symbolic: bool = False) -> None:
         if max_specializations < 1:
             raise TesseraError(f"max_specializations must be at least 1, got "
                                f"{max_specializations}")
@@ -150,8 +154,14 @@ class DynamicModule:
         if unknown:
             raise TesseraError(f"symbolic_dims: {', '.join(map(repr, unknown))} not among "
                                f"the model's variables ({', '.join(shape_vars.variables)})")
-        if symbolic and splitter is None:
+        if (symbolic or auto_symbolic) and splitter is None:
             raise TesseraError("symbolic_dims needs a splitter")
+        #: ``symbolic_dims="auto"``: a variable seen at :data:`AUTO_SYMBOLIC_AFTER` sizes
+        #: joins ``symbolic`` (one that does not split the model is never tried again)
+        self.auto_symbolic = bool(auto_symbolic)
+        self._sizes_seen: dict[str, set[int]] = {}
+        self._auto_added: set[str] = set()
+        self._auto_refused: set[str] = set()
         #: variables not specialised on (the split plans leave them open)
         self.symbolic = tuple(v for v in shape_vars.variables if v in set(symbolic))
         self._splitter = splitter
@@ -270,15 +280,16 @@ class DynamicModule:
             self._evictions += 1
 
     def _module(self, sizes: dict[str, int], split: Mapping[str, np.ndarray] | None = None,
-                wait: bool = True) -> Runner | _Evaluated:
+                wait: bool = True, symbolic: tuple[str, ...] = ()) -> Runner | _Evaluated:
         """The cached runner for ``sizes`` (compiled now if missing): the module specialised
         for them, or, given the call's arrays as ``split``, the split plan for the sizes of
         the variables not in ``symbolic`` (its key has -1 for the others). With ``wait``
         false and background compiles on, a missing runner is compiled in the background and
-        this call gets the evaluator instead."""
+        this call gets the evaluator instead. ``symbolic``: the variables a split plan leaves
+        open."""
         if split is not None:
-            key = tuple(-1 if v in self.symbolic else sizes[v] for v in self._variables)
-            sizes = {v: n for v, n in sizes.items() if v not in self.symbolic}
+            key = tuple(-1 if v in symbolic else sizes[v] for v in self._variables)
+            sizes = {v: n for v, n in sizes.items() if v not in symbolic}
         else:
             key = self.shape_vars.key(sizes)
         background = not wait and self.background_compile and self._evaluator is not None
@@ -304,17 +315,17 @@ class DynamicModule:
             if background:  # being compiled in the background: evaluate meanwhile
                 return self._evaluator_runner()
             return pending.result()  # another thread compiles these sizes; its error is ours
-        job = (key, dict(sizes), None if split is None else dict(split), future)
+        job = (key, dict(sizes), None if split is None else dict(split), future, symbolic)
         if background:
             with self._lock:
                 self._evaluated += 1
             self._background_queue().put(job)
             return self._evaluator_runner()
-        return self._build(*job, background=False)
+        return self._build(*job, background=False)  # type: ignore[arg-type]
 
     def _build(self, key: tuple[int, ...], sizes: dict[str, int],
                split: dict[str, np.ndarray] | None, future: Future[Runner],
-               background: bool) -> Runner:
+               symbolic: tuple[str, ...], background: bool) -> Runner:
         """Compile (or split) for ``sizes`` and cache the result; a failure is the future's
         error (raised here unless in the background, where it is kept for the next call)."""
         start = time.perf_counter()
@@ -322,7 +333,7 @@ class DynamicModule:
             module: Runner
             if split is not None:
                 assert self._splitter is not None
-                module = self._splitter(split)
+                module = self._splitter(split, symbolic)
             else:
                 module = self._specializer(self.shape_vars.shapes(sizes))
         except BaseException as e:
@@ -334,7 +345,7 @@ class DynamicModule:
                         f"{type(e).__name__}: {e}")
             if background and split is not None and isinstance(e, Exception):
                 self._not_split(key, sizes, e if isinstance(e, TesseraError) else TesseraError(
-                    f"{type(e).__name__}: {e}"))
+                    f"{type(e).__name__}: {e}"), symbolic)
             future.set_exception(e)
             if background:
                 return None  # type: ignore[return-value]
@@ -408,41 +419,71 @@ class DynamicModule:
         assert outputs is not None
         return outputs
 
-    def _split_runner(self, arrays: Mapping[str, np.ndarray],
-                      sizes: dict[str, int]) -> Runner | None:
-        """The split plan for these sizes, or None where the model does not split at them
-        (said once per plan key, with the reason)."""
-        key = tuple(-1 if v in self.symbolic else sizes[v] for v in self._variables)
+    def _split_runner(self, arrays: Mapping[str, np.ndarray], sizes: dict[str, int],
+                      symbolic: tuple[str, ...]) -> Runner | _Evaluated | None:
+        """The split plan for these sizes with ``symbolic`` open, or None where the model
+        does not split at them (said once per plan key, with the reason)."""
+        key = tuple(-1 if v in symbolic else sizes[v] for v in self._variables)
         if key in self._unsplit:
             return None
         try:
-            return self._module(sizes, split=arrays, wait=False)
+            return self._module(sizes, split=arrays, wait=False, symbolic=symbolic)
         except RunError:
             raise
         except TesseraError as e:
-            self._not_split(key, {v: n for v, n in sizes.items() if v not in self.symbolic}, e)
+            self._not_split(key, {v: n for v, n in sizes.items() if v not in symbolic}, e,
+                            symbolic)
             return None
 
     def _not_split(self, key: tuple[int, ...], sizes: dict[str, int],
-                   error: TesseraError) -> None:
-        """Remember (and say once) that the model does not split at these sizes."""
+                   error: TesseraError, symbolic: tuple[str, ...]) -> None:
+        """Remember that the model does not split at these sizes: said once, unless the
+        open variables were chosen automatically, which are then specialised on again."""
         with self._lock:
             if key in self._unsplit:
                 return
             self._unsplit[key] = str(error)
-        warnings.warn(f"symbolic_dims {', '.join(self.symbolic)}: the model does not split at "
+            automatic = set(symbolic) & self._auto_added
+            if automatic:
+                self._auto_refused |= automatic
+                self._auto_added -= automatic
+                self.symbolic = tuple(v for v in self.symbolic if v not in automatic)
+                return
+        warnings.warn(f"symbolic_dims {', '.join(symbolic)}: the model does not split at "
                       f"{ShapeVars.text(sizes) or 'these sizes'} ({error}); each size is "
                       f"compiled instead", RuntimeWarning, stacklevel=5)
+
+    def _observe(self, sizes: dict[str, int]) -> None:
+        """``symbolic_dims="auto"``: count each variable's sizes; one seen at
+        :data:`AUTO_SYMBOLIC_AFTER` sizes stops being specialised on."""
+        with self._lock:
+            added = []
+            for v, n in sizes.items():
+                if v in self.symbolic or v in self._auto_refused:
+                    continue
+                seen = self._sizes_seen.setdefault(v, set())
+                seen.add(n)
+                if len(seen) >= AUTO_SYMBOLIC_AFTER:
+                    added.append(v)
+            if added:
+                self._auto_added.update(added)
+                open_vars = set(self.symbolic) | set(added)
+                self.symbolic = tuple(v for v in self._variables if v in open_vars)
 
     def _module_for(self, arrays: Mapping[str, np.ndarray],
                     split: bool = True) -> Runner | _Evaluated:
         """The runner for a call's (checked) arrays (the evaluator while its size compiles in
         the background); a failed compile is a :class:`RunError` naming the sizes."""
-        if split and self.symbolic:
+        sizes: dict[str, int] | None = None
+        if split and (self.symbolic or self.auto_symbolic):
             sizes = self._bind(arrays)
-            runner = self._split_runner(arrays, sizes)
-            if runner is not None:
-                return runner
+            if self.auto_symbolic:
+                self._observe(sizes)
+            symbolic = self.symbolic  # this call's snapshot (auto mode may add to it)
+            if symbolic:
+                runner = self._split_runner(arrays, sizes, symbolic)
+                if runner is not None:
+                    return runner
         shapes = tuple(a.shape for a in arrays.values())
         with self._lock:  # the fast path: these very shapes were bound before
             seen = self._by_shapes.get(shapes)
@@ -451,7 +492,8 @@ class DynamicModule:
                 self._hits += 1
                 module = self._last = self._cache[seen][1]
                 return module
-        sizes = self._bind(arrays)
+        if sizes is None:
+            sizes = self._bind(arrays)
         try:
             module = self._module(sizes, wait=False)
             with self._lock:

@@ -58,8 +58,10 @@ class DynamicSource:
     disabled_passes: tuple[str, ...] = ()
     frozen: Mapping[str, np.ndarray] = field(default_factory=dict)
     records: str | None = None
-    #: variables not specialised on (split plans; :mod:`tessera.runtime.split`)
+    #: variables not specialised on (split plans; :mod:`tessera.runtime.split`), and
+    #: whether more are chosen as calls meet them (``symbolic_dims="auto"``)
     symbolic: tuple[str, ...] = ()
+    auto_symbolic: bool = False
 
 
 @dataclass(frozen=True)
@@ -98,7 +100,7 @@ def export_dynamic(module: DynamicModule, source: DynamicSource, path: Path) -> 
         "outputs": list(module.output_names),
         "bounds": {v: list(b) for v, b in module.shape_vars.bounds.items()},
         "max_specializations": module.max_specializations,
-        "symbolic_dims": list(source.symbolic),
+        "symbolic_dims": list(source.symbolic) + (["auto"] if source.auto_symbolic else []),
         "options": {"opt_level": source.opt_level, "pass_config": dict(source.pass_config),
                     "disabled_passes": list(source.disabled_passes)},
         "specializations": stored,
@@ -132,7 +134,8 @@ def read_dynamic(members: dict[str, bytes], where: str) -> StoredDynamic:
         options: dict[str, Any] = dict(manifest.get("options", {}))
         outputs = [str(n) for n in manifest["outputs"]]
         max_size = int(manifest.get("max_specializations", 1))
-        symbolic = tuple(str(v) for v in manifest.get("symbolic_dims", ()))
+        named = [str(v) for v in manifest.get("symbolic_dims", ())]
+        symbolic = tuple(v for v in named if v != "auto")
     except (KeyError, TypeError, ValueError, TesseraError) as e:
         raise ArtifactError(f"{DYNAMIC_MANIFEST} of {where!r} is malformed ({e}); export the "
                             f"model again") from None
@@ -158,7 +161,7 @@ def read_dynamic(members: dict[str, bytes], where: str) -> StoredDynamic:
                            int(options.get("opt_level", 3)),
                            dict(options.get("pass_config", {})),
                            tuple(options.get("disabled_passes", ())), frozen, records,
-                           symbolic)
+                           symbolic, "auto" in named)
     stored = [(sizes, {k[len(p):]: v for k, v in members.items() if k.startswith(p)})
               for sizes, p in specs]
     return StoredDynamic(source, shape_vars, outputs, max(1, max_size), stored)
