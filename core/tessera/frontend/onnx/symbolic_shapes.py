@@ -38,7 +38,7 @@ from tessera.tir.simplify import can_prove, simplify
 
 __all__ = ["Relation", "SymValue", "infer_symbolic", "model_symbolic"]
 
-#: Integer tensors up to this many elements get their contents tracked.
+#: Integer tensors (of constant shape) up to this many elements get their contents tracked.
 CONTENT_LIMIT = 64
 
 INDEX = "int64"
@@ -121,9 +121,31 @@ class _Inference:
 
     def from_array(self, a: np.ndarray) -> SymValue:
         shape = tuple(_imm(d) for d in a.shape)
-        if a.dtype.kind in "iub" and a.ndim <= 1 and a.size <= CONTENT_LIMIT:
+        if a.dtype.kind in "iub" and a.size <= CONTENT_LIMIT:
             return SymValue(shape, tuple(_imm(int(x)) for x in a.reshape(-1)))
         return SymValue(shape)
+
+    def array(self, v: SymValue) -> np.ndarray | None:
+        """A value's contents as an object array of its (constant) shape, or None."""
+        shape = _const_shape(v.shape)
+        if v.contents is None or shape is None or len(v.contents) != int(np.prod(shape)):
+            return None
+        out = np.empty(len(v.contents), dtype=object)
+        for i, c in enumerate(v.contents):
+            out[i] = c
+        return out.reshape(shape)
+
+    def from_objects(self, a: np.ndarray) -> SymValue:
+        """A value whose contents are the object array ``a`` (kept while small; numpy gives
+        one element, not a 0-d array, for a scalar result)."""
+        if not isinstance(a, np.ndarray):
+            element = a
+            a = np.empty((), dtype=object)
+            a[()] = element
+        shape = tuple(_imm(d) for d in a.shape)
+        if a.size > CONTENT_LIMIT:
+            return SymValue(shape)
+        return SymValue(shape, tuple(self.s(c) for c in a.reshape(-1)))
 
     def broadcast(self, shapes: Sequence[tuple[E.PrimExpr, ...] | None]
                   ) -> tuple[E.PrimExpr, ...] | None:
@@ -151,19 +173,18 @@ class _Inference:
 
     def elementwise(self, args: list[SymValue], fn: Callable[..., E.PrimExpr]
                     ) -> tuple[E.PrimExpr, ...] | None:
-        """Contents of an elementwise op over rank <= 1 operands with known contents."""
-        if any(a.contents is None for a in args):
+        """Contents of an elementwise op (broadcasting) over operands with known contents."""
+        arrays = [self.array(a) for a in args]
+        if any(a is None for a in arrays):
             return None
-        lengths = {len(a.contents) for a in args if len(a.contents) != 1}  # type: ignore[arg-type]
-        if len(lengths) > 1:
+        try:
+            parts = np.broadcast_arrays(*arrays)  # type: ignore[arg-type]
+        except ValueError:
             return None
-        n = lengths.pop() if lengths else 1
-        out = []
-        for i in range(n):
-            items = [a.contents[i if len(a.contents) > 1 else 0]  # type: ignore[index,arg-type]
-                     for a in args]
-            out.append(self.s(fn(*items)))
-        return tuple(out)
+        if parts[0].size > CONTENT_LIMIT:
+            return None
+        flat = [p.reshape(-1) for p in parts]
+        return tuple(self.s(fn(*(f[i] for f in flat))) for i in range(parts[0].size))
 
     # -- the graph ----------------------------------------------------------------------------
     def run(self, nodes: Sequence[onnx.NodeProto], opset: int) -> None:
@@ -229,6 +250,8 @@ class _Inference:
             shape = self.broadcast([a.shape for a in ins])
             contents = None
             fn = _BINARY[op]
+            if op == "Mod" and not attrs.get("fmod", 0):  # the divisor's sign: Python's %
+                fn = E.FloorMod
             if fn is not None and not (op == "Div" and not self._nonneg(ins)):
                 contents = self.elementwise(ins, fn)
             return [SymValue(shape, contents)]
@@ -263,10 +286,10 @@ class _Inference:
                 total = total + s[axis]  # type: ignore[index]
             shape = tuple(self.s(total) if i == axis else d
                           for i, d in enumerate(shapes[0]))  # type: ignore[arg-type]
-            contents = None
-            if rank == 1 and all(a.contents is not None for a in ins):
-                contents = tuple(c for a in ins for c in a.contents)  # type: ignore[union-attr]
-            return [SymValue(shape, contents)]
+            arrays = [self.array(a) for a in ins]
+            if all(a is not None for a in arrays):
+                return [self.from_objects(np.concatenate(arrays, axis=axis))]  # type: ignore
+            return [SymValue(shape)]
         if op == "Gather":
             return [self._gather(ins[0], node.input[1], ins[1], attrs.get("axis", 0))]
         if op == "Range":
@@ -281,7 +304,7 @@ class _Inference:
                 n = n * _const_value(d) if _const_value(d) is not None and n is not None \
                     else None  # type: ignore[operator]
             value = attrs.get("value")
-            if n is not None and n <= CONTENT_LIMIT and len(dims) <= 1:
+            if n is not None and n <= CONTENT_LIMIT:
                 from onnx import numpy_helper
                 fill = numpy_helper.to_array(value).reshape(-1) if value is not None \
                     else np.zeros(1, np.float32)
@@ -292,8 +315,11 @@ class _Inference:
             target = ins[1].contents
             if target is None:
                 return None
-            return [SymValue(self.broadcast([ins[0].shape, tuple(target)]),
-                             None)]
+            shape = self.broadcast([ins[0].shape, tuple(target)])
+            data, out = self.array(ins[0]), _const_shape(shape)
+            if data is not None and out is not None and int(np.prod(out)) <= CONTENT_LIMIT:
+                return [self.from_objects(np.broadcast_to(data, out))]
+            return [SymValue(shape)]
         if op == "Reshape":
             return [self._reshape(ins[0], ins[1], attrs.get("allowzero", 0))]
         if op == "Transpose":
@@ -301,6 +327,9 @@ class _Inference:
             if shape is None:
                 return None
             perm = attrs.get("perm", list(range(len(shape)))[::-1])
+            data = self.array(ins[0])
+            if data is not None:
+                return [self.from_objects(np.transpose(data, perm))]
             return [SymValue(tuple(shape[p] for p in perm))]
         if op == "MatMul":
             a, b = ins[0].shape, ins[1].shape
@@ -321,7 +350,7 @@ class _Inference:
                 lead = lead * d
             for d in shape[axis:]:
                 rest = rest * d
-            return [SymValue((self.s(lead), self.s(rest)))]
+            return [SymValue((self.s(lead), self.s(rest)), ins[0].contents)]
         if op == "Slice":
             return [self._slice(node, ins)]
         if op in _REDUCE:
@@ -516,7 +545,7 @@ class _Inference:
             dims = list(shape)
             for a in norm:
                 dims.insert(a, _imm(1))
-            return SymValue(tuple(dims), x.contents if rank <= 1 else None)
+            return SymValue(tuple(dims), x.contents)
         if axes is None:
             axes = [i for i, d in enumerate(shape) if _const_value(d) == 1]
             if len(axes) != sum(1 for d in shape if _const_value(d) is not None and
@@ -525,7 +554,7 @@ class _Inference:
                 return UNKNOWN
         norm = {a + len(shape) if a < 0 else a for a in axes}
         dims = tuple(d for i, d in enumerate(shape) if i not in norm)
-        return SymValue(dims, x.contents if len(dims) <= 1 else None)
+        return SymValue(dims, x.contents)
 
     def _gather(self, data: SymValue, index_name: str, indices: SymValue,
                 axis: int) -> SymValue:
@@ -534,12 +563,13 @@ class _Inference:
         rank = len(data.shape)
         axis = axis + rank if axis < 0 else axis
         shape = (*data.shape[:axis], *indices.shape, *data.shape[axis + 1:])
-        contents = None
         idx = self.ints(index_name)
-        if rank == 1 and data.contents is not None and idx is not None:
-            n = len(data.contents)
-            contents = tuple(data.contents[i + n if i < 0 else i] for i in idx)
-        return SymValue(shape, contents)
+        values = self.array(data)
+        index_shape = _const_shape(indices.shape)
+        if values is not None and idx is not None and index_shape is not None:
+            picked = np.take(values, np.array(idx, np.int64).reshape(index_shape), axis=axis)
+            return self.from_objects(picked)
+        return SymValue(shape)
 
     def _range(self, ins: list[SymValue]) -> SymValue:
         if any(a.contents is None or len(a.contents) != 1 for a in ins):
@@ -575,7 +605,8 @@ class _Inference:
         if None in dims:
             dims[dims.index(None)] = self._quotient(list(x.shape),
                                                     [d for d in dims if d is not None])
-        return SymValue(tuple(dims), x.contents if len(dims) <= 1 else None)  # type: ignore
+        out = SymValue(tuple(dims))  # type: ignore[arg-type]
+        return SymValue(out.shape, x.contents if _const_shape(out.shape) is not None else None)
 
     def _quotient(self, numerator: list[E.PrimExpr], denominator: list[E.PrimExpr]
                   ) -> E.PrimExpr:
@@ -640,14 +671,16 @@ class _Inference:
             ranges[axis] = (first, last, step)
             dims[axis] = self.s(E.max_(E.FloorDiv(span + _imm(size - 1), _imm(size)),
                                        _imm(0)))
-        contents = None
-        if rank == 1 and data.contents is not None and 0 in ranges:
-            first_c, last_c = (_const_value(x) for x in ranges[0][:2])
-            if first_c is not None and last_c is not None:
-                step = ranges[0][2]
-                stop = None if step < 0 and last_c < 0 else last_c
-                contents = data.contents[first_c:stop:step]
-        return SymValue(tuple(dims), contents)
+        values = self.array(data)
+        if values is not None:
+            index: list[slice] = [slice(None)] * rank
+            for axis, (first, last, step) in ranges.items():
+                first_c, last_c = _const_value(first), _const_value(last)
+                if first_c is None or last_c is None:
+                    return SymValue(tuple(dims))
+                index[axis] = slice(first_c, None if step < 0 and last_c < 0 else last_c, step)
+            return self.from_objects(values[tuple(index)])
+        return SymValue(tuple(dims))
 
     def _reduce(self, node: onnx.NodeProto, x: SymValue, attrs: Mapping[str, Any],
                 opset: int) -> SymValue:
@@ -668,6 +701,13 @@ class _Inference:
         dims = tuple(_imm(1) if i in norm else d for i, d in enumerate(x.shape)
                      if keep or i not in norm)
         return SymValue(dims)
+
+
+def _const_shape(shape: tuple[E.PrimExpr, ...] | None) -> tuple[int, ...] | None:
+    if shape is None:
+        return None
+    dims = [_const_value(d) for d in shape]
+    return None if any(d is None for d in dims) else tuple(dims)  # type: ignore[arg-type]
 
 
 def _bool(cond: E.PrimExpr) -> E.PrimExpr:
