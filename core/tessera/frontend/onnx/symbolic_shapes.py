@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from tessera.frontend.onnx.importer import _sorted_nodes
 from tessera.tir import expr as E
@@ -193,7 +193,6 @@ class _Inference:
             if node.op_type == "Constant" and node.output:
                 for a in node.attribute:
                     if a.name == "value" and a.t.data_type in _FLOAT_TENSORS:
-                        from onnx import numpy_helper
                         self.floats[node.output[0]] = numpy_helper.to_array(a.t)
             try:
                 outs = self.node(node, opset)
@@ -209,7 +208,6 @@ class _Inference:
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         ins = [self.get(x) for x in node.input]
         if op == "Constant":
-            from onnx import numpy_helper
             if "value" in attrs:
                 return [self.from_array(numpy_helper.to_array(attrs["value"]))]
             for key in ("value_int", "value_ints"):
@@ -305,7 +303,6 @@ class _Inference:
                     else None  # type: ignore[operator]
             value = attrs.get("value")
             if n is not None and n <= CONTENT_LIMIT:
-                from onnx import numpy_helper
                 fill = numpy_helper.to_array(value).reshape(-1) if value is not None \
                     else np.zeros(1, np.float32)
                 if fill.dtype.kind in "iub":
@@ -778,15 +775,13 @@ def infer_symbolic(nodes: Sequence[onnx.NodeProto], inputs: Mapping[str, Sequenc
                                                 _imm(d) for d in dims))
     for name, array in constants.items():
         if isinstance(array, onnx.TensorProto):
-            small = array.data_type in _INT_TENSORS and len(array.dims) <= 1 and \
+            small = array.data_type in _INT_TENSORS and \
                 int(np.prod(array.dims)) <= CONTENT_LIMIT
             if array.data_type in _FLOAT_TENSORS and int(np.prod(array.dims)) <= CONTENT_LIMIT:
-                from onnx import numpy_helper
                 inference.floats[name] = numpy_helper.to_array(array)
             if not small:  # the shape is enough: no copy of a weight
                 inference.values[name] = SymValue(tuple(_imm(d) for d in array.dims))
                 continue
-            from onnx import numpy_helper
             array = numpy_helper.to_array(array)
         inference.values[name] = inference.from_array(np.asarray(array))
     inference.run(nodes, opset)
