@@ -368,8 +368,10 @@ class _Inference:
             a, b = ins[0].shape, ins[1].shape
             if a is None or b is None:
                 return None
-            m = a[1] if attrs.get("transA", 0) else a[0]
-            n = b[0] if attrs.get("transB", 0) else b[1]
+            m, k = (a[1], a[0]) if attrs.get("transA", 0) else (a[0], a[1])
+            k2, n = (b[1], b[0]) if attrs.get("transB", 0) else (b[0], b[1])
+            self.relate(E.eq(k, k2), f"{k} and {k2} must be equal (the product's inner "
+                        f"dimension)", k, k2)
             return [SymValue((m, n))]
         if op == "Pad":
             return [self._pad(node, ins, attrs, opset)]
