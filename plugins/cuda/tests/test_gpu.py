@@ -131,3 +131,35 @@ def test_a_cross_compiled_artifact_runs(tmp_path) -> None:  # noqa: ANN001
     path = tessera.compile(model, target=f"cuda -arch={arch}").export(tmp_path / "m.tar")
     got = tessera.load(path).run(**inputs)["y"]
     np.testing.assert_allclose(got, run_onnxruntime(model, inputs)["y"], rtol=1e-4, atol=1e-4)
+
+
+def test_symbolic_shapes_specialise_and_split_on_the_gpu() -> None:
+    # a model exported with dynamic axes: one compile, any size (a module per size), and the
+    # cache length left open (split: its fixed-shape parts compiled once for cuda)
+    from onnx import TensorProto, helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((16, 16)).astype(np.float32) / 4, "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["k"]),
+         helper.make_node("Concat", ["past", "k"], ["present"], axis=1),
+         helper.make_node("ReduceSum", ["present", "one"], ["s"], keepdims=0),
+         helper.make_node("MatMul", ["s", "w"], ["h"]), helper.make_node("Tanh", ["h"], ["y"])],
+        "step",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 1, 16]),
+         helper.make_tensor_value_info("past", TensorProto.FLOAT, ["batch", "past", 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 16]),
+         helper.make_tensor_value_info("present", TensorProto.FLOAT, ["batch", None, 16])],
+        [w, numpy_helper.from_array(np.array([1], np.int64), "one")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    want = ReferenceEvaluator(model)
+    for options in ({}, {"symbolic_dims": ["past"]}):
+        mod = tessera.compile(model, target="cuda", **options)
+        for batch, past in ((1, 3), (2, 7), (1, 0), (2, 7)):
+            feeds = {"x": rng.standard_normal((batch, 1, 16)).astype(np.float32),
+                     "past": rng.standard_normal((batch, past, 16)).astype(np.float32)}
+            got = mod.run(feeds)
+            for name, value in zip(("y", "present"), want.run(None, feeds)):
+                np.testing.assert_allclose(got[name], value, rtol=1e-4, atol=1e-4)
+        assert mod.cache_info().compiles == (3 if not options else 2)
