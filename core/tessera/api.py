@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from tessera.errors import ArtifactError, CompileError, PluginCompileError, Tess
 from tessera.frontend.onnx.importer import ModelSource, check_onnx_model, import_onnx
 from tessera.frontend.onnx.importer import load_model as load_onnx
 from tessera.frontend.onnx.input_specs import model_input_specs
-from tessera.frontend.onnx.symbolic_eval import relations_check
+from tessera.frontend.onnx.symbolic_eval import bounds_conflicts, relations_check
 from tessera.frontend.onnx.symbolic_shapes import model_symbolic
 from tessera.ir.graph import Function
 from tessera.ir.symbolic import InputSpec, ShapeVars, check_bounds, is_static
@@ -165,6 +166,9 @@ def _dynamic_module(proto: onnx.ModelProto, source: DynamicSource, shape_vars: S
     values, relations = model_symbolic(
         proto, {s.name: list(s.dims) for s in shape_vars.inputs}, settings.freeze_inputs,
         {v: (lo, hi) for v, (lo, hi) in shape_vars.bounds.items()})
+    for conflict in bounds_conflicts(relations, shape_vars.bounds):
+        warnings.warn(f"dim_bounds admit sizes the model cannot take: {conflict}",
+                      RuntimeWarning, stacklevel=4)
     outputs = {o.name: _symbolic_dims(values[o.name].shape) if o.name in values else None
                for o in proto.graph.output}
     try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import tarfile
 import threading
+import warnings
 from typing import Any
 
 import numpy as np
@@ -312,3 +313,25 @@ def test_relations_the_nodes_need_are_checked_before_compiling() -> None:
         run(2, 3, 3, 5)
     assert mod.cache_info().compiles == 2  # the broken sizes compiled nothing
     assert run(1, 2, 2, 1)["c"].shape == (1, 4)  # and the module keeps working
+
+
+def test_bounds_the_model_cannot_take_are_said_at_compile() -> None:
+    # x: [seq] + table[:seq]: the table has 4 rows, so seq <= 4 (position embeddings do this)
+    graph = helper.make_graph(
+        [helper.make_node("Shape", ["x"], ["n"]),
+         helper.make_node("Slice", ["table", "zero", "n"], ["rows"]),
+         helper.make_node("Add", ["x", "rows"], ["y"])],
+        "positions", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["seq"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["seq"])],
+        [numpy_helper.from_array(np.arange(4, dtype=np.float32), "table"),
+         numpy_helper.from_array(np.array([0], np.int64), "zero")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.warns(RuntimeWarning, match=r"dim_bounds admit sizes the model cannot take: "
+                                            r"node .*\(Add\).*here seq = 9"):
+        mod = tessera.compile(model, "ref", dim_bounds={"seq": (1, 9)})
+    with pytest.raises(RunError, match="seq = 5"):
+        mod.run(x=np.ones(5, np.float32))
+    np.testing.assert_array_equal(mod.run(x=np.ones(3, np.float32))["y"], [1, 2, 3])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tessera.compile(model, "ref", dim_bounds={"seq": (1, 4)})  # within: nothing to say

@@ -5,6 +5,7 @@ relations between sizes), each generated once and called once per run.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -13,7 +14,39 @@ import numpy as np
 from tessera.frontend.onnx.symbolic_shapes import Relation
 from tessera.tir import expr as E
 
-__all__ = ["contents_function", "relations_check", "to_python", "uses_any_var"]
+__all__ = ["bounds_conflicts", "contents_function", "relations_check", "to_python",
+           "uses_any_var", "variables_of"]
+
+
+def variables_of(e: E.PrimExpr) -> set[str]:
+    """The names of the variables an expression reads."""
+    if isinstance(e, E.Var):
+        return {e.name}
+    out: set[str] = set()
+    for c in _children(e):
+        out |= variables_of(c)
+    return out
+
+
+def bounds_conflicts(relations: Sequence[Relation],
+                     bounds: Mapping[str, tuple[int, int]]) -> list[str]:
+    """The relations that sizes allowed by ``bounds`` break, each with the first such sizes:
+    every relation over bounded variables only, checked at each corner of their bounds
+    (``dim_bounds`` that admit sizes the model cannot take)."""
+    found = []
+    for relation in relations:
+        names = sorted(variables_of(relation.condition))
+        if not names or any(n not in bounds for n in names) or len(names) > 4:
+            continue
+        check = relations_check([relation])
+        if check is None:
+            continue
+        for corner in itertools.product(*(bounds[n] for n in names)):
+            broken = check(dict(zip(names, corner)))
+            if broken is not None:
+                found.append(broken)
+                break
+    return found
 
 
 def uses_any_var(e: E.PrimExpr) -> bool:
