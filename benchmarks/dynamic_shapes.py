@@ -28,6 +28,10 @@ from pathlib import Path
 
 from _common import cpu_name, geomean, limit_threads, ort_session
 
+#: Seconds to wait after onnxruntime ran before timing Tessera: its intra-op workers keep
+#: spinning for a while after each run, and on a 2-core machine they would be timed too.
+SETTLE_S = 0.2
+
 DEFAULT_MODELS = ("gpt2,llama,bert,distilbert,t5-encoder,whisper-encoder,vit,swin,convnext,"
                   "resnet,mobilenetv2,efficientnet,segformer,wav2vec2,clip-vision,clip-text")
 
@@ -105,6 +109,7 @@ def main() -> int:
                       f"{str(e).splitlines()[0][:120]}")
                 continue
             want = sess.run(None, feeds)
+            time.sleep(SETTLE_S)  # onnxruntime's workers spin after a run: let them stop
             err = max(float(np.abs(np.asarray(g, np.float64) - w).max() / (np.abs(w).max() or 1))
                       for g, w in zip(got.values(), want))
             dyn_ms, static_ms, ort_ms = [], [], []
@@ -112,6 +117,7 @@ def main() -> int:
                 dyn_ms.append(median_ms(lambda m=dyn, f=feeds: m.run(f), args.repeat))
                 static_ms.append(median_ms(lambda m=static, f=feeds: m.run(f), args.repeat))
                 ort_ms.append(median_ms(lambda s=sess, f=feeds: s.run(None, f), args.repeat))
+                time.sleep(SETTLE_S)
             d, s, o = min(dyn_ms), min(static_ms), min(ort_ms)
             ratios.append(d / s)
             print(f"{name:<16} {label:>11} {err:8.1e} {first:8.2f} {d:8.3f} {s:9.3f} "
