@@ -243,3 +243,20 @@ def test_auto_leaves_a_variable_that_does_not_split_quietly() -> None:
     assert mod.symbolic == () and mod.cache_info().compiles == 5
     with pytest.raises(CompileError, match='expected variable names or "auto"'):
         tessera.compile(model, "ref", symbolic_dims="past")
+
+
+def test_the_evaluator_reads_inputs_an_initializer_defaults() -> None:
+    from tessera.runtime.split import model_evaluator
+
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["a", "b"], ["y"])], "defaults",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [2]),
+         helper.make_tensor_value_info("b", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+        [numpy_helper.from_array(np.array([1, 2], np.float32), "unused"),
+         numpy_helper.from_array(np.array([10, 20], np.float32), "b")])
+    evaluate = model_evaluator(helper.make_model(graph,
+                                                 opset_imports=[helper.make_opsetid("", 17)]))
+    a = np.array([1, 1], np.float32)
+    np.testing.assert_array_equal(evaluate({"a": a})["y"], [11, 21])  # b's default
+    np.testing.assert_array_equal(evaluate({"a": a, "b": a * 5})["y"], [6, 6])

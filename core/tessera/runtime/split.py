@@ -39,6 +39,7 @@ specialised for its sizes instead. The dynamic segments compute with real shapes
 from __future__ import annotations
 
 import heapq
+import itertools
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -286,7 +287,7 @@ def plan_split(proto: onnx.ModelProto, specs: Sequence[InputSpec], symbolic: Seq
     for seg in segments:
         used = {x for n in seg.nodes for x in n.input if x in constants}
         model = _segment_model(proto, seg, probes[0], used, constant_nodes, known)
-        if seg.static and not seg.inputs:  # constants only: their values are the probe's
+        if seg.static and not seg.inputs and not seg.baked:  # constants only: the probe's
             split._frozen.update({o: probes[0][o] for o in seg.outputs})
             seg.runner = None
         elif seg.static:
@@ -399,12 +400,13 @@ class _Evaluator:
         opset = next((int(o.version) for o in model.opset_import
                       if o.domain in ("", "ai.onnx")), 17)
         names: dict[str, str] = {}
+        fresh = itertools.count()
 
         def var(name: str) -> str:
             if not name:
                 return "None"
             if name not in names:
-                names[name] = f"v{len(names)}"
+                names[name] = f"v{next(fresh)}"
             return names[name]
 
         scope: dict[str, Any] = {"Unwritten": Unwritten}
