@@ -260,3 +260,34 @@ def test_the_evaluator_reads_inputs_an_initializer_defaults() -> None:
     a = np.array([1, 1], np.float32)
     np.testing.assert_array_equal(evaluate({"a": a})["y"], [11, 21])  # b's default
     np.testing.assert_array_equal(evaluate({"a": a, "b": a * 5})["y"], [6, 6])
+
+
+def test_outputs_are_the_callers_own() -> None:
+    # present is the concatenation (its own array); an output that is a reshape of an input
+    # or a broadcast view comes back as a writeable copy, as a compiled module's does
+    graph = helper.make_graph(
+        [helper.make_node("Concat", ["past", "x"], ["present"], axis=1),
+         helper.make_node("Identity", ["past"], ["same"]),
+         helper.make_node("Expand", ["x", "shape"], ["wide"]),
+         helper.make_node("ReduceSum", ["present", "one"], ["s"], keepdims=0),
+         helper.make_node("Tanh", ["s"], ["t"])], "views",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 1]),
+         helper.make_tensor_value_info("past", TensorProto.FLOAT, [2, "past"])],
+        [helper.make_tensor_value_info("present", TensorProto.FLOAT, [2, None]),
+         helper.make_tensor_value_info("same", TensorProto.FLOAT, [2, None]),
+         helper.make_tensor_value_info("wide", TensorProto.FLOAT, [2, 3]),
+         helper.make_tensor_value_info("t", TensorProto.FLOAT, [2])],
+        [numpy_helper.from_array(np.array([2, 3], np.int64), "shape"),
+         numpy_helper.from_array(np.array([1], np.int64), "one")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    mod = tessera.compile(model, "ref", symbolic_dims=["past"])
+    x = np.ones((2, 1), np.float32)
+    for n in (3, 4):
+        past = np.arange(2 * n, dtype=np.float32).reshape(2, n)
+        out = mod.run(x=x, past=past)
+        for name, value in out.items():
+            assert value.flags.writeable and value.flags.c_contiguous, name
+            assert not np.shares_memory(value, past) and not np.shares_memory(value, x), name
+        out["same"][...] = -1
+        assert past[0, 0] == 0  # the input is untouched
+    assert mod.cache_info().split == 1

@@ -453,7 +453,7 @@ def model_evaluator(proto: onnx.ModelProto, frozen: Mapping[str, np.ndarray] | N
             results = evaluator.run(None, {**fixed, **arrays})
         except Exception as e:  # noqa: BLE001 - numpy's and the reference's own errors
             raise RunError(f"evaluating the model failed: {type(e).__name__}: {e}") from e
-        return dict(zip(names, results))
+        return {n: owned(r, arrays) for n, r in zip(names, results)}
     return evaluate
 
 
@@ -526,7 +526,7 @@ class SplitModule:
             feeds = {x: env[x] for x in seg.inputs}
             if seg.static:
                 for x, value in seg.baked.items():
-                    if x in env and not np.array_equal(env[x], value):
+                    if not np.array_equal(env[x], value):
                         raise SplitMismatch(f"{x!r} is {env[x].tolist()} at these sizes, "
                                             f"{value.tolist()} where the plan was made")
                 for x, shape in seg.shapes.items():
@@ -548,7 +548,18 @@ class SplitModule:
         if unknown:
             raise RunError(f"unknown output(s) {', '.join(map(repr, unknown))}; the model's "
                            f"outputs are {', '.join(self.output_names)}")
-        return {n: env[n] for n in names}
+        return {n: owned(env[n], arrays) for n in names}
 
     def __repr__(self) -> str:
         return f"<SplitModule {self.describe()}>"
+
+
+def owned(value: Any, inputs: Mapping[str, np.ndarray]) -> np.ndarray:
+    """An output as a caller may keep and write: C-contiguous, writeable and sharing no
+    memory with the inputs (a copy only when the evaluated value is a view: a broadcast, a
+    reshape of an input, a read-only constant)."""
+    value = np.asarray(value)
+    if value.flags.c_contiguous and value.flags.writeable and not any(
+            np.may_share_memory(value, a) for a in inputs.values()):
+        return value
+    return np.array(value, order="C", copy=True)
