@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -107,8 +107,14 @@ class ShapeVars:
 
     inputs: tuple[InputSpec, ...]
     bounds: Mapping[str, tuple[int, int]]
+    #: every variable, in the order of first appearance (set by ``__post_init__``)
+    _order: tuple[str, ...] = field(init=False, repr=False, compare=False, default=())
 
     def __post_init__(self) -> None:
+        seen: list[str] = []
+        for spec in self.inputs:
+            seen += [v for v in spec.variables if v not in seen]
+        object.__setattr__(self, "_order", tuple(seen))  # read by every bind: kept
         known = set(self.variables)
         unknown = sorted(set(self.bounds) - known)
         if unknown:
@@ -120,17 +126,6 @@ class ShapeVars:
     def variables(self) -> list[str]:
         """Every variable, in the order of first appearance."""
         return list(self._order)
-
-    @property
-    def _order(self) -> tuple[str, ...]:
-        order = self.__dict__.get("_order_cache")
-        if order is None:  # computed once: a call binds with it
-            seen: list[str] = []
-            for spec in self.inputs:
-                seen += [v for v in spec.variables if v not in seen]
-            order = tuple(seen)
-            object.__setattr__(self, "_order_cache", order)
-        return order  # type: ignore[no-any-return]
 
     def describe(self) -> str:
         """``input_ids: int64[batch, seq], mask: int64[batch, seq]; 1 <= batch <= 64``."""

@@ -52,34 +52,26 @@ def _reshape(x: np.ndarray, shape: Any) -> tuple[np.ndarray, ...]:
     return (x.reshape(target),)
 
 
-def _unsqueeze(args: Sequence[Any]) -> tuple[np.ndarray, ...]:
-    """``np.expand_dims`` without its argument normalisation (a reshape with 1s inserted)."""
-    x = args[0]
-    rank = x.ndim + np.size(args[1])
-    axes = sorted(a + rank if a < 0 else a for a in _ints(args[1]))
-    if len(set(axes)) != len(axes) or any(not 0 <= a < rank for a in axes):
+def _with_ones(x: np.ndarray, axes: list[int]) -> tuple[np.ndarray, ...]:
+    """``x`` with 1s inserted at ``axes`` of the result (a reshape: ``np.expand_dims``
+    without its argument normalisation)."""
+    rank = x.ndim + len(axes)
+    norm = sorted(a + rank if a < 0 else a for a in axes)
+    if len(set(norm)) != len(norm) or any(not 0 <= a < rank for a in norm):
         raise _Unwritten  # the reference's error
     shape = list(x.shape)
-    for a in axes:
+    for a in norm:
         shape.insert(a, 1)
     return (x.reshape(shape),)
 
 
-def _unsqueeze_by(axes: list[int]) -> FastOp:
-    """Unsqueeze by constant ``axes``."""
-    if len(set(axes)) != len(axes):
-        return _unsqueeze  # the reference's error, from the general form
+def _unsqueeze(args: Sequence[Any]) -> tuple[np.ndarray, ...]:
+    return _with_ones(args[0], _ints(args[1]))
 
-    def run(args: Sequence[Any]) -> tuple[np.ndarray, ...]:
-        x = args[0]
-        rank = x.ndim + len(axes)
-        shape = list(x.shape)
-        for a in sorted(a + rank if a < 0 else a for a in axes):
-            if not 0 <= a < rank:
-                raise _Unwritten
-            shape.insert(a, 1)
-        return (x.reshape(shape),)
-    return run
+
+def _unsqueeze_by(axes: list[int]) -> FastOp:
+    """Unsqueeze by constant ``axes`` (read once)."""
+    return lambda args: _with_ones(args[0], axes)
 
 
 def _softmax(axis: int) -> FastOp:

@@ -13,6 +13,7 @@ import numpy as np
 
 from tessera.frontend.onnx.symbolic_shapes import Relation
 from tessera.tir import expr as E
+from tessera.tir.functor import post_order_visit
 
 __all__ = ["bounds_conflicts", "contents_function", "relations_check", "to_python",
            "uses_any_var", "variables_of"]
@@ -20,12 +21,9 @@ __all__ = ["bounds_conflicts", "contents_function", "relations_check", "to_pytho
 
 def variables_of(e: E.PrimExpr) -> set[str]:
     """The names of the variables an expression reads."""
-    if isinstance(e, E.Var):
-        return {e.name}
-    out: set[str] = set()
-    for c in _children(e):
-        out |= variables_of(c)
-    return out
+    names: set[str] = set()
+    post_order_visit(e, lambda n: names.add(n.name) if isinstance(n, E.Var) else None)
+    return names
 
 
 def bounds_conflicts(relations: Sequence[Relation],
@@ -51,21 +49,7 @@ def bounds_conflicts(relations: Sequence[Relation],
 
 def uses_any_var(e: E.PrimExpr) -> bool:
     """Whether an expression reads a variable."""
-    if isinstance(e, E.Var):
-        return True
-    return any(uses_any_var(c) for c in _children(e))
-
-
-def _children(e: E.PrimExpr) -> list[E.PrimExpr]:
-    if isinstance(e, E.BinaryOp):
-        return [e.a, e.b]
-    if isinstance(e, E.Not):
-        return [e.a]
-    if isinstance(e, E.Select):
-        return [e.condition, e.true_value, e.false_value]
-    if isinstance(e, E.Cast):
-        return [e.value]
-    return []
+    return bool(variables_of(e))
 
 
 def to_python(e: E.PrimExpr) -> str:
@@ -75,15 +59,12 @@ def to_python(e: E.PrimExpr) -> str:
         return str(int(e.value))
     if isinstance(e, E.Var):
         return f"s[{e.name!r}]"
-    ops = {E.Add: "+", E.Sub: "-", E.Mul: "*", E.FloorDiv: "//", E.FloorMod: "%",
-           E.EQ: "==", E.NE: "!=", E.LT: "<", E.LE: "<=", E.GT: ">", E.GE: ">="}
-    for cls, sym in ops.items():
-        if type(e) is cls:
-            return f"({to_python(e.a)} {sym} {to_python(e.b)})"
     if isinstance(e, E.Min | E.Max):
-        return f"{'min' if isinstance(e, E.Min) else 'max'}({to_python(e.a)}, {to_python(e.b)})"
+        return f"{e.symbol}({to_python(e.a)}, {to_python(e.b)})"
     if isinstance(e, E.And | E.Or):
         return f"({to_python(e.a)} {'and' if isinstance(e, E.And) else 'or'} {to_python(e.b)})"
+    if isinstance(e, E.BinaryOp) and not isinstance(e, E.Div):  # +, //, %, ==, <, ...
+        return f"({to_python(e.a)} {e.symbol} {to_python(e.b)})"
     if isinstance(e, E.Not):
         return f"(not {to_python(e.a)})"
     if isinstance(e, E.Select):
