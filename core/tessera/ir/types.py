@@ -1,4 +1,19 @@
-"""Static tensor types: an element type and a shape of non-negative ints."""
+"""Static tensor types: an element type and a shape of non-negative ints.
+
+Besides numpy's own types, :class:`DType` has the low-precision types of ``ml_dtypes`` (the
+package onnx itself uses for them): bfloat16, the float8 variants, float4 e2m1 and the 4-bit and
+2-bit integers. numpy stores each in a whole byte (two for bfloat16), so a tensor of them is an
+ordinary array of ``ml_dtypes`` scalars. They are *storage* types: the reference backend casts,
+quantizes, dequantizes and moves them, and computes with the float ones in float32; no other
+backend's kernels read them (a backend claims only nodes whose operands it handles, so such nodes
+fall back to ``ref``).
+
+* ``is_float`` is true for bfloat16, the float8 types, float8 e8m0 and float4 e2m1: they are
+  floating-point numbers (ops that take floats take them, computing in float32);
+* ``is_int`` stays false for int4/uint4/int2/uint2: numpy's integer machinery (``np.iinfo``,
+  integer ufuncs, bit operations) does not work on them; ops that take them name them.
+* ``is_low_precision`` is true for all of these.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +22,7 @@ import os
 from dataclasses import dataclass
 from enum import StrEnum
 
+import ml_dtypes
 import numpy as np
 
 from tessera.errors import IRError
@@ -27,6 +43,18 @@ class DType(StrEnum):
     uint32 = "uint32"
     uint64 = "uint64"
     bool = "bool"
+    # low-precision types (ml_dtypes; one byte per element, two for bfloat16)
+    bfloat16 = "bfloat16"
+    float8_e4m3fn = "float8_e4m3fn"
+    float8_e4m3fnuz = "float8_e4m3fnuz"
+    float8_e5m2 = "float8_e5m2"
+    float8_e5m2fnuz = "float8_e5m2fnuz"
+    float8_e8m0fnu = "float8_e8m0fnu"
+    float4_e2m1fn = "float4_e2m1fn"
+    int4 = "int4"
+    uint4 = "uint4"
+    int2 = "int2"
+    uint2 = "uint2"
 
     @property
     def numpy(self) -> np.dtype:
@@ -38,11 +66,18 @@ class DType(StrEnum):
 
     @property
     def is_float(self) -> bool:
-        return self in (DType.float16, DType.float32, DType.float64)
+        """float16/32/64 and the low-precision floats (bfloat16, float8, float4)."""
+        return self.value in _FLOATS
 
     @property
     def is_int(self) -> bool:
+        """numpy's integer types (not int4/uint4/int2/uint2: see the module docstring)."""
         return self.numpy.kind in "iu"
+
+    @property
+    def is_low_precision(self) -> bool:
+        """Whether this is one of ``ml_dtypes``' types (bfloat16, float8, float4, int4, ...)."""
+        return self.value in _LOW_PRECISION
 
     @staticmethod
     def from_numpy(dtype: np.dtype | type | str) -> DType:
@@ -130,5 +165,14 @@ def oversize(type: TensorType) -> str | None:
             f"tensor may take here (this machine's memory; TESSERA_MAX_TENSOR_BYTES sets it)")
 
 
+#: The DTypes backed by ``ml_dtypes`` (their value is the ml_dtypes name).
+_LOW_PRECISION = frozenset({
+    "bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz",
+    "float8_e8m0fnu", "float4_e2m1fn", "int4", "uint4", "int2", "uint2"})
+_FLOATS = frozenset({"float16", "float32", "float64"}) | (
+    _LOW_PRECISION - {"int4", "uint4", "int2", "uint2"})
+
 #: Each DType's numpy dtype, made once (``DType.numpy`` is read on every run's input checks).
-_NUMPY_DTYPES: dict[str, np.dtype] = {d.value: np.dtype(d.value) for d in DType}
+_NUMPY_DTYPES: dict[str, np.dtype] = {
+    d.value: np.dtype(getattr(ml_dtypes, d.value) if d.value in _LOW_PRECISION else d.value)
+    for d in DType}

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import OpError
-from tessera.ir.cast import saturating_astype
+from tessera.ir.cast import ROUND_MODES, convert
 from tessera.ir.types import DType, TensorType
 from tessera.ops.registry import Attr, OpPattern, register_op, same_as_first
 
@@ -351,17 +351,23 @@ def clip(x: np.ndarray, lo: np.ndarray | None = None, hi: np.ndarray | None = No
     return y.astype(x.dtype, copy=y is x)
 
 
-def _cast_infer(x: TensorType, *, to: DType) -> TensorType:
+def _cast_infer(x: TensorType, *, to: DType, saturate: int = 1,
+                round_mode: str = "up") -> TensorType:
+    if round_mode not in ROUND_MODES:
+        raise OpError(f"Cast: round_mode {round_mode!r} is not one of {', '.join(ROUND_MODES)}")
     return x.with_dtype(to)
 
 
-@register_op("Cast", attrs={"to": Attr.dtype()}, infer=_cast_infer, pattern=E)
-def cast(x: np.ndarray, *, to: DType) -> np.ndarray:
+@register_op("Cast", attrs={"to": Attr.dtype(), "saturate": Attr.int(1),
+                            "round_mode": Attr.str("up")}, infer=_cast_infer, pattern=E)
+def cast(x: np.ndarray, *, to: DType, saturate: int = 1, round_mode: str = "up") -> np.ndarray:
     """Convert to element type ``to`` as numpy's ``astype`` does, except that floats convert to
     integers by saturating: truncated toward zero, values beyond the target's range (``±inf``
     included) clamp to its minimum/maximum and NaN gives 0 (ONNX leaves these undefined; see
-    :mod:`tessera.ir.cast`). To bool is ``x != 0``; integers to narrower integers wrap."""
-    return saturating_astype(x, to.numpy)
+    :mod:`tessera.ir.cast`). To bool is ``x != 0``; integers to narrower integers wrap. The
+    low-precision types convert as ONNX says (``saturate``: float8 targets; ``round_mode``:
+    float8 e8m0 targets; see :mod:`tessera.ir.cast`)."""
+    return convert(x, to, bool(saturate), round_mode)
 
 
 # -- predicates and logic -----------------------------------------------------------------------

@@ -29,6 +29,7 @@ import tessera
 from tessera.backends.reference.interpreter import evaluate_function
 from tessera.errors import NeedsConstantError, TesseraError
 from tessera.frontend.onnx import import_onnx
+from tessera.ir.cast import widen
 from tessera.plugin.target import Target
 
 
@@ -97,6 +98,7 @@ def _compare(name: str, got: np.ndarray, want: np.ndarray, rtol: float, atol: fl
         return f"output {name}: dtype {got.dtype}, expected {want.dtype}"
     if got.shape != want.shape:
         return f"output {name}: shape {list(got.shape)}, expected {list(want.shape)}"
+    got, want = widen(got), widen(want)  # low-precision types compare as float32/int8
     if want.dtype.kind in "fc":
         if not np.allclose(got, want, rtol=rtol, atol=atol, equal_nan=True):
             return f"output {name}: values differ (max abs err {np.nanmax(np.abs(got - want))})"

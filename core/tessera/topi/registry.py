@@ -86,6 +86,9 @@ def unsupported_reason(node: Node) -> str | None:
         return f"node {node.name}: op {node.op} has no topi compute"
     if node.body is not None:
         return f"node {node.name}: op {node.op} has a body"
+    for v in (*node.inputs, *node.outputs):
+        if v is not None and v.type.dtype.is_low_precision:
+            return f"node {node.name} ({node.op}): element type {v.type.dtype} has no TIR type"
     if entry.supports is not None:
         reason = entry.supports(node)
         if reason is not None:

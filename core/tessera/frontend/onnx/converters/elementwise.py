@@ -6,9 +6,10 @@ only widened the set of element types (bfloat16, float8, ...). Those whose form 
 * ``Clip``: opset 6 to 10 give ``min``/``max`` as attributes, opset 11 on as optional inputs;
   both become the IR's ``Clip(input, min?, max?)`` (attributes turn into scalar constants).
 * ``Cast``: ``to`` (an ONNX ``TensorProto`` type number) becomes a :class:`DType`; ``saturate``
-  (opset 19) and ``round_mode`` (opset 28) only concern float8/float4 targets, which Tessera
-  does not support, so they are dropped. ``CastLike`` becomes a ``Cast`` to the type of its
-  second input. A cast to the value's own type is no node at all.
+  (opset 19: float8 targets) and ``round_mode`` (opset 24: float8 e8m0 targets) are kept on the
+  IR's ``Cast`` only when the target is one they concern (so other casts keep one form).
+  ``CastLike`` becomes a ``Cast`` to the type of its second input, with its ``saturate``. A cast
+  to the value's own type is no node at all.
 * ``PRelu``: opset 7 on, the slope broadcasts to the input (unidirectionally), as in the IR.
 """
 
@@ -21,6 +22,7 @@ import numpy as np
 from tessera.frontend.onnx.context import ConvertContext
 from tessera.frontend.onnx.dtypes import onnx_dtype
 from tessera.frontend.onnx.registry import converter, simple
+from tessera.ir.cast import FLOAT8
 from tessera.ir.graph import Value
 from tessera.ir.types import DType
 
@@ -64,20 +66,26 @@ def clip_inputs(ctx: ConvertContext, inputs: list[Value | None], attrs: dict[str
     return ctx.op("Clip", x, lo, hi)
 
 
-def _cast(ctx: ConvertContext, x: Value, to: DType) -> Value:
+def _cast(ctx: ConvertContext, x: Value, to: DType, attrs: dict[str, Any]) -> Value:
     if x.type.dtype == to:
         return x
-    return ctx.op("Cast", x, to=to)
+    extra: dict[str, Any] = {}
+    if to in FLOAT8 or to == DType.float8_e8m0fnu:
+        extra["saturate"] = int(attrs.get("saturate", 1))
+    if to == DType.float8_e8m0fnu:
+        mode = attrs.get("round_mode", "up")
+        extra["round_mode"] = mode.decode() if isinstance(mode, bytes) else str(mode)
+    return ctx.op("Cast", x, to=to, **extra)
 
 
 @converter("Cast", since=6)
 def cast(ctx: ConvertContext, inputs: list[Value | None], attrs: dict[str, Any]) -> Value:
-    """``to`` -> DType; ``saturate``/``round_mode`` (float8/float4 only) are ignored."""
+    """``to`` -> DType; ``saturate``/``round_mode`` kept for the targets they concern."""
     x = inputs[0]
     assert x is not None
     if "to" not in attrs:
         raise ctx.error("attribute 'to' is required")
-    return _cast(ctx, x, onnx_dtype(int(attrs["to"]), "attribute 'to'"))
+    return _cast(ctx, x, onnx_dtype(int(attrs["to"]), "attribute 'to'"), attrs)
 
 
 @converter("CastLike", since=15)
@@ -85,4 +93,4 @@ def cast_like(ctx: ConvertContext, inputs: list[Value | None], attrs: dict[str, 
     """``CastLike(input, target_type)`` -> ``Cast(input, to=target_type's type)``."""
     x, like = inputs[0], inputs[1]
     assert x is not None and like is not None
-    return _cast(ctx, x, like.type.dtype)
+    return _cast(ctx, x, like.type.dtype, attrs)
