@@ -7,6 +7,8 @@ from tessera.ops import (  # noqa: F401  (imported for their registrations)
     elementwise,
     layout,
     linalg,
+    ml,
+    ml_trees,
     nn,
     norm,
     pool,

@@ -3,6 +3,8 @@
 from tessera.frontend.onnx.converters import (  # noqa: F401  (imported for their registrations)
     binary,
     elementwise,
+    ml,
+    ml_trees,
     nn,
     quant,
     reduce,
