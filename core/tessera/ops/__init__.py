@@ -3,7 +3,9 @@
 from tessera.ops import (  # noqa: F401  (imported for their registrations)
     attention,
     binary,
+    bitcast,
     conv,
+    detection,
     elementwise,
     layout,
     linalg,
@@ -19,6 +21,7 @@ from tessera.ops import (  # noqa: F401  (imported for their registrations)
     signal,
     tensor,
     text,
+    training,
 )
 from tessera.ops.registry import (
     Attr,

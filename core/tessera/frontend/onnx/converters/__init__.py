@@ -2,6 +2,8 @@
 
 from tessera.frontend.onnx.converters import (  # noqa: F401  (imported for their registrations)
     binary,
+    bitcast,
+    detection,
     elementwise,
     ml,
     ml_trees,
@@ -10,4 +12,5 @@ from tessera.frontend.onnx.converters import (  # noqa: F401  (imported for thei
     reduce,
     sequence,
     tensor,
+    training,
 )
