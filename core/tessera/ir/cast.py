@@ -50,7 +50,7 @@ def saturating_astype(x: np.ndarray, dtype: DTypeLike) -> np.ndarray:
     """``x`` converted to ``dtype``; float to integer saturates (see the module docstring)."""
     x = np.asarray(x)
     dt = np.dtype(dtype)
-    if _is_low_precision(x.dtype) or _is_low_precision(dt):
+    if is_low_precision(x.dtype) or is_low_precision(dt):
         return convert(x, DType.from_numpy(dt))
     if x.dtype.kind != "f" or dt.kind not in "iu":
         return x.astype(dt)
@@ -91,14 +91,15 @@ def convert(x: np.ndarray, to: DType, saturate: bool = True,
 def widen(x: np.ndarray) -> np.ndarray:
     """A low-precision array as float32 (floats) or int8 (sub-byte ints), exactly; any other
     array as itself."""
-    if not _is_low_precision(x.dtype):
+    if not is_low_precision(x.dtype):
         return x
     dtype = DType.from_numpy(x.dtype)
     return x.astype(np.float32 if dtype.is_float else np.int8)
 
 
-def _is_low_precision(dt: np.dtype) -> bool:
-    return dt.kind == "V" and dt.name in _LOW_NAMES
+def is_low_precision(dt: np.dtype) -> bool:
+    """Whether numpy dtype ``dt`` is one of the low-precision types (``ml_dtypes``)."""
+    return dt.name in _LOW_NAMES
 
 
 _LOW_NAMES = frozenset(d.value for d in DType if d.is_low_precision)
@@ -159,4 +160,7 @@ def _to_e8m0(x: np.ndarray, saturate: bool, round_mode: str) -> np.ndarray:
     return bits.astype(np.uint8).view(DType.float8_e8m0fnu.numpy)
 
 
-__all__ = ["FLOAT8", "ROUND_MODES", "SUB_BYTE_INTS", "convert", "saturating_astype", "widen"]
+__all__ = [
+    "FLOAT8", "ROUND_MODES", "SUB_BYTE_INTS", "convert", "is_low_precision", "saturating_astype",
+    "widen",
+]

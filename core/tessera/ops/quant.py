@@ -5,6 +5,14 @@ Scales and zero points are per tensor (a scalar or one element), per axis (a 1-D
 ``axis``) or blocked (same rank as the input, ``block_size`` elements per scale along ``axis``).
 Rounding is to nearest even and results saturate to the output type's range.
 
+The low-precision types (:mod:`tessera.ir.types`) quantize and dequantize as onnx's reference
+does: to int4/uint4/int2/uint2 like the wider integers (rounded, zero point added, clamped to
+the 4- or 2-bit range); to float8 ``x / scale`` converted by :func:`tessera.ir.cast.convert`
+(``saturate`` applies; the zero point, which ONNX requires to be zero, is not added); to float4
+e2m1 ``x / scale + zero_point`` converted (float4 clamps to ±6 by itself). Dequantizing a float8
+or float4 input ignores its zero point. Arithmetic on low-precision scales is done in float32;
+a low-precision ``precision`` rounds the division's operands and result to it.
+
 Integer products are computed exactly: the operands (zero points subtracted) are small integers,
 so a float64 BLAS product gives the exact int32 accumulator (|sum| < 2**53), which is then
 requantized in float32 like onnxruntime does.
@@ -17,13 +25,15 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import OpError
+from tessera.ir.cast import FLOAT8, SUB_BYTE_INTS, convert, is_low_precision, widen
 from tessera.ir.types import DType, TensorType
 from tessera.ops.conv import CONV_ATTRS, conv_infer, conv_nd
 from tessera.ops.linalg import matmul_shape
 from tessera.ops.registry import Attr, OpPattern, normalize_axis, register_op
 from tessera.ops.spatial import spatial_params
 
-QUANT_DTYPES = (DType.int8, DType.uint8, DType.int16, DType.uint16, DType.int32)
+QUANT_DTYPES = (DType.int8, DType.uint8, DType.int16, DType.uint16, DType.int32, DType.int4,
+                DType.uint4, DType.int2, DType.uint2, *sorted(FLOAT8), DType.float4_e2m1fn)
 
 
 def _is_scalar(shape: tuple[int, ...]) -> bool:
@@ -53,7 +63,8 @@ def _check_scale_and_zero_point(scale: TensorType, zp: TensorType | None, x: Ten
     """Raise unless ``{prefix}_scale`` is a valid parameter for ``x`` (see
     :func:`check_quant_param`) and ``{prefix}_zero_point``, when given, has its shape."""
     check_quant_param(scale, x, axis, block_size, op, f"{prefix}_scale")
-    if zp is not None and zp.shape != scale.shape:
+    per_tensor = _is_scalar(scale.shape) and not block_size
+    if zp is not None and zp.shape != scale.shape and not (per_tensor and _is_scalar(zp.shape)):
         raise OpError(f"{op}: {prefix}_zero_point {zp} must have {prefix}_scale's shape {scale}")
 
 
@@ -72,6 +83,28 @@ def expand_quant_param(p: np.ndarray, shape: tuple[int, ...], axis: int,
 def _saturate(v: np.ndarray, dtype: np.dtype) -> np.ndarray:
     info = np.iinfo(dtype)
     return np.clip(v, info.min, info.max).astype(dtype)
+
+
+def _int_range(dtype: DType) -> tuple[int, int]:
+    if dtype in SUB_BYTE_INTS:
+        width, signed = SUB_BYTE_INTS[dtype]
+        return (-(1 << (width - 1)), (1 << (width - 1)) - 1) if signed else (0, (1 << width) - 1)
+    info = np.iinfo(dtype.numpy)
+    return int(info.min), int(info.max)
+
+
+def _divide(x: np.ndarray, s: np.ndarray, precision: DType | None) -> np.ndarray:
+    """``x / s`` in ``precision`` (default: the scale's dtype); low-precision ones in float32,
+    operands and result rounded to ``precision`` when it is one."""
+    cdt = precision.numpy if precision is not None else s.dtype
+    if not (is_low_precision(np.dtype(cdt)) or is_low_precision(x.dtype)):
+        return x.astype(cdt) / s.astype(cdt)
+    if precision is not None and precision.is_low_precision:
+        x, s = convert(x, precision), convert(s, precision)
+    y = widen(x).astype(np.float32) / widen(s).astype(np.float32)
+    if precision is not None and precision.is_low_precision:
+        y = widen(convert(y, precision))
+    return y
 
 
 def _quant_out_dtype(zp: Any, output_dtype: DType | None) -> DType:
@@ -109,13 +142,18 @@ def quantize_linear(x: np.ndarray, scale: np.ndarray, zp: np.ndarray | None = No
                     precision: DType | None) -> np.ndarray:
     """``saturate(round_half_even(x / scale) + zero_point)``; the division is done in
     ``precision`` (default: the scale's dtype)."""
-    out = _quant_out_dtype(zp.dtype if zp is not None else None, output_dtype).numpy
-    cdt = precision.numpy if precision is not None else scale.dtype
-    s = expand_quant_param(scale, x.shape, axis, block_size).astype(cdt)
-    q = np.rint(x.astype(cdt) / s).astype(np.float64)
+    out = _quant_out_dtype(zp.dtype if zp is not None else None, output_dtype)
+    y = _divide(x, expand_quant_param(scale, x.shape, axis, block_size), precision)
+    if out.is_float:  # float8 / float4
+        if zp is not None and out not in FLOAT8:
+            y = y + widen(expand_quant_param(zp, x.shape, axis, block_size)).astype(y.dtype)
+        return convert(y, out, bool(saturate))
+    q = np.rint(y).astype(np.float64)
     if zp is not None:
-        q = q + expand_quant_param(zp, x.shape, axis, block_size).astype(np.float64)
-    return _saturate(np.nan_to_num(q), out)
+        q = q + widen(expand_quant_param(zp, x.shape, axis, block_size)).astype(np.float64)
+    lo, hi = _int_range(out)
+    q = np.clip(np.nan_to_num(q), lo, hi).astype(np.int64)
+    return q.astype(out.numpy) if not out.is_low_precision else convert(q, out)
 
 
 def _dequantize_infer(x: TensorType, scale: TensorType, zp: TensorType | None = None, *,
@@ -140,11 +178,18 @@ def dequantize_linear(x: np.ndarray, scale: np.ndarray, zp: np.ndarray | None = 
                       axis: int, block_size: int, output_dtype: DType | None) -> np.ndarray:
     """``(x - zero_point) * scale``, computed in the output dtype (default: the scale's)."""
     out = output_dtype.numpy if output_dtype is not None else scale.dtype
+    s = expand_quant_param(scale, x.shape, axis, block_size)
+    if is_low_precision(x.dtype) or is_low_precision(scale.dtype) or \
+            is_low_precision(np.dtype(out)):
+        # low-precision input, scale or output: in float32; float inputs have no zero point
+        v = widen(x).astype(np.float32)
+        if zp is not None and not DType.from_numpy(x.dtype).is_float:
+            v = v - widen(expand_quant_param(zp, x.shape, axis, block_size)).astype(np.float32)
+        return convert(v * widen(s).astype(np.float32), DType.from_numpy(out))
     v = x.astype(np.int64)
     if zp is not None:
         v = v - expand_quant_param(zp, x.shape, axis, block_size).astype(np.int64)
-    s = expand_quant_param(scale, x.shape, axis, block_size).astype(out)
-    return (v.astype(out) * s).astype(out, copy=False)
+    return (v.astype(out) * s.astype(out)).astype(out, copy=False)
 
 
 def _dynamic_quantize_infer(x: TensorType) -> tuple[TensorType, TensorType, TensorType]:

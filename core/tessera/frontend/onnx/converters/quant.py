@@ -1,7 +1,7 @@
 """ONNX converters: quant family.
 
 QuantizeLinear/DequantizeLinear of every opset map to one IR form (``axis``, ``block_size``,
-``output_dtype`` and ``precision`` as DTypes); float8, 4-bit and 2-bit types are import errors.
+``output_dtype`` and ``precision`` as DTypes), float8, float4, 4-bit and 2-bit types included.
 QLinearConv and ConvInteger get explicit pads like Conv.
 """
 
