@@ -17,6 +17,7 @@ from tessera.ir.types import DType, TensorType
 from tessera.ops.ml_transforms import (
     apply_post_transform,
     check_post_transform,
+    logistic,
     single_score_transform,
     two_class_scores,
 )
@@ -251,15 +252,17 @@ def linear_classifier(x: np.ndarray, *, coefficients: list[float], intercepts: l
     """Labels and scores of a linear classifier. Several classes: the label of the first
     largest raw score, scores post-transformed. One score per row: label ``classlabels[1]``
     (or 1) where it is positive, else ``classlabels[0]`` (or 0); with two class labels the
-    scores become ``[1 - s, s]`` (onnxruntime's layout), otherwise only PROBIT applies."""
+    scores become ``[1 - s, s]`` (onnxruntime's layout; s after LOGISTIC), otherwise only
+    PROBIT applies."""
     targets = len(intercepts)
     scores = _linear_scores(x, coefficients, intercepts, targets)
     if targets == 1:
         two = len(classlabels_ints) == 2
         pos, neg = (classlabels_ints[1], classlabels_ints[0]) if two else (1, 0)
         labels = np.where(scores[:, 0] > 0, pos, neg).astype(np.int64)
-        if two:
-            return labels, two_class_scores(scores[:, 0], 1, post_transform)
+        if two:  # onnxruntime: LOGISTIC applies to the score, then [1 - s, s]
+            s = logistic(scores[:, 0]) if post_transform == "LOGISTIC" else scores[:, 0]
+            return labels, two_class_scores(s, 1, post_transform)
         return labels, single_score_transform(scores, post_transform)
     labels = np.asarray(classlabels_ints, np.int64)[np.argmax(scores, axis=1)]
     return labels, apply_post_transform(scores, post_transform)
