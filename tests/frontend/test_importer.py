@@ -73,9 +73,11 @@ def test_symbolic_dims_need_input_shapes():
         import_onnx(model, input_shapes={"z": [1]})
 
 
-def test_old_opsets_are_refused():
-    with pytest.raises(ModelImportError, match="opset 6"):
-        import_onnx(_relu_model(opset=6))
+def test_old_opsets_are_upgraded():
+    """More in test_old_opsets.py."""
+    with pytest.warns(UserWarning, match="opset 6; .* upgraded it to opset 7"):
+        fn = import_onnx(_relu_model(opset=6))
+    assert [n.op for n in fn.nodes] == ["Relu"]
 
 
 def _reshape_model() -> onnx.ModelProto:

@@ -17,13 +17,12 @@ from tessera.errors import ModelImportError, NeedsConstantError, OpError, Tesser
 from tessera.frontend.onnx import converters as _converters  # noqa: F401  (their registrations)
 from tessera.frontend.onnx.context import ConvertContext
 from tessera.frontend.onnx.dtypes import onnx_dtype
+from tessera.frontend.onnx.lenient import check_model_leniently
 from tessera.frontend.onnx.registry import find_converter
+from tessera.frontend.onnx.upgrade import MIN_OPSET, upgrade_old_opset
 from tessera.ir.graph import Function, Value
 from tessera.ir.symbolic import format_dims, is_static, parse_dim
 from tessera.ir.types import TensorType, oversize
-
-#: The oldest default-domain opset the importer accepts.
-MIN_OPSET = 7
 
 ModelSource = str | os.PathLike | bytes | onnx.ModelProto
 
@@ -32,9 +31,10 @@ ARTIFACT = "a compiled Tessera artifact"
 
 
 def load_model(model: ModelSource) -> onnx.ModelProto:
-    """Read a ModelProto from a path, serialized bytes or a ModelProto (external data loaded)."""
+    """Read a ModelProto from a path, serialized bytes or a ModelProto (external data loaded);
+    a model of a default-domain opset before 7 comes upgraded (:func:`upgrade_old_opset`)."""
     if isinstance(model, onnx.ModelProto):
-        return model
+        return upgrade_old_opset(model)
     try:
         if isinstance(model, (bytes, bytearray)):
             proto = onnx.load_from_string(bytes(model))
@@ -53,7 +53,7 @@ def load_model(model: ModelSource) -> onnx.ModelProto:
         raise ModelImportError(f"cannot parse the ONNX model: {type(e).__name__}: {e}") from None
     if not proto.graph.node and not proto.graph.output:
         raise ModelImportError("the ONNX model has an empty graph (truncated or not an ONNX file?)")
-    return proto
+    return upgrade_old_opset(proto)
 
 
 def tar_kind(path: Path) -> str | None:
@@ -231,7 +231,7 @@ def check_onnx_model(proto: onnx.ModelProto, check: bool = True) -> dict[str, in
         _check_signature(proto.graph)
         try:
             _check_onnx_ops(proto.graph, _opsets(proto))
-            onnx.checker.check_model(proto)
+            check_model_leniently(proto, _opsets(proto))
         except ModelImportError:
             raise
         except UnicodeDecodeError as e:
@@ -245,7 +245,8 @@ def check_onnx_model(proto: onnx.ModelProto, check: bool = True) -> dict[str, in
     opsets = _opsets(proto)
     if opsets[""] < MIN_OPSET:
         raise ModelImportError(f"the model uses default-domain opset {opsets['']}; Tessera "
-                               f"imports opsets {MIN_OPSET} and later")
+                               f"imports opsets {MIN_OPSET} and later (load_model upgrades "
+                               f"older ones)")
     unsupported: list[tuple[str, str, int]] = []
     for n in proto.graph.node:
         domain = "" if n.domain in ("", "ai.onnx") else n.domain
