@@ -49,9 +49,11 @@ import numpy as np
 
 from tessera._version import __version__
 from tessera.errors import ArtifactError, IRError, PartitionError, PluginArtifactError, TargetError
+from tessera.ir.cast import is_low_precision
 from tessera.ir.graph import Function
 from tessera.ir.serialize import FORMAT_VERSION as GRAPH_FORMAT
 from tessera.ir.serialize import from_json, function_to_dict
+from tessera.ir.types import DType
 from tessera.partition.regions import PartitionedGraph
 from tessera.partition.report import CopyInfo, PartitionReport, RegionInfo
 from tessera.plugin import contract
@@ -81,6 +83,9 @@ class _ConstantStore:
         a = np.asarray(array)
         if not a.flags.c_contiguous:  # one byte order per content, so one hash
             a = a.copy(order="C")
+        low = a.dtype.name if is_low_precision(a.dtype) else None
+        if low is not None:  # .npy cannot name ml_dtypes types: their bytes, typed in the key
+            a = a.view(np.uint16 if a.dtype.itemsize == 2 else np.uint8)
         buf = io.BytesIO()
         try:
             np.lib.format.write_array(buf, a, allow_pickle=False)
@@ -89,7 +94,7 @@ class _ConstantStore:
         data = buf.getvalue()
         digest = sha256(data)
         self.members.setdefault(f"{CONSTANTS_DIR}/{digest}.npy", data)
-        return digest
+        return f"{digest}:{low}" if low is not None else digest
 
 
 def _graph_params(partitioned: PartitionedGraph, held: dict[str, set[str]]
@@ -458,7 +463,7 @@ def _array_hashes(manifest: dict[str, Any]) -> set[str]:
         if not isinstance(region, dict):
             raise ArtifactError("manifest 'arrays' is malformed")
         used.update(str(d) for d in region.values())
-    return used
+    return {d.partition(":")[0] for d in used}  # "<hash>:<low-precision dtype>" names a view
 
 
 def _mapping(manifest: dict[str, Any], key: str) -> dict[str, Any]:
@@ -466,6 +471,19 @@ def _mapping(manifest: dict[str, Any], key: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ArtifactError(f"manifest {key!r} is not a mapping (malformed manifest)")
     return value
+
+
+def _low_precision_view(array: np.ndarray, name: str, member: str) -> np.ndarray:
+    """The stored bytes of a low-precision array (``put``) viewed as its type ``name``."""
+    try:
+        dtype = DType(name)
+    except ValueError:
+        dtype = None
+    if dtype is None or not dtype.is_low_precision or array.dtype.itemsize != dtype.itemsize:
+        raise ArtifactError(f"artifact member {member} is referred to as {name!r}, which is not "
+                            f"a low-precision element type of its item size (malformed "
+                            f"manifest)")
+    return array.view(dtype.numpy)
 
 
 class _StoredArrays:
@@ -483,6 +501,7 @@ class _StoredArrays:
         array = self.arrays.get(digest)
         if array is not None:
             return array
+        digest, _, low = digest.partition(":")
         member = f"{CONSTANTS_DIR}/{digest}.npy"
         data = self.members.get(member)
         if data is None:
@@ -495,8 +514,10 @@ class _StoredArrays:
                                 f"{e}") from None
         if not isinstance(array, np.ndarray):
             raise ArtifactError(f"artifact member {member} is not a .npy array")
+        if low:
+            array = _low_precision_view(array, low, member)
         array.flags.writeable = False
-        self.arrays[digest] = array
+        self.arrays[digest + (f":{low}" if low else "")] = array
         return array
 
 
