@@ -111,6 +111,10 @@ def cast() -> list[Case]:
         for dst in CAST_TYPES:
             x_ = np.abs(x) if src.startswith("float") and dst.startswith("uint") else x
             cases.append(Case("Cast", [x_], {"to": dst}, label=f"Cast {src}->{dst}"))
+    for src, dst in (("int32", "uint32"), ("uint8", "int8"), ("uint64", "int64"),
+                     ("int16", "uint16"), ("bool", "uint8")):  # the bit casts llvm claims
+        x = rand(3, 21, dtype=bool) if src == "bool" else rand(3, 21, dtype=src, lo=-100, hi=100)
+        cases.append(Case("BitCast", [x], {"to": dst}, label=f"BitCast {src}->{dst}"))
     return cases
 
 

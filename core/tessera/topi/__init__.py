@@ -9,6 +9,7 @@ their attrs; they contain no schedules.
 """
 
 from tessera.topi import (
+    bitcast,
     broadcast,
     elemwise,
     image,
