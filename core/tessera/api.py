@@ -29,6 +29,7 @@ from tessera.plugin import contract
 from tessera.plugin.backend import Backend, CompiledRegion, CompileOptions
 from tessera.plugin.manager import default_cpu_target, get_backend, resolve_target
 from tessera.plugin.records import TuningHistory
+from tessera.plugin.subgraphs import SubgraphCompiler
 from tessera.plugin.target import Target, TargetKind, kind_of_region  # noqa: F401 (re-export)
 from tessera.progress import Progress, ProgressPrinter, RegionProgress
 from tessera.runtime.artifact import model_from_members, read_members
@@ -39,9 +40,12 @@ from tessera.runtime.module import Module
 from tessera.runtime.partitioned import PartitionedModel
 from tessera.runtime.planner import plan_module
 from tessera.runtime.split import SplitModule, model_evaluator, plan_split
+from tessera.runtime.subgraph import ModuleSubgraph
 from tessera.tir.expr import IntImm
 
 FALLBACK_BACKEND = "ref"
+#: The built-in backend that runs control flow (nodes holding sub-graphs).
+CONTROL_FLOW_BACKEND = "controlflow"
 
 
 def compile(model: ModelSource | Function, target: str | None = "auto",
@@ -99,7 +103,8 @@ def _compile_static(model: ModelSource | Function, target: str | None,
                                    backends, fallbacks, say)
     options = CompileOptions(opt_level=cfg.opt_level, pass_config=dict(cfg.pass_config or {}),
                              tuning_records=history, extra=extra,
-                             devices=dict(cfg.devices or {}))
+                             devices=dict(cfg.devices or {}),
+                             subgraphs=subgraph_compiler(target, cfg))
     used = _used_backends(backends, fallbacks)
     compiled = compile_regions(result, used, options, say)
     if history is not None:
@@ -111,6 +116,19 @@ def _compile_static(model: ModelSource | Function, target: str | None,
     except MemoryError as e:
         raise CompileError(f"cannot allocate the model's memory ({e}); its largest tensors: "
                            f"{_largest_values(result.graph)}") from None
+
+
+def subgraph_compiler(target: str | None, cfg: CompileConfig) -> SubgraphCompiler:
+    """What ``CompileOptions.subgraphs`` calls: a sub-graph (an ``If`` branch, a ``Loop`` or
+    ``Scan`` body) compiled like the module itself, for the same target and settings, into a
+    module whose execution states serve as sessions."""
+    settings = dataclasses.replace(cfg, input_shapes=None, freeze_inputs=None, dump_ir=None,
+                                   progress=False)
+
+    def compile_subgraph(graph: Function) -> ModuleSubgraph:
+        return ModuleSubgraph(_compile_static(graph, target, settings))
+
+    return compile_subgraph
 
 
 def _compile_dynamic(proto: onnx.ModelProto, specs: tuple[InputSpec, ...],
@@ -298,9 +316,10 @@ def _check_code_forms(forms: list[str], backends: list[Backend], target: str) ->
 
 def fallback_backends() -> list[tuple[Backend, TargetKind]]:
     """Where nodes no backend of the target claims go, in order: the best installed CPU
-    backend (``"auto"``), then the reference backend, which runs every op."""
+    backend (``"auto"``), the control-flow backend (``If``/``Loop``/``Scan`` around bodies
+    compiled for the target), then the reference backend, which runs every other op."""
     best = default_cpu_target()
-    names = [best] if best == FALLBACK_BACKEND else [best, FALLBACK_BACKEND]
+    names = list(dict.fromkeys([best, CONTROL_FLOW_BACKEND, FALLBACK_BACKEND]))
     return [(get_backend(n), TargetKind(n)) for n in names]
 
 
@@ -335,6 +354,16 @@ def _compile_region(backend: Backend, body: Function, kind: TargetKind,
     return contract.check_compiled(backend, body, result)
 
 
+def _load_subgraph_compiler(devices: Mapping[str, int] | None
+                            ) -> Callable[[str], SubgraphCompiler]:
+    """The sub-graph compiler of a loaded artifact, for its target: control-flow bodies are
+    compiled again (with default settings) when the artifact loads."""
+    def for_target(target: str) -> SubgraphCompiler:
+        return subgraph_compiler(target, CompileConfig(devices=dict(devices or {}) or None))
+
+    return for_target
+
+
 def load(path: str | Path, devices: Mapping[str, int] | None = None) -> Module | DynamicModule:
     """Load a module exported with :meth:`Module.export` or :meth:`DynamicModule.export`
     (checks plugins and file hashes); ``devices`` as for :func:`compile` (an artifact runs on
@@ -342,8 +371,9 @@ def load(path: str | Path, devices: Mapping[str, int] | None = None) -> Module |
     compiling; other sizes compile on first use, as where it was exported."""
     where = str(path)
     members = read_members(Path(path))
+    subgraphs = _load_subgraph_compiler(devices)
     if not is_dynamic(members):
-        return Module(model_from_members(members, where, dict(devices or {})))
+        return Module(model_from_members(members, where, dict(devices or {}), subgraphs))
     stored = read_dynamic(members, where)
     src = stored.source
     try:
@@ -358,6 +388,7 @@ def load(path: str | Path, devices: Mapping[str, int] | None = None) -> Module |
     module = _dynamic_module(proto, src, stored.shape_vars, stored.max_specializations,
                              settings)
     for i, (sizes, sub) in enumerate(stored.specializations):
-        model = model_from_members(sub, f"{where} (specialisation {i})", dict(devices or {}))
+        model = model_from_members(sub, f"{where} (specialisation {i})", dict(devices or {}),
+                                   subgraphs)
         module.preload(sizes, Module(model))
     return module

@@ -90,6 +90,14 @@ class Node:
             out.producer = self
 
     @property
+    def subgraphs(self) -> list[tuple[str, Function]]:
+        """The graphs this node owns as attributes, by attribute name: an ``If``'s branches,
+        a ``Loop``'s or ``Scan``'s body. Each is a closed function: the values of enclosing
+        scopes it reads are inputs of the node and of the graph (the importer turns outer-scope
+        references into them)."""
+        return [(k, v) for k, v in self.attrs.items() if isinstance(v, Function)]
+
+    @property
     def output(self) -> Value:
         """The single output of a one-output node."""
         if len(self.outputs) != 1:
@@ -143,6 +151,13 @@ class Function:
         if name in self._names:
             raise IRError(f"duplicate name {name!r} for a graph input")
         self._names.add(name)
+        value = Value(name, type)
+        self.inputs.append(value)
+        return value
+
+    def add_fresh_input(self, hint: str, type: TensorType) -> Value:
+        """A new graph input named after ``hint`` (made unique)."""
+        name = self.fresh_name(hint)
         value = Value(name, type)
         self.inputs.append(value)
         return value
@@ -295,8 +310,9 @@ class Function:
         new.inputs = [m(v) for v in self.inputs]  # type: ignore[misc]
         for node in self.nodes:
             outs = [m(o) for o in node.outputs]
+            attrs = {k: v.copy() if isinstance(v, Function) else v for k, v in node.attrs.items()}
             new.nodes.append(Node(node.op, node.name, [m(v) for v in node.inputs], outs,  # type: ignore[arg-type]
-                                  dict(node.attrs), node.body.copy() if node.body else None))
+                                  attrs, node.body.copy() if node.body else None))
         new.outputs = [m(v) for v in self.outputs]  # type: ignore[misc]
         return new
 

@@ -21,6 +21,8 @@ if TYPE_CHECKING:  # annotations only: the graph module imports this one
 
 
 def _fmt_attr(value: Any) -> str:
+    if hasattr(value, "nodes") and hasattr(value, "inputs"):  # a sub-graph, printed below
+        return f"@{value.name}"
     if isinstance(value, DType):  # before str: DType is a str enum
         return value.value
     if isinstance(value, (list, tuple)):
@@ -62,6 +64,8 @@ def format_node(node: Node, seen_consts: set[int] | None = None, indent: str = "
     if node.body is not None:
         body = format_function(node.body, indent + "  ")
         line += "\n" + body
+    for key, graph in node.subgraphs:
+        line += f"\n{indent}  {key}:\n" + format_function(graph, indent + "  ")
     return line
 
 

@@ -39,7 +39,7 @@ class _Required:
 
 REQUIRED: Any = _Required()
 
-_KINDS = ("int", "float", "str", "ints", "floats", "strs", "tensor", "dtype", "any")
+_KINDS = ("int", "float", "str", "ints", "floats", "strs", "tensor", "dtype", "graph", "any")
 
 
 @dataclass(frozen=True)
@@ -87,6 +87,12 @@ class Attr:
         return Attr("dtype", default)
 
     @staticmethod
+    def graph(default: Any = REQUIRED) -> Attr:
+        """A sub-graph (a :class:`~tessera.ir.graph.Function`): an ``If`` branch, a ``Loop``
+        or ``Scan`` body."""
+        return Attr("graph", default)
+
+    @staticmethod
     def any(default: Any = REQUIRED) -> Attr:
         return Attr("any", default)
 
@@ -121,6 +127,8 @@ class Attr:
             return np.asarray(value)
         if k == "dtype":
             return value if isinstance(value, DType) else DType.from_numpy(value)
+        if k == "graph" and not all(hasattr(value, a) for a in ("nodes", "inputs", "outputs")):
+            raise TypeError(f"expected a sub-graph (Function), got {type(value).__name__}")
         return value
 
 

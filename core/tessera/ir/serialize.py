@@ -3,7 +3,8 @@
 Constant data is either inlined (base64 of the raw bytes) or left out and referenced by name so
 an artifact can keep parameters apart (``with_data=False`` then ``from_json(..., params=...)``).
 A constant a backend holds in its compiled form (``Value.held_by``) is written as
-``{"type": ..., "held_by": backend}`` and read back held, without data.
+``{"type": ..., "held_by": backend}`` and read back held, without data. A sub-graph attribute
+(an ``If`` branch, a ``Loop`` or ``Scan`` body) is a nested function with its constants inline.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ def _decode_array(d: dict[str, Any]) -> np.ndarray:
 
 
 def _encode_attr(v: Any) -> Any:
+    if isinstance(v, Function):  # a sub-graph keeps its constants inline: no backend holds them
+        return {"__graph__": function_to_dict(v)}
     if isinstance(v, np.ndarray):
         return {"__ndarray__": _encode_array(v)}
     if isinstance(v, DType):
@@ -50,8 +53,10 @@ def _encode_attr(v: Any) -> Any:
     return v
 
 
-def _decode_attr(v: Any) -> Any:
+def _decode_attr(v: Any, params: dict[str, np.ndarray] | None = None) -> Any:
     if isinstance(v, dict):
+        if "__graph__" in v:
+            return function_from_dict(v["__graph__"], params)
         if "__ndarray__" in v:
             return _decode_array(v["__ndarray__"])
         if "__dtype__" in v:
@@ -139,7 +144,7 @@ def function_from_dict(d: dict[str, Any], params: dict[str, np.ndarray] | None =
             outs = [Value(o["name"], _type_from(o["type"])) for o in item["outputs"]]
             body = function_from_dict(item["body"], params) if "body" in item else None
             node = Node(item["op"], item["name"], inputs, outs,
-                        {k: _decode_attr(v) for k, v in item["attrs"].items()}, body)
+                        {k: _decode_attr(v, params) for k, v in item["attrs"].items()}, body)
             fn.append(node)
             for o in outs:
                 env[o.name] = o

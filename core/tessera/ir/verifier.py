@@ -11,8 +11,9 @@
   node), and every function output is defined;
 * every op is known to the registry, its attributes and input count fit the schema, and each
   node's stored output types equal what the registry infers from its input types and attributes
-  (structural ops ``Region`` and ``DeviceCopy`` are exempt; a node's ``body`` is verified
-  recursively).
+  (structural ops ``Region`` and ``DeviceCopy`` are exempt; a node's ``body`` and the
+  sub-graphs it holds as attributes, ``If`` branches and ``Loop``/``Scan`` bodies, are verified
+  recursively, each as a closed function).
 """
 
 from __future__ import annotations
@@ -173,6 +174,11 @@ class _Verifier:
                 verify(node.body)
             except IRError as e:
                 raise self.fail(f"{_node(node)}: in its body: {e}") from None
+        for key, graph in node.subgraphs:
+            try:
+                verify(graph)
+            except IRError as e:
+                raise self.fail(f"{_node(node)}: in its {key}: {e}") from None
         if node.op in STRUCTURAL_OPS:
             if node.op == REGION_OP:
                 self.check_region(node)

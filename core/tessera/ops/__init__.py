@@ -4,6 +4,7 @@ from tessera.ops import (  # noqa: F401  (imported for their registrations)
     attention,
     binary,
     bitcast,
+    control_flow,
     conv,
     detection,
     elementwise,

@@ -7,7 +7,8 @@ from tessera.passes.base import Pass
 
 
 class DeadCodeElimination(Pass):
-    """Remove every node whose outputs are all unused (chains of them too, in one sweep)."""
+    """Remove every node whose outputs are all unused (chains of them too, in one sweep), in
+    the function and in the sub-graphs its nodes hold (whose outputs are all used)."""
 
     name = "DeadCodeElimination"
     opt_level = 1
@@ -22,4 +23,7 @@ class DeadCodeElimination(Pass):
                 live.update(id(v) for v in node.inputs if v is not None)
         kept.reverse()
         fn.nodes = kept
+        for node in kept:  # inside If branches and Loop/Scan bodies too
+            for _, graph in node.subgraphs:
+                self.run(graph)
         return fn

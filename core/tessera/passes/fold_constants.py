@@ -3,7 +3,8 @@
 Each such node is run with the operator registry's reference implementation (the same oracle the
 reference backend uses) and its outputs become constants: the output values keep their names and
 their readers, they just gain data and lose their producer. Folding proceeds in node order, so
-whole constant subgraphs collapse in one sweep.
+whole constant subgraphs collapse in one sweep. An ``If`` whose condition is a constant is
+replaced by the nodes of the branch it takes.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from tessera.errors import PassError
-from tessera.ir.graph import Function, Node
+from tessera.ir.graph import Function, Node, Value
 from tessera.ir.types import TensorType
 from tessera.ops.registry import get_schema
 from tessera.passes.base import Pass
@@ -33,12 +34,44 @@ class FoldConstants(Pass):
     def run(self, fn: Function) -> Function:
         kept: list[Node] = []
         for node in fn.nodes:
-            if self._foldable(node):
+            if node.op == "If" and node.inputs[0] is not None and node.inputs[0].is_constant:
+                kept += self._take_branch(fn, node)
+            elif self._foldable(node):
                 self._fold(node)
             else:
                 kept.append(node)
         fn.nodes = kept
         return fn
+
+    @staticmethod
+    def _take_branch(fn: Function, node: Node) -> list[Node]:
+        """The nodes of the branch an ``If`` with a constant condition takes, its inputs bound
+        to the node's captured values; an Identity per output keeps the If's output values
+        (names and readers). Constant nodes among them fold in this same sweep."""
+        cond = np.asarray(node.inputs[0].data).reshape(-1)  # type: ignore[union-attr]
+        if cond.size != 1:
+            raise PassError(f"node {node.name} (If): the condition has {cond.size} elements")
+        branch: Function = node.attrs["then_branch" if bool(cond[0]) else "else_branch"]
+        env: dict[int, Value | None] = {id(v): a for v, a in zip(branch.inputs, node.inputs[1:])}
+        nodes: list[Node] = []
+        for inner in branch.nodes:
+            outs = [Value(fn.fresh_name(o.name), o.type) for o in inner.outputs]
+            copy = Node(inner.op, fn.fresh_node_name(inner.name),
+                        [env.get(id(v), v) if v is not None else None for v in inner.inputs],
+                        outs, dict(inner.attrs))
+            env.update((id(o), n) for o, n in zip(inner.outputs, outs))
+            nodes.append(copy)
+        for out, value in zip(node.outputs, branch.outputs):
+            source = env.get(id(value), value)
+            nodes.append(Node("Identity", fn.fresh_node_name(f"{node.name}_{out.name}"),
+                              [source], [out]))
+        kept = []
+        for n in nodes:
+            if FoldConstants._foldable(n):
+                FoldConstants._fold(n)
+            else:
+                kept.append(n)
+        return kept
 
     @staticmethod
     def _foldable(node: Node) -> bool:

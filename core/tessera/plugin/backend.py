@@ -21,6 +21,7 @@ from tessera.plugin.device import CPU, Device
 from tessera.plugin.distribution import distribution_version
 from tessera.plugin.patterns import Pattern
 from tessera.plugin.records import ScheduleOverrides, TuningHistory
+from tessera.plugin.subgraphs import SubgraphCompiler
 from tessera.plugin.target import TargetKind
 from tessera.progress import Progress
 
@@ -147,7 +148,13 @@ class CompileOptions:
     (:class:`tessera.progress.Progress`: phase, units done of a total); the core shows it as
     a bar on a terminal and as throttled lines in a log. Every backend may report; one whose
     regions take seconds to compile should (the llvm backend reports each fused group lowered
-    and each code-generation step). Outside ``compile`` it reports nowhere."""
+    and each code-generation step). Outside ``compile`` it reports nowhere.
+
+    ``subgraphs`` compiles a closed sub-graph (an ``If`` branch, a ``Loop`` or ``Scan`` body)
+    for the module's own target and returns a
+    :class:`~tessera.plugin.subgraphs.CompiledSubgraph`; the core sets it for every backend
+    (None outside a compile or load). A backend that claims nodes holding sub-graphs runs
+    them with it instead of compiling the bodies itself."""
 
     opt_level: int = 3
     pass_config: dict[str, Any] = field(default_factory=dict)
@@ -158,6 +165,7 @@ class CompileOptions:
     #: The (backend, target) ``schedule`` was resolved for.
     schedule_for: tuple[str, str] | None = field(default=None, compare=False, repr=False)
     progress: Progress = field(default_factory=Progress, compare=False, repr=False)
+    subgraphs: SubgraphCompiler | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.tuning_records is not None and not isinstance(self.tuning_records,

@@ -41,7 +41,7 @@ import os
 import posixpath
 import secrets
 import tarfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -59,6 +59,7 @@ from tessera.partition.report import CopyInfo, PartitionReport, RegionInfo
 from tessera.plugin import contract
 from tessera.plugin.backend import Backend, CompiledRegion, CompileOptions, SavedBackend
 from tessera.plugin.manager import backend_unavailable, get_backend, get_registry
+from tessera.plugin.subgraphs import SubgraphCompiler
 from tessera.runtime.compiled import CompiledModel
 
 FORMAT = 2
@@ -315,9 +316,12 @@ def load_model(path: Path, devices: dict[str, int] | None = None) -> CompiledMod
 
 
 def model_from_members(members: dict[str, bytes], where: str,
-                       devices: dict[str, int] | None = None) -> CompiledModel:
+                       devices: dict[str, int] | None = None,
+                       subgraphs: Callable[[str], SubgraphCompiler] | None = None
+                       ) -> CompiledModel:
     """:func:`load_model` of an artifact's members (``read_members``); ``where`` names the
-    artifact in errors."""
+    artifact in errors. ``subgraphs`` gives the sub-graph compiler for the artifact's target
+    (``CompileOptions.subgraphs``: control-flow bodies are compiled again on load)."""
     if MANIFEST not in members:
         raise ArtifactError(f"{where!r} has no {MANIFEST}; not a Tessera artifact")
     try:
@@ -397,6 +401,8 @@ def model_from_members(members: dict[str, bytes], where: str,
     options = CompileOptions(opt_level=int(opts.get("opt_level", 3)),
                              pass_config=dict(opts.get("pass_config", {})),
                              devices=dict(devices or {}))
+    if subgraphs is not None:
+        options.subgraphs = subgraphs(str(manifest.get("target", "")) or "auto")
     report = _report_from(_json_member(members, "report.json"))
     try:
         partitioned = PartitionedGraph.from_graph(graph, report)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -11,6 +11,15 @@ from tessera.errors import ModelImportError, NeedsConstantError, OpError
 from tessera.ir.graph import Function, Value
 from tessera.ir.types import TensorType, oversize
 from tessera.ops.registry import get_schema
+
+if TYPE_CHECKING:
+    import onnx
+
+    from tessera.frontend.onnx.subgraphs import Scope
+
+    #: The importer's sub-graph conversion (see :meth:`ConvertContext.subgraph`).
+    SubgraphConverter = Callable[["ConvertContext", onnx.GraphProto, str,
+                                  Sequence[TensorType]], tuple[Function, list[Value]]]
 
 
 class ConvertContext:
@@ -20,9 +29,25 @@ class ConvertContext:
     ONNX node (for messages); ``output_names`` are its ONNX output names (used as value names).
     """
 
-    def __init__(self, graph: Function, fold: bool = True):
+    def __init__(self, graph: Function, fold: bool = True, scope: Scope | None = None,
+                 opsets: dict[str, int] | None = None,
+                 subgraphs: SubgraphConverter | None = None):
         self.graph = graph
         self.fold = fold
+        #: the names visible to the graph being built (sub-graphs resolve outer names in it)
+        self.scope = scope
+        #: the model's opset per domain (sub-graphs are converted at the same opsets)
+        self.opsets = dict(opsets or {})
+        self._subgraphs = subgraphs
+
+    def subgraph(self, graph: onnx.GraphProto, what: str, input_types: Sequence[TensorType]
+                 ) -> tuple[Function, list[Value]]:
+        """Convert the node's graph attribute ``what`` (its declared inputs typed
+        ``input_types``) into a closed function; returns it and the outer values it reads,
+        in the order of the inputs added for them (:mod:`.subgraphs`)."""
+        if self._subgraphs is None:
+            raise self.error(f"{what}: sub-graphs are converted only inside an import")
+        return self._subgraphs(self, graph, what, input_types)
         self.opset = 0
         self.node_name = ""
         self.op_type = ""

@@ -19,6 +19,7 @@ from tessera.frontend.onnx.context import ConvertContext
 from tessera.frontend.onnx.dtypes import onnx_dtype
 from tessera.frontend.onnx.lenient import check_model_leniently
 from tessera.frontend.onnx.registry import find_converter
+from tessera.frontend.onnx.subgraphs import Scope
 from tessera.frontend.onnx.upgrade import MIN_OPSET, upgrade_old_opset
 from tessera.ir.graph import Function, Value
 from tessera.ir.symbolic import format_dims, is_static, parse_dim
@@ -96,7 +97,11 @@ def _opsets(proto: onnx.ModelProto) -> dict[str, int]:
 
 def _sorted_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
     """The graph's nodes in a topological order (ONNX requires one; be forgiving)."""
-    nodes = list(graph.node)
+    return _sorted_nodes_of(list(graph.node))
+
+
+def _sorted_nodes_of(nodes: list[onnx.NodeProto]) -> list[onnx.NodeProto]:
+    """``nodes`` in a topological order (names defined outside them are not dependencies)."""
     produced = {out: i for i, n in enumerate(nodes) for out in n.output if out}
     order: list[int] = []
     state = [0] * len(nodes)
@@ -223,6 +228,18 @@ def _declared_type(vi: onnx.ValueInfoProto, override: Sequence[int] | None) -> T
     return TensorType(tuple(shape), dtype)
 
 
+def _all_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
+    """The graph's nodes and those of every sub-graph they hold, nested."""
+    found = []
+    for n in graph.node:
+        found.append(n)
+        for a in n.attribute:
+            for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else
+                        list(a.graphs) if a.type == onnx.AttributeProto.GRAPHS else []):
+                found += _all_nodes(sub)
+    return found
+
+
 def check_onnx_model(proto: onnx.ModelProto, check: bool = True) -> dict[str, int]:
     """Refuse a model Tessera cannot import whatever its input shapes: malformed (onnx's
     checker, with ``check``), too old an opset, or with unsupported ops (every one listed in
@@ -248,7 +265,7 @@ def check_onnx_model(proto: onnx.ModelProto, check: bool = True) -> dict[str, in
                                f"imports opsets {MIN_OPSET} and later (load_model upgrades "
                                f"older ones)")
     unsupported: list[tuple[str, str, int]] = []
-    for n in proto.graph.node:
+    for n in _all_nodes(proto.graph):
         domain = "" if n.domain in ("", "ai.onnx") else n.domain
         opset = opsets.get(domain)
         if opset is None or find_converter(n.op_type, domain, opset) is None:
@@ -260,6 +277,87 @@ def check_onnx_model(proto: onnx.ModelProto, check: bool = True) -> dict[str, in
         raise ModelImportError(f"the model has {len(unsupported)} node(s) with unsupported ops "
                                f"({', '.join(kinds)}):\n{lines}", unsupported)
     return opsets
+
+
+def read_initializer(t: onnx.TensorProto) -> np.ndarray:
+    """An initializer's array (its element type checked)."""
+    try:
+        array = numpy_helper.to_array(t)
+    except Exception as e:  # noqa: BLE001
+        raise ModelImportError(f"initializer {t.name!r} cannot be read: {e}") from None
+    onnx_dtype(t.data_type, f"initializer {t.name!r}")
+    return array
+
+
+def convert_subgraph(ctx: ConvertContext, graph: onnx.GraphProto, what: str,
+                     input_types: Sequence[TensorType]) -> tuple[Function, list[Value]]:
+    """Convert ``graph`` (attribute ``what`` of the node ``ctx`` converts) with its declared
+    inputs typed ``input_types``; returns the closed function and the outer values it
+    captured, in the order of the inputs added for them."""
+    if len(graph.input) != len(input_types):
+        raise ctx.error(f"{what} declares {len(graph.input)} inputs, the node gives it "
+                        f"{len(input_types)}")
+    fn = Function(graph.name or what)
+    env: dict[str, Value] = {}
+    for vi, t in zip(graph.input, input_types):
+        env[vi.name] = fn.add_input(vi.name, t)
+    for t in graph.initializer:
+        env[t.name] = fn.constant(read_initializer(t), t.name)
+    scope = Scope(fn, env, ctx.scope)
+    try:
+        convert_nodes(fn, scope, list(graph.node), ctx.opsets)
+    except NeedsConstantError as e:
+        deps = scope.graph_inputs(e.inputs)
+        raise NeedsConstantError(f"in {what} of node {ctx.node_name!r}: {e}", deps) from None
+    for vi in graph.output:
+        value = scope.lookup(vi.name)
+        if value is None:
+            raise ctx.error(f"{what} output {vi.name!r} is not produced by any node")
+        fn.outputs.append(value)
+    _name_outputs(fn, [vi.name for vi in graph.output])
+    fn.attrs["output_names"] = [vi.name for vi in graph.output]
+    return fn, [outer for outer, _ in scope.captured]
+
+
+def convert_nodes(fn: Function, scope: Scope, nodes: list[onnx.NodeProto],
+                  opsets: dict[str, int]) -> None:
+    """Convert ``nodes`` (of the graph ``scope`` names the values of) into ``fn``, in a
+    topological order; a name no node of this graph defines is looked up in the enclosing
+    scopes (sub-graphs: :mod:`tessera.frontend.onnx.subgraphs`)."""
+    ctx = ConvertContext(fn, scope=scope, opsets=opsets, subgraphs=convert_subgraph)
+    for n in _sorted_nodes_of(nodes):
+        domain = "" if n.domain in ("", "ai.onnx") else n.domain
+        opset = opsets[domain]
+        ctx.begin(n.name or f"{n.op_type}_{n.output[0] if n.output else ''}", n.op_type, opset,
+                  list(n.output))
+        inputs: list[Value | None] = []
+        for name in n.input:
+            value = scope.lookup(name) if name else None
+            if name and value is None:
+                raise ModelImportError(f"node {ctx.node_name!r} ({n.op_type}) reads {name!r}, "
+                                       f"which no node, input or initializer defines")
+            inputs.append(value)
+        attrs = {a.name: _attr_value(a) for a in n.attribute}
+        fn_conv = find_converter(n.op_type, domain, opset)
+        assert fn_conv is not None
+        try:
+            result = fn_conv(ctx, inputs, attrs)
+        except NeedsConstantError:
+            raise
+        except ModelImportError:
+            raise
+        except TesseraError as e:
+            raise ctx.error(str(e)) from e
+        except Exception as e:  # noqa: BLE001 - a converter bug or a malformed attribute
+            raise ctx.error(f"{type(e).__name__}: {e}") from e
+        outs = [result] if isinstance(result, Value) else list(result)
+        _adopt_output_names(fn, list(n.output), outs, ctx.created)
+        for name, value in zip(n.output, outs):
+            if name and value is not None:
+                scope.env[name] = value
+        missing = [name for name in n.output[len(outs):] if name]
+        if missing:
+            raise ctx.error(f"outputs {missing} are not produced by the converter")
 
 
 def import_onnx(model: ModelSource, input_shapes: Mapping[str, Sequence[int]] | None = None,
@@ -288,12 +386,7 @@ def import_onnx(model: ModelSource, input_shapes: Mapping[str, Sequence[int]] | 
                                    f"{', '.join(vi.name for vi in g.input) or 'none'})")
 
     for t in g.initializer:
-        try:
-            array = numpy_helper.to_array(t)
-        except Exception as e:  # noqa: BLE001
-            raise ModelImportError(f"initializer {t.name!r} cannot be read: {e}") from None
-        onnx_dtype(t.data_type, f"initializer {t.name!r}")
-        env[t.name] = fn.constant(array, t.name)
+        env[t.name] = fn.constant(read_initializer(t), t.name)
     for vi in g.input:
         if vi.name in frozen:
             env[vi.name] = fn.constant(np.asarray(frozen[vi.name]), vi.name)
@@ -302,43 +395,7 @@ def import_onnx(model: ModelSource, input_shapes: Mapping[str, Sequence[int]] | 
             continue  # an initializer listed as input (IR < 4): a constant with a default
         env[vi.name] = fn.add_input(vi.name, _input_type(vi, shapes.get(vi.name)))
 
-    ctx = ConvertContext(fn)
-    for n in nodes:
-        domain = "" if n.domain in ("", "ai.onnx") else n.domain
-        opset = opsets[domain]
-        ctx.begin(n.name or f"{n.op_type}_{n.output[0] if n.output else ''}", n.op_type, opset,
-                  list(n.output))
-        inputs: list[Value | None] = []
-        for name in n.input:
-            if not name:
-                inputs.append(None)
-            elif name in env:
-                inputs.append(env[name])
-            else:
-                raise ModelImportError(f"node {ctx.node_name!r} ({n.op_type}) reads {name!r}, "
-                                       f"which no node, input or initializer defines")
-        attrs = {a.name: _attr_value(a) for a in n.attribute}
-        fn_conv = find_converter(n.op_type, domain, opset)
-        assert fn_conv is not None
-        try:
-            result = fn_conv(ctx, inputs, attrs)
-        except NeedsConstantError:
-            raise
-        except ModelImportError:
-            raise
-        except TesseraError as e:
-            raise ctx.error(str(e)) from e
-        except Exception as e:  # noqa: BLE001 - a converter bug or a malformed attribute
-            raise ctx.error(f"{type(e).__name__}: {e}") from e
-        outs = [result] if isinstance(result, Value) else list(result)
-        _adopt_output_names(fn, list(n.output), outs, ctx.created)
-        for name, value in zip(n.output, outs):
-            if name and value is not None:
-                env[name] = value
-        missing = [name for name in n.output[len(outs):] if name]
-        if missing:
-            raise ctx.error(f"outputs {missing} are not produced by the converter")
-
+    convert_nodes(fn, Scope(fn, env), nodes, opsets)
     for vi in g.output:
         if vi.name not in env:
             raise ModelImportError(f"graph output {vi.name!r} is not produced by any node")

@@ -3,6 +3,7 @@
 from tessera.frontend.onnx.converters import (  # noqa: F401  (imported for their registrations)
     binary,
     bitcast,
+    control_flow,
     detection,
     elementwise,
     ml,
