@@ -31,6 +31,7 @@ from tessera.ops.elementwise import (
     BOOL,
     FLOATS,
     INTS,
+    NARROW_FLOATS,
     NUMERIC,
     check_dtype,
 )
@@ -71,8 +72,8 @@ def elementwise_infer(op: str, allowed: Iterable[DType],
 
 
 def _in_float32(arrays: list[np.ndarray]) -> list[np.ndarray]:
-    """float16 operands as float32 (to round once at the end), others unchanged."""
-    return [a.astype(np.float32) if a.dtype == np.float16 else a for a in arrays]
+    """float16/bfloat16 operands as float32 (to round once at the end), others unchanged."""
+    return [a.astype(np.float32) if a.dtype in NARROW_FLOATS else a for a in arrays]
 
 
 # -- arithmetic ---------------------------------------------------------------------------------
@@ -95,7 +96,7 @@ def mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 @register_op("Div", inputs=2, infer=elementwise_infer("Div", NUMERIC), pattern=B)
 def div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """a / b; integers truncate toward zero like C."""
-    if a.dtype.kind == "f":
+    if a.dtype.kind == "f" or a.dtype in NARROW_FLOATS:
         return (a / b).astype(a.dtype, copy=False)
     q = np.floor_divide(a, b)
     if a.dtype.kind == "i":
@@ -129,8 +130,8 @@ def _mod_infer(a: TensorType, b: TensorType, *, fmod: int) -> TensorType:
 def mod(a: np.ndarray, b: np.ndarray, *, fmod: int) -> np.ndarray:
     """Remainder with the divisor's sign (``fmod=0``) or the dividend's (``fmod=1``)."""
     fn = np.fmod if fmod else np.mod
-    if a.dtype == np.float16:
-        return fn(a.astype(np.float32), b.astype(np.float32)).astype(np.float16)
+    if a.dtype in NARROW_FLOATS:
+        return fn(a.astype(np.float32), b.astype(np.float32)).astype(a.dtype)
     return fn(a, b).astype(a.dtype, copy=False)
 
 

@@ -1,7 +1,7 @@
 """Dtypes the numpy op references compute in, shared by the op families.
 
-float16 inputs are computed in float32 and cast back (:func:`compute_dtype`; other dtypes are
-computed as themselves), except in the families that always compute in floating point
+float16 (and bfloat16) inputs are computed in float32 and cast back (:func:`compute_dtype`; other
+dtypes are computed as themselves), except in the families that always compute in floating point
 (:func:`float_compute_dtype`: recurrent layers, causal convolution, Det).
 """
 
@@ -10,13 +10,17 @@ from __future__ import annotations
 import numpy as np
 
 from tessera.errors import OpError
+from tessera.ir.cast import is_low_precision
 from tessera.ir.types import DType, TensorType
 
 
 def compute_dtype(dtype: np.dtype | DType) -> np.dtype:
-    """The dtype arithmetic is done in for inputs of ``dtype`` (float16 -> float32)."""
+    """The dtype arithmetic is done in for inputs of ``dtype`` (float16 and the low-precision
+    floats such as bfloat16 -> float32)."""
     dt = np.dtype(dtype.numpy if isinstance(dtype, DType) else dtype)
-    return np.dtype(np.float32) if dt == np.float16 else dt
+    if dt == np.float16 or (is_low_precision(dt) and DType.from_numpy(dt).is_float):
+        return np.dtype(np.float32)
+    return dt
 
 
 def as_compute_dtype(x: np.ndarray) -> np.ndarray:

@@ -3,8 +3,10 @@
 Every op here keeps its input's shape; all but the casts and the predicates (``IsNaN``,
 ``IsInf``) also keep its element type. Conventions shared by the references:
 
-* float16 inputs are computed in float32 and rounded once at the end, as onnxruntime's CPU
-  kernels do (numpy's float16 arithmetic would round after every step of a composite formula);
+* float16 and bfloat16 inputs are computed in float32 and rounded once at the end, as
+  onnxruntime's CPU kernels do (numpy's float16 arithmetic would round after every step of a
+  composite formula); bfloat16 is a float type here (ONNX's math ops take it), the other
+  low-precision types are not (they are cast, quantized and moved);
 * integer inputs of ops that take them (``Abs``, ``Sign``, ``Shrink``, ``Erf``, ...) give
   integer outputs of the same type; formulas that pass through floats truncate toward zero;
 * float attributes are Python floats, which numpy treats as "weak" scalars, so they never widen
@@ -33,11 +35,13 @@ from tessera.ops.registry import Attr, OpPattern, register_op, same_as_first
 
 E = OpPattern.ELEMWISE
 
-FLOATS = frozenset({DType.float16, DType.float32, DType.float64})
+FLOATS = frozenset({DType.float16, DType.float32, DType.float64, DType.bfloat16})
 SIGNED_INTS = frozenset({DType.int8, DType.int16, DType.int32, DType.int64})
 UNSIGNED_INTS = frozenset({DType.uint8, DType.uint16, DType.uint32, DType.uint64})
 INTS = SIGNED_INTS | UNSIGNED_INTS
 NUMERIC = FLOATS | INTS
+#: numpy dtypes computed in float32 and rounded back once.
+NARROW_FLOATS = (np.dtype(np.float16), DType.bfloat16.numpy)
 SIGNED_NUMERIC = FLOATS | SIGNED_INTS
 BOOL = frozenset({DType.bool})
 ALL = NUMERIC | BOOL
@@ -85,9 +89,10 @@ def predicate_infer(op: str, allowed: Iterable[DType]) -> Callable[..., TensorTy
 
 
 def float_math(x: np.ndarray, fn: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
-    """Apply ``fn`` to a float array, in float32 for float16 input, and return x's type."""
-    if x.dtype == np.float16:
-        return np.asarray(fn(x.astype(np.float32))).astype(np.float16)
+    """Apply ``fn`` to a float array, in float32 for float16/bfloat16 input, and return x's
+    type."""
+    if x.dtype in NARROW_FLOATS:
+        return np.asarray(fn(x.astype(np.float32))).astype(x.dtype)
     return np.asarray(fn(x)).astype(x.dtype, copy=False)
 
 
