@@ -68,6 +68,10 @@ def compile(model: ModelSource | Function, target: str | None = "auto",
         resolve_target(target)
         proto = load_onnx(model)
         specs = model_input_specs(proto, cfg.input_shapes, cfg.freeze_inputs)
+        from tessera.runtime.staged import compile_staged  # data-dependent output shapes
+        staged = compile_staged(proto, target, cfg, compile)
+        if staged is not None:
+            return staged
         if cfg.specialize or not all(is_static(s.dims) for s in specs):
             return _compile_dynamic(proto, specs, target, cfg)
         if cfg.dim_bounds or cfg.symbolic_dims:
