@@ -47,7 +47,7 @@ def if_model(rows: int = 3, width: int = 8, out: int = 5, seed: int = 0) -> onnx
     w1, b, w2 = _rand(rng, width, out), _rand(rng, out), _rand(rng, width, out)
     then_g = helper.make_graph(
         [helper.make_node("MatMul", ["x", "W1"], ["t0"]),
-         helper.make_node("Add", ["t0", "b"], ["t1"]),
+         helper.make_node("Add", ["t0", "bias"], ["t1"]),
          helper.make_node("Relu", ["t1"], ["then_y"])],
         "then", [], [helper.make_tensor_value_info("then_y", FLOAT, [rows, out])])
     else_g = helper.make_graph(
@@ -62,7 +62,7 @@ def if_model(rows: int = 3, width: int = 8, out: int = 5, seed: int = 0) -> onnx
          helper.make_tensor_value_info("mode", BOOL, []),
          helper.make_tensor_value_info("scale", FLOAT, [1])],
         [helper.make_tensor_value_info("y", FLOAT, [rows, out])],
-        [numpy_helper.from_array(w1, "W1"), numpy_helper.from_array(b, "b"),
+        [numpy_helper.from_array(w1, "W1"), numpy_helper.from_array(b, "bias"),
          numpy_helper.from_array(w2, "W2")])
     return _model(graph)
 
@@ -78,7 +78,7 @@ def greedy_decoder(vocab: int = 16, hidden: int = 32, steps: int = 12, eos: int 
     emb, wx, wh, wo = (_rand(rng, vocab, hidden), _rand(rng, hidden, hidden),
                        _rand(rng, hidden, hidden), _rand(rng, hidden, vocab, scale=1.0))
     body_nodes = [
-        helper.make_node("Gather", ["E", "tok_in"], ["e"], axis=0),
+        helper.make_node("Gather", ["embed", "tok_in"], ["e"], axis=0),
         helper.make_node("MatMul", ["e", "Wx"], ["a"]),
         helper.make_node("MatMul", ["h_in", "Wh"], ["b"]),
         helper.make_node("Add", ["a", "b"], ["ab"]),
@@ -108,7 +108,7 @@ def greedy_decoder(vocab: int = 16, hidden: int = 32, steps: int = 12, eos: int 
          helper.make_tensor_value_info("n_in", INT64, [])],
         [helper.make_tensor_value_info("cond_out", BOOL, []), *outputs])
     inits = [numpy_helper.from_array(a, n) for a, n in
-             ((emb, "E"), (wx, "Wx"), (wh, "Wh"), (wo, "Wo"),
+             ((emb, "embed"), (wx, "Wx"), (wh, "Wh"), (wo, "Wo"),
               (np.array(1, np.int64), "one"), (np.array(0, np.int64), "zero"),
               (np.array(True), "true"))]
     graph_inputs = [helper.make_tensor_value_info("h0", FLOAT, [1, hidden]),
@@ -144,7 +144,7 @@ def scan_rnn(steps: int = 7, batch: int = 2, features: int = 6, hidden: int = 10
         [helper.make_node("MatMul", ["x_t", "Wx"], ["a"]),
          helper.make_node("MatMul", ["h_prev", "Wh"], ["c"]),
          helper.make_node("Add", ["a", "c"], ["ac"]),
-         helper.make_node("Add", ["ac", "b"], ["acb"]),
+         helper.make_node("Add", ["ac", "bias"], ["acb"]),
          helper.make_node("Tanh", ["acb"], ["h_next"]),
          helper.make_node("Identity", ["h_next"], ["h_step"])],
         "rnn_step",
@@ -162,7 +162,7 @@ def scan_rnn(steps: int = 7, batch: int = 2, features: int = 6, hidden: int = 10
         [helper.make_tensor_value_info("h_last", FLOAT, [batch, hidden]),
          helper.make_tensor_value_info("h_all", FLOAT, [batch, steps, hidden])],
         [numpy_helper.from_array(wx, "Wx"), numpy_helper.from_array(wh, "Wh"),
-         numpy_helper.from_array(b, "b")])
+         numpy_helper.from_array(b, "bias")])
     return _model(graph)
 
 
@@ -175,7 +175,7 @@ def nested_model(width: int = 4, seed: int = 0) -> onnx.ModelProto:
         [helper.make_node("Add", ["acc_in", "bias"], ["then_out"])], "even", [],
         [helper.make_tensor_value_info("then_out", FLOAT, [1, width])])
     else_g = helper.make_graph(
-        [helper.make_node("MatMul", ["acc_in", "W"], ["m"]),
+        [helper.make_node("MatMul", ["acc_in", "weight"], ["m"]),
          helper.make_node("Sub", ["m", "bias"], ["else_out"])], "odd", [],
         [helper.make_tensor_value_info("else_out", FLOAT, [1, width])])
     body = helper.make_graph(
@@ -196,23 +196,23 @@ def nested_model(width: int = 4, seed: int = 0) -> onnx.ModelProto:
          helper.make_tensor_value_info("acc0", FLOAT, [1, width]),
          helper.make_tensor_value_info("bias", FLOAT, [1, width])],
         [helper.make_tensor_value_info("acc", FLOAT, [1, width])],
-        [numpy_helper.from_array(w, "W")])
+        [numpy_helper.from_array(w, "weight")])
     return _model(graph)
 
 
 def _step_nodes(src: str, dst: str, tag: str) -> list[onnx.NodeProto]:
-    return [helper.make_node("MatMul", [src, "W"], [f"{tag}_m"]),
-            helper.make_node("Add", [f"{tag}_m", "b"], [f"{tag}_a"]),
+    return [helper.make_node("MatMul", [src, "weight"], [f"{tag}_m"]),
+            helper.make_node("Add", [f"{tag}_m", "bias"], [f"{tag}_a"]),
             helper.make_node("Tanh", [f"{tag}_a"], [dst])]
 
 
 def loop_or_unrolled(iterations: int = 100, width: int = 64, rows: int = 4, unrolled: bool = False,
                      seed: int = 0) -> onnx.ModelProto:
-    """``x = tanh(x @ W + b)`` ``iterations`` times: as one ``Loop`` (trip count a graph
+    """``x = tanh(x @ weight + bias)`` ``iterations`` times: as one ``Loop`` (trip count a graph
     input) or unrolled into ``iterations`` copies of the body."""
     rng = np.random.default_rng(seed)
     w, b = _rand(rng, width, width, scale=1.0 / np.sqrt(width)), _rand(rng, width)
-    inits = [numpy_helper.from_array(w, "W"), numpy_helper.from_array(b, "b")]
+    inits = [numpy_helper.from_array(w, "weight"), numpy_helper.from_array(b, "bias")]
     x_info = helper.make_tensor_value_info("x", FLOAT, [rows, width])
     y_info = helper.make_tensor_value_info("y", FLOAT, [rows, width])
     if unrolled:

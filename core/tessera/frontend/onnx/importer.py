@@ -309,6 +309,8 @@ def convert_subgraph(ctx: ConvertContext, graph: onnx.GraphProto, what: str,
     except NeedsConstantError as e:
         deps = scope.graph_inputs(e.inputs)
         raise NeedsConstantError(f"in {what} of node {ctx.node_name!r}: {e}", deps) from None
+    except ModelImportError as e:  # name the node holding the sub-graph too
+        raise ctx.error(f"in its {what}: {e}") from None
     for vi in graph.output:
         value = scope.lookup(vi.name)
         if value is None:

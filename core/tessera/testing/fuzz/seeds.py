@@ -1,4 +1,5 @@
-"""Small valid ONNX models the fuzzer mutates: one per op family, plus the digits CNN."""
+"""Small valid ONNX models the fuzzer mutates: one per op family, control flow (If, Loop,
+Scan, nested), plus the digits CNN."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+
+from tessera.testing import control_flow_models
 
 F = TensorProto.FLOAT
 OPSET = 17
@@ -165,6 +168,26 @@ def int_ops() -> onnx.ModelProto:
                    "reps": np.array([1, 2, 1], np.int64)})
 
 
+def if_branches() -> onnx.ModelProto:
+    """An If on a run-time condition whose branches read outer values."""
+    return control_flow_models.if_model()
+
+
+def loop_decoder() -> onnx.ModelProto:
+    """A Loop-based greedy decoder with a run-time trip count and an end token."""
+    return control_flow_models.greedy_decoder(vocab=8, hidden=8)
+
+
+def scan_rnn() -> onnx.ModelProto:
+    """An RNN as a Scan (opset 9 form)."""
+    return control_flow_models.scan_rnn(steps=4, features=3, hidden=5)
+
+
+def nested_loop_if() -> onnx.ModelProto:
+    """A Loop whose body holds an If that reads a value two scopes out."""
+    return control_flow_models.nested_model()
+
+
 def digits_cnn() -> onnx.ModelProto:
     """The demo's trained CNN (examples/digits), when the checkout has it."""
     path = Path(__file__).resolve().parents[4] / "examples" / "digits" / "digits_cnn.onnx"
@@ -180,7 +203,12 @@ SEEDS: dict[str, Callable[[], onnx.ModelProto]] = {
     f.__name__: f for f in (conv_relu_pool, grouped_conv_avgpool, gemm_softmax,
                             matmul_add_broadcast, reshape_transpose_concat, gather_slice,
                             cast_reduce, quant_linear, elementwise_mix, norm_pad, int_ops,
-                            digits_cnn)}
+                            if_branches, loop_decoder, scan_rnn, nested_loop_if, digits_cnn)}
+
+
+#: Seeds added after fuzz findings were recorded by (seed, case): a finding replays with the
+#: seed models of its time (the case's model is drawn from the sorted seed names).
+CONTROL_FLOW_SEEDS = ("if_branches", "loop_decoder", "scan_rnn", "nested_loop_if")
 
 
 def load_seeds() -> dict[str, onnx.ModelProto]:
