@@ -9,6 +9,7 @@ from tessera.frontend.onnx.converters import (  # noqa: F401  (imported for thei
     ml,
     ml_trees,
     nn,
+    optional,
     quant,
     reduce,
     sequence,
