@@ -27,7 +27,7 @@ import dataclasses
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +120,14 @@ def _node_text(node: onnx.NodeProto) -> str:
     return f"{node.name or node.output[0]!r} ({node.op_type})"
 
 
+@dataclass
+class _StepState:
+    """A thread's step-by-step form: the inputs it set and its last outputs."""
+
+    inputs: dict[str, np.ndarray] = field(default_factory=dict)
+    outputs: dict[str, np.ndarray] | None = None
+
+
 class StagedModule:
     """A compiled model with data-dependent output shapes, run in stages: stage 1 compiled
     once, the data-dependent nodes on the host, the rest compiled per set of shapes it meets
@@ -146,6 +154,7 @@ class StagedModule:
         #: the nodes run on the host, in order
         self.host_nodes = list(plan.host)
         self._lock = threading.Lock()
+        self._local = threading.local()
         self._calls = 0
         self._host_seconds = 0.0
 
@@ -173,9 +182,11 @@ class StagedModule:
 
     def run(self, feeds: Mapping[str, Any] | None = None, /, *,
             output_names: Sequence[str] | None = None,
-            **inputs: Any) -> dict[str, np.ndarray]:
+            **inputs: Any) -> dict[str, np.ndarray] | None:
         """The outputs by name for ``feeds`` (a dict) or keyword inputs (every input), all
-        of them or only ``output_names`` in that order."""
+        of them or only ``output_names`` in that order. With neither: a run on the inputs
+        this thread gave :meth:`set_input`, returning None (read them with
+        :meth:`get_output`)."""
         if feeds is not None:
             if not isinstance(feeds, Mapping):
                 raise RunError(f"run(feeds): feeds must be a dict of input name -> array, not "
@@ -184,6 +195,17 @@ class StagedModule:
                 raise RunError("run(): give the inputs either as a dict or as keywords, not "
                                "both")
             inputs = dict(feeds)
+        elif not inputs and (self._names or output_names is None):
+            if output_names is not None:
+                raise RunError("run(output_names=...) needs the inputs (run(feeds, "
+                               "output_names=...)); the step-by-step run() returns nothing")
+            step = self._step()
+            step.outputs = self._outputs(dict(step.inputs), self.output_names)
+            return None
+        return self._outputs(inputs, output_names)
+
+    def _outputs(self, inputs: Mapping[str, Any],
+                 output_names: Sequence[str] | None) -> dict[str, np.ndarray]:
         names = self.output_names if output_names is None else list(output_names)
         unknown = [n for n in names if n not in self.output_names]
         if unknown:
@@ -212,6 +234,43 @@ class StagedModule:
             self._calls += 1
             self._host_seconds += host
         return env
+
+    # -- the step-by-step form (per thread) ------------------------------------------------------
+    def _step(self) -> _StepState:
+        state = getattr(self._local, "state", None)
+        if state is None:
+            state = self._local.state = _StepState()
+        return state
+
+    def set_input(self, name: str, value: Any) -> None:
+        """Keep a copy of one input for this thread's next step-by-step ``run()``."""
+        if name not in self._names:
+            raise RunError(f"unknown input {name!r}; the model's inputs are "
+                           f"{self.shape_vars.describe()}")
+        self._step().inputs[name] = np.array(value, copy=True)
+
+    def get_output(self, index: int | str, out: np.ndarray | None = None) -> np.ndarray:
+        """An output, by position or name, of this thread's last step-by-step ``run()``
+        (written into ``out`` when given, which must have its shape and dtype)."""
+        outputs = self._step().outputs
+        if outputs is None:
+            raise RunError("get_output: no step-by-step run() in this thread yet")
+        if isinstance(index, int):
+            if not -len(self.output_names) <= index < len(self.output_names):
+                raise RunError(f"output index {index} out of range; the model has "
+                               f"{len(self.output_names)} outputs")
+            index = self.output_names[index]
+        if index not in outputs:
+            raise RunError(f"unknown output {index!r}; the model's outputs are "
+                           f"{', '.join(self.output_names)}")
+        value = outputs[index]
+        if out is None:
+            return value.copy()
+        if out.shape != value.shape or out.dtype != value.dtype:
+            raise RunError(f"get_output({index!r}, out): out must be {value.dtype}"
+                           f"{list(value.shape)}, got {out.dtype}{list(out.shape)}")
+        np.copyto(out, value)
+        return out
 
     def benchmark(self, repeat: int = 10, number: int = 10, warmup: int = 1,
                   **inputs: Any) -> BenchmarkResult:
