@@ -7,6 +7,7 @@ from tessera.ops import (  # noqa: F401  (imported for their registrations)
     control_flow,
     conv,
     detection,
+    dynamic_slice,
     elementwise,
     layout,
     linalg,

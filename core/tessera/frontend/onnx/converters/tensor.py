@@ -16,6 +16,7 @@ from onnx import numpy_helper
 
 from tessera.errors import NeedsConstantError
 from tessera.frontend.onnx.context import ConvertContext
+from tessera.frontend.onnx.converters.dynamic_slice import dynamic_slice_of
 from tessera.frontend.onnx.dtypes import onnx_dtype
 from tessera.frontend.onnx.registry import converter, simple
 from tessera.ir.graph import Value
@@ -280,8 +281,15 @@ def convert_slice_1(ctx: ConvertContext, inputs: Inputs, attrs: Attrs) -> Value:
 def convert_slice_10(ctx: ConvertContext, inputs: Inputs, attrs: Attrs) -> Value:
     x = inputs[0]
     assert x is not None
-    data = const_operands(ctx, (inputs[1], "starts"), (inputs[2], "ends"),
-                          (_input(inputs, 3), "axes"), (_input(inputs, 4), "steps"))
+    try:
+        data = const_operands(ctx, (inputs[1], "starts"), (inputs[2], "ends"),
+                              (_input(inputs, 3), "axes"), (_input(inputs, 4), "steps"))
+    except NeedsConstantError:
+        # run-time starts, but ends - starts constant (x[i:i+k]): a static-size DynamicSlice
+        dynamic = dynamic_slice_of(ctx, x, inputs[1:])
+        if dynamic is None:
+            raise
+        return dynamic
     starts, ends, axes, steps = (_ints(d) for d in data)
     return _slice(ctx, x, starts or [], ends or [], axes, steps)
 
