@@ -40,6 +40,7 @@ from tessera.runtime.module import Module
 from tessera.runtime.partitioned import PartitionedModel
 from tessera.runtime.planner import plan_module
 from tessera.runtime.split import SplitModule, model_evaluator, plan_split
+from tessera.runtime.staged import StagedModule, compile_staged
 from tessera.runtime.subgraph import ModuleSubgraph
 from tessera.tir.expr import IntImm
 
@@ -49,7 +50,8 @@ CONTROL_FLOW_BACKEND = "controlflow"
 
 
 def compile(model: ModelSource | Function, target: str | None = "auto",
-            config: CompileConfig | None = None, **settings: Any) -> Module | DynamicModule:
+            config: CompileConfig | None = None,
+            **settings: Any) -> Module | DynamicModule | StagedModule:
     """Compile an ONNX model (path, bytes or ModelProto) or a Tessera function for ``target``.
 
     ``target`` is a tvmc-style target string (``"llvm"``, ``"cuda -libs=cudnn, llvm"``);
@@ -68,8 +70,7 @@ def compile(model: ModelSource | Function, target: str | None = "auto",
         resolve_target(target)
         proto = load_onnx(model)
         specs = model_input_specs(proto, cfg.input_shapes, cfg.freeze_inputs)
-        from tessera.runtime.staged import compile_staged  # data-dependent output shapes
-        staged = compile_staged(proto, target, cfg, compile)
+        staged = compile_staged(proto, target, cfg, compile)  # data-dependent output shapes
         if staged is not None:
             return staged
         if cfg.specialize or not all(is_static(s.dims) for s in specs):
