@@ -163,3 +163,27 @@ def test_symbolic_shapes_specialise_and_split_on_the_gpu() -> None:
             for name, value in zip(("y", "present"), want.run(None, feeds)):
                 np.testing.assert_allclose(got[name], value, rtol=1e-4, atol=1e-4)
         assert mod.cache_info().compiles == (3 if not options else 2)
+
+
+def test_control_flow_bodies_run_on_the_gpu() -> None:
+    # If, Loop and Scan run by the controlflow backend around bodies compiled for cuda: the
+    # bodies' matrix products run on the GPU, each call against onnxruntime
+    from tessera.testing import control_flow_models as cfm
+
+    rng = np.random.default_rng(1)
+    cases = [
+        (cfm.if_model(), {"x": rng.standard_normal((3, 8)).astype(np.float32),
+                          "mode": np.array(False), "scale": np.array([1.5], np.float32)}),
+        (cfm.greedy_decoder(), {"h0": rng.standard_normal((1, 32)).astype(np.float32),
+                                "token0": np.array([3]), "max_steps": np.array(12)}),
+        (cfm.scan_rnn(), {"h0": rng.standard_normal((2, 10)).astype(np.float32),
+                          "x": rng.standard_normal((7, 2, 6)).astype(np.float32)}),
+    ]
+    for model, feeds in cases:
+        mod = tessera.compile(model, target="cuda")
+        info = mod.compiled[mod.report.regions[0].name].info
+        assert any("on cuda" in line for line in info["subgraphs"]), info
+        got = mod.run(feeds)
+        want = run_onnxruntime(model, feeds)
+        for name, value in want.items():
+            np.testing.assert_allclose(got[name], value, rtol=1e-4, atol=1e-4)
