@@ -304,3 +304,29 @@ def test_reference_checks_its_operands() -> None:
     for start in (-2, -1):
         with pytest.raises(RunError, match=f"start {start} .*leaves 0 elements"):
             dynamic_slice(x, np.array([start]), **attrs)
+
+
+@pytest.mark.parametrize("target", _targets())
+def test_ends_from_a_shared_product_through_gather_and_vector_slices(target: str) -> None:
+    """starts = Slice(Concat(2s, [9]), 0:1), ends = Gather(Concat(2s, [9]) + 3 - 1, [0]):
+    ends - starts = 2 through a leaf the walk cannot see into (the product)."""
+    nodes = [helper.make_node("Mul", ["s", "two"], ["s2"]),
+             helper.make_node("Concat", ["s2", "nine"], ["both"], axis=0),
+             helper.make_node("Slice", ["both", "zero", "one"], ["starts"]),
+             helper.make_node("Add", ["both", "three"], ["plus3"]),
+             helper.make_node("Sub", ["plus3", "one"], ["plus2"]),
+             helper.make_node("Gather", ["plus2", "zero"], ["ends"], axis=0),
+             helper.make_node("Slice", ["x", "starts", "ends", "one"], ["y"], name="the_slice")]
+    inits = {"two": np.array([2], np.int64), "nine": np.array([9], np.int64),
+             "zero": np.array([0], np.int64), "one": np.array([1], np.int64),
+             "three": np.array([3], np.int64)}
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 8]),
+                           helper.make_tensor_value_info("s", TensorProto.INT64, [1])], inits)
+    assert [n.op for n in import_onnx(model).nodes if n.name == "the_slice"] == ["DynamicSlice"]
+    mod = tessera.compile(model, target=target)
+    rng = np.random.default_rng(11)
+    fit = 0
+    for s in range(-6, 6):
+        x = rng.standard_normal((3, 8)).astype(np.float32)
+        fit += _check_against_ort(mod, model, x, np.array([s], np.int64), (3, 2))
+    assert 0 < fit < 12

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tessera.ir.graph import Value
+from tessera.ops.tensor import slice_tuple
 
 #: Elements a tensor may have to be analysed (starts/ends have one per sliced axis).
 MAX_ELEMENTS = 64
@@ -119,8 +120,6 @@ def _through(op: str, attrs: dict, ins: list[Value | None], out: Value,
 
 
 def _apply_slice(positions: np.ndarray, attrs: dict) -> np.ndarray:
-    from tessera.ops.tensor import slice_tuple
-
     return positions[slice_tuple(positions.shape, list(attrs["starts"]), list(attrs["ends"]),
                                  attrs.get("axes"), attrs.get("steps"))]
 

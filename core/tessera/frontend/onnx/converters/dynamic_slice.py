@@ -20,11 +20,6 @@ from tessera.ops.registry import normalize_axis
 from tessera.ops.tensor import slice_tuple
 
 
-def _const(ctx: ConvertContext, value: Value | None, what: str) -> list[int] | None:
-    """A constant operand's integers; raises NeedsConstantError when it is not constant."""
-    return ctx.const_ints(value, what)
-
-
 def dynamic_slice_of(ctx: ConvertContext, x: Value, operands: list[Value | None]
                      ) -> Value | None:
     """A ``DynamicSlice`` for ``Slice(x, *operands)`` (starts, ends, axes, steps) when its
@@ -34,8 +29,8 @@ def dynamic_slice_of(ctx: ConvertContext, x: Value, operands: list[Value | None]
     if starts_v is None or ends_v is None:
         return None
     try:
-        axes = _const(ctx, operands[2] if len(operands) > 2 else None, "axes")
-        steps = _const(ctx, operands[3] if len(operands) > 3 else None, "steps")
+        axes = ctx.const_ints(operands[2] if len(operands) > 2 else None, "axes")
+        steps = ctx.const_ints(operands[3] if len(operands) > 3 else None, "steps")
     except NeedsConstantError:
         return None
     starts, ends = int_offsets(starts_v), int_offsets(ends_v)
