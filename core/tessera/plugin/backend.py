@@ -174,6 +174,13 @@ class CompileOptions:
                             f"not {type(self.tuning_records).__name__} (load a records file "
                             f"with TuningHistory.load, or give its path to tessera.compile)")
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (tuning workers, Ray) without ``subgraphs``: a service of the compiling
+        process, not data; a worker that needs one sets its own."""
+        state = dict(self.__dict__)
+        state["subgraphs"] = None
+        return state
+
     @property
     def tuned(self) -> bool:
         """Whether the module is compiled with tuning records (a backend that tunes then
