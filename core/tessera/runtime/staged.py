@@ -300,9 +300,8 @@ class StagedModule:
         plan = self._plan
         lines = [f"staged module for {self.target!r} (data-dependent output shapes)"]
         if plan.stage1 is not None:
-            lines.append(f"  stage 1 ({len(plan.stage1.graph.node)} ONNX nodes, compiled once):"
-                         f" {type(self.stage1).__name__} -> "
-                         f"{', '.join(plan.stage1_outputs)}")
+            lines.append(f"  stage 1 ({len(plan.stage1.graph.node)} ONNX nodes): "
+                         f"{type(self.stage1).__name__} -> {', '.join(plan.stage1_outputs)}")
         else:
             lines.append("  stage 1: none (the host nodes read the inputs)")
         lines.append(f"  on the host, per call: {', '.join(_node_text(n) for n in plan.host)}")
