@@ -9,6 +9,7 @@ from tessera.ops import (  # noqa: F401  (imported for their registrations)
     detection,
     dynamic_slice,
     elementwise,
+    flex_attention,
     layout,
     linalg,
     ml,

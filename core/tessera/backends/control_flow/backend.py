@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from tessera.backends.control_flow.flex_attention import flex_attention_kernel
 from tessera.errors import CompileError, RunError
 from tessera.ir.graph import Function, Node
 from tessera.ops.control_flow import (
@@ -155,14 +156,15 @@ def _scan_kernel(node: Node, body: CompiledSubgraph) -> KernelFn:
 
 
 class ControlFlowBackend(Backend):
-    """Runs ``If``, ``Loop`` and ``Scan`` nodes around sub-graphs compiled by the core."""
+    """Runs ``If``, ``Loop``, ``Scan`` and ``FlexAttention`` nodes around sub-graphs compiled
+    by the core."""
 
     name = "controlflow"
     device = "cpu"
     default_rank = -1
 
     def claims(self, target: TargetKind) -> list[Pattern]:
-        return [Pattern(op) for op in CONTROL_FLOW_OPS]
+        return [Pattern(op) for op in (*CONTROL_FLOW_OPS, "FlexAttention")]
 
     def compile(self, region: Function, target: TargetKind,
                 options: CompileOptions) -> CompiledRegion:
@@ -196,4 +198,6 @@ class ControlFlowBackend(Backend):
             return _loop_kernel(node, compiled["body"]), subs
         if node.op == "Scan":
             return _scan_kernel(node, compiled["body"]), subs
+        if node.op == "FlexAttention":  # the attention in numpy around its modifier sub-graphs
+            return flex_attention_kernel(node, compiled), subs
         raise RunError(f"node {node.name}: the control-flow backend does not run {node.op}")

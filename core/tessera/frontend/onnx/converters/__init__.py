@@ -6,6 +6,7 @@ from tessera.frontend.onnx.converters import (  # noqa: F401  (imported for thei
     control_flow,
     detection,
     elementwise,
+    flex_attention,
     ml,
     ml_trees,
     nn,
