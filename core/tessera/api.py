@@ -325,7 +325,7 @@ def fallback_backends() -> list[tuple[Backend, TargetKind]]:
     compiled for the target), then the reference backend, which runs every other op."""
     best = default_cpu_target()
     names = list(dict.fromkeys([best, CONTROL_FLOW_BACKEND, FALLBACK_BACKEND]))
-    return [(get_backend(n), TargetKind(n)) for n in names]
+    return [(get_backend(n), TargetKind(n, fallback=True)) for n in names]
 
 
 def compile_regions(partitioned: PartitionedGraph, backends: dict[str, Backend],

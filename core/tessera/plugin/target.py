@@ -22,10 +22,13 @@ _KIND = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
 
 @dataclass(frozen=True)
 class TargetKind:
-    """One entry of a target: a backend name and its ``-key=value`` options."""
+    """One entry of a target: a backend name and its ``-key=value`` options. ``fallback``
+    is set on the kinds of the fallback backends (nodes no backend of the target claims): a
+    backend that runs whole loops itself claims them only as a backend of the target."""
 
     name: str
     options: dict[str, str] = field(default_factory=dict)
+    fallback: bool = field(default=False, compare=False)
 
     def get(self, key: str, default: str | None = None) -> str | None:
         return self.options.get(key, default)

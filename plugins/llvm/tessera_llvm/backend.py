@@ -1,6 +1,8 @@
 """The ``llvm`` Tessera backend: fused groups compiled to native CPU code through LLVM.
 
-``claims`` accepts every op that has a topi compute (and whose attributes the compute handles).
+``claims`` accepts every op that has a topi compute (and whose attributes the compute handles)
+and, as a backend of the target, every ``Loop`` whose whole body it runs: the body is compiled
+here and its iterations run by one native call (:mod:`.native_loop`, :mod:`.loop_region`).
 ``compile`` lowers a region (:mod:`.lowering`: NCHWc layout, FuseOps, computes, default
 schedules, TIR passes), generates one LLVM module for all its kernels (:mod:`.codegen`),
 optimises it for the host CPU or ``-mcpu`` and emits object code (:mod:`.build`), then links the
@@ -18,7 +20,9 @@ its module's kernels raise RunError naming the triple).
 Artifacts keep the object code (``kernels.o``), the kernel table (``kernels.json``) and the
 constants the lowering created (packed weights, as arrays in the artifact's shared store), so
 ``tessera.load`` links the saved code without compiling again. They are the only copy of the
-region's weights: the artifact does not store the region's own constants again.
+region's weights: the artifact does not store the region's own constants again. A region
+holding native loops is saved without code (its constants in graph form) and compiled again
+on load.
 """
 
 from __future__ import annotations
@@ -52,8 +56,10 @@ from . import parallel
 from .build import build_module
 from .cpu import cpu_info
 from .loader import check_object, load_object, pack_pointers
+from .loop_region import LoopRegionHandle, compile_with_loops, has_loops
 from .lowering import LoweredKernel, lower_region
 from .machine import known_cpu, missing_host_features
+from .native_loop import loop_refusal
 from .parallel import set_num_threads
 from .peak import measure_fma_peak
 from .sequence import make_binder
@@ -260,7 +266,28 @@ class LLVMBackend(Backend):
         return text
 
     def claims(self, target: TargetKind) -> list[Pattern]:
-        return list(_patterns())
+        """Every op with a topi compute; and, as a backend of the target (not a fallback of
+        another target, whose loops the controlflow backend runs around bodies compiled for
+        that target), each ``Loop`` whose whole body it runs (:mod:`.native_loop`)."""
+        patterns = list(_patterns())
+        if target.fallback:
+            return patterns
+
+        def whole_loop(node: Node) -> bool:
+            return self._loop_refusal(node, target, patterns) is None
+
+        return [*patterns, Pattern("Loop", check=whole_loop)]
+
+    def declines(self, node: Node, target: TargetKind) -> str | None:
+        """Why a ``Loop`` stays with the controlflow backend (:func:`.native_loop.loop_refusal`)."""
+        if node.op == "Loop":
+            return self._loop_refusal(node, target, list(_patterns()))
+        return None
+
+    @staticmethod
+    def _loop_refusal(node: Node, target: TargetKind, patterns: list[Pattern]) -> str | None:
+        triple = target.get("mtriple") or None
+        return loop_refusal(node, patterns, triple if is_foreign(triple) else None)
 
     def _threads(self, target: TargetKind) -> int | None:
         value = target.get("num-threads")
@@ -302,6 +329,8 @@ class LLVMBackend(Backend):
     @heavy_work
     def compile(self, region: Function, target: TargetKind,
                 options: CompileOptions) -> CompiledRegion:
+        if has_loops(region):  # each Loop a native loop, the nodes between them as regions
+            return compile_with_loops(region, self.compile, target, options)
         for node in region.nodes:
             reason = unsupported_reason(node) if has_compute(node.op) else "no topi compute"
             if reason is not None:
@@ -390,6 +419,8 @@ class LLVMBackend(Backend):
 
     # -- artifacts ------------------------------------------------------------------------
     def save(self, compiled: CompiledRegion) -> dict[str, bytes | np.ndarray]:
+        if isinstance(compiled.handle, LoopRegionHandle):
+            return {}  # compiled again on load
         handle = ARTIFACT.handle(self, compiled, LLVMHandle, "no object code to save")
         return ARTIFACT.save(
             self, {"mcpu": handle.mcpu, "triple": handle.triple, "cpu_name": handle.cpu_name,
@@ -399,11 +430,16 @@ class LLVMBackend(Backend):
 
     def keeps_constants(self, compiled: CompiledRegion) -> list[str]:
         """All of them: the kernels read only the saved constants (packed, transformed) and
-        the values compiled into the object code."""
+        the values compiled into the object code. None for a region holding loops, which
+        loads by compiling again."""
+        if isinstance(compiled.handle, LoopRegionHandle):
+            return []
         return [v.name for v in compiled.region.constants()]
 
     def load(self, region: Function, files: dict[str, bytes | np.ndarray],
              target: TargetKind, options: CompileOptions) -> CompiledRegion:
+        if has_loops(region):  # saved without object code (see save)
+            return self.compile(region, target, options)
         saved = ARTIFACT.load(self, region.name, files, copy=_aligned_copy)
         meta, obj = saved.table, saved.files[OBJECT_FILE]
         with ARTIFACT.reading(self, region.name):
