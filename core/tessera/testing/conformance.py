@@ -22,6 +22,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -42,6 +43,19 @@ class CaseResult:
 
 def all_tensor_cases(op_types: set[str] | None = None) -> list:
     """The generated node cases whose inputs and outputs are all tensors."""
+    return [c for c in all_node_cases(op_types) if is_tensor_case(c)]
+
+
+def is_tensor_case(case: object) -> bool:
+    """Whether every input and output of a case's graph is a tensor (not a sequence or an
+    optional)."""
+    g = case.model.graph  # type: ignore[attr-defined]
+    return all(v.type.HasField("tensor_type") for v in list(g.input) + list(g.output))
+
+
+def all_node_cases(op_types: set[str] | None = None) -> list:
+    """Every generated node case (1,884 with onnx 1.23), sequence- and optional-typed ones
+    included: their inputs and expected outputs are lists of arrays (or None)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from onnx.backend.test.case.node import collect_testcases
@@ -50,8 +64,6 @@ def all_tensor_cases(op_types: set[str] | None = None) -> list:
     out = []
     for case in cases:
         g = case.model.graph
-        if not all(v.type.HasField("tensor_type") for v in list(g.input) + list(g.output)):
-            continue
         if op_types is not None and not ({n.op_type for n in g.node} & op_types):
             continue
         out.append(case)
@@ -63,7 +75,8 @@ Runner = Callable[..., dict[str, np.ndarray]]
 
 def compile_and_run(model, inputs: dict[str, np.ndarray], target: str,
                     freeze: dict[str, np.ndarray]) -> list[np.ndarray]:
-    shapes = {k: list(v.shape) for k, v in inputs.items() if k not in freeze}
+    shapes = {k: list(v.shape) for k, v in inputs.items()
+              if k not in freeze and isinstance(v, np.ndarray)}
     mod = tessera.compile(model, target=target, input_shapes=shapes, freeze_inputs=freeze)
     for name, value in inputs.items():
         if name not in freeze:
@@ -75,23 +88,38 @@ def compile_and_run(model, inputs: dict[str, np.ndarray], target: str,
 def interpret(model, inputs: dict[str, np.ndarray], target: str,
               freeze: dict[str, np.ndarray]) -> list[np.ndarray]:
     """Import and evaluate with the reference interpreter (no passes, no runtime)."""
-    shapes = {k: list(v.shape) for k, v in inputs.items() if k not in freeze}
+    shapes = {k: list(v.shape) for k, v in inputs.items()
+              if k not in freeze and isinstance(v, np.ndarray)}
     fn = import_onnx(model, input_shapes=shapes, freeze_inputs=freeze)
     outs = evaluate_function(fn, {k: v for k, v in inputs.items() if k not in freeze})
     return [outs[v.name] for v in fn.outputs]
 
 
-def _as_array(data: object) -> np.ndarray:
-    """A case's input or expected output as an array (some cases store TensorProtos)."""
+def _as_array(data: object) -> Any:
+    """A case's input or expected output as an array (some cases store TensorProtos); a
+    sequence stays a list of arrays, an empty optional None."""
     import onnx
     from onnx import numpy_helper
 
     if isinstance(data, onnx.TensorProto):
         return numpy_helper.to_array(data)
+    if data is None:
+        return None
+    if isinstance(data, list):
+        return [_as_array(d) for d in data]
     return np.asarray(data)
 
 
-def _compare(name: str, got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> str:
+def _compare(name: str, got: Any, want: Any, rtol: float, atol: float) -> str:
+    if isinstance(want, list) or want is None:  # a sequence, or an empty optional
+        if want is None or got is None:
+            return "" if want is None and got is None else f"output {name}: optional differs"
+        if not isinstance(got, list) or len(got) != len(want):
+            return f"output {name}: expected a sequence of {len(want)} tensors"
+        for i, (g, w) in enumerate(zip(got, want)):
+            if problem := _compare(f"{name}[{i}]", g, w, rtol, atol):
+                return problem
+        return ""
     got = np.asarray(got)
     want = np.asarray(want)
     if got.dtype != want.dtype:
