@@ -26,6 +26,7 @@ from tessera.runtime.executor import Executor
 from tessera.runtime.memory import MemoryReport
 from tessera.runtime.planner import ModulePlan, module_devices, plan_module
 from tessera.runtime.profiler import BenchmarkResult, Profile
+from tessera.runtime.sequences import SequenceLayout
 from tessera.runtime.states import StatePool
 
 __all__ = ["Module", "module_devices"]
@@ -87,6 +88,10 @@ class Module:
         self.signature = planned.signature
         self.input_types = planned.signature.inputs
         self.output_names = planned.signature.output_names
+        #: sequence inputs and outputs (lists of arrays), None without
+        self.sequences = SequenceLayout.of(self.graph)
+        if self.sequences is not None:
+            self.output_names = self.sequences.output_names
         self.plan = planned.plan
         self.memory = planned.memory
         self._devices = planned.devices
@@ -132,20 +137,40 @@ class Module:
 
     # -- inputs and outputs ---------------------------------------------------------------------
     def set_input(self, name: str, value: Any) -> None:
-        """Copy one input into the calling thread's input buffer (step-by-step form)."""
-        array = self.signature.check_input(name, value)
+        """Copy one input into the calling thread's input buffer (step-by-step form); a
+        sequence input takes a list of arrays."""
+        if self.sequences is not None:
+            parts = self.sequences.expand(name, value)
+            arrays = [(k, self.signature.check_input(k, v)) for k, v in parts]
+        else:
+            arrays = [(name, self.signature.check_input(name, value))]
         state = self._thread_state()
-        state.executor.set_input(name, array)
-        state.inputs_set.add(name)
+        for key, array in arrays:
+            state.executor.set_input(key, array)
+            state.inputs_set.add(key)
 
     def get_output(self, index: int | str, out: np.ndarray | None = None) -> np.ndarray:
         """An output, by position or name, of the calling thread's last step-by-step ``run()``
         (a copy: later runs reuse the buffers), written into ``out`` when given (a C-contiguous
-        array of the output's shape and dtype, so a service's loop allocates nothing)."""
+        array of the output's shape and dtype, so a service's loop allocates nothing). A
+        sequence output is a list of arrays (an empty optional None)."""
+        if self.sequences is not None and out is None:
+            name = index if isinstance(index, str) else self._output_name(index)
+            if self.sequences.parts(name) is not None:
+                executor = self._thread_state().executor
+                return self.sequences.gather(
+                    name, lambda k: executor.get(self.signature.output_tensor(k)))
+            index = name
         tensor = self.signature.output_tensor(index)
         if out is not None:
             self.signature.check_out(index, out)
         return self._thread_state().executor.get(tensor, out)
+
+    def _output_name(self, index: int) -> str:
+        if not 0 <= index < len(self.output_names):
+            raise RunError(f"output index {index} out of range ({len(self.output_names)} "
+                           f"outputs)")
+        return self.output_names[index]
 
     def run(self, feeds: Mapping[str, Any] | None = None, /, *,
             output_names: Sequence[str] | None = None,
@@ -166,6 +191,8 @@ class Module:
                                f"both (got the dict's {', '.join(map(repr, feeds))} and the "
                                f"keywords {', '.join(map(repr, inputs))})")
             inputs = dict(feeds)
+        if self.sequences is not None:
+            return self._run_sequences(inputs, feeds is not None, output_names)
         wanted = self.signature.wanted(output_names)
         if inputs or feeds is not None:
             arrays = self.signature.check_inputs(inputs)
@@ -186,6 +213,35 @@ class Module:
                            "the inputs to run(feeds) or run(**inputs)")
         state.executor.run()
         return None
+
+    def _run_sequences(self, inputs: dict[str, Any], given: bool,
+                       output_names: Sequence[str] | None) -> dict[str, Any] | None:
+        """``run`` of a module with sequence inputs or outputs (lists of arrays)."""
+        layout = self.sequences
+        assert layout is not None
+        if not inputs and not given:
+            if output_names is not None:
+                raise RunError("run(output_names=...) needs the inputs")
+            state = self._thread_state()
+            missing = [n for n in self.input_types if n not in state.inputs_set]
+            if missing:
+                raise RunError(f"input(s) {', '.join(missing)} not set in this thread; call "
+                               "set_input first")
+            state.executor.run()
+            return None
+        names = list(output_names) if output_names is not None else self.output_names
+        unknown = [n for n in names if n not in self.output_names]
+        if unknown:
+            raise RunError(f"run(output_names=...): unknown output(s) "
+                           f"{', '.join(map(repr, unknown))}; the model's outputs are "
+                           f"{', '.join(self.output_names)}")
+        arrays = self.signature.check_inputs(layout.expand_all(inputs))
+        with self.states.state() as executor:
+            for name, array in arrays.items():
+                executor.set_input(name, array)
+            executor.run()
+            return {n: layout.gather(n, lambda k: executor.get(self.signature.output_tensor(k)))
+                    for n in names}
 
     # -- measuring ------------------------------------------------------------------------------
     def _measuring_state(self, inputs: Mapping[str, Any]) -> Executor:

@@ -73,13 +73,23 @@ def all_node_cases(op_types: set[str] | None = None) -> list:
 Runner = Callable[..., dict[str, np.ndarray]]
 
 
+def _input_shapes(inputs: dict[str, Any], freeze: dict[str, Any]) -> dict[str, Any]:
+    """The shapes of the inputs not frozen: a list of shapes for a sequence (a list of
+    arrays); an empty optional (None) is left out, which makes it absent."""
+    shapes: dict[str, Any] = {}
+    for k, v in inputs.items():
+        if k in freeze or v is None:
+            continue
+        shapes[k] = [list(np.shape(a)) for a in v] if isinstance(v, list) else list(v.shape)
+    return shapes
+
+
 def compile_and_run(model, inputs: dict[str, np.ndarray], target: str,
                     freeze: dict[str, np.ndarray]) -> list[np.ndarray]:
-    shapes = {k: list(v.shape) for k, v in inputs.items()
-              if k not in freeze and isinstance(v, np.ndarray)}
+    shapes = _input_shapes(inputs, freeze)
     mod = tessera.compile(model, target=target, input_shapes=shapes, freeze_inputs=freeze)
     for name, value in inputs.items():
-        if name not in freeze:
+        if name not in freeze and value is not None:
             mod.set_input(name, value)
     mod.run()  # the step-by-step form also covers models without inputs
     return [mod.get_output(i) for i in range(len(mod.output_names))]
@@ -88,11 +98,18 @@ def compile_and_run(model, inputs: dict[str, np.ndarray], target: str,
 def interpret(model, inputs: dict[str, np.ndarray], target: str,
               freeze: dict[str, np.ndarray]) -> list[np.ndarray]:
     """Import and evaluate with the reference interpreter (no passes, no runtime)."""
-    shapes = {k: list(v.shape) for k, v in inputs.items()
-              if k not in freeze and isinstance(v, np.ndarray)}
-    fn = import_onnx(model, input_shapes=shapes, freeze_inputs=freeze)
-    outs = evaluate_function(fn, {k: v for k, v in inputs.items() if k not in freeze})
-    return [outs[v.name] for v in fn.outputs]
+    fn = import_onnx(model, input_shapes=_input_shapes(inputs, freeze), freeze_inputs=freeze)
+    feeds: dict[str, Any] = {}
+    for k, v in inputs.items():
+        if k not in freeze and v is not None:
+            feeds.update({f"{k}[{i}]": a for i, a in enumerate(v)} if isinstance(v, list)
+                         else {k: v})
+    outs = evaluate_function(fn, feeds)
+    lengths = fn.attrs.get("sequence_outputs") or {}
+    names = fn.attrs.get("model_outputs") or [v.name for v in fn.outputs]
+    return [None if lengths.get(n) == -1 else
+            [outs[f"{n}[{i}]"] for i in range(lengths[n])] if n in lengths else outs[n]
+            for n in names]
 
 
 def _as_array(data: object) -> Any:

@@ -19,6 +19,13 @@ from tessera.frontend.onnx.context import ConvertContext
 from tessera.frontend.onnx.dtypes import onnx_dtype
 from tessera.frontend.onnx.lenient import check_model_leniently
 from tessera.frontend.onnx.registry import find_converter
+from tessera.frontend.onnx.sequence_value import (
+    ABSENT,
+    SequenceValue,
+    element_name,
+    flatten,
+    sequence_converter,
+)
 from tessera.frontend.onnx.subgraphs import Scope
 from tessera.frontend.onnx.upgrade import MIN_OPSET, upgrade_old_opset
 from tessera.ir.graph import Function, Value
@@ -146,6 +153,8 @@ def _check_signature(g: onnx.GraphProto) -> None:
             if not vi.name:
                 raise ModelImportError(f"graph {what} #{i} has no name")
             kind = vi.type.WhichOneof("value")
+            if kind in ("sequence_type", "optional_type"):
+                _check_container(vi, what)
             if kind is None:
                 raise ModelImportError(f"graph {what} {vi.name!r} declares no type")
             if kind == "tensor_type" and not vi.type.tensor_type.HasField("elem_type"):
@@ -154,6 +163,20 @@ def _check_signature(g: onnx.GraphProto) -> None:
                 raise ModelImportError(f"graph {what} {vi.name!r} declares no shape (ONNX "
                                        "requires one on the main graph's inputs and outputs; "
                                        "give its rank at least)")
+
+
+def _check_container(vi: onnx.ValueInfoProto, what: str) -> None:
+    """Refuse a sequence or optional graph input or output that does not hold tensors
+    (a sequence of sequences, a map, ...)."""
+    inner = vi.type
+    while inner.WhichOneof("value") in ("sequence_type", "optional_type"):
+        kind = inner.WhichOneof("value")
+        inner = getattr(inner, kind).elem_type
+        if kind == "sequence_type":
+            break
+    if inner.WhichOneof("value") != "tensor_type":
+        raise ModelImportError(f"graph {what} {vi.name!r}: only sequences and optionals of "
+                               f"tensors are supported, not {inner.WhichOneof('value')}")
 
 
 def _check_onnx_ops(g: onnx.GraphProto, opsets: dict[str, int]) -> None:
@@ -188,29 +211,74 @@ def _checker_message(e: Exception) -> str:
     return f"node {context.group(1) or '<unnamed>'!r} ({context.group(2)}): {first}"
 
 
-def _input_type(vi: onnx.ValueInfoProto, override: Sequence[int] | None) -> TensorType:
-    t = _declared_type(vi, override)
+def _input_type(vi: onnx.ValueInfoProto, override: Sequence[int] | None,
+                label: str | None = None) -> TensorType:
+    t = _declared_type(vi, override, label)
     if (why := oversize(t)) is not None:
-        raise ModelImportError(f"graph input {vi.name!r}: {why}")
+        raise ModelImportError(f"graph input {label or vi.name!r}: {why}")
     return t
 
 
-def _declared_type(vi: onnx.ValueInfoProto, override: Sequence[int] | None) -> TensorType:
-    if not vi.type.HasField("tensor_type"):
+def _tensor_type(t: onnx.TypeProto) -> onnx.TypeProto.Tensor | None:
+    """The tensor type of a tensor, a sequence of tensors, or an optional of either; None
+    for anything else."""
+    while t.WhichOneof("value") in ("sequence_type", "optional_type"):
+        t = getattr(t, t.WhichOneof("value")).elem_type
+    return t.tensor_type if t.WhichOneof("value") == "tensor_type" else None
+
+
+def is_sequence_type(t: onnx.TypeProto) -> bool:
+    """Whether ``t`` is a sequence, or an optional holding one."""
+    if t.WhichOneof("value") == "optional_type":
+        t = t.optional_type.elem_type
+    return t.WhichOneof("value") == "sequence_type"
+
+
+def _sequence_input(fn: Function, vi: onnx.ValueInfoProto, shapes: Mapping[str, Any]
+                    ) -> SequenceValue:
+    """A sequence graph input as one input per element, their shapes from
+    ``shapes[name]`` (a list of shapes) or ``shapes["name[i]"]``."""
+    given = shapes.get(vi.name)
+    if given is None:
+        keys = []
+        while element_name(vi.name, len(keys)) in shapes:
+            keys.append(element_name(vi.name, len(keys)))
+        if not keys:
+            raise ModelImportError(f"graph input {vi.name!r} is a sequence: give the shapes of "
+                                   f"its elements with input_shapes={{{vi.name!r}: [[...], "
+                                   f"...]}} (a list of shapes, [] for an empty sequence)")
+        given = [shapes[k] for k in keys]
+    if isinstance(given, (str, bytes)) or not isinstance(given, Sequence) or not all(
+            isinstance(s, Sequence) and not isinstance(s, (str, bytes)) for s in given):
+        raise ModelImportError(f"input_shapes[{vi.name!r}]: graph input {vi.name!r} is a "
+                               f"sequence; expected a list of shapes, got {given!r}")
+    elements = []
+    for i, shape in enumerate(given):
+        name = element_name(vi.name, i)
+        elements.append(fn.add_input(name, _input_type(vi, shape, name)))
+    return SequenceValue(elements, _declared_type(vi, None, vi.name, dtype_only=True).dtype)
+
+
+def _declared_type(vi: onnx.ValueInfoProto, override: Sequence[int] | None,
+                   label: str | None = None, dtype_only: bool = False) -> TensorType:
+    tt = _tensor_type(vi.type)
+    if tt is None:
         raise ModelImportError(f"graph input {vi.name!r} is not a tensor "
                                f"({vi.type.WhichOneof('value')})")
-    tt = vi.type.tensor_type
+    if dtype_only:
+        return TensorType((), onnx_dtype(tt.elem_type, f"graph input {vi.name!r}"))
+    name = label or vi.name
     dtype = onnx_dtype(tt.elem_type, f"graph input {vi.name!r}")
     if override is not None:
-        dims = [parse_dim(d, f"input_shapes[{vi.name!r}] dimension {i}")
+        dims = [parse_dim(d, f"input_shapes[{name!r}] dimension {i}")
                 for i, d in enumerate(override)]
         if not is_static(dims):
-            raise ModelImportError(f"input_shapes[{vi.name!r}] = {format_dims(dims)} has "
+            raise ModelImportError(f"input_shapes[{name!r}] = {format_dims(dims)} has "
                                    f"symbolic dimensions; the importer builds a graph of "
                                    f"fixed shapes (tessera.compile takes symbolic ones)")
         shape = [int(d) for d in dims]
         if tt.HasField("shape") and len(tt.shape.dim) != len(shape):
-            raise ModelImportError(f"input_shapes gives {vi.name!r} rank {len(shape)} "
+            raise ModelImportError(f"input_shapes gives {name!r} rank {len(shape)} "
                                    f"({shape}); the model declares rank {len(tt.shape.dim)}")
         return TensorType(tuple(shape), dtype)
     if not tt.HasField("shape"):
@@ -290,17 +358,24 @@ def read_initializer(t: onnx.TensorProto) -> np.ndarray:
 
 
 def convert_subgraph(ctx: ConvertContext, graph: onnx.GraphProto, what: str,
-                     input_types: Sequence[TensorType]) -> tuple[Function, list[Value]]:
+                     input_types: Sequence[TensorType | list[TensorType]]
+                     ) -> tuple[Function, list[Value]]:
     """Convert ``graph`` (attribute ``what`` of the node ``ctx`` converts) with its declared
-    inputs typed ``input_types``; returns the closed function and the outer values it
-    captured, in the order of the inputs added for them."""
+    inputs typed ``input_types`` (a list of types: a sequence, one input per element);
+    returns the closed function and the outer values it captured, in the order of the inputs
+    added for them. Sequence outputs are one output per element (``attrs["sequence_outputs"]``
+    keeps their lengths: :mod:`.sequence_value`)."""
     if len(graph.input) != len(input_types):
         raise ctx.error(f"{what} declares {len(graph.input)} inputs, the node gives it "
                         f"{len(input_types)}")
     fn = Function(graph.name or what)
-    env: dict[str, Value] = {}
+    env: dict[str, Any] = {}
     for vi, t in zip(graph.input, input_types):
-        env[vi.name] = fn.add_input(vi.name, t)
+        if isinstance(t, list):
+            env[vi.name] = SequenceValue([fn.add_input(element_name(vi.name, i), e)
+                                          for i, e in enumerate(t)])
+        else:
+            env[vi.name] = fn.add_input(vi.name, t)
     for t in graph.initializer:
         env[t.name] = fn.constant(read_initializer(t), t.name)
     scope = Scope(fn, env, ctx.scope)
@@ -311,13 +386,17 @@ def convert_subgraph(ctx: ConvertContext, graph: onnx.GraphProto, what: str,
         raise NeedsConstantError(f"in {what} of node {ctx.node_name!r}: {e}", deps) from None
     except ModelImportError as e:  # name the node holding the sub-graph too
         raise ctx.error(f"in its {what}: {e}") from None
+    values = []
     for vi in graph.output:
         value = scope.lookup(vi.name)
         if value is None:
             raise ctx.error(f"{what} output {vi.name!r} is not produced by any node")
-        fn.outputs.append(value)
-    _name_outputs(fn, [vi.name for vi in graph.output])
-    fn.attrs["output_names"] = [vi.name for vi in graph.output]
+        values.append(value)
+    fn.outputs, names, lengths = flatten(values, [vi.name for vi in graph.output])
+    _name_outputs(fn, names)
+    fn.attrs["output_names"] = names
+    if lengths:
+        fn.attrs["sequence_outputs"] = lengths
     return fn, [outer for outer, _ in scope.captured]
 
 
@@ -332,16 +411,17 @@ def convert_nodes(fn: Function, scope: Scope, nodes: list[onnx.NodeProto],
         opset = opsets[domain]
         ctx.begin(n.name or f"{n.op_type}_{n.output[0] if n.output else ''}", n.op_type, opset,
                   list(n.output))
-        inputs: list[Value | None] = []
+        inputs: list[Any] = []
         for name in n.input:
             value = scope.lookup(name) if name else None
             if name and value is None:
                 raise ModelImportError(f"node {ctx.node_name!r} ({n.op_type}) reads {name!r}, "
                                        f"which no node, input or initializer defines")
-            inputs.append(value)
+            inputs.append(None if value is ABSENT else value)
         attrs = {a.name: _attr_value(a) for a in n.attribute}
         fn_conv = find_converter(n.op_type, domain, opset)
         assert fn_conv is not None
+        fn_conv = sequence_converter(ctx, fn_conv, list(n.input), inputs)
         try:
             result = fn_conv(ctx, inputs, attrs)
         except NeedsConstantError:
@@ -352,8 +432,10 @@ def convert_nodes(fn: Function, scope: Scope, nodes: list[onnx.NodeProto],
             raise ctx.error(str(e)) from e
         except Exception as e:  # noqa: BLE001 - a converter bug or a malformed attribute
             raise ctx.error(f"{type(e).__name__}: {e}") from e
-        outs = [result] if isinstance(result, Value) else list(result)
-        _adopt_output_names(fn, list(n.output), outs, ctx.created)
+        single = isinstance(result, (Value, SequenceValue)) or result is ABSENT
+        outs = [result] if single else list(result)
+        _adopt_output_names(fn, list(n.output),
+                            [v if isinstance(v, Value) else None for v in outs], ctx.created)
         for name, value in zip(n.output, outs):
             if name and value is not None:
                 scope.env[name] = value
@@ -362,14 +444,17 @@ def convert_nodes(fn: Function, scope: Scope, nodes: list[onnx.NodeProto],
             raise ctx.error(f"outputs {missing} are not produced by the converter")
 
 
-def import_onnx(model: ModelSource, input_shapes: Mapping[str, Sequence[int]] | None = None,
+def import_onnx(model: ModelSource, input_shapes: Mapping[str, Sequence[Any]] | None = None,
                 freeze_inputs: Mapping[str, np.ndarray] | None = None,
                 check: bool = True) -> Function:
     """Import an ONNX model into a Tessera function.
 
     ``input_shapes`` overrides (or fixes symbolic) input shapes; ``freeze_inputs`` turns graph
     inputs into constants with the given values. Every unsupported op is reported in one
-    :class:`ModelImportError`.
+    :class:`ModelImportError`. A sequence input takes a list of shapes (``{"seq": [[2, 3],
+    [4, 3]]}``, or ``{"seq[0]": [2, 3], "seq[1]": [4, 3]}``) and becomes one input per
+    element; an optional input is present when ``input_shapes`` or ``freeze_inputs`` gives
+    it, else empty (:mod:`.sequence_value`).
     """
     proto = load_model(model)
     opsets = check_onnx_model(proto, check)
@@ -379,32 +464,64 @@ def import_onnx(model: ModelSource, input_shapes: Mapping[str, Sequence[int]] | 
     shapes = dict(input_shapes or {})
     frozen = dict(freeze_inputs or {})
     fn = Function(g.name or "main")
-    env: dict[str, Value] = {}
+    env: dict[str, Any] = {}
     initializers = {t.name: t for t in g.initializer}
     known_inputs = {vi.name for vi in g.input}
+    sequences = {vi.name for vi in g.input if is_sequence_type(vi.type)}
     for name in list(shapes) + list(frozen):
-        if name not in known_inputs:
+        if name not in known_inputs and name.split("[")[0] not in sequences:
             raise ModelImportError(f"{name!r} is not an input of the model (inputs: "
                                    f"{', '.join(vi.name for vi in g.input) or 'none'})")
 
     for t in g.initializer:
         env[t.name] = fn.constant(read_initializer(t), t.name)
+    given = {name.split("[")[0] for name in shapes}
     for vi in g.input:
         if vi.name in frozen:
-            env[vi.name] = fn.constant(np.asarray(frozen[vi.name]), vi.name)
+            env[vi.name] = _frozen_input(fn, vi, frozen[vi.name])
             continue
         if vi.name in initializers and vi.name not in shapes:
             continue  # an initializer listed as input (IR < 4): a constant with a default
-        env[vi.name] = fn.add_input(vi.name, _input_type(vi, shapes.get(vi.name)))
+        if vi.type.WhichOneof("value") == "optional_type" and vi.name not in given:
+            env[vi.name] = ABSENT
+        elif vi.name in sequences:
+            env[vi.name] = _sequence_input(fn, vi, shapes)
+        else:
+            env[vi.name] = fn.add_input(vi.name, _input_type(vi, shapes.get(vi.name)))
+    lengths = {vi.name: len(v) for vi in g.input if isinstance(v := env.get(vi.name),
+                                                                SequenceValue)}
 
     convert_nodes(fn, Scope(fn, env), nodes, opsets)
+    values = []
     for vi in g.output:
         if vi.name not in env:
             raise ModelImportError(f"graph output {vi.name!r} is not produced by any node")
-        fn.outputs.append(env[vi.name])
-    _name_outputs(fn, [vi.name for vi in g.output])
-    fn.attrs["output_names"] = [vi.name for vi in g.output]
+        values.append(env[vi.name])
+    fn.outputs, names, out_lengths = flatten(values, [vi.name for vi in g.output])
+    _name_outputs(fn, names)
+    fn.attrs["output_names"] = names
+    if lengths:
+        fn.attrs["sequence_inputs"] = lengths
+    if out_lengths:
+        fn.attrs["sequence_outputs"] = out_lengths
+    if lengths or out_lengths:
+        fn.attrs["model_outputs"] = [vi.name for vi in g.output]
     return fn
+
+
+def _frozen_input(fn: Function, vi: onnx.ValueInfoProto, data: Any) -> Any:
+    """A frozen graph input: a constant, a sequence of constants (a list for a sequence
+    input), or the empty optional (None for an optional one)."""
+    if data is None and vi.type.WhichOneof("value") == "optional_type":
+        return ABSENT
+    if is_sequence_type(vi.type):
+        if not isinstance(data, (list, tuple)):
+            raise ModelImportError(f"freeze_inputs[{vi.name!r}]: the input is a sequence; "
+                                   f"expected a list of arrays, got {type(data).__name__}")
+        return SequenceValue([fn.constant(np.asarray(a), element_name(vi.name, i))
+                              for i, a in enumerate(data)],
+                             _declared_type(vi, None, dtype_only=True).dtype)
+    return fn.constant(np.asarray(data), vi.name)
 
 
 def _adopt_output_names(fn: Function, names: list[str], values: list[Value | None],

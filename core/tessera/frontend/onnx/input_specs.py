@@ -31,8 +31,9 @@ def model_input_specs(proto: onnx.ModelProto,
     shapes = dict(input_shapes or {})
     frozen = set(freeze_inputs or {})
     known = {vi.name for vi in g.input}
+    sequences = {vi.name for vi in g.input if _is_sequence(vi.type)}
     for name in list(shapes) + list(frozen):
-        if name not in known:
+        if name not in known and name.split("[")[0] not in sequences:
             raise ModelImportError(f"{name!r} is not an input of the model (inputs: "
                                    f"{', '.join(vi.name for vi in g.input) or 'none'})")
     initializers = {t.name for t in g.initializer}
@@ -40,15 +41,56 @@ def model_input_specs(proto: onnx.ModelProto,
     for vi in g.input:
         if vi.name in frozen or (vi.name in initializers and vi.name not in shapes):
             continue
+        given = {k for k in shapes if k.split("[")[0] == vi.name}
+        if vi.type.WhichOneof("value") == "optional_type" and not given:
+            continue  # an optional not given is empty
+        if vi.name in sequences:
+            specs.extend(_sequence_specs(vi, shapes))
+            continue
         specs.append(_spec(vi, shapes.get(vi.name)))
     return tuple(specs)
 
 
-def _spec(vi: onnx.ValueInfoProto, given: Sequence[Any] | None) -> InputSpec:
-    if not vi.type.HasField("tensor_type"):
+def _is_sequence(t: onnx.TypeProto) -> bool:
+    if t.WhichOneof("value") == "optional_type":
+        t = t.optional_type.elem_type
+    return t.WhichOneof("value") == "sequence_type"
+
+
+def _sequence_specs(vi: onnx.ValueInfoProto, shapes: Mapping[str, Any]) -> list[InputSpec]:
+    """A sequence input's elements, ``name[0]`` .. (their shapes: ``shapes[name]``, a list
+    of shapes, or ``shapes["name[i]"]``); each element's shape must be static."""
+    given = shapes.get(vi.name)
+    if given is None:
+        given = []
+        while f"{vi.name}[{len(given)}]" in shapes:
+            given.append(shapes[f"{vi.name}[{len(given)}]"])
+        if not given:
+            raise ModelImportError(f"graph input {vi.name!r} is a sequence: give the shapes "
+                                   f"of its elements with input_shapes={{{vi.name!r}: [[...], "
+                                   f"...]}} (a list of shapes)")
+    if isinstance(given, (str, bytes)) or not isinstance(given, Sequence):
+        raise ModelImportError(f"input_shapes[{vi.name!r}]: graph input {vi.name!r} is a "
+                               f"sequence; expected a list of shapes, got {given!r}")
+    specs = []
+    for i, shape in enumerate(given):
+        spec = _spec(vi, shape, f"{vi.name}[{i}]")
+        if spec.variables:
+            raise ModelImportError(f"input_shapes[{vi.name!r}] element {i}: a sequence's "
+                                   f"elements need static shapes, got {list(shape)}")
+        specs.append(spec)
+    return specs
+
+
+def _spec(vi: onnx.ValueInfoProto, given: Sequence[Any] | None,
+          label: str | None = None) -> InputSpec:
+    t = vi.type
+    while t.WhichOneof("value") in ("sequence_type", "optional_type"):
+        t = getattr(t, t.WhichOneof("value")).elem_type
+    if not t.HasField("tensor_type"):
         raise ModelImportError(f"graph input {vi.name!r} is not a tensor "
                                f"({vi.type.WhichOneof('value')})")
-    tt = vi.type.tensor_type
+    tt = t.tensor_type
     dtype = onnx_dtype(tt.elem_type, f"graph input {vi.name!r}")
     declared: list[Dim] | None = None
     if tt.HasField("shape"):
@@ -83,7 +125,7 @@ def _spec(vi: onnx.ValueInfoProto, given: Sequence[Any] | None) -> InputSpec:
             dims.append(parse_dim(d, f"input_shapes[{vi.name!r}] dimension {i}"))
         except TesseraError as e:
             raise ModelImportError(str(e)) from None
-    return InputSpec(vi.name, tuple(dims), dtype)
+    return InputSpec(label or vi.name, tuple(dims), dtype)
 
 
 def _model_var(param: str, name: str, index: int) -> Dim:

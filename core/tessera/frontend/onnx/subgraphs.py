@@ -11,36 +11,47 @@ to no function). Names resolve innermost first, as ONNX's scoping rules say.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from tessera.frontend.onnx.context import graph_inputs_feeding
+from tessera.frontend.onnx.sequence_value import ABSENT, SequenceValue
 from tessera.ir.graph import Function, Value
 
 
 class Scope:
     """The names visible while converting one function: its own, then its parents'."""
 
-    def __init__(self, fn: Function, env: dict[str, Value], parent: Scope | None = None):
+    def __init__(self, fn: Function, env: dict[str, Any], parent: Scope | None = None):
         self.fn = fn
         self.env = env
         self.parent = parent
         #: (value in the parent scope, the input of ``fn`` standing for it), in input order
         self.captured: list[tuple[Value, Value]] = []
 
-    def lookup(self, name: str) -> Value | None:
-        """The value ``name`` denotes here, capturing it from an enclosing scope on first use;
-        None when no scope defines it."""
+    def lookup(self, name: str) -> Any:
+        """The value ``name`` denotes here (a :class:`Value`, or a :class:`SequenceValue` or
+        :data:`ABSENT`), capturing it from an enclosing scope on first use; None when no
+        scope defines it."""
         value = self.env.get(name)
         if value is not None or self.parent is None:
             return value
         outer = self.parent.lookup(name)
         if outer is None:
             return None
-        if outer.is_constant:
+        if isinstance(outer, SequenceValue):  # each element captured
+            self.env[name] = SequenceValue([self._capture(f"{name}[{i}]", e)
+                                            for i, e in enumerate(outer.elements)], outer.dtype)
+        elif outer is ABSENT:
             self.env[name] = outer
+        else:
+            self.env[name] = self._capture(name, outer)
+        return self.env[name]
+
+    def _capture(self, name: str, outer: Value) -> Value:
+        if outer.is_constant:
             return outer
         inner = self.fn.add_fresh_input(name, outer.type)
         self.captured.append((outer, inner))
-        self.env[name] = inner
         return inner
 
     def graph_inputs(self, names: Sequence[str]) -> list[str]:

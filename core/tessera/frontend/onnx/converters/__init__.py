@@ -14,6 +14,7 @@ from tessera.frontend.onnx.converters import (  # noqa: F401  (imported for thei
     quant,
     reduce,
     sequence,
+    sequences,
     tensor,
     training,
 )

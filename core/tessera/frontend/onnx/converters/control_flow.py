@@ -14,6 +14,7 @@ import onnx
 
 from tessera.frontend.onnx.context import ConvertContext
 from tessera.frontend.onnx.registry import converter
+from tessera.frontend.onnx.sequence_value import regroup
 from tessera.frontend.onnx.subgraphs import share_captures
 from tessera.ir.graph import Function, Value
 from tessera.ir.types import DType, TensorType
@@ -50,11 +51,31 @@ def convert_if(ctx: ConvertContext, inputs: list[Value | None], attrs: dict[str,
             raise ctx.error(f"the condition has {flat.size} elements, expected one")
         key = "then_branch" if bool(flat[0]) else "else_branch"
         fn, captured = ctx.subgraph(attrs[key], key, [])
-        return _inline(ctx, fn, captured)
+        return _regrouped(fn, attrs[key], _inline(ctx, fn, captured))
     branches = [ctx.subgraph(attrs[k], k, []) for k in ("then_branch", "else_branch")]
+    layouts = [_sequence_lengths(fn, attrs[k])
+               for (fn, _), k in zip(branches, ("then_branch", "else_branch"))]
+    if layouts[0] != layouts[1]:  # sequences of other lengths, or optionals present in one
+        ctx.const_value(cond, f"the condition (the branches give sequences or optionals that "
+                        f"differ: {layouts[0]} and {layouts[1]})")
     captured = share_captures(branches)
-    return ctx.node("If", [cond, *captured],
-                    {"then_branch": branches[0][0], "else_branch": branches[1][0]})
+    outs = ctx.node("If", [cond, *captured],
+                    {"then_branch": branches[0][0], "else_branch": branches[1][0]},
+                    num_outputs=len(branches[0][0].outputs))
+    return _regrouped(branches[0][0], attrs["then_branch"], outs)
+
+
+def _sequence_lengths(fn: Function, graph: onnx.GraphProto) -> list[int | None]:
+    """Per output of a converted branch: a sequence's length (-1: an empty optional), or
+    None for a tensor."""
+    lengths = fn.attrs.get("sequence_outputs", {})
+    return [lengths.get(vi.name) for vi in graph.output]
+
+
+def _regrouped(fn: Function, graph: onnx.GraphProto, outs: list[Value]) -> Any:
+    """A branch's flat outputs with its sequences (and empty optionals) regrouped."""
+    lengths = fn.attrs.get("sequence_outputs")
+    return regroup(outs, [vi.name for vi in graph.output], lengths) if lengths else outs
 
 
 @converter("Loop", since=1)

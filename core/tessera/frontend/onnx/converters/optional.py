@@ -15,6 +15,7 @@ import numpy as np
 
 from tessera.frontend.onnx.context import ConvertContext
 from tessera.frontend.onnx.registry import converter
+from tessera.frontend.onnx.sequence_value import ABSENT
 from tessera.ir.graph import Value
 
 
@@ -22,8 +23,7 @@ from tessera.ir.graph import Value
 def convert_optional(ctx: ConvertContext, inputs: list[Value | None],
                      attrs: dict[str, Any]) -> Any:
     if not inputs or inputs[0] is None:
-        raise ctx.error("an empty optional has no tensor form (Tessera's values are tensors); "
-                        "only an Optional holding a tensor is supported")
+        return ABSENT  # empty, known at import (:mod:`..sequence_value`)
     return ctx.op("Identity", inputs[0])
 
 
