@@ -84,8 +84,15 @@ def _input_shapes(inputs: dict[str, Any], freeze: dict[str, Any]) -> dict[str, A
     return shapes
 
 
+def _empty_sequences(inputs: dict[str, Any]) -> dict[str, Any]:
+    """The inputs that are empty sequences: frozen (they hold no data to give at run
+    time)."""
+    return {k: v for k, v in inputs.items() if isinstance(v, list) and not v}
+
+
 def compile_and_run(model, inputs: dict[str, np.ndarray], target: str,
                     freeze: dict[str, np.ndarray]) -> list[np.ndarray]:
+    freeze = {**freeze, **_empty_sequences(inputs)}
     shapes = _input_shapes(inputs, freeze)
     mod = tessera.compile(model, target=target, input_shapes=shapes, freeze_inputs=freeze)
     for name, value in inputs.items():
@@ -98,6 +105,7 @@ def compile_and_run(model, inputs: dict[str, np.ndarray], target: str,
 def interpret(model, inputs: dict[str, np.ndarray], target: str,
               freeze: dict[str, np.ndarray]) -> list[np.ndarray]:
     """Import and evaluate with the reference interpreter (no passes, no runtime)."""
+    freeze = {**freeze, **_empty_sequences(inputs)}
     fn = import_onnx(model, input_shapes=_input_shapes(inputs, freeze), freeze_inputs=freeze)
     feeds: dict[str, Any] = {}
     for k, v in inputs.items():

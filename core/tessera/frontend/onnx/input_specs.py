@@ -68,7 +68,8 @@ def _sequence_specs(vi: onnx.ValueInfoProto, shapes: Mapping[str, Any]) -> list[
         if not given:
             raise ModelImportError(f"graph input {vi.name!r} is a sequence: give the shapes "
                                    f"of its elements with input_shapes={{{vi.name!r}: [[...], "
-                                   f"...]}} (a list of shapes)")
+                                   f"...]}} (a list of shapes; an empty sequence is "
+                                   f"given with freeze_inputs={{{vi.name!r}: []}})")
     if isinstance(given, (str, bytes)) or not isinstance(given, Sequence):
         raise ModelImportError(f"input_shapes[{vi.name!r}]: graph input {vi.name!r} is a "
                                f"sequence; expected a list of shapes, got {given!r}")

@@ -254,6 +254,9 @@ def convert_loop_unrolled(ctx: ConvertContext, inputs: Inputs, attrs: Attrs) -> 
     if count > MAX_UNROLL:
         raise ctx.error(f"the loop carries a sequence and runs {count} iterations; Tessera "
                         f"unrolls such loops up to {MAX_UNROLL}")
+    if cond is not None:
+        ctx.const_value(cond, "the initial condition (the loop carries a sequence: Tessera "
+                        "unrolls such a loop)")
     going = True if cond is None else _const_bool(ctx, cond, "the initial condition")
     stacks: list[list[Value]] = [[] for _ in range(max(scans, 0))]
     i = 0
