@@ -38,5 +38,5 @@ def convert_has_element(ctx: ConvertContext, inputs: list[Value | None],
 def convert_get_element(ctx: ConvertContext, inputs: list[Value | None],
                         attrs: dict[str, Any]) -> Any:
     if not inputs or inputs[0] is None:
-        raise ctx.error("the optional is empty: it has no element to get")
+        raise ctx.error("an empty optional has no element to get")
     return ctx.op("Identity", inputs[0])
