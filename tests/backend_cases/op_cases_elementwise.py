@@ -54,6 +54,12 @@ def unary_special_values() -> list[Case]:
                       label="Sigmoid saturation"))
     cases.append(Case("Tanh", [np.array([-50.0, -9.0, -1e-4, 0.0, 1e-4, 9.0, 50.0], F32)],
                       label="Tanh saturation"))
+    cases.append(Case("Binarizer", [np.array([np.nan, -1.0, 0.25, 0.5, 0.75, np.inf], F32)],
+                      {"threshold": 0.5}, label="Binarizer NaN and ties"))
+    cases.append(Case("Binarizer", [rand(4, 7, dtype="float64", lo=-2, hi=2)],
+                      {"threshold": -0.5}, label="Binarizer float64"))
+    cases.append(Case("Binarizer", [np.arange(-6, 6, dtype=np.int32).reshape(3, 4)],
+                      {"threshold": 1.5}, label="Binarizer int32"))
     return cases
 
 

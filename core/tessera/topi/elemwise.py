@@ -218,6 +218,16 @@ def thresholded_relu(x: te.Tensor, alpha: float = 1.0) -> te.Tensor:
     return elemwise(x, lambda v: tir.select(v > alpha, v, const(0, v.dtype)), "thresholded_relu")
 
 
+def binarizer(x: te.Tensor, threshold: float = 0.0) -> te.Tensor:
+    """``ai.onnx.ml`` Binarizer: 1 where ``x > threshold``, else 0; NaN stays NaN (integers
+    are compared in float64, as the reference does)."""
+    def fn(v: Expr) -> Expr:
+        one, zero = const(1, v.dtype), const(0, v.dtype)
+        return tir.select(v > threshold, one, tir.select(tir.eq(v, v), zero, v))
+
+    return elemwise(x, fn, "binarizer", calc_dtype=None if is_float(x.dtype) else "float64")
+
+
 def shrink(x: te.Tensor, lambd: float = 0.5, bias: float = 0.0) -> te.Tensor:
     """``x + bias`` below ``-lambd``, ``x - bias`` above ``lambd``, else 0."""
     def fn(v: Expr) -> Expr:
@@ -315,6 +325,7 @@ _bind("HardSigmoid", hard_sigmoid, "alpha", "beta")
 _bind("Gelu", gelu, "approximate")
 _bind("Celu", celu, "alpha")
 _bind("ThresholdedRelu", thresholded_relu, "alpha")
+_bind("Binarizer", binarizer, "threshold")
 _bind("Shrink", shrink, "lambd", "bias")
 _bind("Swish", swish, "alpha")
 _bind("IsInf", isinf, "detect_negative", "detect_positive")
