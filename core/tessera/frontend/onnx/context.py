@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     #: The importer's sub-graph conversion (see :meth:`ConvertContext.subgraph`).
     SubgraphConverter = Callable[["ConvertContext", onnx.GraphProto, str,
                                   Sequence[TensorType]], tuple[Function, list[Value]]]
+    #: The importer's node loop (see :meth:`ConvertContext.convert_nodes`).
+    NodesConverter = Callable[[Function, Scope, list[onnx.NodeProto], dict[str, int]], None]
 
 
 class ConvertContext:
@@ -31,7 +33,8 @@ class ConvertContext:
 
     def __init__(self, graph: Function, fold: bool = True, scope: Scope | None = None,
                  opsets: dict[str, int] | None = None,
-                 subgraphs: SubgraphConverter | None = None):
+                 subgraphs: SubgraphConverter | None = None,
+                 nodes: NodesConverter | None = None):
         self.graph = graph
         self.fold = fold
         #: the names visible to the graph being built (sub-graphs resolve outer names in it)
@@ -39,6 +42,14 @@ class ConvertContext:
         #: the model's opset per domain (sub-graphs are converted at the same opsets)
         self.opsets = dict(opsets or {})
         self._subgraphs = subgraphs
+        self._nodes = nodes
+
+    def convert_nodes(self, fn: Function, scope: Scope, nodes: list[onnx.NodeProto]) -> None:
+        """Convert ONNX ``nodes`` into ``fn`` with names resolved in ``scope`` (the importer's
+        own loop; sub-graphs converted in place use it)."""
+        if self._nodes is None:
+            raise self.error("nodes are converted only inside an import")
+        self._nodes(fn, scope, nodes, self.opsets)
 
     def subgraph(self, graph: onnx.GraphProto, what: str, input_types: Sequence[TensorType]
                  ) -> tuple[Function, list[Value]]:

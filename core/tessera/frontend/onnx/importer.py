@@ -16,7 +16,7 @@ from onnx import helper, numpy_helper
 from tessera.errors import ModelImportError, NeedsConstantError, OpError, TesseraError
 from tessera.frontend.onnx import converters as _converters  # noqa: F401  (their registrations)
 from tessera.frontend.onnx.context import ConvertContext
-from tessera.frontend.onnx.dtypes import onnx_dtype
+from tessera.frontend.onnx.dtypes import onnx_dtype, read_initializer
 from tessera.frontend.onnx.lenient import check_model_leniently
 from tessera.frontend.onnx.registry import find_converter
 from tessera.frontend.onnx.sequence_value import (
@@ -347,16 +347,6 @@ def check_onnx_model(proto: onnx.ModelProto, check: bool = True) -> dict[str, in
     return opsets
 
 
-def read_initializer(t: onnx.TensorProto) -> np.ndarray:
-    """An initializer's array (its element type checked)."""
-    try:
-        array = numpy_helper.to_array(t)
-    except Exception as e:  # noqa: BLE001
-        raise ModelImportError(f"initializer {t.name!r} cannot be read: {e}") from None
-    onnx_dtype(t.data_type, f"initializer {t.name!r}")
-    return array
-
-
 def convert_subgraph(ctx: ConvertContext, graph: onnx.GraphProto, what: str,
                      input_types: Sequence[TensorType | list[TensorType]]
                      ) -> tuple[Function, list[Value]]:
@@ -405,7 +395,8 @@ def convert_nodes(fn: Function, scope: Scope, nodes: list[onnx.NodeProto],
     """Convert ``nodes`` (of the graph ``scope`` names the values of) into ``fn``, in a
     topological order; a name no node of this graph defines is looked up in the enclosing
     scopes (sub-graphs: :mod:`tessera.frontend.onnx.subgraphs`)."""
-    ctx = ConvertContext(fn, scope=scope, opsets=opsets, subgraphs=convert_subgraph)
+    ctx = ConvertContext(fn, scope=scope, opsets=opsets, subgraphs=convert_subgraph,
+                         nodes=convert_nodes)
     for n in _sorted_nodes_of(nodes):
         domain = "" if n.domain in ("", "ai.onnx") else n.domain
         opset = opsets[domain]

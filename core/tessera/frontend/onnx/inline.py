@@ -17,6 +17,7 @@ import onnx
 
 from tessera.errors import ModelImportError, NeedsConstantError
 from tessera.frontend.onnx.context import ConvertContext
+from tessera.frontend.onnx.dtypes import read_initializer
 from tessera.frontend.onnx.subgraphs import Scope
 
 __all__ = ["convert_inline"]
@@ -67,8 +68,6 @@ def convert_inline(ctx: ConvertContext, graph: onnx.GraphProto, what: str,
     """Convert ``graph`` (attribute ``what`` of the node ``ctx`` converts) into ``ctx``'s
     function with its inputs bound to ``args``; ``copy`` numbers this use (for names).
     Returns its outputs (values, sequences or :data:`ABSENT`)."""
-    from tessera.frontend.onnx.importer import convert_nodes, read_initializer
-
     if len(graph.input) != len(args):
         raise ctx.error(f"{what} declares {len(graph.input)} inputs, the node gives it "
                         f"{len(args)}")
@@ -80,7 +79,7 @@ def convert_inline(ctx: ConvertContext, graph: onnx.GraphProto, what: str,
         env[t.name] = ctx.graph.constant(read_initializer(t), t.name)
     scope = _InlineScope(env, ctx.scope)
     try:
-        convert_nodes(ctx.graph, scope, list(body.node), ctx.opsets)
+        ctx.convert_nodes(ctx.graph, scope, list(body.node))
     except NeedsConstantError:
         raise
     except ModelImportError as e:
