@@ -53,6 +53,19 @@ def test_gelu_tanh_and_softplus_tails() -> None:
              rtol=1e-6, atol=0)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16", "float64", "int32", "uint8"])
+def test_binarizer(dtype: str) -> None:
+    """ai.onnx.ml Binarizer: 1 above the threshold (ties are 0), NaN kept, integers compared
+    with a fractional threshold."""
+    if dtype.startswith(("int", "uint")):
+        x = np.arange(0 if dtype == "uint8" else -6, 12, dtype=dtype)
+        check_op("Binarizer", [x], {"threshold": 2.5})
+        return
+    x = rand(3, 7, dtype=dtype, lo=-2, hi=2)
+    x[0, :3] = [np.nan, 0.5, np.inf]
+    check_op("Binarizer", [x], {"threshold": 0.5})
+
+
 @pytest.mark.parametrize("dtype", ["int8", "int32", "int64", "uint8"])
 def test_integer_ops(dtype: str) -> None:
     signed = dtype.startswith("int")
