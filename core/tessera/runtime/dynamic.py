@@ -45,6 +45,7 @@ from tessera.runtime.memory import MemoryReport
 from tessera.runtime.module import Module
 from tessera.runtime.profiler import BenchmarkResult, Profile
 from tessera.runtime.split import SplitMismatch, SplitModule
+from tessera.runtime.step_form import StepForm
 
 __all__ = ["DEFAULT_MAX_SPECIALIZATIONS", "DynamicModule", "SpecializationStats"]
 
@@ -118,15 +119,7 @@ class SpecializationStats:
                 f"{self.max_size}): {sizes}{split}")
 
 
-@dataclass
-class _StepInputs:
-    """A thread's step-by-step form: the inputs it set and its last outputs."""
-
-    inputs: dict[str, np.ndarray] = field(default_factory=dict)
-    outputs: dict[str, np.ndarray] | None = None
-
-
-class DynamicModule:
+class DynamicModule(StepForm):
     """A compiled model whose inputs have symbolic dimensions; runs at any size (within the
     variables' bounds) by compiling a :class:`Module` per distinct size on first use.
 
@@ -552,43 +545,11 @@ class DynamicModule:
         state.outputs = self._run(self._arrays(state.inputs))
         return None
 
-    def _step(self) -> _StepInputs:
-        state = getattr(self._local, "state", None)
-        if state is None:
-            state = self._local.state = _StepInputs()
-        return state
+    def _knows_input(self, name: str) -> bool:
+        return name in self.input_specs
 
-    def set_input(self, name: str, value: Any) -> None:
-        """Keep a copy of one input for this thread's next step-by-step ``run()``."""
-        if name not in self.input_specs:
-            raise RunError(f"unknown input {name!r}; the model's inputs are "
-                           f"{self.shape_vars.describe()}")
-        self._step().inputs[name] = np.array(value, copy=True)
-
-    def get_output(self, index: int | str, out: np.ndarray | None = None) -> np.ndarray:
-        """An output, by position or name, of this thread's last step-by-step ``run()``
-        (written into ``out`` when given, which must have its shape and dtype)."""
-        outputs = self._step().outputs
-        if outputs is None:
-            raise RunError("get_output: no step-by-step run() in this thread yet")
-        if isinstance(index, int):
-            if not -len(self.output_names) <= index < len(self.output_names):
-                raise RunError(f"output index {index} out of range; the model has "
-                               f"{len(self.output_names)} outputs")
-            name = self.output_names[index]
-        elif index in outputs:
-            name = index
-        else:
-            raise RunError(f"unknown output {index!r}; the model's outputs are "
-                           f"{', '.join(self.output_names)}")
-        value = outputs[name]
-        if out is None:
-            return value.copy()
-        if out.shape != value.shape or out.dtype != value.dtype:
-            raise RunError(f"get_output({index!r}, out): out must be {value.dtype}"
-                           f"{list(value.shape)}, got {out.dtype}{list(out.shape)}")
-        np.copyto(out, value)
-        return out
+    def _inputs_text(self) -> str:
+        return self.shape_vars.describe()
 
     # -- measuring and reports ------------------------------------------------------------------
     def _given(self, inputs: Mapping[str, Any], what: str) -> Runner:

@@ -27,7 +27,7 @@ import dataclasses
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,7 @@ from tessera.runtime.staging import (
     freeze_model,
     plan_stages,
 )
+from tessera.runtime.step_form import StepForm
 
 __all__ = ["StagedModule", "StagedStats", "compile_staged"]
 
@@ -120,15 +121,7 @@ def _node_text(node: onnx.NodeProto) -> str:
     return f"{node.name or node.output[0]!r} ({node.op_type})"
 
 
-@dataclass
-class _StepState:
-    """A thread's step-by-step form: the inputs it set and its last outputs."""
-
-    inputs: dict[str, np.ndarray] = field(default_factory=dict)
-    outputs: dict[str, np.ndarray] | None = None
-
-
-class StagedModule:
+class StagedModule(StepForm):
     """A compiled model with data-dependent output shapes, run in stages: stage 1 compiled
     once, the data-dependent nodes on the host, the rest compiled per set of shapes it meets
     (see the module doc).
@@ -236,41 +229,11 @@ class StagedModule:
         return env
 
     # -- the step-by-step form (per thread) ------------------------------------------------------
-    def _step(self) -> _StepState:
-        state = getattr(self._local, "state", None)
-        if state is None:
-            state = self._local.state = _StepState()
-        return state
+    def _knows_input(self, name: str) -> bool:
+        return name in self._names
 
-    def set_input(self, name: str, value: Any) -> None:
-        """Keep a copy of one input for this thread's next step-by-step ``run()``."""
-        if name not in self._names:
-            raise RunError(f"unknown input {name!r}; the model's inputs are "
-                           f"{self.shape_vars.describe()}")
-        self._step().inputs[name] = np.array(value, copy=True)
-
-    def get_output(self, index: int | str, out: np.ndarray | None = None) -> np.ndarray:
-        """An output, by position or name, of this thread's last step-by-step ``run()``
-        (written into ``out`` when given, which must have its shape and dtype)."""
-        outputs = self._step().outputs
-        if outputs is None:
-            raise RunError("get_output: no step-by-step run() in this thread yet")
-        if isinstance(index, int):
-            if not -len(self.output_names) <= index < len(self.output_names):
-                raise RunError(f"output index {index} out of range; the model has "
-                               f"{len(self.output_names)} outputs")
-            index = self.output_names[index]
-        if index not in outputs:
-            raise RunError(f"unknown output {index!r}; the model's outputs are "
-                           f"{', '.join(self.output_names)}")
-        value = outputs[index]
-        if out is None:
-            return value.copy()
-        if out.shape != value.shape or out.dtype != value.dtype:
-            raise RunError(f"get_output({index!r}, out): out must be {value.dtype}"
-                           f"{list(value.shape)}, got {out.dtype}{list(out.shape)}")
-        np.copyto(out, value)
-        return out
+    def _inputs_text(self) -> str:
+        return self.shape_vars.describe()
 
     def benchmark(self, repeat: int = 10, number: int = 10, warmup: int = 1,
                   **inputs: Any) -> BenchmarkResult:
