@@ -63,6 +63,21 @@ def time_ms(fn: Callable[[], object], number: int = 1) -> float:
     return (time.perf_counter() - start) * 1000.0 / number
 
 
+def median_ms(fn: Callable[[], object], runs: int, warmup: int = 0) -> float:
+    """Median wall-clock milliseconds of ``runs`` single calls of ``fn``, after ``warmup``
+    calls."""
+    import statistics
+
+    for _ in range(max(warmup, 0)):
+        fn()
+    times = []
+    for _ in range(max(runs, 1)):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1000.0)
+    return statistics.median(times)
+
+
 def max_abs_diff(got: Mapping[str, Any], want: Sequence[Any], names: Sequence[str]) -> float:
     """The largest absolute difference between Tessera's outputs (by name) and onnxruntime's
     (in output order), computed in float64."""

@@ -13,22 +13,9 @@ unrolled time for each engine, and Tessera's cost per iteration beyond the body'
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
-from collections.abc import Callable
 
-from _common import cpu_name, limit_threads, ort_session
-
-
-def median_ms(fn: Callable[[], object], runs: int) -> float:
-    for _ in range(max(3, runs // 10)):
-        fn()
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1000.0)
-    return statistics.median(times)
+from _common import cpu_name, limit_threads, median_ms, ort_session
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -61,9 +48,11 @@ def main(argv: list[str] | None = None) -> int:
             mod = tessera.compile(model, target=args.target)
             session = ort_session(model, args.threads)
             outputs += [mod.run(x=x)["y"], session.run(None, {"x": x})[0]]
-            tessera_ms[kind] = median_ms(lambda mod=mod, x=x: mod.run(x=x), args.runs)
+            tessera_ms[kind] = median_ms(lambda mod=mod, x=x: mod.run(x=x), args.runs,
+                                         warmup=max(3, args.runs // 10))
             time.sleep(0.2)  # onnxruntime's workers spin after its runs: let them stop
-            ort_ms[kind] = median_ms(lambda s=session, x=x: s.run(None, {"x": x}), args.runs)
+            ort_ms[kind] = median_ms(lambda s=session, x=x: s.run(None, {"x": x}), args.runs,
+                                     warmup=max(3, args.runs // 10))
             time.sleep(0.2)
         worst = max(float(np.max(np.abs(o - outputs[1]))) for o in outputs)
         if worst > 1e-3:

@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from _common import cpu_name, geomean, limit_threads, ort_session
+from _common import cpu_name, geomean, limit_threads, median_ms, ort_session
 
 #: Seconds to wait after onnxruntime ran before timing Tessera: its intra-op workers keep
 #: spinning for a while after each run, and on a 2-core machine they would be timed too.
@@ -43,15 +42,6 @@ def export(name: str, size: str) -> Path:
     if proc.returncode != 0 or line.startswith("ERROR"):
         raise RuntimeError(line)
     return Path(line)
-
-
-def median_ms(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1000.0)
-    return statistics.median(times)
 
 
 def main() -> int:
