@@ -33,8 +33,6 @@ import ctypes
 import threading
 from typing import Any
 
-import llvmlite.binding as llvm
-
 from tessera_llvm import machine
 
 #: Descriptor slots (indices into the ``i64`` array).
@@ -179,14 +177,7 @@ def runner() -> Any:
     if _runner is None:
         with _runner_lock:
             if _runner is None:
-                tm = machine.target_machine()
-                mod = machine.compile_ir(_IR, tm, speed_level=2)
-                with machine.LLVM_LOCK:
-                    engine = llvm.create_mcjit_compiler(mod, tm)
-                    engine.finalize_object()
-                    address = engine.get_function_address("tessera_run_loop")
-                    engine.detach()  # the code lives as long as the process
-                    mod.detach()
+                address = machine.jit_function_address(lambda tm: _IR, "tessera_run_loop")
                 _runner = _RUNNER_TYPE(address)
     return _runner
 

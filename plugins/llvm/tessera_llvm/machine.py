@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import sys
+from collections.abc import Callable
 
 import llvmlite.binding as llvm
 from llvmlite import ir
@@ -166,3 +167,19 @@ def compile_ir(module: ir.Module | str, tm: llvm.TargetMachine,
         mod.data_layout = str(tm.target_data)
         optimize(mod, tm, speed_level)
         return mod
+
+
+def jit_function_address(make_ir: Callable[[llvm.TargetMachine], ir.Module | str],
+                         name: str) -> int:
+    """Compile the module ``make_ir`` builds for this host's target machine and return the
+    address of its function ``name``. The code lives as long as the process (the runtime's
+    own helpers: the kernel-sequence and loop runners)."""
+    tm = target_machine()
+    mod = compile_ir(make_ir(tm), tm, speed_level=2)
+    with LLVM_LOCK:
+        engine = llvm.create_mcjit_compiler(mod, tm)
+        engine.finalize_object()
+        address = engine.get_function_address(name)
+        engine.detach()
+        mod.detach()
+    return address

@@ -21,7 +21,6 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import llvmlite.binding as llvm
 from llvmlite import ir
 
 from tessera.errors import RunError
@@ -69,15 +68,8 @@ def runner() -> Any:
     if _runner is None:
         with _runner_lock:
             if _runner is None:
-                tm = machine.target_machine()
-                mod = machine.compile_ir(_runner_ir(tm.triple, str(tm.target_data)), tm,
-                                         speed_level=2)
-                with machine.LLVM_LOCK:
-                    engine = llvm.create_mcjit_compiler(mod, tm)
-                    engine.finalize_object()
-                    address = engine.get_function_address("tessera_run_sequence")
-                    engine.detach()  # the code lives as long as the process
-                    mod.detach()
+                address = machine.jit_function_address(
+                    lambda tm: _runner_ir(tm.triple, str(tm.target_data)), "tessera_run_sequence")
                 _runner = _RUNNER_TYPE(address)
     return _runner
 
