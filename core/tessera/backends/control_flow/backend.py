@@ -191,6 +191,13 @@ class ControlFlowBackend(Backend):
     def _kernel(node: Node, compiler: SubgraphCompiler
                 ) -> tuple[KernelFn, list[tuple[str, CompiledSubgraph]]]:
         subs = [(key, compiler(graph)) for key, graph in node.subgraphs]
+        for (key, sub), (_, graph) in zip(subs, node.subgraphs):
+            if len(sub.input_types) != len(graph.inputs) or \
+                    len(sub.output_types) != len(graph.outputs):
+                raise CompileError(f"node {node.name} ({node.op}): its {key} compiled with "
+                                   f"{len(sub.input_types)} inputs and {len(sub.output_types)} "
+                                   f"outputs; the graph has {len(graph.inputs)} and "
+                                   f"{len(graph.outputs)}")
         compiled = dict(subs)
         if node.op == "If":
             return _if_kernel(node, compiled["then_branch"], compiled["else_branch"]), subs
