@@ -522,14 +522,7 @@ class DynamicModule(StepForm):
         """As :meth:`Module.run`: the outputs by name for ``feeds`` or keyword inputs, or, with
         neither, a run on the inputs this thread gave :meth:`set_input` (read the outputs
         with :meth:`get_output`)."""
-        if feeds is not None:
-            if not isinstance(feeds, Mapping):
-                raise RunError(f"run(feeds): feeds must be a dict of input name -> array, not "
-                               f"{type(feeds).__name__}")
-            if inputs:
-                raise RunError("run(): give the inputs either as a dict or as keywords, not "
-                               "both")
-            inputs = dict(feeds)
+        inputs = self._feeds(feeds, inputs)
         if inputs or feeds is not None:
             return self._run(self._arrays(inputs), output_names)
         if output_names is not None:

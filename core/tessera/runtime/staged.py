@@ -180,15 +180,8 @@ class StagedModule(StepForm):
         of them or only ``output_names`` in that order. With neither: a run on the inputs
         this thread gave :meth:`set_input`, returning None (read them with
         :meth:`get_output`)."""
-        if feeds is not None:
-            if not isinstance(feeds, Mapping):
-                raise RunError(f"run(feeds): feeds must be a dict of input name -> array, not "
-                               f"{type(feeds).__name__}")
-            if inputs:
-                raise RunError("run(): give the inputs either as a dict or as keywords, not "
-                               "both")
-            inputs = dict(feeds)
-        elif not inputs and (self._names or output_names is None):
+        inputs = self._feeds(feeds, inputs)
+        if feeds is None and not inputs and (self._names or output_names is None):
             if output_names is not None:
                 raise RunError("run(output_names=...) needs the inputs (run(feeds, "
                                "output_names=...)); the step-by-step run() returns nothing")

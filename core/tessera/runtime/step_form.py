@@ -8,6 +8,7 @@ form keeps them per thread in its execution state.
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +38,18 @@ class StepForm:
 
     def _inputs_text(self) -> str:
         raise NotImplementedError
+
+    @staticmethod
+    def _feeds(feeds: Mapping[str, Any] | None, inputs: dict[str, Any]) -> dict[str, Any]:
+        """``run``'s inputs from a feeds dict or keywords (not both)."""
+        if feeds is None:
+            return inputs
+        if not isinstance(feeds, Mapping):
+            raise RunError(f"run(feeds): feeds must be a dict of input name -> array, not "
+                           f"{type(feeds).__name__}")
+        if inputs:
+            raise RunError("run(): give the inputs either as a dict or as keywords, not both")
+        return dict(feeds)
 
     def _step(self) -> StepInputs:
         state = getattr(self._local, "state", None)
