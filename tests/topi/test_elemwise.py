@@ -55,7 +55,7 @@ def test_gelu_tanh_and_softplus_tails() -> None:
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "float64", "int32", "uint8"])
 def test_binarizer(dtype: str) -> None:
-    """ai.onnx.ml Binarizer: 1 above the threshold (ties are 0), NaN kept, integers compared
+    """ai.onnx.ml Binarizer: 1 above the threshold (ties and NaN are 0), integers compared
     with a fractional threshold."""
     if dtype.startswith(("int", "uint")):
         x = np.arange(0 if dtype == "uint8" else -6, 12, dtype=dtype)

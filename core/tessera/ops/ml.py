@@ -54,11 +54,10 @@ def _binarizer_infer(x: TensorType, *, threshold: float) -> TensorType:
 @register_op("Binarizer", attrs={"threshold": Attr.float(0.0)}, infer=_binarizer_infer,
              pattern=OpPattern.ELEMWISE)
 def binarizer(x: np.ndarray, *, threshold: float) -> np.ndarray:
-    """1 where ``x > threshold``, else 0 (NaN stays NaN), in X's type."""
+    """1 where ``x > threshold``, else 0 (NaN too, as onnx's reference and scikit-learn give;
+    onnxruntime refuses NaN input), in X's type."""
     if x.dtype.kind == "f":
-        t = x.dtype.type(threshold)
-        out = np.where(x > t, 1, 0).astype(x.dtype)
-        return np.where(np.isnan(x), x, out).astype(x.dtype)
+        return (x > x.dtype.type(threshold)).astype(x.dtype)
     return (x.astype(np.float64) > threshold).astype(x.dtype)
 
 

@@ -219,11 +219,10 @@ def thresholded_relu(x: te.Tensor, alpha: float = 1.0) -> te.Tensor:
 
 
 def binarizer(x: te.Tensor, threshold: float = 0.0) -> te.Tensor:
-    """``ai.onnx.ml`` Binarizer: 1 where ``x > threshold``, else 0; NaN stays NaN (integers
+    """``ai.onnx.ml`` Binarizer: 1 where ``x > threshold``, else 0 (NaN included; integers
     are compared in float64, as the reference does)."""
     def fn(v: Expr) -> Expr:
-        one, zero = const(1, v.dtype), const(0, v.dtype)
-        return tir.select(v > threshold, one, tir.select(tir.eq(v, v), zero, v))
+        return tir.select(v > threshold, const(1, v.dtype), const(0, v.dtype))
 
     return elemwise(x, fn, "binarizer", calc_dtype=None if is_float(x.dtype) else "float64")
 
