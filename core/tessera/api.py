@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -129,9 +130,14 @@ def subgraph_compiler(target: str | None, cfg: CompileConfig) -> SubgraphCompile
     module whose execution states serve as sessions."""
     settings = dataclasses.replace(cfg, input_shapes=None, freeze_inputs=None, dump_ir=None,
                                    progress=False)
+    count = itertools.count()
 
     def compile_subgraph(graph: Function) -> ModuleSubgraph:
-        return ModuleSubgraph(_compile_static(graph, target, settings))
+        own = settings
+        if cfg.dump_code:  # a body's regions are named like the model's: a folder each
+            folder = Path(cfg.dump_dir or ".") / f"subgraph{next(count)}_{graph.name}"
+            own = dataclasses.replace(settings, dump_dir=str(folder))
+        return ModuleSubgraph(_compile_static(graph, target, own))
 
     return compile_subgraph
 

@@ -258,3 +258,15 @@ def test_fold_constants_takes_the_branch_of_a_constant_condition() -> None:
     from tessera.ir.verifier import verify
 
     verify(fn)
+
+
+def test_dump_code_puts_each_body_in_its_own_folder(tmp_path) -> None:
+    """A body's regions are named like the model's (region0_llvm): each body dumps into a
+    folder of its own, never over the model's files or another body's."""
+    if "llvm" not in _targets():
+        pytest.skip("the tessera-llvm plugin is missing")
+    tessera.compile(cfm.if_model(), target="llvm", dump_code="ll", dump_dir=tmp_path)
+    folders = sorted(p.name for p in tmp_path.iterdir() if p.is_dir())
+    assert folders == ["subgraph0_then", "subgraph1_else"]
+    for name in folders:
+        assert list((tmp_path / name).glob("region*_llvm.ll"))
