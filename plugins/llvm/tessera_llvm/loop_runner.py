@@ -30,8 +30,6 @@ iterations run (one more than ``scan_length`` when the loop would overrun its sc
 from __future__ import annotations
 
 import ctypes
-import threading
-from typing import Any
 
 from tessera_llvm import machine
 
@@ -167,19 +165,8 @@ finish:
 }
 """
 
-_runner: Any = None
-_runner_lock = threading.Lock()
-
-
-def runner() -> Any:
-    """The ctypes function ``tessera_run_loop`` (compiled on first use, never freed)."""
-    global _runner
-    if _runner is None:
-        with _runner_lock:
-            if _runner is None:
-                address = machine.jit_function_address(lambda tm: _IR, "tessera_run_loop")
-                _runner = _RUNNER_TYPE(address)
-    return _runner
+#: The ctypes function ``tessera_run_loop`` (compiled on first use, never freed).
+runner = machine.jit_runner(lambda tm: _IR, "tessera_run_loop", _RUNNER_TYPE)
 
 
 def copy_list(copies: list[tuple[int, int, int]]) -> ctypes.Array:

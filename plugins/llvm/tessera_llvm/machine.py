@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import functools
 import sys
+import threading
 from collections.abc import Callable
+from typing import Any
 
 import llvmlite.binding as llvm
 from llvmlite import ir
@@ -167,6 +169,23 @@ def compile_ir(module: ir.Module | str, tm: llvm.TargetMachine,
         mod.data_layout = str(tm.target_data)
         optimize(mod, tm, speed_level)
         return mod
+
+
+def jit_runner(make_ir: Callable[[llvm.TargetMachine], ir.Module | str], name: str,
+               ctype: Any) -> Callable[[], Any]:
+    """A getter of the ctypes function (of type ``ctype``) ``name`` in the module ``make_ir``
+    builds: compiled on the first call, from any thread once, and never freed."""
+    lock = threading.Lock()
+    compiled: list[Any] = []
+
+    def get() -> Any:
+        if not compiled:
+            with lock:
+                if not compiled:
+                    compiled.append(ctype(jit_function_address(make_ir, name)))
+        return compiled[0]
+
+    return get
 
 
 def jit_function_address(make_ir: Callable[[llvm.TargetMachine], ir.Module | str],

@@ -17,7 +17,6 @@ one at a time.
 from __future__ import annotations
 
 import ctypes
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -58,20 +57,9 @@ def _runner_ir(triple: str, data_layout: str) -> ir.Module:
     return module
 
 
-_runner: Any = None
-_runner_lock = threading.Lock()
-
-
-def runner() -> Any:
-    """The ctypes function ``tessera_run_sequence`` (compiled on first use, never freed)."""
-    global _runner
-    if _runner is None:
-        with _runner_lock:
-            if _runner is None:
-                address = machine.jit_function_address(
-                    lambda tm: _runner_ir(tm.triple, str(tm.target_data)), "tessera_run_sequence")
-                _runner = _RUNNER_TYPE(address)
-    return _runner
+#: The ctypes function ``tessera_run_sequence`` (compiled on first use, never freed).
+runner = machine.jit_runner(lambda tm: _runner_ir(tm.triple, str(tm.target_data)),
+                            "tessera_run_sequence", _RUNNER_TYPE)
 
 
 class KernelSequence:

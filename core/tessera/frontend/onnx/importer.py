@@ -26,7 +26,7 @@ from tessera.frontend.onnx.sequence_value import (
     flatten,
     sequence_converter,
 )
-from tessera.frontend.onnx.subgraphs import Scope
+from tessera.frontend.onnx.subgraphs import Scope, graph_outputs
 from tessera.frontend.onnx.upgrade import MIN_OPSET, upgrade_old_opset
 from tessera.ir.graph import Function, Value
 from tessera.ir.symbolic import format_dims, is_static, parse_dim
@@ -376,12 +376,7 @@ def convert_subgraph(ctx: ConvertContext, graph: onnx.GraphProto, what: str,
         raise NeedsConstantError(f"in {what} of node {ctx.node_name!r}: {e}", deps) from None
     except ModelImportError as e:  # name the node holding the sub-graph too
         raise ctx.error(f"in its {what}: {e}") from None
-    values = []
-    for vi in graph.output:
-        value = scope.lookup(vi.name)
-        if value is None:
-            raise ctx.error(f"{what} output {vi.name!r} is not produced by any node")
-        values.append(value)
+    values = graph_outputs(ctx, scope, graph, what)
     fn.outputs, names, lengths = flatten(values, [vi.name for vi in graph.output])
     _name_outputs(fn, names)
     fn.attrs["output_names"] = names

@@ -18,7 +18,7 @@ import onnx
 from tessera.errors import ModelImportError, NeedsConstantError
 from tessera.frontend.onnx.context import ConvertContext
 from tessera.frontend.onnx.dtypes import read_initializer
-from tessera.frontend.onnx.subgraphs import Scope
+from tessera.frontend.onnx.subgraphs import Scope, graph_outputs
 
 __all__ = ["convert_inline"]
 
@@ -84,10 +84,4 @@ def convert_inline(ctx: ConvertContext, graph: onnx.GraphProto, what: str,
         raise
     except ModelImportError as e:
         raise ctx.error(f"in its {what}: {e}") from None
-    outs = []
-    for vi in body.output:
-        value = scope.lookup(vi.name)
-        if value is None:
-            raise ctx.error(f"{what} output {vi.name!r} is not produced by any node")
-        outs.append(value)
-    return outs
+    return graph_outputs(ctx, scope, body, what)

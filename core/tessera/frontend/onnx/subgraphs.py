@@ -11,11 +11,16 @@ to no function). Names resolve innermost first, as ONNX's scoping rules say.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import onnx
 
 from tessera.frontend.onnx.context import graph_inputs_feeding
 from tessera.frontend.onnx.sequence_value import ABSENT, SequenceValue
 from tessera.ir.graph import Function, Value
+
+if TYPE_CHECKING:
+    from tessera.frontend.onnx.context import ConvertContext
 
 
 class Scope:
@@ -91,3 +96,16 @@ def share_captures(graphs: list[tuple[Function, list[Value]]]) -> list[Value]:
             ordered.append(inner)
         fn.inputs = declared + ordered
     return order
+
+
+def graph_outputs(ctx: ConvertContext, scope: Scope, graph: onnx.GraphProto,
+                  what: str) -> list[Any]:
+    """The values (or sequences) ``graph``'s outputs name in ``scope``, after its nodes were
+    converted; a name nothing defines is an import error naming the node holding ``what``."""
+    values = []
+    for vi in graph.output:
+        value = scope.lookup(vi.name)
+        if value is None:
+            raise ctx.error(f"{what} output {vi.name!r} is not produced by any node")
+        values.append(value)
+    return values
