@@ -30,8 +30,8 @@ from tessera.topi.registry import (
 )
 
 __all__ = [
-    "GroupTE", "broadcast", "build_te", "compute_for", "elemwise", "has_compute", "image",
-    "layout",
+    "GroupTE", "bitcast", "broadcast", "build_te", "compute_for", "elemwise", "has_compute",
+    "image", "layout",
     "nn", "reduction", "register_compute", "registered_ops", "registry", "tag", "transform",
     "unsupported_reason",
 ]
