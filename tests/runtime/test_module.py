@@ -124,3 +124,62 @@ def test_benchmark_and_profile(mod):
     assert {k.op for k in prof.kernels} >= {"Relu", "Exp"}
     assert set(prof.by_backend()) == {"ref"}
     assert "per backend" in prof.table()
+
+
+def test_caller_runs_positionally(mod, rng):
+    call = mod.caller(["b", "a"], ["z", "y"])
+    for _ in range(3):
+        a = rng.standard_normal((3, 4)).astype(np.float32)
+        b = rng.integers(-5, 5, 4)
+        z, y = call(b, a)
+        np.testing.assert_allclose(y, np.exp(np.maximum(a, 0)), rtol=1e-6)
+        np.testing.assert_array_equal(z, b)
+        assert not np.shares_memory(z, b)  # new arrays, never the state's buffers
+    y2, z2, k = mod.caller()(a, b)  # every input and output, in the module's order
+    np.testing.assert_array_equal(y2, y)
+    np.testing.assert_array_equal(k, [1.5, -2.0])
+    k[:] = 0  # a constant output is a copy too
+    np.testing.assert_array_equal(mod.caller(output_names=["k"])(a, b)[0], [1.5, -2.0])
+    assert isinstance(call(b.tolist(), a)[0], np.ndarray)  # array-likes are converted
+
+
+@pytest.mark.parametrize("args, message", [
+    ((np.arange(4), np.zeros((3, 4), np.float64)), "input 'a': expected dtype float32"),
+    ((np.arange(4), np.zeros((4, 3), np.float32)), r"input 'a': expected shape \[3, 4\]"),
+    ((np.arange(4),), "expected 2 inputs"),
+])
+def test_caller_checks_its_inputs(mod, args, message):
+    with pytest.raises(RunError, match=message):
+        mod.caller(["b", "a"])(*args)
+
+
+def test_caller_names_must_be_the_modules(mod):
+    with pytest.raises(RunError, match="expected every input once"):
+        mod.caller(["a", "a"])
+    with pytest.raises(RunError, match="unknown output"):
+        mod.caller(output_names=["nope"])
+
+
+def test_caller_from_many_threads(rng):
+    import threading
+
+    mod = tessera.compile(_model(), target="ref")
+    call = mod.caller()
+    errors: list[str] = []
+
+    def worker(seed: int) -> None:
+        r = np.random.default_rng(seed)
+        for _ in range(50):
+            a = r.standard_normal((3, 4)).astype(np.float32)
+            b = r.integers(-5, 5, 4)
+            y, z, _k = call(a, b)
+            if not (np.allclose(y, np.exp(np.maximum(a, 0)), rtol=1e-6)
+                    and np.array_equal(z, b)):
+                errors.append(f"thread {seed}: wrong result")
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []

@@ -20,17 +20,18 @@ kernels read the result.
 
 from __future__ import annotations
 
+import functools
 import threading
 import weakref
 from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack, nullcontext
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from tessera.errors import PluginRunError, RunError, TesseraError
 from tessera.plugin import contract
-from tessera.plugin.device import Device
+from tessera.plugin.device import CPUDevice, Device
 from tessera.runtime.memory import MemoryPlan
 from tessera.runtime.plan import ExecutionPlan, Step, TensorInfo
 
@@ -92,6 +93,14 @@ def _locked_sequence(bound: Callable[[], None], lock: threading.Lock) -> Callabl
     return run
 
 
+class BoundIO(NamedTuple):
+    """Per input a call writing an array into its buffer, per output a call returning a new
+    array read from its buffer (see :meth:`Executor.bound_io`)."""
+
+    setters: list[Callable[[np.ndarray], None]]
+    getters: list[Callable[[], np.ndarray]]
+
+
 #: One entry of ``Executor.runs``: a step, its call and buffers, and a bound sequence (or None).
 _Run = tuple[Step, Any, list[Any], list[Any], "Callable[[], None] | None"]
 
@@ -136,6 +145,8 @@ class Executor:
                                [self.buffers[n] for n in step.outputs]))
         with self.on_streams():
             self.runs = self._bind_runs()
+        #: :meth:`bound_io` per list of input and output names
+        self._io: dict[tuple[tuple[str, ...], tuple[str, ...]], BoundIO] = {}
 
     def on_streams(self) -> AbstractContextManager[Any]:
         """A context manager making this state's streams current in the calling thread."""
@@ -277,6 +288,45 @@ class Executor:
             marks.append((device, start, device.record_event()))
         self.synchronize()
         return [device.elapsed_ms(a, b) for device, a, b in marks]
+
+    def bound_io(self, inputs: tuple[str, ...], outputs: tuple[str, ...]) -> BoundIO:
+        """Setters of ``inputs`` and getters of ``outputs`` bound to this state's buffers
+        (made once per pair of name lists): :meth:`set_input` and :meth:`get` without their
+        lookups, for a caller that runs the state many times (``Module.caller``). A getter
+        reads after :meth:`run`, which has synchronized every device."""
+        key = (inputs, outputs)
+        io = self._io.get(key)
+        if io is None:
+            io = self._io[key] = BoundIO([self._setter(n) for n in inputs],
+                                         [self._getter(n) for n in outputs])
+        return io
+
+    def _setter(self, name: str) -> Callable[[np.ndarray], None]:
+        device = self.devices[self.plan.tensors[name].device]
+        if type(device).copy_from_host is CPUDevice.copy_from_host:  # numpy's copy, no frame
+            return functools.partial(np.copyto, self.buffers[name], casting="no")
+        if device.host_memory:
+            return functools.partial(device.copy_from_host, self.buffers[name])
+        return functools.partial(self.set_input, name)
+
+    def _getter(self, name: str) -> Callable[[], np.ndarray]:
+        if name in self.plan.output_constants:
+            return functools.partial(np.array, np.asarray(self.plan.output_constants[name]),
+                                     copy=True)
+        info = self.plan.tensors[name]
+        device = self.devices[info.device]
+        if not device.host_memory:
+            return functools.partial(self.get, name)
+        if type(device).copy_to_host is CPUDevice.copy_to_host:  # numpy's copy, no frame
+            return self.buffers[name].copy  # type: ignore[no-any-return]
+        buffer, copy = self.buffers[name], device.copy_to_host
+        shape, dtype = info.type.shape, np.dtype(info.type.dtype.numpy)
+
+        def get() -> np.ndarray:
+            out = np.empty(shape, dtype)
+            copy(buffer, out)
+            return out
+        return get
 
     def get(self, name: str, out: np.ndarray | None = None) -> np.ndarray:
         """Tensor ``name`` copied into ``out`` (a new host array when None)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -213,6 +213,49 @@ class Module:
                            "the inputs to run(feeds) or run(**inputs)")
         state.executor.run()
         return None
+
+    def caller(self, input_names: Sequence[str] | None = None,
+               output_names: Sequence[str] | None = None) -> Callable[..., tuple[Any, ...]]:
+        """A positional form of :meth:`run` for a caller that runs this module many times:
+        ``call(*arrays)`` takes the inputs in ``input_names`` order (every input, the
+        module's order by default) and returns the outputs in ``output_names`` order (every
+        output by default) as new arrays. Inputs are checked as ``run`` checks them (a
+        ``RunError`` naming the input); names are resolved once, not per call. Safe from many
+        threads, as ``run`` is. Split plans call their compiled parts this way."""
+        if self.sequences is not None:
+            raise RunError("caller() takes and returns tensors only; this module has sequence "
+                           "inputs or outputs (lists of arrays): use run()")
+        names = list(self.input_types) if input_names is None else list(input_names)
+        if sorted(names) != sorted(self.input_types):
+            raise RunError(f"caller(input_names=...): expected every input once "
+                           f"({', '.join(self.input_types)}), got {', '.join(names) or 'none'}")
+        wanted = self.signature.wanted(output_names)
+        check = self.signature.check_input
+        expected = [(n, np.dtype(self.input_types[n].dtype.numpy),
+                     tuple(self.input_types[n].shape)) for n in names]
+        key = (tuple(names), tuple(t for _, t in wanted))
+        pool = self.states
+
+        def call(*arrays: Any) -> tuple[Any, ...]:
+            if len(arrays) != len(expected):
+                raise RunError(f"expected {len(expected)} inputs ({', '.join(names)}), got "
+                               f"{len(arrays)}")
+            given: Any = arrays
+            for i, ((name, dtype, shape), a) in enumerate(zip(expected, arrays)):
+                if type(a) is not np.ndarray or a.dtype != dtype or a.shape != shape:
+                    if given is arrays:
+                        given = list(arrays)
+                    given[i] = check(name, a)  # raises for a wrong dtype or shape
+            executor = pool.acquire()
+            try:
+                io = executor.bound_io(*key)
+                for write, a in zip(io.setters, given):
+                    write(a)
+                executor.run()
+                return tuple(read() for read in io.getters)
+            finally:
+                pool.release(executor)
+        return call
 
     def _run_sequences(self, inputs: dict[str, Any], given: bool,
                        output_names: Sequence[str] | None) -> dict[str, Any] | None:
