@@ -335,3 +335,32 @@ def test_bounds_the_model_cannot_take_are_said_at_compile() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         tessera.compile(model, "ref", dim_bounds={"seq": (1, 4)})  # within: nothing to say
+
+
+def test_bind_fast_path_agrees_with_the_checks() -> None:
+    """``ShapeVars.bind`` runs generated code for calls that break nothing; every call it
+    refuses goes through the general checks, whose errors name the input."""
+    import pickle
+
+    from tessera.ir.symbolic import InputSpec, ShapeVars
+    from tessera.ir.types import DType
+
+    sv = ShapeVars((InputSpec("ids", ("batch", "seq"), DType("int64")),
+                    InputSpec("past", ("batch", 2, "past", 4), DType("float32"))),
+                   {"batch": (1, 8)})
+    ok = {"ids": np.zeros((3, 5), np.int64), "past": np.zeros((3, 2, 7, 4), np.float32)}
+    assert sv.bind(ok) == {"batch": 3, "seq": 5, "past": 7}
+    assert sv._bind_fast is not None and sv._bind_fast(ok) == sv.bind(ok)
+    bad = [({"past": np.zeros((4, 2, 7, 4), np.float32)}, "'batch' is 3"),
+           ({"past": np.zeros((3, 3, 7, 4), np.float32)}, "dimension 1 must be 2"),
+           ({"past": np.zeros((3, 2, 7), np.float32)}, "expected rank 4"),
+           ({"ids": np.zeros((3, 5), np.int32)}, "expected dtype int64"),
+           ({"ids": np.zeros((9, 5), np.int64), "past": np.zeros((9, 2, 7, 4), np.float32)},
+            "outside its bounds")]
+    for change, message in bad:
+        arrays = {**ok, **change}
+        assert sv._bind_fast(arrays) is None
+        with pytest.raises(RunError, match=message):
+            sv.bind(arrays)
+    again = pickle.loads(pickle.dumps(sv))  # the generated code is made again, not pickled
+    assert again == sv and again.bind(ok) == sv.bind(ok)

@@ -109,12 +109,15 @@ class ShapeVars:
     bounds: Mapping[str, tuple[int, int]]
     #: every variable, in the order of first appearance (set by ``__post_init__``)
     _order: tuple[str, ...] = field(init=False, repr=False, compare=False, default=())
+    #: :meth:`bind` for a call that breaks nothing, as generated code (``__post_init__``)
+    _bind_fast: Any = field(init=False, repr=False, compare=False, default=None)
 
     def __post_init__(self) -> None:
         seen: list[str] = []
         for spec in self.inputs:
             seen += [v for v in spec.variables if v not in seen]
         object.__setattr__(self, "_order", tuple(seen))  # read by every bind: kept
+        object.__setattr__(self, "_bind_fast", self._generated_bind())
         known = set(self.variables)
         unknown = sorted(set(self.bounds) - known)
         if unknown:
@@ -133,10 +136,45 @@ class ShapeVars:
         bounds = ", ".join(f"{lo} <= {v} <= {hi}" for v, (lo, hi) in self.bounds.items())
         return f"{text}; {bounds}" if bounds else text
 
+    def __reduce__(self) -> tuple[Any, ...]:  # the generated bind is not pickled: remade
+        return (ShapeVars, (self.inputs, dict(self.bounds)))
+
+    def _generated_bind(self) -> Any:
+        """:meth:`bind` as straight-line code that returns None at the first check that
+        fails (the general loop then finds and names it): a service calls it per request."""
+        lines = ["def bind(arrays):"]
+        scope: dict[str, Any] = {}
+        index = {v: i for i, v in enumerate(self._order)}
+        bound: set[str] = set()
+        for k, spec in enumerate(self.inputs):
+            scope[f"d{k}"] = np.dtype(spec.dtype.numpy)
+            lines += [f"    a = arrays[{spec.name!r}]", f"    if a.dtype != d{k}:",
+                      "        return None", "    s = a.shape",
+                      f"    if len(s) != {len(spec.dims)}:", "        return None"]
+            for axis, dim in enumerate(spec.dims):
+                if isinstance(dim, int):
+                    lines += [f"    if s[{axis}] != {dim}:", "        return None"]
+                elif dim in bound:
+                    lines += [f"    if s[{axis}] != x{index[dim]}:", "        return None"]
+                else:
+                    bound.add(dim)
+                    lines.append(f"    x{index[dim]} = s[{axis}]")
+                    if dim in self.bounds:
+                        lo, hi = self.bounds[dim]
+                        lines += [f"    if not {int(lo)} <= x{index[dim]} <= {int(hi)}:",
+                                  "        return None"]
+        items = ", ".join(f"{v!r}: x{i}" for v, i in index.items())
+        lines.append(f"    return {{{items}}}")
+        exec(compile("\n".join(lines), "<tessera bind>", "exec"), scope)  # noqa: S102
+        return scope["bind"]
+
     def bind(self, arrays: Mapping[str, np.ndarray]) -> dict[str, int]:
         """Each variable's size in a call on ``arrays`` (every input present, checked for its
         dtype, rank and fixed sizes); a :class:`RunError` names the input and the relation it
         breaks."""
+        fast = self._bind_fast(arrays) if self._bind_fast is not None else None
+        if fast is not None:
+            return fast  # type: ignore[no-any-return]
         sizes: dict[str, int] = {}
         origin: dict[str, str] = {}
         for spec in self.inputs:
