@@ -8,7 +8,13 @@ import pytest
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
-from tessera.runtime.onnx_fast_ops import Unwritten, fast_op
+from tessera.runtime.onnx_fast_ops import (
+    EXPAND_COPY_LIMIT,
+    INLINE_SCOPE,
+    Unwritten,
+    fast_op,
+    inline_op,
+)
 
 RNG = np.random.default_rng(3)
 
@@ -66,6 +72,16 @@ CASES: list[tuple[str, dict[str, object], list[np.ndarray]]] = [
     ("Max", {}, [_i(3, 1), _i(3, 4), _i(4)]),
     ("Min", {}, [_f(2, 3), _f(3)]),
     ("Reshape", {"allowzero": 0}, [_f(2, 6), np.array([3, -1], np.int64)]),
+    ("Reshape", {"allowzero": 1}, [_f(2, 6), np.array([4, -1], np.int64)]),
+    ("Reshape", {"allowzero": 1}, [_f(2, 0, 3), np.array([0, 6], np.int64)]),
+    ("Range", {}, [np.array(0.5, np.float32), np.array(3, np.float32),
+                   np.array(0.7, np.float32)]),
+    ("Range", {}, [np.array(9, np.int32), np.array(-2, np.int32), np.array(-4, np.int32)]),
+    ("GatherND", {}, [_f(3, 4, 5), np.array([[0, -1], [2, 3]], np.int64)]),
+    ("GatherND", {}, [_i(2, 3), np.array([[[1], [0]]], np.int64)]),
+    ("GatherND", {"batch_dims": 0}, [_f(2, 3), np.array([[1, 2]], np.int64)]),
+    ("Expand", {}, [_f(1, 300), np.array([300, 1], np.int64)]),  # stays a broadcast view
+    ("Expand", {}, [_f(2, 3), np.array([2, 3], np.int64)]),  # already that shape
 ]
 
 
@@ -94,6 +110,38 @@ def test_fast_form_matches_the_reference(case: int) -> None:
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.parametrize("case", range(len(CASES)),
+                         ids=[f"{op}-{i}" for i, (op, _, _) in enumerate(CASES)])
+def test_inline_form_matches_the_reference(case: int) -> None:
+    """The expression generated code writes for a node, evaluated as generated code does."""
+    op, attrs, args = CASES[case]
+    names = [f"i{k}" for k in range(len(args))]
+    form = inline_op(helper.make_node(op, names, ["y"], **attrs), 17)
+    if form is None:
+        assert op in ("Div", "Cast", "Max", "Min", "Squeeze"), f"{op} has no inline form"
+        return
+    got = eval(form(names), dict(INLINE_SCOPE), dict(zip(names, args)))  # noqa: S307
+    (want,) = _reference(op, attrs, args)
+    assert np.asarray(got).dtype == want.dtype and np.shape(got) == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
+def test_inline_forms_raise_for_bad_input() -> None:
+    unsqueeze = inline_op(helper.make_node("Unsqueeze", ["x", "a"], ["y"]), 17,
+                          {"a": np.array([4], np.int64)})
+    assert unsqueeze is not None
+    with pytest.raises(ValueError, match="Unsqueeze: axes"):
+        eval(unsqueeze(["x", "a"]), dict(INLINE_SCOPE), {"x": _f(2, 3)})  # noqa: S307
+    gather = inline_op(helper.make_node("GatherND", ["d", "i"], ["y"]), 17)
+    assert gather is not None
+    with pytest.raises(ValueError, match="GatherND"):
+        eval(gather(["d", "i"]), dict(INLINE_SCOPE),  # noqa: S307
+             {"d": _f(2, 3), "i": np.zeros((2, 3), np.int64)})
+    # several outputs, or another domain: no inline form
+    assert inline_op(helper.make_node("Split", ["x"], ["a", "b"]), 17) is None
+    assert inline_op(helper.make_node("Add", ["a", "b"], ["y"], domain="com.example"), 17) is None
+
+
 def test_calls_that_need_the_reference_are_handed_back() -> None:
     div = fast_op(helper.make_node("Div", ["a", "b"], ["y"]), 17)
     with pytest.raises(Unwritten):  # integer division truncates in ONNX, floors in numpy
@@ -104,7 +152,7 @@ def test_calls_that_need_the_reference_are_handed_back() -> None:
     # forms that are not written: another domain, old opsets, attributes not read
     assert fast_op(helper.make_node("Softmax", ["a"], ["y"]), 11) is None
     assert fast_op(helper.make_node("Unsqueeze", ["a"], ["y"], axes=[0]), 11) is None
-    assert fast_op(helper.make_node("Reshape", ["a", "s"], ["y"], allowzero=1), 17) is None
+    assert fast_op(helper.make_node("GatherND", ["a", "i"], ["y"], batch_dims=1), 17) is None
     assert fast_op(helper.make_node("Add", ["a", "b"], ["y"], domain="com.example"), 17) is None
     assert fast_op(helper.make_node("Cast", ["a"], ["y"], to=TensorProto.BFLOAT16), 17) is None
 
@@ -121,9 +169,14 @@ def test_unsqueeze_with_constant_axes() -> None:
         fast_op(node, 17, {"axes": np.array([5], np.int64)})([x, np.array([5], np.int64)])
 
 
-def test_views_are_never_written() -> None:
-    # Expand and Reshape return views of their input; the evaluator never writes an output
+def test_expand_copies_small_results_and_views_large_ones() -> None:
+    # a small Expand is written out (cheaper than a broadcast view, and the Reshape that
+    # follows is then a view); a large one stays a read-only view of its input
+    expand = fast_op(helper.make_node("Expand", ["x", "s"], ["y"]), 17)
     x = _f(1, 2, 1, 3)
-    (y,) = fast_op(helper.make_node("Expand", ["x", "s"], ["y"]), 17)(
-        [x, np.array([1, 2, 4, 3], np.int64)])
-    assert not y.flags.writeable and np.shares_memory(x, y)
+    (y,) = expand([x, np.array([1, 2, 4, 3], np.int64)])
+    assert y.flags.writeable and not np.shares_memory(x, y)
+    np.testing.assert_array_equal(y, np.broadcast_to(x, (1, 2, 4, 3)))
+    big = _f(1, 64)
+    (z,) = expand([big, np.array([EXPAND_COPY_LIMIT // 32, 64], np.int64)])
+    assert not z.flags.writeable and np.shares_memory(big, z)

@@ -16,6 +16,7 @@ random data.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -23,7 +24,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-__all__ = ["FastOp", "fast_op"]
+__all__ = ["INLINE_SCOPE", "FastOp", "Inline", "fast_op", "inline_op"]
 
 #: ``op(inputs) -> outputs``
 FastOp = Callable[[Sequence[Any]], tuple[np.ndarray, ...]]
@@ -43,7 +44,34 @@ _UNARY = {"IsNaN": np.isnan, "Not": np.logical_not, "Neg": np.negative, "Sqrt": 
 
 
 def _ints(a: Any) -> list[int]:
+    if type(a) is np.ndarray and a.ndim == 1:
+        return a.tolist()  # type: ignore[no-any-return]
     return np.asarray(a).reshape(-1).tolist()  # type: ignore[no-any-return]
+
+
+#: An ``Expand`` up to this many elements is written out (a copy costs less than numpy's
+#: ``broadcast_to``, and the ``Reshape`` that usually follows is then a view); larger ones
+#: stay broadcast views.
+EXPAND_COPY_LIMIT = 1 << 16
+
+
+def _expand(x: np.ndarray, shape: Any) -> np.ndarray:
+    """ONNX ``Expand``: numpy broadcasting of ``x`` and ``shape`` (either may be the longer)."""
+    target = _ints(shape)
+    have = x.shape
+    if len(target) == len(have):
+        out = tuple(t if h == 1 else h for h, t in zip(have, target))
+        if any(t != h and t != 1 and h != 1 for h, t in zip(have, target)):
+            out = np.broadcast_shapes(have, tuple(target))  # raises numpy's error
+    else:
+        out = np.broadcast_shapes(have, tuple(target))
+    if out == have:
+        return x
+    if math.prod(out) <= EXPAND_COPY_LIMIT:
+        result = np.empty(out, x.dtype)
+        np.copyto(result, x)
+        return result
+    return np.broadcast_to(x, out)
 
 
 def _reshape(x: np.ndarray, shape: Any) -> tuple[np.ndarray, ...]:
@@ -55,14 +83,38 @@ def _reshape(x: np.ndarray, shape: Any) -> tuple[np.ndarray, ...]:
 def _with_ones(x: np.ndarray, axes: list[int]) -> tuple[np.ndarray, ...]:
     """``x`` with 1s inserted at ``axes`` of the result (a reshape: ``np.expand_dims``
     without its argument normalisation)."""
-    rank = x.ndim + len(axes)
+    shape = list(x.shape)
+    rank = len(shape) + len(axes)
+    if len(axes) == 1:  # the usual case
+        a = axes[0] + rank if axes[0] < 0 else axes[0]
+        if not 0 <= a < rank:
+            raise _Unwritten  # the reference's error
+        shape.insert(a, 1)
+        return (x.reshape(shape),)
     norm = sorted(a + rank if a < 0 else a for a in axes)
     if len(set(norm)) != len(norm) or any(not 0 <= a < rank for a in norm):
-        raise _Unwritten  # the reference's error
-    shape = list(x.shape)
+        raise _Unwritten
     for a in norm:
         shape.insert(a, 1)
     return (x.reshape(shape),)
+
+
+def _range(start: Any, limit: Any, delta: Any) -> np.ndarray:
+    """ONNX ``Range``; integer bounds as Python ints (numpy's quick path)."""
+    dtype = np.asarray(start).dtype
+    if dtype.kind in "iu":
+        return np.arange(int(start), int(limit), int(delta), dtype=dtype)
+    return np.arange(start, limit, delta, dtype=dtype)
+
+
+def _gather_nd(data: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    """ONNX ``GatherND`` with ``batch_dims`` 0: each row of ``indices``' last axis indexes
+    ``data``'s leading axes (negative indices count from the end, as numpy's do)."""
+    k = indices.shape[-1]
+    if not 1 <= k <= data.ndim:
+        raise ValueError(f"GatherND: index rows of length {k}; data of rank {data.ndim} needs "
+                         f"1 to {data.ndim}")
+    return np.asarray(data[tuple(indices[..., j] for j in range(k))])
 
 
 def _unsqueeze(args: Sequence[Any]) -> tuple[np.ndarray, ...]:
@@ -74,21 +126,24 @@ def _unsqueeze_by(axes: list[int]) -> FastOp:
     return lambda args: _with_ones(args[0], axes)
 
 
+def _softmax_of(x: np.ndarray, axis: int) -> np.ndarray:
+    e = np.subtract(x, x.max(axis=axis, keepdims=True))
+    np.exp(e, out=e)
+    e /= e.sum(axis=axis, keepdims=True)
+    return e
+
+
 def _softmax(axis: int) -> FastOp:
-    def run(args: Sequence[Any]) -> tuple[np.ndarray, ...]:
-        x = args[0]
-        e = np.exp(x - x.max(axis=axis, keepdims=True))
-        return (e / e.sum(axis=axis, keepdims=True),)
-    return run
+    return lambda args: (_softmax_of(args[0], axis),)
+
+
+def _flatten_of(x: np.ndarray, axis: int) -> np.ndarray:
+    a = axis + x.ndim if axis < 0 else axis
+    return x.reshape(math.prod(x.shape[:a]), math.prod(x.shape[a:]))
 
 
 def _flatten(axis: int) -> FastOp:
-    def run(args: Sequence[Any]) -> tuple[np.ndarray, ...]:
-        x = args[0]
-        a = axis + x.ndim if axis < 0 else axis
-        lead = int(np.prod(x.shape[:a], dtype=np.int64))
-        return (x.reshape(lead, int(np.prod(x.shape[a:], dtype=np.int64))),)
-    return run
+    return lambda args: (_flatten_of(args[0], axis),)
 
 
 def fast_op(node: onnx.NodeProto, opset: int,
@@ -132,7 +187,9 @@ def fast_op(node: onnx.NodeProto, opset: int,
                 raise _Unwritten  # NaN and out-of-range conversions: the reference's rules
             return (x.astype(dtype, copy=False),)
         return cast
-    if op == "Reshape" and set(attrs) <= {"allowzero"} and not attrs.get("allowzero", 0):
+    if op == "Reshape" and set(attrs) <= {"allowzero"}:
+        if attrs.get("allowzero", 0):
+            return lambda args: (args[0].reshape(_ints(args[1])),)
         return lambda args: _reshape(args[0], args[1])
     if op == "Unsqueeze" and opset >= 13 and not attrs:
         given = (constants or {}).get(node.input[1]) if len(node.input) > 1 else None
@@ -143,8 +200,7 @@ def fast_op(node: onnx.NodeProto, opset: int,
         return lambda args: (np.squeeze(args[0], tuple(_ints(args[1])))
                              if len(args) > 1 and args[1] is not None else np.squeeze(args[0]),)
     if op == "Expand" and not attrs:
-        return lambda args: (np.broadcast_to(args[0], np.broadcast_shapes(
-            args[0].shape, tuple(_ints(args[1])))),)
+        return lambda args: (_expand(args[0], args[1]),)
     if op == "Concat" and set(attrs) == {"axis"}:
         axis = attrs["axis"]
         return lambda args: (np.concatenate(args, axis=axis),)
@@ -160,6 +216,88 @@ def fast_op(node: onnx.NodeProto, opset: int,
         return lambda args: (np.take(args[0], args[1], axis=axis),)
     if op == "Range" and not attrs:
         return lambda args: (np.arange(args[0], args[1], args[2], dtype=args[0].dtype),)
+    if op == "GatherND" and not attrs.get("batch_dims", 0):
+        return lambda args: (_gather_nd(args[0], args[1]),)
+    return None
+
+
+#: ``inline(args) -> expression``: a node's numpy form as one Python expression of the
+#: variables holding its inputs (see :func:`inline_op`).
+Inline = Callable[[Sequence[str]], str]
+
+_UFUNC_NAMES = {"Add": "add", "Sub": "subtract", "Mul": "multiply", "Equal": "equal",
+                "Less": "less", "LessOrEqual": "less_equal", "Greater": "greater",
+                "GreaterOrEqual": "greater_equal", "And": "logical_and", "Or": "logical_or",
+                "MatMul": "matmul", "IsNaN": "isnan", "Not": "logical_not", "Neg": "negative",
+                "Sqrt": "sqrt", "Exp": "exp"}
+
+
+def _unsqueezed(x: np.ndarray, axes: list[int]) -> np.ndarray:
+    try:
+        return _with_ones(x, axes)[0]
+    except _Unwritten:
+        raise ValueError(f"Unsqueeze: axes {axes} do not fit an input of rank {x.ndim}") from None
+
+
+#: What inline expressions call, by the names they use.
+INLINE_SCOPE: dict[str, Any] = {
+    "np": np, "_fx_expand": _expand, "_fx_unsqueeze": _unsqueezed, "_fx_gather_nd": _gather_nd,
+    "_fx_range": _range,
+    "_fx_reshape": lambda x, shape: _reshape(x, shape)[0],
+    "_fx_softmax": _softmax_of, "_fx_flatten": _flatten_of,
+}
+
+
+def inline_op(node: onnx.NodeProto, opset: int,
+              constants: Mapping[str, np.ndarray] | None = None) -> Inline | None:
+    """The numpy form of a single-output ``node`` as an expression over its inputs' variable
+    names (calling only :data:`INLINE_SCOPE`), for the nodes whose form never hands back to
+    the reference (:func:`fast_op` covers those); None for the others. Generated code then
+    spends no Python call of its own on the node."""
+    if node.domain not in ("", "ai.onnx") or len([o for o in node.output if o]) != 1:
+        return None
+    op = node.op_type
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    n_in = len(node.input)
+    if op in _UFUNC_NAMES and not attrs:
+        name = _UFUNC_NAMES[op]
+        return lambda a: f"np.asarray(np.{name}({', '.join(a)}))"
+    if op == "Identity" and not attrs:
+        return lambda a: a[0]
+    if op == "Where" and not attrs:
+        return lambda a: f"np.where({a[0]}, {a[1]}, {a[2]})"
+    if op == "Concat" and set(attrs) == {"axis"}:
+        axis = int(attrs["axis"])
+        return lambda a: f"np.concatenate(({''.join(x + ', ' for x in a)}), axis={axis})"
+    if op == "Transpose" and set(attrs) <= {"perm"}:
+        perm = attrs.get("perm")
+        perm_text = repr([int(p) for p in perm]) if perm is not None else "None"
+        return lambda a: f"np.transpose({a[0]}, {perm_text})"
+    if op == "Unsqueeze" and opset >= 13 and not attrs and n_in == 2:
+        given = (constants or {}).get(node.input[1])
+        if given is not None:
+            axes = repr(_ints(given))
+            return lambda a: f"_fx_unsqueeze({a[0]}, {axes})"
+        return lambda a: f"_fx_unsqueeze({a[0]}, {a[1]}.reshape(-1).tolist())"
+    if op == "Reshape" and set(attrs) <= {"allowzero"}:
+        if attrs.get("allowzero", 0):  # a 0 is a size of 0: numpy's own reading
+            return lambda a: f"{a[0]}.reshape({a[1]}.reshape(-1).tolist())"
+        return lambda a: f"_fx_reshape({a[0]}, {a[1]})"
+    if op == "Range" and not attrs:
+        return lambda a: f"_fx_range({a[0]}, {a[1]}, {a[2]})"
+    if op == "Expand" and not attrs:
+        return lambda a: f"_fx_expand({a[0]}, {a[1]})"
+    if op == "Softmax" and opset >= 13 and set(attrs) <= {"axis"}:
+        axis = int(attrs.get("axis", -1))
+        return lambda a: f"_fx_softmax({a[0]}, {axis})"
+    if op == "Flatten" and set(attrs) <= {"axis"}:
+        axis = int(attrs.get("axis", 1))
+        return lambda a: f"_fx_flatten({a[0]}, {axis})"
+    if op == "Gather" and set(attrs) <= {"axis"}:
+        axis = int(attrs.get("axis", 0))
+        return lambda a: f"np.take({a[0]}, {a[1]}, axis={axis})"
+    if op == "GatherND" and set(attrs) <= {"batch_dims"} and not attrs.get("batch_dims", 0):
+        return lambda a: f"_fx_gather_nd({a[0]}, {a[1]})"
     return None
 
 
