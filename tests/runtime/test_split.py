@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import tessera
-from tessera.errors import CompileError
+from tessera.errors import CompileError, RunError
 from tessera.plugin.manager import get_backends
 from tessera.runtime.split import SplitModule
 
@@ -291,3 +291,63 @@ def test_outputs_are_the_callers_own() -> None:
         out["same"][...] = -1
         assert past[0, 0] == 0  # the input is untouched
     assert mod.cache_info().split == 1
+
+
+def test_outputs_never_alias_the_plans_constants() -> None:
+    # an output that is (a view of) a constant of the plan comes back as a copy: writing it
+    # must not change what later calls compute
+    graph = helper.make_graph(
+        [helper.make_node("Concat", ["past", "x"], ["present"], axis=1),
+         helper.make_node("Reshape", ["table", "flat"], ["view"]),
+         helper.make_node("ReduceSum", ["present", "one"], ["s"], keepdims=0),
+         helper.make_node("Tanh", ["s"], ["t"])], "constants",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 1]),
+         helper.make_tensor_value_info("past", TensorProto.FLOAT, [2, "past"])],
+        [helper.make_tensor_value_info("present", TensorProto.FLOAT, [2, None]),
+         helper.make_tensor_value_info("view", TensorProto.FLOAT, [4]),
+         helper.make_tensor_value_info("t", TensorProto.FLOAT, [2])],
+        [numpy_helper.from_array(np.array([[1, 2], [3, 4]], np.float32), "table"),
+         numpy_helper.from_array(np.array([4], np.int64), "flat"),
+         numpy_helper.from_array(np.array([1], np.int64), "one")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    mod = tessera.compile(model, "ref", symbolic_dims=["past"])
+    x = np.ones((2, 1), np.float32)
+    for n in (2, 3, 4):
+        out = mod.run(x=x, past=np.ones((2, n), np.float32))
+        np.testing.assert_array_equal(out["view"], [1, 2, 3, 4])
+        out["view"][...] = -7
+        out["present"][...] = -7
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_tied_weights_stay_constants(target: str) -> None:
+    # exporters write a tied weight as Identity(weight): its output is a constant of the plan
+    # (inside the compiled parts), not a value a compiled part hands on at every call
+    model = _attention_step()
+    nodes = list(model.graph.node)
+    for n in nodes:
+        if n.op_type == "MatMul" and n.input[1] == "wo":
+            n.input[1] = "wo_tied"
+    model.graph.node.insert(0, helper.make_node("Identity", ["wo"], ["wo_tied"]))
+    mod = tessera.compile(model, target, symbolic_dims=["past", "total"])
+    for past in (3, 4, 9):
+        _check(mod, model, past)
+    ((_, plan),) = mod.split_plans()
+    assert "wo_tied" not in plan.describe()
+    assert all("wo_tied" not in s.outputs and "wo_tied" not in s.inputs
+               for s in plan._segments)
+
+
+def test_an_error_in_the_evaluated_part_names_its_ops() -> None:
+    model = _attention_step()
+    mod = tessera.compile(model, "ref", symbolic_dims=["past", "total"])
+    _check(mod, model, 3)
+    feeds = _feeds(3)
+    feeds["mask"] = np.ones((1, 2), np.int64)  # total must be past + 1: the relation check
+    with pytest.raises(RunError, match="total"):
+        mod.run(feeds)
+    ((_, plan),) = mod.split_plans()
+    arrays = dict(_feeds(3))
+    arrays["past"] = arrays["past"][:, :, :4]  # a width the evaluated MatMul cannot take
+    with pytest.raises(RunError, match="size-dependent part"):
+        plan.run(arrays)

@@ -39,7 +39,6 @@ specialised for its sizes instead. The dynamic segments compute with real shapes
 from __future__ import annotations
 
 import heapq
-import itertools
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -55,8 +54,14 @@ from tessera.frontend.onnx.symbolic_eval import contents_function, to_python, us
 from tessera.frontend.onnx.symbolic_shapes import infer_symbolic
 from tessera.ir.symbolic import InputSpec
 from tessera.runtime.module import Module
-from tessera.runtime.onnx_fast_ops import Unwritten, fast_op
 from tessera.runtime.profiler import BenchmarkResult
+from tessera.runtime.split_program import (
+    Names,
+    SplitMismatch,
+    build_program,
+    emit_nodes,
+    read_only,
+)
 
 __all__ = ["SegmentInfo", "SplitMismatch", "SplitModule", "model_evaluator", "plan_split",
            "widen_inputs"]
@@ -67,11 +72,6 @@ SHAPE_VALUE_LIMIT = 64
 
 #: What compiles a static segment's ONNX model (all its shapes fixed) into a module.
 SegmentCompiler = Callable[[onnx.ModelProto], Module]
-
-
-class SplitMismatch(TesseraError):
-    """A call whose sizes break an assumption of the split plan (a static segment would see
-    another shape or shape value than it was compiled for): run it specialised instead."""
 
 
 @dataclass(frozen=True)
@@ -233,8 +233,14 @@ def plan_split(proto: onnx.ModelProto, specs: Sequence[InputSpec], symbolic: Seq
         if name not in computed:
             known[name] = probes[0][name]
             constants.add(name)
+    aliases: set[str] = set()  # constants under another name (tied weights): no node
+    for n in all_nodes:
+        if n.op_type == "Identity" and n.input[0] in constants and n.output[0] in probes[0]:
+            known[n.output[0]] = probes[0][n.output[0]]
+            constants.add(n.output[0])
+            aliases.add(n.output[0])
     nodes = [n for n in all_nodes if n.op_type != "Constant"
-             and not all(o in folded for o in n.output if o)]
+             and not all(o in folded or o in aliases for o in n.output if o)]
 
     varying = {name for name, a in probes[0].items()
                if name in probes[1] and name not in constants and _varies(a, probes[1][name])}
@@ -284,9 +290,10 @@ def plan_split(proto: onnx.ModelProto, specs: Sequence[InputSpec], symbolic: Seq
                         {k: v for k, v in known.items() if k in frozen or k in graph_outputs},
                         _size_reader(specs, symbolic), contents_function(contents)
                         if contents else None, len(folded))
-    for seg in segments:
+    models: dict[int, onnx.ModelProto] = {}
+    for k, seg in enumerate(segments):
         used = {x for n in seg.nodes for x in n.input if x in constants}
-        model = _segment_model(proto, seg, probes[0], used, constant_nodes, known)
+        model = models[k] = _segment_model(proto, seg, probes[0], used, constant_nodes, known)
         if seg.static and not seg.inputs and not seg.baked:  # constants only: the probe's
             split._frozen.update({o: probes[0][o] for o in seg.outputs})
             seg.runner = None
@@ -299,6 +306,8 @@ def plan_split(proto: onnx.ModelProto, specs: Sequence[InputSpec], symbolic: Seq
                                    f"on {', '.join(symbolic)} failed: {e}") from e
         else:
             seg.runner = _Evaluator(model)
+    split.program = build_program(segments, split.input_names, graph_outputs, split._frozen,
+                                  split._sizes, split._contents, list(contents), models)
     split.plan_seconds = time.perf_counter() - start
     return split
 
@@ -385,53 +394,21 @@ def _segment_model(proto: onnx.ModelProto, seg: _Segment, values: Mapping[str, n
 
 
 class _Evaluator:
-    """A dynamic segment as one generated Python function of straight-line calls: each node
-    by its direct numpy form (:mod:`tessera.runtime.onnx_fast_ops`) where there is one, else
-    by ``onnx.reference``'s implementation called with its attributes bound once (the
-    reference evaluator's own ``run`` checks and logs around every node, which costs more
-    than the small operations themselves). Operators that need a context, linked attributes
-    or replace ``run`` itself go through their checked ``run``."""
+    """A dynamic segment, or a whole model, as one generated Python function of
+    straight-line calls (see :func:`~tessera.runtime.split_program.emit_nodes`)."""
 
     def __init__(self, model: onnx.ModelProto) -> None:
-        from onnx.reference import ReferenceEvaluator
-        from onnx.reference.op_run import OpRun
-
-        evaluator = ReferenceEvaluator(model)
-        opset = next((int(o.version) for o in model.opset_import
-                      if o.domain in ("", "ai.onnx")), 17)
-        names: dict[str, str] = {}
-        fresh = itertools.count()
-
-        def var(name: str) -> str:
-            if not name:
-                return "None"
-            if name not in names:
-                names[name] = f"v{next(fresh)}"
-            return names[name]
-
-        scope: dict[str, Any] = {"Unwritten": Unwritten}
-        for k, (name, value) in enumerate(evaluator.rt_inits_.items()):
-            scope[f"c{k}"] = value
-            names[name] = f"c{k}"
+        scope: dict[str, Any] = {}
+        var = Names()
         lines = ["def run(feeds):"]
-        for i in model.graph.input:
-            default = names.pop(i.name, None)  # an input an initializer gives a default
-            lines.append(f"    {var(i.name)} = feeds[{i.name!r}]" if default is None else
-                         f"    {var(i.name)} = feeds.get({i.name!r}, {default})")
-        for k, (node, proto) in enumerate(zip(evaluator.rt_nodes_, model.graph.node,
-                                              strict=True)):
-            plain = type(node).run is OpRun.run and not (
-                node.need_context() or node.has_linked_attribute or node.has_subgraph)
-            scope[f"S{k}"] = _reference_call(node, plain)
-            args = "(" + "".join(f"{var(x)}, " for x in node.input) + ")"
-            fast = fast_op(proto, opset, evaluator.rt_inits_)
-            if fast is not None:
-                scope[f"F{k}"] = fast
-                lines += ["    try:", f"        r = F{k}({args})", "    except Unwritten:",
-                          f"        r = S{k}({args})"]
+        defaults = {t.name: t for t in model.graph.initializer}
+        for k, i in enumerate(model.graph.input):
+            if i.name in defaults:  # an input an initializer gives a default
+                scope[f"d{k}"] = read_only(numpy_helper.to_array(defaults[i.name]))
+                lines.append(f"    {var(i.name)} = feeds.get({i.name!r}, d{k})")
             else:
-                lines.append(f"    r = S{k}({args})")
-            lines += [f"    {var(o)} = r[{j}]" for j, o in enumerate(node.output) if o]
+                lines.append(f"    {var(i.name)} = feeds[{i.name!r}]")
+        lines += emit_nodes(model, scope, var, "")
         lines.append(f"    return [{', '.join(var(o.name) for o in model.graph.output)}]")
         exec(compile("\n".join(lines), "<tessera dynamic segment>", "exec"), scope)  # noqa: S102
         self._run = scope["run"]
@@ -457,16 +434,6 @@ def model_evaluator(proto: onnx.ModelProto, frozen: Mapping[str, np.ndarray] | N
     return evaluate
 
 
-def _reference_call(node: Any, plain: bool) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
-    """``onnx.reference``'s implementation of one node, outputs as arrays."""
-    kwargs = {a: getattr(node, a) for a in node.attributes_names_} if plain else None
-
-    def call(args: tuple[Any, ...]) -> tuple[Any, ...]:
-        res = node._run(*args, **kwargs) if kwargs is not None else node.run(*args)
-        return tuple(v if isinstance(v, np.ndarray) else np.asarray(v) for v in res)
-    return call
-
-
 class SplitModule:
     """A model run in segments for one set of fixed sizes: static segments compiled once
     (each a :class:`Module`), dynamic ones evaluated at each call's sizes. Safe from many
@@ -486,6 +453,10 @@ class SplitModule:
         #: nodes of shape arithmetic that symbolic inference replaced
         self.folded = folded
         self.plan_seconds = 0.0
+        #: the call as one generated function (:func:`~tessera.runtime.split_program.
+        #: build_program`): the outputs in order, and which of them are new arrays
+        self.program: Callable[[Mapping[str, np.ndarray]],
+                               tuple[tuple[Any, ...], frozenset[int]]] = _unbuilt
 
     def segments(self) -> list[SegmentInfo]:
         return [s.info() for s in self._segments]
@@ -516,42 +487,22 @@ class SplitModule:
         """The outputs for ``arrays`` (every input, checked by the caller); raises
         :class:`SplitMismatch` when a static segment would see other shapes than it was
         compiled for."""
-        env: dict[str, Any] = {**self._frozen, **arrays}
-        if self._contents is not None:
-            env.update(self._contents({v: arrays[name].shape[axis]
-                                       for v, name, axis in self._sizes}))
-        for seg in self._segments:
-            if seg.runner is None:
-                continue
-            feeds = {x: env[x] for x in seg.inputs}
-            if seg.static:
-                for x, value in seg.baked.items():
-                    if not np.array_equal(env[x], value):
-                        raise SplitMismatch(f"{x!r} is {env[x].tolist()} at these sizes, "
-                                            f"{value.tolist()} where the plan was made")
-                for x, shape in seg.shapes.items():
-                    if np.shape(feeds[x]) != shape:
-                        raise SplitMismatch(f"{x!r} has shape {list(np.shape(feeds[x]))} at "
-                                            f"these sizes, {list(shape)} where the plan was "
-                                            f"made")
-                env.update(seg.runner.run(feeds))
-            else:
-                try:
-                    results = seg.runner.run(None, feeds)
-                except Exception as e:  # noqa: BLE001
-                    raise RunError(f"evaluating the size-dependent part "
-                                   f"({seg.info().ops}) failed: {type(e).__name__}: "
-                                   f"{e}") from e
-                env.update(zip(seg.outputs, (np.asarray(r) for r in results)))
-        names = self.output_names if output_names is None else list(output_names)
-        unknown = [n for n in names if n not in self.output_names]
-        if unknown:
-            raise RunError(f"unknown output(s) {', '.join(map(repr, unknown))}; the model's "
-                           f"outputs are {', '.join(self.output_names)}")
-        return {n: owned(env[n], arrays) for n in names}
+        if output_names is not None:
+            unknown = [n for n in output_names if n not in self.output_names]
+            if unknown:
+                raise RunError(f"unknown output(s) {', '.join(map(repr, unknown))}; the "
+                               f"model's outputs are {', '.join(self.output_names)}")
+        values, fresh = self.program(arrays)
+        result = {n: v if i in fresh else owned(v, arrays)
+                  for i, (n, v) in enumerate(zip(self.output_names, values))}
+        return result if output_names is None else {n: result[n] for n in output_names}
 
     def __repr__(self) -> str:
         return f"<SplitModule {self.describe()}>"
+
+
+def _unbuilt(_arrays: Mapping[str, np.ndarray]) -> tuple[tuple[Any, ...], frozenset[int]]:
+    raise TesseraError("this split plan was never completed (plan_split builds its program)")
 
 
 def owned(value: Any, inputs: Mapping[str, np.ndarray]) -> np.ndarray:
@@ -559,7 +510,12 @@ def owned(value: Any, inputs: Mapping[str, np.ndarray]) -> np.ndarray:
     memory with the inputs (a copy only when the evaluated value is a view: a broadcast, a
     reshape of an input, a read-only constant)."""
     value = np.asarray(value)
-    if value.flags.c_contiguous and value.flags.writeable and not any(
-            np.may_share_memory(value, a) for a in inputs.values()):
+    flags = value.flags
+    if not (flags.c_contiguous and flags.writeable):
+        return np.array(value, order="C", copy=True)
+    if value.base is None:  # owns its memory: shared only when it is an input itself
+        if not any(value is a for a in inputs.values()):
+            return value
+    elif not any(np.may_share_memory(value, a) for a in inputs.values()):
         return value
     return np.array(value, order="C", copy=True)
