@@ -99,6 +99,7 @@ class _Segment:
     baked: dict[str, np.ndarray] = field(default_factory=dict)
     #: static segments: the input shapes they were compiled for
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    #: static segments: the compiled module (None when its outputs are constants of the plan)
     runner: Any = None
 
     def info(self) -> SegmentInfo:
@@ -304,8 +305,6 @@ def plan_split(proto: onnx.ModelProto, specs: Sequence[InputSpec], symbolic: Seq
             except TesseraError as e:
                 raise TesseraError(f"compiling a part of the model whose shapes do not depend "
                                    f"on {', '.join(symbolic)} failed: {e}") from e
-        else:
-            seg.runner = _Evaluator(model)
     split.program = build_program(segments, split.input_names, graph_outputs, split._frozen,
                                   split._sizes, split._contents, list(contents), models)
     split.plan_seconds = time.perf_counter() - start
@@ -394,8 +393,9 @@ def _segment_model(proto: onnx.ModelProto, seg: _Segment, values: Mapping[str, n
 
 
 class _Evaluator:
-    """A dynamic segment, or a whole model, as one generated Python function of
-    straight-line calls (see :func:`~tessera.runtime.split_program.emit_nodes`)."""
+    """A whole model as one generated Python function of straight-line calls (see
+    :func:`~tessera.runtime.split_program.emit_nodes`): the evaluator of background
+    compiles. A split plan's dynamic segments are written into its program instead."""
 
     def __init__(self, model: onnx.ModelProto) -> None:
         scope: dict[str, Any] = {}

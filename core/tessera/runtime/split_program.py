@@ -147,6 +147,21 @@ def _same(value: Any, want: list[Any]) -> bool:
     return np.asarray(value).tolist() == want
 
 
+def _positional(runner: Any, inputs: Sequence[str], outputs: Sequence[str]
+                ) -> Callable[..., tuple[Any, ...]]:
+    """``runner``'s positional call: a module's :meth:`~tessera.runtime.module.Module.caller`;
+    for other runners (a staged module, a module with sequences) their ``run``."""
+    try:
+        return runner.caller(list(inputs), list(outputs))  # type: ignore[no-any-return]
+    except (AttributeError, RunError):
+        pass
+
+    def by_run(*arrays: Any) -> tuple[Any, ...]:
+        result = runner.run(dict(zip(inputs, arrays, strict=True)), output_names=list(outputs))
+        return tuple(result[o] for o in outputs)
+    return by_run
+
+
 def build_program(segments: Sequence[Any], input_names: Sequence[str],
                   output_names: Sequence[str], frozen: Mapping[str, np.ndarray],
                   sizes: Sequence[tuple[str, str, int]],
@@ -155,7 +170,8 @@ def build_program(segments: Sequence[Any], input_names: Sequence[str],
                   ) -> Callable[[Mapping[str, np.ndarray]], tuple[tuple[Any, ...], frozenset[int]]]:
     """The plan's call as one function of the inputs (a mapping with every input): it returns
     the outputs in ``output_names`` order. ``segments`` are the plan's (static ones with a
-    compiled module as ``runner``, none for those whose outputs are in ``frozen``),
+    compiled module as ``runner``, none for those whose outputs are in ``frozen``;
+    dynamic ones are written out from their models),
     ``contents`` computes the shape values named ``computed`` from the open variables'
     sizes (read where ``sizes`` says), ``models[k]`` is the ONNX model of dynamic segment
     ``k``. Also returned: the positions of
@@ -177,7 +193,7 @@ def build_program(segments: Sequence[Any], input_names: Sequence[str],
         lines += [f"    {var(name)} = z[{name!r}]" for name in computed]
     fresh: set[str] = set()
     for k, seg in enumerate(segments):
-        if seg.runner is None:
+        if seg.static and seg.runner is None:  # constants only: in ``frozen``
             continue
         if seg.static:
             for j, (x, shape) in enumerate(seg.shapes.items()):
@@ -188,7 +204,7 @@ def build_program(segments: Sequence[Any], input_names: Sequence[str],
                 scope[f"B{k}_{j}"] = np.asarray(value).tolist()
                 lines += [f"    if not _same({var(x)}, B{k}_{j}):",
                           f"        raise _value_mismatch({x!r}, {var(x)}, B{k}_{j})"]
-            scope[f"M{k}"] = seg.runner.caller(seg.inputs, seg.outputs)
+            scope[f"M{k}"] = _positional(seg.runner, seg.inputs, seg.outputs)
             args = "".join(f"{var(x)}, " for x in seg.inputs)
             outs = "".join(f"{var(o)}, " for o in seg.outputs)
             lines.append(f"    {outs or '_'} = M{k}({args})")
