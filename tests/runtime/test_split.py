@@ -351,3 +351,20 @@ def test_an_error_in_the_evaluated_part_names_its_ops() -> None:
     arrays["past"] = arrays["past"][:, :, :4]  # a width the evaluated MatMul cannot take
     with pytest.raises(RunError, match="size-dependent part"):
         plan.run(arrays)
+
+
+def test_a_runner_without_caller_is_called_through_run() -> None:
+    from tessera.runtime.split_program import _positional
+
+    class OnlyRun:  # a compiled part that is not a Module (a staged module, say)
+        def run(self, feeds: dict[str, np.ndarray],
+                output_names: list[str]) -> dict[str, np.ndarray]:
+            out = {"sum": feeds["a"] + feeds["b"], "diff": feeds["a"] - feeds["b"]}
+            return {n: out[n] for n in output_names}
+
+    call = _positional(OnlyRun(), ["a", "b"], ["diff", "sum"])
+    diff, total = call(np.array([5.0]), np.array([2.0]))
+    assert diff.tolist() == [3.0] and total.tolist() == [7.0]
+    mod = tessera.compile(_attention_step(), "ref", input_shapes={"past": [1, 2, WIDTH],
+                                                                  "mask": [1, 3]})
+    assert _positional(mod, ["x", "past", "mask"], ["y"]).__name__ == "call"  # Module.caller
