@@ -8,10 +8,11 @@ times the operation itself on such tensors. These are the same operators written
 calls they amount to, with views where ONNX's semantics allow (``Reshape``, ``Unsqueeze``,
 ``Expand``, ``Transpose``): outputs are never written in place, so a view is as good as a copy.
 
-:func:`fast_op` returns the form of a node, or None where the node needs what is not written
-here (another domain, an attribute these forms do not read, an integer division): such nodes
-keep ``onnx.reference``'s implementation. Tests compare every form with ``onnx.reference`` on
-random data.
+:func:`inline_op` writes a node as one expression for generated code; :func:`fast_op` returns
+a node's form as a function (that expression, or a form that may hand a call back to the
+reference), or None where the node needs what is not written here (another domain, an
+attribute these forms do not read): such nodes keep ``onnx.reference``'s implementation.
+Tests compare every form with ``onnx.reference`` on random data.
 """
 
 from __future__ import annotations
@@ -34,14 +35,6 @@ _CAST_TO = {onnx.TensorProto.FLOAT: np.float32, onnx.TensorProto.DOUBLE: np.floa
             onnx.TensorProto.INT32: np.int32, onnx.TensorProto.INT16: np.int16,
             onnx.TensorProto.INT8: np.int8, onnx.TensorProto.UINT8: np.uint8,
             onnx.TensorProto.BOOL: np.bool_}
-
-_BINARY = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Equal": np.equal,
-           "Less": np.less, "LessOrEqual": np.less_equal, "Greater": np.greater,
-           "GreaterOrEqual": np.greater_equal, "And": np.logical_and, "Or": np.logical_or,
-           "MatMul": np.matmul}
-_UNARY = {"IsNaN": np.isnan, "Not": np.logical_not, "Neg": np.negative, "Sqrt": np.sqrt,
-          "Exp": np.exp, "Identity": lambda x: x}
-
 
 def _ints(a: Any) -> list[int]:
     if type(a) is np.ndarray and a.ndim == 1:
@@ -74,10 +67,10 @@ def _expand(x: np.ndarray, shape: Any) -> np.ndarray:
     return np.broadcast_to(x, out)
 
 
-def _reshape(x: np.ndarray, shape: Any) -> tuple[np.ndarray, ...]:
+def _reshape(x: np.ndarray, shape: Any) -> np.ndarray:
+    """ONNX ``Reshape`` (``allowzero`` 0: a 0 keeps the input's size there)."""
     target = _ints(shape)
-    target = [x.shape[i] if d == 0 else d for i, d in enumerate(target)]
-    return (x.reshape(target),)
+    return x.reshape([x.shape[i] if d == 0 else d for i, d in enumerate(target)])
 
 
 def _with_ones(x: np.ndarray, axes: list[int]) -> tuple[np.ndarray, ...]:
@@ -133,30 +126,31 @@ def _softmax_of(x: np.ndarray, axis: int) -> np.ndarray:
     return e
 
 
-def _softmax(axis: int) -> FastOp:
-    return lambda args: (_softmax_of(args[0], axis),)
-
-
 def _flatten_of(x: np.ndarray, axis: int) -> np.ndarray:
     a = axis + x.ndim if axis < 0 else axis
     return x.reshape(math.prod(x.shape[:a]), math.prod(x.shape[a:]))
 
 
-def _flatten(axis: int) -> FastOp:
-    return lambda args: (_flatten_of(args[0], axis),)
-
-
 def fast_op(node: onnx.NodeProto, opset: int,
             constants: Mapping[str, np.ndarray] | None = None) -> FastOp | None:
     """The numpy form of ``node`` (default domain), or None; ``constants`` (the values of
-    inputs known when the form is made) let a form read its axes once."""
+    inputs known when the form is made) let a form read its axes once. Where
+    :func:`inline_op` writes the node, the form is its expression made a function; the
+    forms below are those that may hand a call back to the reference (:data:`Unwritten`)."""
     if node.domain not in ("", "ai.onnx"):
         return None
     op = node.op_type
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-    if op in _BINARY and not attrs:
-        fn2 = _BINARY[op]
-        return lambda args: (np.asarray(fn2(args[0], args[1])),)
+    if op == "Unsqueeze" and opset >= 13 and not attrs:  # bad axes: the reference's error
+        given = (constants or {}).get(node.input[1]) if len(node.input) > 1 else None
+        if given is not None:
+            return _unsqueeze_by(_ints(given))
+        return _unsqueeze
+    inline = inline_op(node, opset, constants)
+    if inline is not None:
+        expression = inline([f"args[{i}]" for i in range(len(node.input))])
+        form = eval(f"lambda args: ({expression},)", dict(INLINE_SCOPE))  # noqa: S307
+        return form  # type: ignore[no-any-return]
     if op == "Div" and not attrs:
         def div(args: Sequence[Any]) -> tuple[np.ndarray, ...] | None:
             a, b = args
@@ -164,9 +158,6 @@ def fast_op(node: onnx.NodeProto, opset: int,
                 raise _Unwritten  # integer division: ONNX truncates, numpy floors
             return (np.asarray(np.divide(a, b)),)
         return div  # type: ignore[return-value]
-    if op in _UNARY and not attrs:
-        fn1 = _UNARY[op]
-        return lambda args: (np.asarray(fn1(args[0])),)
     if op in ("Max", "Min") and not attrs:
         fold = np.maximum if op == "Max" else np.minimum
 
@@ -176,8 +167,6 @@ def fast_op(node: onnx.NodeProto, opset: int,
                 out = fold(out, a)
             return (np.asarray(out),)
         return extreme
-    if op == "Where" and not attrs:
-        return lambda args: (np.where(args[0], args[1], args[2]),)
     if op == "Cast" and set(attrs) <= {"to", "saturate"} and attrs.get("to") in _CAST_TO:
         dtype = _CAST_TO[attrs["to"]]
 
@@ -187,37 +176,9 @@ def fast_op(node: onnx.NodeProto, opset: int,
                 raise _Unwritten  # NaN and out-of-range conversions: the reference's rules
             return (x.astype(dtype, copy=False),)
         return cast
-    if op == "Reshape" and set(attrs) <= {"allowzero"}:
-        if attrs.get("allowzero", 0):
-            return lambda args: (args[0].reshape(_ints(args[1])),)
-        return lambda args: _reshape(args[0], args[1])
-    if op == "Unsqueeze" and opset >= 13 and not attrs:
-        given = (constants or {}).get(node.input[1]) if len(node.input) > 1 else None
-        if given is not None:
-            return _unsqueeze_by(_ints(given))
-        return _unsqueeze
     if op == "Squeeze" and opset >= 13 and not attrs:
         return lambda args: (np.squeeze(args[0], tuple(_ints(args[1])))
                              if len(args) > 1 and args[1] is not None else np.squeeze(args[0]),)
-    if op == "Expand" and not attrs:
-        return lambda args: (_expand(args[0], args[1]),)
-    if op == "Concat" and set(attrs) == {"axis"}:
-        axis = attrs["axis"]
-        return lambda args: (np.concatenate(args, axis=axis),)
-    if op == "Transpose" and set(attrs) <= {"perm"}:
-        perm = attrs.get("perm")
-        return lambda args: (np.transpose(args[0], perm),)
-    if op == "Softmax" and opset >= 13 and set(attrs) <= {"axis"}:
-        return _softmax(attrs.get("axis", -1))
-    if op == "Flatten" and set(attrs) <= {"axis"}:
-        return _flatten(attrs.get("axis", 1))
-    if op == "Gather" and set(attrs) <= {"axis"}:
-        axis = attrs.get("axis", 0)
-        return lambda args: (np.take(args[0], args[1], axis=axis),)
-    if op == "Range" and not attrs:
-        return lambda args: (np.arange(args[0], args[1], args[2], dtype=args[0].dtype),)
-    if op == "GatherND" and not attrs.get("batch_dims", 0):
-        return lambda args: (_gather_nd(args[0], args[1]),)
     return None
 
 
@@ -243,7 +204,7 @@ def _unsqueezed(x: np.ndarray, axes: list[int]) -> np.ndarray:
 INLINE_SCOPE: dict[str, Any] = {
     "np": np, "_fx_expand": _expand, "_fx_unsqueeze": _unsqueezed, "_fx_gather_nd": _gather_nd,
     "_fx_range": _range,
-    "_fx_reshape": lambda x, shape: _reshape(x, shape)[0],
+    "_fx_reshape": _reshape,
     "_fx_softmax": _softmax_of, "_fx_flatten": _flatten_of,
 }
 
