@@ -306,15 +306,7 @@ class Module:
         Uses the inputs given (or set earlier); inputs never set are filled with random data.
         """
         executor = self._measuring_state(inputs)
-        for _ in range(max(warmup, 0)):
-            executor.run()
-        results = []
-        for _ in range(max(repeat, 1)):
-            start = time.perf_counter()
-            for _ in range(max(number, 1)):
-                executor.run()
-            results.append((time.perf_counter() - start) * 1000.0 / max(number, 1))
-        return BenchmarkResult(results)
+        return BenchmarkResult.measure(executor.run, repeat, number, warmup)
 
     def profile(self, runs: int = 1, **inputs: Any) -> Profile:
         """Time every kernel and copy over ``runs`` runs, each with its device's own clock

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,6 +39,21 @@ class BenchmarkResult:
     @property
     def max(self) -> float:
         return float(np.max(self.results_ms))
+
+    @classmethod
+    def measure(cls, run: Callable[[], object], repeat: int = 10, number: int = 10,
+                warmup: int = 1) -> BenchmarkResult:
+        """``warmup`` calls of ``run``, then ``repeat`` measurements, each the mean of
+        ``number`` calls (ms): what every module's ``benchmark`` reports."""
+        for _ in range(max(warmup, 0)):
+            run()
+        results = []
+        for _ in range(max(repeat, 1)):
+            start = time.perf_counter()
+            for _ in range(max(number, 1)):
+                run()
+            results.append((time.perf_counter() - start) * 1000.0 / max(number, 1))
+        return cls(results)
 
     def __str__(self) -> str:
         return (f"Execution time summary (ms):\n"

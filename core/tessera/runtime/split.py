@@ -472,15 +472,7 @@ class SplitModule:
                   **inputs: Any) -> BenchmarkResult:
         """As :meth:`Module.benchmark`, for ``inputs`` (every input)."""
         arrays = {n: np.asarray(inputs[n]) for n in self.input_names}
-        for _ in range(max(warmup, 0)):
-            self.run(arrays)
-        results = []
-        for _ in range(max(repeat, 1)):
-            start = time.perf_counter()
-            for _ in range(max(number, 1)):
-                self.run(arrays)
-            results.append((time.perf_counter() - start) * 1000.0 / max(number, 1))
-        return BenchmarkResult(results)
+        return BenchmarkResult.measure(lambda: self.run(arrays), repeat, number, warmup)
 
     def run(self, arrays: Mapping[str, np.ndarray],
             output_names: Sequence[str] | None = None) -> dict[str, np.ndarray]:

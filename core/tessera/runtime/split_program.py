@@ -151,10 +151,8 @@ def _positional(runner: Any, inputs: Sequence[str], outputs: Sequence[str]
                 ) -> Callable[..., tuple[Any, ...]]:
     """``runner``'s positional call: a module's :meth:`~tessera.runtime.module.Module.caller`;
     for other runners (a staged module, a module with sequences) their ``run``."""
-    try:
+    if hasattr(runner, "caller") and getattr(runner, "sequences", None) is None:
         return runner.caller(list(inputs), list(outputs))  # type: ignore[no-any-return]
-    except (AttributeError, RunError):
-        pass
 
     def by_run(*arrays: Any) -> tuple[Any, ...]:
         result = runner.run(dict(zip(inputs, arrays, strict=True)), output_names=list(outputs))

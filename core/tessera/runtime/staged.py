@@ -233,15 +233,7 @@ class StagedModule(StepForm):
         """Median/mean/std of ``repeat`` measurements, each the mean of ``number`` calls (ms),
         on ``inputs`` (every input: their values decide the shapes)."""
         arrays = self._arrays(inputs)
-        for _ in range(max(warmup, 0)):
-            self._evaluate(arrays)
-        results = []
-        for _ in range(max(repeat, 1)):
-            start = time.perf_counter()
-            for _ in range(max(number, 1)):
-                self._evaluate(arrays)
-            results.append((time.perf_counter() - start) * 1000.0 / max(number, 1))
-        return BenchmarkResult(results)
+        return BenchmarkResult.measure(lambda: self._evaluate(arrays), repeat, number, warmup)
 
     # -- reports --------------------------------------------------------------------------------
     def cache_info(self) -> StagedStats:
