@@ -292,8 +292,10 @@ class Executor:
     def bound_io(self, inputs: tuple[str, ...], outputs: tuple[str, ...]) -> BoundIO:
         """Setters of ``inputs`` and getters of ``outputs`` bound to this state's buffers
         (made once per pair of name lists): :meth:`set_input` and :meth:`get` without their
-        lookups, for a caller that runs the state many times (``Module.caller``). A getter
-        reads after :meth:`run`, which has synchronized every device."""
+        lookups or checks, for a caller that runs the state many times (``Module.caller``),
+        which checks each array's dtype and shape first (a setter may cast or broadcast what
+        does not fit). A getter reads after :meth:`run`, which has synchronized every
+        device."""
         key = (inputs, outputs)
         io = self._io.get(key)
         if io is None:
@@ -304,7 +306,7 @@ class Executor:
     def _setter(self, name: str) -> Callable[[np.ndarray], None]:
         device = self.devices[self.plan.tensors[name].device]
         if type(device).copy_from_host is CPUDevice.copy_from_host:  # numpy's copy, no frame
-            return functools.partial(np.copyto, self.buffers[name], casting="no")
+            return functools.partial(self.buffers[name].__setitem__, Ellipsis)
         if device.host_memory:
             return functools.partial(device.copy_from_host, self.buffers[name])
         return functools.partial(self.set_input, name)

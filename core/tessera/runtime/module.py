@@ -32,6 +32,40 @@ from tessera.runtime.states import StatePool
 __all__ = ["Module", "module_devices"]
 
 
+def _generated_caller(names: list[str], expected: list[tuple[str, np.dtype, tuple[int, ...]]],
+                      key: tuple[tuple[str, ...], tuple[str, ...]],
+                      check: Callable[[str, Any], np.ndarray], pool: StatePool
+                      ) -> Callable[..., tuple[Any, ...]]:
+    """``Module.caller``'s call written out for its inputs and outputs: per input one test
+    of type, dtype and shape (``check`` for the others: it converts or raises), then a state
+    of ``pool`` and its bound setters and getters, with no loop or lookup by name."""
+    count = len(expected)
+    scope: dict[str, Any] = {"ndarray": np.ndarray, "check": check, "acquire": pool.acquire,
+                             "release": pool.release, "RunError": RunError, "key": key,
+                             "count_error": f"expected {count} inputs ({', '.join(names)}), got "}
+    args = "".join(f"a{i}, " for i in range(count))
+    lines = ["def call(*arrays):",
+             f"    if len(arrays) != {count}:",
+             "        raise RunError(f'{count_error}{len(arrays)}')",
+             f"    ({args}) = arrays" if count else "    pass"]
+    for i, (name, dtype, shape) in enumerate(expected):
+        scope[f"d{i}"], scope[f"s{i}"] = dtype, shape
+        lines += [f"    if type(a{i}) is not ndarray or a{i}.dtype != d{i} or a{i}.shape != s{i}:",
+                  f"        a{i} = check({name!r}, a{i})  # converts, or raises"]
+    lines += ["    executor = acquire()",
+              "    try:",
+              "        io = executor.bound_io(*key)",
+              "        w = io.setters"]
+    lines += [f"        w[{i}](a{i})" for i in range(count)]
+    lines += ["        executor.run()",
+              "        r = io.getters",
+              f"        return ({''.join(f'r[{j}](), ' for j in range(len(key[1])))})",
+              "    finally:",
+              "        release(executor)"]
+    exec(compile("\n".join(lines), "<tessera module caller>", "exec"), scope)  # noqa: S102
+    return scope["call"]  # type: ignore[no-any-return]
+
+
 @dataclass
 class _StepState:
     """A thread's step-by-step form: its execution state and the inputs it has set."""
@@ -234,28 +268,7 @@ class Module:
         expected = [(n, np.dtype(self.input_types[n].dtype.numpy),
                      tuple(self.input_types[n].shape)) for n in names]
         key = (tuple(names), tuple(t for _, t in wanted))
-        pool = self.states
-
-        def call(*arrays: Any) -> tuple[Any, ...]:
-            if len(arrays) != len(expected):
-                raise RunError(f"expected {len(expected)} inputs ({', '.join(names)}), got "
-                               f"{len(arrays)}")
-            given: Any = arrays
-            for i, ((name, dtype, shape), a) in enumerate(zip(expected, arrays)):
-                if type(a) is not np.ndarray or a.dtype != dtype or a.shape != shape:
-                    if given is arrays:
-                        given = list(arrays)
-                    given[i] = check(name, a)  # raises for a wrong dtype or shape
-            executor = pool.acquire()
-            try:
-                io = executor.bound_io(*key)
-                for write, a in zip(io.setters, given):
-                    write(a)
-                executor.run()
-                return tuple(read() for read in io.getters)
-            finally:
-                pool.release(executor)
-        return call
+        return _generated_caller(names, expected, key, check, self.states)
 
     def _run_sequences(self, inputs: dict[str, Any], given: bool,
                        output_names: Sequence[str] | None) -> dict[str, Any] | None:
