@@ -14,6 +14,7 @@ from tessera.runtime.onnx_fast_ops import (
     Unwritten,
     fast_op,
     inline_op,
+    list_operands,
 )
 
 RNG = np.random.default_rng(3)
@@ -82,6 +83,12 @@ CASES: list[tuple[str, dict[str, object], list[np.ndarray]]] = [
     ("GatherND", {"batch_dims": 0}, [_f(2, 3), np.array([[1, 2]], np.int64)]),
     ("Expand", {}, [_f(1, 300), np.array([300, 1], np.int64)]),  # stays a broadcast view
     ("Expand", {}, [_f(2, 3), np.array([2, 3], np.int64)]),  # already that shape
+    ("Expand", {}, [_f(1, 1, 3), np.array([3], np.int64)]),  # the input is the longer
+    ("Expand", {}, [_f(2, 1), np.array([1, 3], np.int64)]),  # each side broadcasts the other
+    ("Expand", {}, [_f(2, 1), np.array([2, 0], np.int64)]),  # a size of 0
+    ("Expand", {}, [_f(0, 1), np.array([1, 4], np.int64)]),
+    ("Unsqueeze", {}, [_f(2, 3), np.array([1], np.int64)]),
+    ("Unsqueeze", {}, [np.array(2.5, np.float32), np.array([0, 1], np.int64)]),
 ]
 
 
@@ -124,6 +131,53 @@ def test_inline_form_matches_the_reference(case: int) -> None:
     (want,) = _reference(op, attrs, args)
     assert np.asarray(got).dtype == want.dtype and np.shape(got) == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("case", range(len(CASES)),
+                         ids=[f"{op}-{i}" for i, (op, _, _) in enumerate(CASES)])
+def test_inline_form_with_lists_constants_and_ranks(case: int) -> None:
+    """The expression as a split plan writes it: the second operand a constant of the model
+    (Unsqueeze's axes then in the text), the inputs' ranks given, and the shape operands of
+    :func:`list_operands` read as Python lists or ints, not arrays."""
+    op, attrs, args = CASES[case]
+    names = [f"i{k}" for k in range(len(args))]
+    node = helper.make_node(op, names, ["y"], **attrs)
+    constants = {names[1]: args[1]} if len(args) > 1 else {}
+    form = inline_op(node, 17, constants, {n: a.ndim for n, a in zip(names, args)})
+    if form is None:
+        return
+    given = {n: (a.tolist() if k in list_operands(node) and a.dtype.kind == "i" else a)
+             for k, (n, a) in enumerate(zip(names, args))}
+    got = eval(form(names), dict(INLINE_SCOPE), given)  # noqa: S307
+    (want,) = _reference(op, attrs, args)
+    assert np.asarray(got).dtype == want.dtype and np.shape(got) == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
+def test_unsqueeze_indexes_only_at_the_rank_it_was_written_for() -> None:
+    node = helper.make_node("Unsqueeze", ["x", "a"], ["y"])
+    axes = np.array([0, -1], np.int64)
+    form = inline_op(node, 17, {"a": axes}, {"x": 2})  # written for rank 2
+    assert form is not None and "None" in form(["x", "a"])
+    for x in (_f(3, 4), _f(2, 3, 4), _f(5)):  # another rank: the general form
+        got = eval(form(["x", "a"]), dict(INLINE_SCOPE), {"x": x})  # noqa: S307
+        (want,) = _reference("Unsqueeze", {}, [x, axes])
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+        assert np.shares_memory(got, x)  # a view, as reshape's
+    bad = inline_op(node, 17, {"a": np.array([0, 0], np.int64)}, {"x": 2})
+    assert bad is not None
+    with pytest.raises(ValueError, match="Unsqueeze: axes"):  # repeated axes
+        eval(bad(["x", "a"]), dict(INLINE_SCOPE), {"x": _f(3, 4)})  # noqa: S307
+
+
+def test_expand_that_does_not_broadcast_raises() -> None:
+    expand = inline_op(helper.make_node("Expand", ["x", "s"], ["y"]), 17)
+    assert expand is not None
+    for x, shape in ((_f(3, 2), [3, 4]), (_f(2), [-1]), (_f(3, 2), [3])):
+        for operand in (np.array(shape, np.int64), shape):
+            with pytest.raises(ValueError):
+                eval(expand(["x", "s"]), dict(INLINE_SCOPE), {"x": x, "s": operand})  # noqa: S307
 
 
 def test_inline_forms_raise_for_bad_input() -> None:

@@ -368,3 +368,63 @@ def test_a_runner_without_caller_is_called_through_run() -> None:
     mod = tessera.compile(_attention_step(), "ref", input_shapes={"past": [1, 2, WIDTH],
                                                                   "mask": [1, 3]})
     assert _positional(mod, ["x", "past", "mask"], ["y"]).__name__ == "call"  # Module.caller
+
+
+def _shape_value_step() -> onnx.ModelProto:
+    """A cache step whose size-dependent part reads shape values computed from the cache's
+    length both as shape operands (Reshape, Expand, Range's limit: Python lists and ints in
+    the plan's code) and as data (a Cast and a Div of the length: arrays)."""
+    def ints(name: str, values: list[int], shape: tuple[int, ...] | None = None
+             ) -> onnx.TensorProto:
+        return numpy_helper.from_array(np.array(values, np.int64).reshape(
+            -1 if shape is None else shape), name)
+
+    rng = np.random.default_rng(11)
+    inits = [numpy_helper.from_array(rng.standard_normal((WIDTH, WIDTH)).astype(np.float32),
+                                     "wk"),
+             ints("one", [1]), ints("width", [WIDTH]), ints("axis0", [0]),
+             ints("zero_s", [0], ()), ints("one_s", [1], ()), ints("idx1", [1], ())]
+    nodes = [
+        helper.make_node("MatMul", ["x", "wk"], ["k"]),
+        helper.make_node("Concat", ["past", "k"], ["present"], axis=1),
+        helper.make_node("Shape", ["present"], ["pshape"]),
+        helper.make_node("Gather", ["pshape", "idx1"], ["tlen"], axis=0),       # 0-d
+        helper.make_node("Unsqueeze", ["tlen", "axis0"], ["tlen1"]),
+        helper.make_node("Concat", ["one", "tlen1", "one"], ["col"], axis=0),   # [1, total, 1]
+        helper.make_node("Concat", ["one", "tlen1", "width"], ["full"], axis=0),
+        helper.make_node("Range", ["zero_s", "tlen", "one_s"], ["pos"]),
+        helper.make_node("Cast", ["pos"], ["posf"], to=TensorProto.FLOAT),
+        helper.make_node("Reshape", ["posf", "col"], ["poscol"]),
+        helper.make_node("Cast", ["tlen"], ["tlenf"], to=TensorProto.FLOAT),
+        helper.make_node("Div", ["poscol", "tlenf"], ["w"]),
+        helper.make_node("Expand", ["w", "full"], ["wide"]),
+        helper.make_node("Mul", ["present", "wide"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "shape_values",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, WIDTH]),
+         helper.make_tensor_value_info("past", TensorProto.FLOAT, [1, "past", WIDTH])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "total", WIDTH]),
+         helper.make_tensor_value_info("col", TensorProto.INT64, [3])],
+        inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    return model
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_shape_values_as_operands_and_as_data(target: str) -> None:
+    model = _shape_value_step()
+    mod = tessera.compile(model, target, symbolic_dims=["past"])
+    evaluator = ReferenceEvaluator(model)
+    rng = np.random.default_rng(5)
+    for past in (3, 4, 9, 1):
+        feeds = {"x": rng.standard_normal((1, 1, WIDTH)).astype(np.float32),
+                 "past": rng.standard_normal((1, past, WIDTH)).astype(np.float32)}
+        want = evaluator.run(None, feeds)
+        got = mod.run(feeds)
+        np.testing.assert_allclose(got["y"], want[0], rtol=1e-6, atol=1e-6)
+        # a shape value that is a graph output comes back as an array of its dtype
+        assert got["col"].dtype == np.int64 and got["col"].tolist() == [1, past + 1, 1]
+    info = mod.cache_info()
+    assert info.split == 1 and info.split_fallbacks == 0

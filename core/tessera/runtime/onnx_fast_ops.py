@@ -25,7 +25,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-__all__ = ["INLINE_SCOPE", "FastOp", "Inline", "fast_op", "inline_op"]
+__all__ = ["INLINE_SCOPE", "FastOp", "Inline", "fast_op", "inline_op", "list_operands"]
 
 #: ``op(inputs) -> outputs``
 FastOp = Callable[[Sequence[Any]], tuple[np.ndarray, ...]]
@@ -37,6 +37,11 @@ _CAST_TO = {onnx.TensorProto.FLOAT: np.float32, onnx.TensorProto.DOUBLE: np.floa
             onnx.TensorProto.BOOL: np.bool_}
 
 def _ints(a: Any) -> list[int]:
+    """A shape operand as a list of ints: a 1-D integer array's contents, or the list
+    itself where generated code holds the operand's contents as one (see
+    :func:`list_operands`)."""
+    if type(a) is list:
+        return a
     if type(a) is np.ndarray and a.ndim == 1:
         return a.tolist()  # type: ignore[no-any-return]
     return np.asarray(a).reshape(-1).tolist()  # type: ignore[no-any-return]
@@ -50,14 +55,18 @@ EXPAND_COPY_LIMIT = 1 << 16
 
 def _expand(x: np.ndarray, shape: Any) -> np.ndarray:
     """ONNX ``Expand``: numpy broadcasting of ``x`` and ``shape`` (either may be the longer)."""
-    target = _ints(shape)
+    target = shape if type(shape) is list else _ints(shape)
+    if len(target) >= x.ndim and math.prod(target) <= EXPAND_COPY_LIMIT:
+        # the usual case, ``x`` broadcast to ``shape`` itself: the copy is numpy's check
+        # (an array that does not fit raises; target's negative sizes too)
+        try:
+            result = np.empty(target, x.dtype)
+            result[...] = x
+            return result
+        except ValueError:
+            pass
     have = x.shape
-    if len(target) == len(have):
-        out = tuple(t if h == 1 else h for h, t in zip(have, target))
-        if any(t != h and t != 1 and h != 1 for h, t in zip(have, target)):
-            out = np.broadcast_shapes(have, tuple(target))  # raises numpy's error
-    else:
-        out = np.broadcast_shapes(have, tuple(target))
+    out = np.broadcast_shapes(have, tuple(target))  # raises numpy's error
     if out == have:
         return x
     if math.prod(out) <= EXPAND_COPY_LIMIT:
@@ -203,18 +212,48 @@ def _unsqueezed(x: np.ndarray, axes: list[int]) -> np.ndarray:
 #: What inline expressions call, by the names they use.
 INLINE_SCOPE: dict[str, Any] = {
     "np": np, "_fx_expand": _expand, "_fx_unsqueeze": _unsqueezed, "_fx_gather_nd": _gather_nd,
-    "_fx_range": _range,
+    "_fx_range": _range, "_fx_ints": _ints,
     "_fx_reshape": _reshape,
     "_fx_softmax": _softmax_of, "_fx_flatten": _flatten_of,
 }
 
 
+def list_operands(node: onnx.NodeProto) -> tuple[int, ...]:
+    """The input positions of ``node`` whose :func:`inline_op` expression reads a shape
+    operand only through its integer contents: there it takes a Python list of ints in place
+    of a 1-D array, or a Python int in place of a 0-d one (generated code that computes shape
+    values from the sizes need not make arrays of them)."""
+    if node.domain not in ("", "ai.onnx"):
+        return ()
+    if node.op_type in ("Expand", "Reshape", "Unsqueeze"):
+        return (1,)
+    if node.op_type == "Range":  # start's dtype is the result's: it stays an array
+        return (1, 2)
+    return ()
+
+
+def _unsqueeze_index(rank: int, axes: list[int]) -> str | None:
+    """The indexing text (``:, None``) that inserts 1s at ``axes`` into an array of ``rank``
+    dimensions (a view, as reshape's), or None when the axes do not fit."""
+    out = rank + len(axes)
+    norm = {a + out if a < 0 else a for a in axes}
+    if len(norm) != len(axes) or any(not 0 <= a < out for a in norm):
+        return None
+    parts = ["None" if i in norm else ":" for i in range(out)]
+    while parts and parts[-1] == ":":
+        parts.pop()
+    return ", ".join(parts) if parts else "..."
+
+
 def inline_op(node: onnx.NodeProto, opset: int,
-              constants: Mapping[str, np.ndarray] | None = None) -> Inline | None:
+              constants: Mapping[str, np.ndarray] | None = None,
+              ranks: Mapping[str, int] | None = None) -> Inline | None:
     """The numpy form of a single-output ``node`` as an expression over its inputs' variable
     names (calling only :data:`INLINE_SCOPE`), for the nodes whose form never hands back to
     the reference (:func:`fast_op` covers those); None for the others. Generated code then
-    spends no Python call of its own on the node."""
+    spends no Python call of its own on the node. ``ranks`` (value name -> rank) are what
+    the caller expects the inputs' ranks to be: an expression written for one still checks
+    it at run time."""
     if node.domain not in ("", "ai.onnx") or len([o for o in node.output if o]) != 1:
         return None
     op = node.op_type
@@ -238,11 +277,16 @@ def inline_op(node: onnx.NodeProto, opset: int,
         given = (constants or {}).get(node.input[1])
         if given is not None:
             axes = repr(_ints(given))
+            rank = (ranks or {}).get(node.input[0])
+            index = _unsqueeze_index(rank, _ints(given)) if rank is not None else None
+            if index is not None:  # a view by indexing, at the rank expected
+                return lambda a: (f"({a[0]}[{index}] if {a[0]}.ndim == {rank} else "
+                                  f"_fx_unsqueeze({a[0]}, {axes}))")
             return lambda a: f"_fx_unsqueeze({a[0]}, {axes})"
-        return lambda a: f"_fx_unsqueeze({a[0]}, {a[1]}.reshape(-1).tolist())"
+        return lambda a: f"_fx_unsqueeze({a[0]}, _fx_ints({a[1]}))"
     if op == "Reshape" and set(attrs) <= {"allowzero"}:
         if attrs.get("allowzero", 0):  # a 0 is a size of 0: numpy's own reading
-            return lambda a: f"{a[0]}.reshape({a[1]}.reshape(-1).tolist())"
+            return lambda a: f"{a[0]}.reshape(_fx_ints({a[1]}))"
         return lambda a: f"_fx_reshape({a[0]}, {a[1]})"
     if op == "Range" and not attrs:
         return lambda a: f"_fx_range({a[0]}, {a[1]}, {a[2]})"

@@ -50,7 +50,7 @@ from onnx import helper, numpy_helper
 
 from tessera.errors import RunError, TesseraError
 from tessera.frontend.onnx.importer import _sorted_nodes
-from tessera.frontend.onnx.symbolic_eval import contents_function, to_python, uses_any_var
+from tessera.frontend.onnx.symbolic_eval import to_python, uses_any_var
 from tessera.frontend.onnx.symbolic_shapes import infer_symbolic
 from tessera.ir.symbolic import InputSpec
 from tessera.runtime.module import Module
@@ -289,8 +289,7 @@ def plan_split(proto: onnx.ModelProto, specs: Sequence[InputSpec], symbolic: Seq
     contents = {n: c for n, c in computed.items() if n in used_computed}
     split = SplitModule(segments, [s.name for s in specs], graph_outputs,
                         {k: v for k, v in known.items() if k in frozen or k in graph_outputs},
-                        _size_reader(specs, symbolic), contents_function(contents)
-                        if contents else None, len(folded))
+                        _size_reader(specs, symbolic), len(folded))
     models: dict[int, onnx.ModelProto] = {}
     for k, seg in enumerate(segments):
         used = {x for n in seg.nodes for x in n.input if x in constants}
@@ -306,7 +305,8 @@ def plan_split(proto: onnx.ModelProto, specs: Sequence[InputSpec], symbolic: Seq
                 raise TesseraError(f"compiling a part of the model whose shapes do not depend "
                                    f"on {', '.join(symbolic)} failed: {e}") from e
     split.program = build_program(segments, split.input_names, graph_outputs, split._frozen,
-                                  split._sizes, split._contents, list(contents), models)
+                                  split._sizes, contents, models,
+                                  {n: np.ndim(v) for n, v in probes[0].items()})
     split.plan_seconds = time.perf_counter() - start
     return split
 
@@ -441,15 +441,12 @@ class SplitModule:
 
     def __init__(self, segments: list[_Segment], input_names: Sequence[str],
                  output_names: Sequence[str], frozen: Mapping[str, np.ndarray],
-                 sizes: Sequence[tuple[str, str, int]] = (),
-                 contents: Callable[[Mapping[str, int]], dict[str, np.ndarray]] | None = None,
-                 folded: int = 0) -> None:
+                 sizes: Sequence[tuple[str, str, int]] = (), folded: int = 0) -> None:
         self._segments = segments
         self.input_names = list(input_names)
         self.output_names = list(output_names)
         self._frozen = dict(frozen)
         self._sizes = list(sizes)
-        self._contents = contents
         #: nodes of shape arithmetic that symbolic inference replaced
         self.folded = folded
         self.plan_seconds = 0.0

@@ -8,7 +8,7 @@ value through ``np.array_equal``. :func:`build_program` writes the whole call in
 per plan, as straight-line code over local variables:
 
 - the open variables' sizes read from the inputs' shapes, and the shape values computed from
-  them (one generated call, :func:`~tessera.frontend.onnx.symbolic_eval.contents_function`);
+  them, as Python lists where only shape operands read them (no array made);
 - per compiled (static) segment: its checks (the shapes it was compiled for, the shape values
   it holds as constants; a :class:`SplitMismatch` when one fails, as before), then one call of
   its module's positional :meth:`~tessera.runtime.module.Module.caller`;
@@ -30,7 +30,14 @@ import numpy as np
 import onnx
 
 from tessera.errors import RunError, TesseraError
-from tessera.runtime.onnx_fast_ops import INLINE_SCOPE, Unwritten, fast_op, inline_op
+from tessera.frontend.onnx.symbolic_eval import to_python
+from tessera.runtime.onnx_fast_ops import (
+    INLINE_SCOPE,
+    Unwritten,
+    fast_op,
+    inline_op,
+    list_operands,
+)
 
 __all__ = ["Names", "SplitMismatch", "build_program", "emit_nodes", "read_only"]
 
@@ -42,11 +49,30 @@ class SplitMismatch(TesseraError):
 
 class Names:
     """Python names for ONNX value names in generated code: ``v0``, ``v1``, ... on first use,
-    or a name bound to a constant of the scope (:meth:`bind`)."""
+    or a name bound to a constant of the scope (:meth:`bind`). A shape value may also have a
+    list form (:meth:`add_list`): its contents as a Python list, or int when it is 0-d, which
+    the positions of :func:`~tessera.runtime.onnx_fast_ops.list_operands` read instead."""
 
     def __init__(self) -> None:
         self._names: dict[str, str] = {}
         self._fresh = itertools.count()
+        self._lists: dict[str, str] = {}
+        #: the values whose list form generated code reads
+        self.lists_read: set[str] = set()
+
+    def __contains__(self, name: str) -> bool:
+        """Whether generated code reads ``name`` as an array (it has a name)."""
+        return name in self._names
+
+    def add_list(self, name: str, symbol: str) -> None:
+        self._lists[name] = symbol
+
+    def listed(self, name: str) -> str | None:
+        """The list form of ``name``, marked as read; None when it has none."""
+        symbol = self._lists.get(name)
+        if symbol is not None:
+            self.lists_read.add(name)
+        return symbol
 
     def __call__(self, name: str) -> str:
         if not name:
@@ -74,7 +100,7 @@ def reference_call(node: Any, plain: bool) -> Callable[[tuple[Any, ...]], tuple[
 
 
 def emit_nodes(model: onnx.ModelProto, scope: dict[str, Any], var: Names, tag: str,
-               indent: str = "    ") -> list[str]:
+               indent: str = "    ", ranks: Mapping[str, int] | None = None) -> list[str]:
     """Lines computing ``model``'s nodes in order, each by its direct numpy form where there
     is one, else by ``onnx.reference``'s implementation called with its attributes bound
     once (the reference evaluator's own ``run`` checks and logs around every node, which
@@ -82,7 +108,8 @@ def emit_nodes(model: onnx.ModelProto, scope: dict[str, Any], var: Names, tag: s
     attributes or replace ``run`` itself go through their checked ``run``. The model's
     initializers become constants of ``scope`` (named with ``tag``, as the nodes' calls are)
     unless ``var`` names them already; its inputs are read from the variables ``var`` gives
-    them."""
+    them (or their list forms, where a node's numpy form takes one). ``ranks`` are the
+    values' expected ranks (:func:`~tessera.runtime.onnx_fast_ops.inline_op`)."""
     from onnx.reference import ReferenceEvaluator
     from onnx.reference.op_run import OpRun
 
@@ -101,13 +128,16 @@ def emit_nodes(model: onnx.ModelProto, scope: dict[str, Any], var: Names, tag: s
             node.need_context() or node.has_linked_attribute or node.has_subgraph)
         slow, fast_name = f"S{tag}_{k}", f"F{tag}_{k}"
         scope[slow] = reference_call(node, plain)
-        args = "(" + "".join(f"{var(x)}, " for x in node.input) + ")"
-        inline = inline_op(proto, opset, evaluator.rt_inits_)
+        inline = inline_op(proto, opset, evaluator.rt_inits_, ranks)
         fast = fast_op(proto, opset, evaluator.rt_inits_) if inline is None else None
         if inline is not None:
             out = next(o for o in node.output if o)
-            lines.append(f"{indent}{var(out)} = {inline([var(x) for x in node.input])}")
+            takes_list = list_operands(proto)
+            operands = [(i in takes_list and var.listed(x)) or var(x)
+                        for i, x in enumerate(node.input)]
+            lines.append(f"{indent}{var(out)} = {inline(operands)}")
             continue
+        args = "(" + "".join(f"{var(x)}, " for x in node.input) + ")"
         if fast is not None:
             scope[fast_name] = fast
             lines += [f"{indent}try:", f"{indent}    r = {fast_name}({args})",
@@ -115,6 +145,28 @@ def emit_nodes(model: onnx.ModelProto, scope: dict[str, Any], var: Names, tag: s
         else:
             lines.append(f"{indent}r = {slow}({args})")
         lines += [f"{indent}{var(o)} = r[{j}]" for j, o in enumerate(node.output) if o]
+    return lines
+
+
+def _shape_values(contents: Mapping[str, tuple[tuple[Any, ...], np.dtype, tuple[int, ...]]],
+                  sizes: Sequence[tuple[str, str, int]], var: Names, scope: dict[str, Any]
+                  ) -> list[str]:
+    """Lines computing the shape values that the rest of the program reads: the sizes from
+    the inputs' shapes, then list forms and arrays (see :class:`Names`)."""
+    if not contents:
+        return []
+    reads = ", ".join(f"{v!r}: {var(name)}.shape[{axis}]" for v, name, axis in sizes)
+    lines = [f"    s = {{{reads}}}"]
+    for i, (name, (exprs, dtype, shape)) in enumerate(contents.items()):
+        items = ", ".join(to_python(c) for c in exprs)
+        listed = len(shape) <= 1
+        if listed and (name in var.lists_read or name in var):
+            lines.append(f"    l{i} = {items}" if len(shape) == 0 else f"    l{i} = [{items}]")
+        if name in var:
+            scope[f"d{i}"] = np.dtype(dtype)
+            source = f"l{i}" if listed else f"[{items}]"
+            lines.append(f"    {var(name)} = np.array({source}, d{i})" +
+                         ("" if listed else f".reshape({tuple(shape)!r})"))
     return lines
 
 
@@ -163,21 +215,24 @@ def _positional(runner: Any, inputs: Sequence[str], outputs: Sequence[str]
 def build_program(segments: Sequence[Any], input_names: Sequence[str],
                   output_names: Sequence[str], frozen: Mapping[str, np.ndarray],
                   sizes: Sequence[tuple[str, str, int]],
-                  contents: Callable[[Mapping[str, int]], dict[str, np.ndarray]] | None,
-                  computed: Sequence[str], models: Mapping[int, onnx.ModelProto]
+                  contents: Mapping[str, tuple[tuple[Any, ...], np.dtype, tuple[int, ...]]],
+                  models: Mapping[int, onnx.ModelProto], ranks: Mapping[str, int] | None = None
                   ) -> Callable[[Mapping[str, np.ndarray]], tuple[tuple[Any, ...], frozenset[int]]]:
     """The plan's call as one function of the inputs (a mapping with every input): it returns
     the outputs in ``output_names`` order. ``segments`` are the plan's (static ones with a
     compiled module as ``runner``, none for those whose outputs are in ``frozen``;
-    dynamic ones are written out from their models),
-    ``contents`` computes the shape values named ``computed`` from the open variables'
-    sizes (read where ``sizes`` says), ``models[k]`` is the ONNX model of dynamic segment
-    ``k``. Also returned: the positions of
-    the outputs that a static segment returns (new arrays the caller may keep as they are)."""
+    dynamic ones are written out from their models, ``models[k]`` the ONNX model of dynamic
+    segment ``k``, ``ranks`` their values' ranks at the sizes the plan was made for).
+    ``contents`` are the shape values computed from the open variables' sizes (read where
+    ``sizes`` says): name -> integer expressions of its contents, dtype, shape. Those with at
+    most one dimension are held as Python lists (or ints) where only shape operands read
+    them; an array is made only of those that something else reads. Also returned: the
+    positions of the outputs that a static segment returns (new arrays the caller may keep
+    as they are)."""
     var = Names()
     scope: dict[str, Any] = {"SplitMismatch": SplitMismatch, "_shape_mismatch": _shape_mismatch,
                              "_value_mismatch": _value_mismatch, "_segment_error": _segment_error,
-                             "_same": _same, "contents": contents}
+                             "_same": _same, "np": np}
     lines = ["def run(arrays):"]
     for name in input_names:
         lines.append(f"    {var(name)} = arrays[{name!r}]")
@@ -185,10 +240,10 @@ def build_program(segments: Sequence[Any], input_names: Sequence[str],
         if name not in input_names:
             scope[f"k{i}"] = read_only(value)
             var.bind(name, f"k{i}")
-    if contents is not None:
-        reads = ", ".join(f"{v!r}: {var(name)}.shape[{axis}]" for v, name, axis in sizes)
-        lines.append(f"    z = contents({{{reads}}})")
-        lines += [f"    {var(name)} = z[{name!r}]" for name in computed]
+    for i, (name, (_, _, shape)) in enumerate(contents.items()):
+        if len(shape) <= 1:
+            var.add_list(name, f"l{i}")
+    head, lines = lines, []
     fresh: set[str] = set()
     for k, seg in enumerate(segments):
         if seg.static and seg.runner is None:  # constants only: in ``frozen``
@@ -200,8 +255,10 @@ def build_program(segments: Sequence[Any], input_names: Sequence[str],
                           f"        raise _shape_mismatch({x!r}, {var(x)}, T{k}_{j})"]
             for j, (x, value) in enumerate(seg.baked.items()):
                 scope[f"B{k}_{j}"] = np.asarray(value).tolist()
-                lines += [f"    if not _same({var(x)}, B{k}_{j}):",
-                          f"        raise _value_mismatch({x!r}, {var(x)}, B{k}_{j})"]
+                got = var.listed(x) if np.ndim(value) <= 1 else None
+                test = f"{got} != B{k}_{j}" if got else f"not _same({var(x)}, B{k}_{j})"
+                lines += [f"    if {test}:",
+                          f"        raise _value_mismatch({x!r}, {got or var(x)}, B{k}_{j})"]
             scope[f"M{k}"] = _positional(seg.runner, seg.inputs, seg.outputs)
             args = "".join(f"{var(x)}, " for x in seg.inputs)
             outs = "".join(f"{var(o)}, " for o in seg.outputs)
@@ -210,11 +267,12 @@ def build_program(segments: Sequence[Any], input_names: Sequence[str],
             continue
         scope[f"O{k}"] = seg.info().ops
         lines.append("    try:")
-        lines += emit_nodes(models[k], scope, var, str(k), indent="        ")
+        lines += emit_nodes(models[k], scope, var, str(k), indent="        ", ranks=ranks)
         fresh.difference_update(o for n in seg.nodes for o in n.output)
         lines += ["    except Exception as e:  # noqa: BLE001 - numpy's and onnx's own errors",
                   f"        raise _segment_error(O{k}, e) from e"]
     lines.append(f"    return ({''.join(f'{var(o)}, ' for o in output_names)})")
+    lines = head + _shape_values(contents, sizes, var, scope) + lines
     try:
         exec(compile("\n".join(lines), "<tessera split plan>", "exec"), scope)  # noqa: S102
     except SyntaxError as e:  # a name the generator did not expect: say so, not half-run

@@ -1,6 +1,6 @@
-"""Symbolic sizes evaluated: Python source of TIR integer expressions, and the functions
-of the variables' sizes a dynamic module calls (the contents of shape values, the checks of
-relations between sizes), each generated once and called once per run.
+"""Symbolic sizes evaluated: Python source of TIR integer expressions (a split plan writes
+the contents of shape values with it), and the check of relations between sizes that a
+dynamic module calls, generated once and called once per run.
 """
 
 from __future__ import annotations
@@ -9,13 +9,11 @@ import itertools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
 from tessera.frontend.onnx.symbolic_shapes import Relation
 from tessera.tir import expr as E
 from tessera.tir.functor import post_order_visit
 
-__all__ = ["bounds_conflicts", "contents_function", "relations_check", "to_python",
+__all__ = ["bounds_conflicts", "relations_check", "to_python",
            "uses_any_var", "variables_of"]
 
 
@@ -73,22 +71,6 @@ def to_python(e: E.PrimExpr) -> str:
     if isinstance(e, E.Cast):
         return f"int({to_python(e.value)})"
     raise TypeError(f"no Python form for {type(e).__name__}")
-
-
-def contents_function(values: Mapping[str, tuple[tuple[E.PrimExpr, ...], np.dtype, tuple[int, ...]]]
-                      ) -> Callable[[Mapping[str, int]], dict[str, np.ndarray]]:
-    """One function that computes, from the variables' sizes, every value of ``values``
-    (name -> contents, dtype, shape): generated Python, one call per run."""
-    lines = ["def contents(s):", "    return {"]
-    constants: dict[str, Any] = {"np": np}
-    for i, (name, (contents, dtype, shape)) in enumerate(values.items()):
-        items = ", ".join(to_python(c) for c in contents)
-        constants[f"d{i}"] = np.dtype(dtype)
-        lines.append(f"        {name!r}: np.array([{items}], d{i}).reshape({tuple(shape)!r}),")
-    lines.append("    }")
-    scope: dict[str, Any] = dict(constants)
-    exec(compile("\n".join(lines), "<tessera shape contents>", "exec"), scope)  # noqa: S102
-    return scope["contents"]  # type: ignore[no-any-return]
 
 
 def relations_check(relations: Sequence[Relation]

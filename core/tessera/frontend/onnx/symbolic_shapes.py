@@ -8,10 +8,9 @@ the TIR simplifier with the variables' bounds, so ``Shape(Concat(past_k, k))[2]`
 ``past + 1`` and ``Equal(past + 1, -1)`` is false.
 
 What it is for: a value whose contents are known needs no node to compute it at run time;
-:func:`~tessera.frontend.onnx.symbolic_eval.contents_function` turns the contents of many
-values into one Python function of the variables' sizes (:mod:`tessera.runtime.split`
-evaluates a decoder step's shape arithmetic that way, once per call, instead of running its
-nodes).
+:func:`~tessera.frontend.onnx.symbolic_eval.to_python` writes contents as Python over the
+variables' sizes (a split plan, :mod:`tessera.runtime.split_program`, computes a decoder
+step's shape arithmetic that way, in its own code, instead of running its nodes).
 
 The rules follow ONNX's semantics for valid inputs (broadcasting, ``Reshape``'s 0 and -1,
 ``Slice``'s clamping). An op without a rule, or an argument whose value the rules cannot
