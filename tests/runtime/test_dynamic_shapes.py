@@ -141,6 +141,16 @@ def test_cache_counts_hits_and_evicts_the_least_recently_used() -> None:
     assert isinstance(mod.specialize(batch=2, seq=3), Module)
     with pytest.raises(tessera.errors.TesseraError, match="missing seq"):
         mod.specialize(batch=2)
+    # a hit on the most recent size keeps the order; a hit on an older one moves it last
+    mod = tessera.compile(_encoder(), "ref", max_specializations=2)
+    for batch, seq in [(1, 3), (2, 3), (2, 3), (1, 3), (3, 3)]:
+        feeds = _feeds(batch, seq)
+        reordered = {"mask": feeds["mask"], "x": feeds["x"]}  # any order of the feeds
+        np.testing.assert_allclose(mod.run(reordered, output_names=["y"])["y"],
+                                   _want(_encoder(), feeds), rtol=1e-5, atol=1e-5)
+    info = mod.cache_info()
+    assert (info.compiles, info.hits, info.evictions) == (3, 2, 1)
+    assert [(s["batch"], s["seq"]) for s in info.cached] == [(1, 3), (3, 3)]
 
 
 def test_threads_meeting_a_new_size_compile_it_once() -> None:

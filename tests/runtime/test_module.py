@@ -153,6 +153,31 @@ def test_caller_checks_its_inputs(mod, args, message):
         mod.caller(["b", "a"])(*args)
 
 
+def test_run_in_any_order_keeps_a_bounded_set_of_calls(mod, rng, monkeypatch):
+    # run() calls a generated caller per order of names it meets; more orders than it keeps
+    # start the set again, and every answer stays right
+    import tessera.runtime.module as module_py
+
+    monkeypatch.setattr(module_py, "_MAX_CALLERS", 2)
+    mod._callers.clear()
+    a = rng.standard_normal((3, 4)).astype(np.float32)
+    b = rng.integers(-5, 5, 4)
+    for feeds, names in [({"a": a, "b": b}, None), ({"b": b, "a": a}, None),
+                         ({"a": a, "b": b}, ["z", "y"]), ({"b": b, "a": a}, ["k"]),
+                         ({"a": a, "b": b}, None)]:
+        out = mod.run(feeds, output_names=names)
+        assert list(out) == (names or ["y", "z", "k"])
+        if "y" in out:
+            np.testing.assert_allclose(out["y"], np.exp(np.maximum(a, 0)), rtol=1e-6)
+        if "z" in out:
+            np.testing.assert_array_equal(out["z"], b)
+        assert len(mod._callers) <= 2
+    with pytest.raises(RunError, match="missing input"):  # not every input: run's own check
+        mod.run({"a": a})
+    with pytest.raises(RunError, match="unknown output"):
+        mod.run({"a": a, "b": b}, output_names=["nope"])
+
+
 def test_caller_names_must_be_the_modules(mod):
     with pytest.raises(RunError, match="expected every input once"):
         mod.caller(["a", "a"])

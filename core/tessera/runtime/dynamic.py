@@ -408,6 +408,11 @@ class DynamicModule(StepForm):
                 with self._lock:
                     self._split_fallbacks += 1
                 runner = self._module_for(arrays, split=False)
+        if type(runner) is Module:  # the specialisation's generated call, by position
+            fast = runner.cached_caller(self._names, None if output_names is None
+                                        else tuple(output_names))
+            if fast is not None:
+                return dict(zip(fast[1], fast[0](*arrays.values())))
         outputs = runner.run(arrays, output_names=output_names)
         assert outputs is not None
         return outputs
@@ -477,14 +482,16 @@ class DynamicModule(StepForm):
                 runner = self._split_runner(arrays, sizes, symbolic)
                 if runner is not None:
                     return runner
-        shapes = tuple(a.shape for a in arrays.values())
+        shapes = tuple([a.shape for a in arrays.values()])
         with self._lock:  # the fast path: these very shapes were bound before
             seen = self._by_shapes.get(shapes)
-            if seen is not None and seen in self._cache:
-                self._cache.move_to_end(seen)
+            entry = self._cache.get(seen) if seen is not None else None
+            if entry is not None:
                 self._hits += 1
-                module = self._last = self._cache[seen][1]
-                return module
+                if next(reversed(self._cache)) != seen:  # not the most recent already
+                    self._cache.move_to_end(seen)
+                self._last = entry[1]
+                return entry[1]
         if sizes is None:
             sizes = self._bind(arrays)
         try:
@@ -504,7 +511,8 @@ class DynamicModule(StepForm):
         names = self._names
         if len(inputs) == len(names):
             try:
-                return {n: np.asarray(inputs[n]) for n in names}
+                return {n: a if type(a := inputs[n]) is np.ndarray else np.asarray(a)
+                        for n in names}
             except KeyError:
                 pass  # the error below names what is wrong
         missing = [n for n in names if n not in inputs]
@@ -522,6 +530,9 @@ class DynamicModule(StepForm):
         """As :meth:`Module.run`: the outputs by name for ``feeds`` or keyword inputs, or, with
         neither, a run on the inputs this thread gave :meth:`set_input` (read the outputs
         with :meth:`get_output`)."""
+        if feeds is not None and not inputs and (type(feeds) is dict or
+                                                 isinstance(feeds, Mapping)):
+            return self._run(self._arrays(feeds), output_names)  # read, not copied first
         inputs = self._feeds(feeds, inputs)
         if inputs or feeds is not None:
             return self._run(self._arrays(inputs), output_names)

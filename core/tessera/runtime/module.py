@@ -32,6 +32,11 @@ from tessera.runtime.states import StatePool
 __all__ = ["Module", "module_devices"]
 
 
+#: ``Module.run`` keeps a generated call per order of input names (and output names) it
+#: meets, at most this many.
+_MAX_CALLERS = 32
+
+
 def _generated_caller(names: list[str], expected: list[tuple[str, np.dtype, tuple[int, ...]]],
                       key: tuple[tuple[str, ...], tuple[str, ...]],
                       check: Callable[[str, Any], np.ndarray], pool: StatePool
@@ -131,6 +136,9 @@ class Module:
         self._devices = planned.devices
         #: Idle execution states for ``run(**inputs)`` (see :mod:`tessera.runtime.states`).
         self.states: StatePool[Executor] = StatePool(self._new_state)
+        #: ``run``'s calls per (input names in the order given, output names): ``caller``s
+        self._callers: dict[tuple[tuple[str, ...], tuple[str, ...] | None],
+                            tuple[Callable[..., tuple[Any, ...]], list[str]]] = {}
         self._local = threading.local()
         # one state now, so that binding errors surface at compile (or load) time; a module
         # cross-compiled for a device this machine lacks has none (it can be exported)
@@ -216,7 +224,7 @@ class Module:
         many threads at once. With neither: run on the inputs this thread gave ``set_input``
         and return None (read the outputs with ``get_output``)."""
         if feeds is not None:
-            if not isinstance(feeds, Mapping):
+            if type(feeds) is not dict and not isinstance(feeds, Mapping):
                 raise RunError(f"run(feeds): feeds must be a dict of input name -> array, not "
                                f"{type(feeds).__name__} (onnxruntime's sess.run(output_names, "
                                f"feeds) is mod.run(feeds, output_names=...))")
@@ -229,7 +237,11 @@ class Module:
             return self._run_sequences(inputs, feeds is not None, output_names)
         wanted = self.signature.wanted(output_names)
         if inputs or feeds is not None:
-            arrays = self.signature.check_inputs(inputs)
+            fast = self.cached_caller(tuple(inputs), None if output_names is None
+                                      else tuple(output_names))
+            if fast is not None:  # every input once: the generated call
+                return dict(zip(fast[1], fast[0](*inputs.values())))
+            arrays = self.signature.check_inputs(inputs)  # raises: names missing or unknown
             with self.states.state() as executor:
                 for name, array in arrays.items():
                     executor.set_input(name, array)
@@ -269,6 +281,27 @@ class Module:
                      tuple(self.input_types[n].shape)) for n in names]
         key = (tuple(names), tuple(t for _, t in wanted))
         return _generated_caller(names, expected, key, check, self.states)
+
+    def cached_caller(self, input_names: tuple[str, ...],
+                      output_names: tuple[str, ...] | None = None
+                      ) -> tuple[Callable[..., tuple[Any, ...]], list[str]] | None:
+        """:meth:`caller` for these names (every output when ``output_names`` is None), made
+        once and kept, with the output names in the order it returns them: what ``run`` calls,
+        and a dynamic module for its specialisations. None when ``input_names`` are not every
+        input once, or the module has sequences (``run`` then checks and says what is
+        wrong); unknown output names raise, as in ``run``."""
+        key = (input_names, output_names)
+        fast = self._callers.get(key)
+        if fast is not None:
+            return fast
+        if self.sequences is not None or len(input_names) != len(self.input_types) or \
+                any(n not in self.input_types for n in input_names):
+            return None
+        names = [n for n, _ in self.signature.wanted(output_names)]
+        if len(self._callers) >= _MAX_CALLERS:
+            self._callers.clear()
+        fast = self._callers[key] = (self.caller(input_names, output_names), names)
+        return fast
 
     def _run_sequences(self, inputs: dict[str, Any], given: bool,
                        output_names: Sequence[str] | None) -> dict[str, Any] | None:
