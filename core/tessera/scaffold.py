@@ -237,7 +237,7 @@ from onnx import TensorProto, helper
 
 import tessera
 from tessera.plugin import get_backend
-from tessera.testing.kit import check_backend
+from tessera.testing.kit import check_backend, check_symbolic_shapes
 
 
 def _model() -> onnx.ModelProto:
@@ -269,6 +269,12 @@ def test_model_runs_with_the_composite_fused(tmp_path: Path) -> None:
     np.testing.assert_allclose(mod.run(x=x)["y"], _expected(x), rtol=1e-6)
     loaded = tessera.load(mod.export(tmp_path / "model.tar"))
     np.testing.assert_allclose(loaded.run(x=x)["y"], _expected(x), rtol=1e-6)
+
+
+def test_models_with_symbolic_shapes() -> None:
+    # compiled per size on first use, and as a split plan's compiled parts: right at each
+    result = check_symbolic_shapes("{name}")
+    assert all(result.nodes_per_size)
 '''
 
 TEST_CONFORMANCE = '''\

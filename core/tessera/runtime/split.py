@@ -77,13 +77,16 @@ SegmentCompiler = Callable[[onnx.ModelProto], Module]
 @dataclass(frozen=True)
 class SegmentInfo:
     """One segment of a split plan: ``static`` (compiled once) or dynamic (evaluated per
-    call), its node count, the ops it holds most of (``ops``, for people) and every op type
-    in it."""
+    call), its node count, the ops it holds most of (``ops``, for people), every op type in
+    it, and, for a compiled segment, how many of the nodes of its compiled module each
+    backend ran (``backend_nodes``: backend name -> count; the module's graph passes may
+    have fused or removed some)."""
 
     static: bool
     nodes: int
     ops: str
     op_types: frozenset[str] = frozenset()
+    backend_nodes: tuple[tuple[str, int], ...] = ()
 
     def __str__(self) -> str:
         return f"{'static' if self.static else 'dynamic'}: {self.nodes} nodes ({self.ops})"
@@ -107,8 +110,14 @@ class _Segment:
         for n in self.nodes:
             counts[n.op_type] = counts.get(n.op_type, 0) + 1
         top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:4]
+        ran: dict[str, int] = {}
+        report = getattr(self.runner, "partition_report", None)
+        if report is not None:
+            for region in report().regions:
+                ran[region.backend] = ran.get(region.backend, 0) + len(region.nodes)
         return SegmentInfo(self.static, len(self.nodes),
-                           ", ".join(f"{op} x{c}" for op, c in top), frozenset(counts))
+                           ", ".join(f"{op} x{c}" for op, c in top), frozenset(counts),
+                           tuple(sorted(ran.items())))
 
 
 def widen_inputs(arrays: Mapping[str, np.ndarray], specs: Sequence[InputSpec],

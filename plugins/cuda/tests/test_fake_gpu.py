@@ -179,3 +179,13 @@ def test_a_tuning_candidate_unloads_its_module_when_dropped(fake_gpu) -> None:  
     del candidate
     gc.collect()
     assert fake_gpu.live() == before
+
+
+def test_models_with_symbolic_shapes_specialise_on_first_use(fake_gpu) -> None:  # noqa: ANN001
+    # the kit's check: regions compiled per size on first use (a cache with hits), and as a
+    # split plan's compiled parts, each right against the reference
+    from tessera.testing.kit import check_symbolic_shapes
+
+    result = check_symbolic_shapes("cuda")
+    assert all(result.nodes_per_size) and result.split_nodes > 0
+    assert (result.compiles, result.hits) == (3, 3)

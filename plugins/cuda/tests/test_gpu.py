@@ -165,6 +165,13 @@ def test_symbolic_shapes_specialise_and_split_on_the_gpu() -> None:
         assert mod.cache_info().compiles == (3 if not options else 2)
 
 
+def test_the_kits_symbolic_shapes_check_on_the_gpu() -> None:
+    from tessera.testing.kit import check_symbolic_shapes
+
+    result = check_symbolic_shapes("cuda")
+    assert all(result.nodes_per_size) and result.split_nodes > 0
+
+
 def test_control_flow_bodies_run_on_the_gpu() -> None:
     # If, Loop and Scan run by the controlflow backend around bodies compiled for cuda: the
     # bodies' matrix products run on the GPU, each call against onnxruntime

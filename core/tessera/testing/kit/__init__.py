@@ -9,6 +9,9 @@
   claimed-only mode: each case counts only if the backend ran some of its nodes, the nodes it
   ran are counted per backend, a case of an op it claims but whose nodes it did not take fails,
   and known failures come from a baseline file of the backend's own;
+- :func:`check_symbolic_shapes` compiles two small models with symbolic dimensions for
+  the backend's target (specialised per size on first use, and split with the cache length
+  open) and checks them against onnx's reference at several sizes;
 - ``pytest_plugins = ["tessera.testing.kit.pytest_plugin"]`` in a ``conftest.py`` makes
   contract warnings errors during the tests and prints the per-backend counts at the end.
 """
@@ -22,6 +25,8 @@ from tessera.testing.kit.node_conformance import (
     session_tally,
 )
 from tessera.testing.kit.registration import RegisteredBackend, register_backend
+from tessera.testing.kit.symbolic import SymbolicShapesResult, check_symbolic_shapes
 
-__all__ = ["ClaimedResult", "NodeConformance", "RegisteredBackend", "Tally", "check_backend",
-           "check_compiled", "register_backend", "session_tally", "strict_contracts"]
+__all__ = ["ClaimedResult", "NodeConformance", "RegisteredBackend", "SymbolicShapesResult",
+           "Tally", "check_backend", "check_compiled", "check_symbolic_shapes",
+           "register_backend", "session_tally", "strict_contracts"]
