@@ -37,7 +37,7 @@ __all__ = ["Module", "module_devices"]
 _MAX_CALLERS = 32
 
 
-def _generated_caller(names: list[str], expected: list[tuple[str, np.dtype, tuple[int, ...]]],
+def _generated_caller(expected: list[tuple[str, np.dtype, tuple[int, ...]]],
                       key: tuple[tuple[str, ...], tuple[str, ...]],
                       check: Callable[[str, Any], np.ndarray], pool: StatePool
                       ) -> Callable[..., tuple[Any, ...]]:
@@ -45,6 +45,7 @@ def _generated_caller(names: list[str], expected: list[tuple[str, np.dtype, tupl
     of type, dtype and shape (``check`` for the others: it converts or raises), then a state
     of ``pool`` and its bound setters and getters, with no loop or lookup by name."""
     count = len(expected)
+    names = [name for name, _, _ in expected]
     scope: dict[str, Any] = {"ndarray": np.ndarray, "check": check, "acquire": pool.acquire,
                              "release": pool.release, "RunError": RunError, "key": key,
                              "count_error": f"expected {count} inputs ({', '.join(names)}), got "}
@@ -280,7 +281,7 @@ class Module:
         expected = [(n, np.dtype(self.input_types[n].dtype.numpy),
                      tuple(self.input_types[n].shape)) for n in names]
         key = (tuple(names), tuple(t for _, t in wanted))
-        return _generated_caller(names, expected, key, check, self.states)
+        return _generated_caller(expected, key, check, self.states)
 
     def cached_caller(self, input_names: tuple[str, ...],
                       output_names: tuple[str, ...] | None = None

@@ -55,7 +55,7 @@ EXPAND_COPY_LIMIT = 1 << 16
 
 def _expand(x: np.ndarray, shape: Any) -> np.ndarray:
     """ONNX ``Expand``: numpy broadcasting of ``x`` and ``shape`` (either may be the longer)."""
-    target = shape if type(shape) is list else _ints(shape)
+    target = _ints(shape)
     if len(target) >= x.ndim and math.prod(target) <= EXPAND_COPY_LIMIT:
         # the usual case, ``x`` broadcast to ``shape`` itself: the copy is numpy's check
         # (an array that does not fit raises; target's negative sizes too)
@@ -82,6 +82,15 @@ def _reshape(x: np.ndarray, shape: Any) -> np.ndarray:
     return x.reshape([x.shape[i] if d == 0 else d for i, d in enumerate(target)])
 
 
+def _inserted_axes(axes: list[int], rank: int) -> list[int] | None:
+    """``axes`` of a result of ``rank`` dimensions, non-negative and sorted; None when one
+    repeats or lies outside."""
+    norm = sorted(a + rank if a < 0 else a for a in axes)
+    if len(set(norm)) != len(norm) or any(not 0 <= a < rank for a in norm):
+        return None
+    return norm
+
+
 def _with_ones(x: np.ndarray, axes: list[int]) -> tuple[np.ndarray, ...]:
     """``x`` with 1s inserted at ``axes`` of the result (a reshape: ``np.expand_dims``
     without its argument normalisation)."""
@@ -93,8 +102,8 @@ def _with_ones(x: np.ndarray, axes: list[int]) -> tuple[np.ndarray, ...]:
             raise _Unwritten  # the reference's error
         shape.insert(a, 1)
         return (x.reshape(shape),)
-    norm = sorted(a + rank if a < 0 else a for a in axes)
-    if len(set(norm)) != len(norm) or any(not 0 <= a < rank for a in norm):
+    norm = _inserted_axes(axes, rank)
+    if norm is None:
         raise _Unwritten
     for a in norm:
         shape.insert(a, 1)
@@ -236,8 +245,8 @@ def _unsqueeze_index(rank: int, axes: list[int]) -> str | None:
     """The indexing text (``:, None``) that inserts 1s at ``axes`` into an array of ``rank``
     dimensions (a view, as reshape's), or None when the axes do not fit."""
     out = rank + len(axes)
-    norm = {a + out if a < 0 else a for a in axes}
-    if len(norm) != len(axes) or any(not 0 <= a < out for a in norm):
+    norm = _inserted_axes(axes, out)
+    if norm is None:
         return None
     parts = ["None" if i in norm else ":" for i in range(out)]
     while parts and parts[-1] == ":":

@@ -110,11 +110,8 @@ class _Segment:
         for n in self.nodes:
             counts[n.op_type] = counts.get(n.op_type, 0) + 1
         top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:4]
-        ran: dict[str, int] = {}
         report = getattr(self.runner, "partition_report", None)
-        if report is not None:
-            for region in report().regions:
-                ran[region.backend] = ran.get(region.backend, 0) + len(region.nodes)
+        ran = report().backend_counts() if report is not None else {}
         return SegmentInfo(self.static, len(self.nodes),
                            ", ".join(f"{op} x{c}" for op, c in top), frozenset(counts),
                            tuple(sorted(ran.items())))
