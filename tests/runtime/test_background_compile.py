@@ -125,3 +125,41 @@ def test_profile_waits_for_the_compiled_module() -> None:
     mod = tessera.compile(_model(), TARGET, background_compile=True)
     profile = mod.profile(x=_x(2, 5))
     assert profile.kernels and mod.cache_info().compiles == 1
+
+
+def test_at_exit_queued_compiles_are_abandoned_and_the_running_one_ends() -> None:
+    """What the atexit hook does (tests/runtime/test_exit_while_compiling.py runs the real
+    exit): the compile under way finishes, the queued ones fail as abandoned, and later calls
+    at new sizes are evaluated without starting a compile."""
+    model = _model()
+    want = ReferenceEvaluator(model)
+    specs = (InputSpec("x", ("batch", "seq", 8), DType.float32),)
+    started, release = threading.Event(), threading.Event()
+    compiled: list[list[int]] = []
+
+    def specializer(shapes: dict[str, list[int]]) -> tessera.Module:
+        started.set()
+        release.wait(30)
+        compiled.append(shapes["x"])
+        return tessera.compile(model, "ref", input_shapes=shapes)
+
+    mod = DynamicModule(ShapeVars(specs, {}), ["y"], specializer, "ref",
+                        evaluator=lambda: model_evaluator(model), background_compile=True)
+    for seq in (1, 2, 3):
+        mod.run(x=_x(1, seq))
+    assert started.wait(30)
+    pending = dict(mod._pending)
+    stopper = threading.Thread(target=mod._stop_background)
+    stopper.start()
+    release.set()
+    stopper.join(30)
+    assert not stopper.is_alive()
+    assert compiled == [[1, 1, 8]]  # the one under way ended; the others never started
+    abandoned = [f for f in pending.values() if f.exception() is not None]
+    assert len(abandoned) == 2
+    assert "abandoned: the process is exiting" in str(abandoned[0].exception())
+    assert mod.wait_compiles(timeout=1)
+    x = _x(1, 4)
+    np.testing.assert_allclose(mod.run(x=x)["y"], want.run(None, {"x": x})[0],
+                               rtol=1e-5, atol=1e-6)
+    assert compiled == [[1, 1, 8]] and mod.cache_info().pending == 0

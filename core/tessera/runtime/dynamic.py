@@ -20,14 +20,21 @@ sizes, and a call whose sizes break the split plan's checks runs specialised ins
 Thread safety: the cache is guarded by a lock; two threads that meet the same new sizes at
 once compile them once (the second waits for the first), threads at different sizes compile
 in parallel, and each specialised module is itself safe from many threads.
+
+At exit, background compiles stop safely (:func:`_stop_background_compiles`, run by
+``atexit``): the queued ones are abandoned, the one under way finishes (or stops at its
+backend's next native call, :class:`~tessera.plugin.native_lock.NativeLock`), and calls made
+meanwhile are evaluated; a process never dies because it exited while compiling.
 """
 
 from __future__ import annotations
 
+import atexit
 import queue
 import threading
 import time
 import warnings
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
@@ -48,6 +55,19 @@ from tessera.runtime.split import SplitMismatch, SplitModule
 from tessera.runtime.step_form import StepForm
 
 __all__ = ["DEFAULT_MAX_SPECIALIZATIONS", "DynamicModule", "SpecializationStats"]
+
+#: Modules whose background compiler thread has started (stopped at exit).
+_WITH_WORKERS: weakref.WeakSet[DynamicModule] = weakref.WeakSet()
+
+
+def _stop_background_compiles() -> None:
+    """At exit: stop every module's background compiles (:meth:`DynamicModule._stop_background`)
+    before the interpreter and the C runtime tear down what a compile is using."""
+    for module in list(_WITH_WORKERS):
+        module._stop_background()
+
+
+atexit.register(_stop_background_compiles)
 
 #: Specialised modules a :class:`DynamicModule` keeps by default (each holds its own code and
 #: its backends' packed weights: a bigger cache costs memory).
@@ -173,6 +193,8 @@ class DynamicModule(StepForm):
         self._evaluator = evaluator
         self._evaluated_runner: _Evaluated | None = None
         self._queue: queue.Queue[Any] | None = None
+        self._worker: threading.Thread | None = None
+        self._closing = False  # the process is exiting: no new background compile starts
         self._failed: dict[tuple[int, ...], Exception] = {}  # background compiles that failed
         self._evaluated = 0
         if self.background_compile and evaluator is not None:
@@ -297,13 +319,18 @@ class DynamicModule(StepForm):
             if failed is not None:
                 raise failed
             pending = self._pending.get(key)
-            if pending is None:
+            closing = pending is None and background and self._closing
+            if closing:
+                self._evaluated += 1
+            elif pending is None:
                 future: Future[Runner] = Future()
                 self._pending[key] = future
             elif background:
                 self._evaluated += 1
             else:
                 self._hits += 1
+        if closing:  # the process is exiting: evaluate, compile nothing more
+            return self._evaluator_runner()
         if pending is not None:
             if background:  # being compiled in the background: evaluate meanwhile
                 return self._evaluator_runner()
@@ -358,18 +385,46 @@ class DynamicModule(StepForm):
         with self._lock:
             if self._queue is None:
                 self._queue = queue.Queue()
-                worker = threading.Thread(target=self._background_worker, args=(self._queue,),
-                                          name="tessera-compile", daemon=True)
-                worker.start()
+                self._worker = threading.Thread(target=self._background_worker,
+                                                args=(self._queue,), name="tessera-compile",
+                                                daemon=True)
+                _WITH_WORKERS.add(self)
+                self._worker.start()
             return self._queue
 
     def _background_worker(self, jobs: queue.Queue[Any]) -> None:
         while True:
             job = jobs.get()
             try:
+                if job is None:  # _stop_background: the process is exiting
+                    return
                 self._build(*job, background=True)
             finally:
                 jobs.task_done()
+
+    def _stop_background(self) -> None:
+        """Abandon the queued background compiles (their futures fail with a RunError), let
+        the one under way end and stop the worker; later calls at new sizes are evaluated."""
+        with self._lock:
+            self._closing = True
+            jobs, worker = self._queue, self._worker
+            abandoned = []
+            while jobs is not None:
+                try:
+                    job = jobs.get_nowait()
+                except queue.Empty:
+                    break
+                jobs.task_done()
+                if job is not None:
+                    del self._pending[job[0]]
+                    abandoned.append(job)
+        for key, sizes, _split, future, _symbolic in abandoned:
+            future.set_exception(RunError(f"the background compile for "
+                                          f"{ShapeVars.text(sizes)} was abandoned: the "
+                                          f"process is exiting"))
+        if jobs is not None and worker is not None:
+            jobs.put(None)
+            worker.join()
 
     def wait_compiles(self, timeout: float | None = None) -> bool:
         """Wait until the background compiles started so far are done (True), or ``timeout``
