@@ -418,7 +418,7 @@ class DynamicModule(StepForm):
                 if job is not None:
                     del self._pending[job[0]]
                     abandoned.append(job)
-        for key, sizes, _split, future, _symbolic in abandoned:
+        for _key, sizes, _split, future, _symbolic in abandoned:
             future.set_exception(RunError(f"the background compile for "
                                           f"{ShapeVars.text(sizes)} was abandoned: the "
                                           f"process is exiting"))
