@@ -42,6 +42,7 @@ from tessera.runtime.partitioned import PartitionedModel
 from tessera.runtime.planner import plan_module
 from tessera.runtime.split import SplitModule, model_evaluator, plan_split
 from tessera.runtime.staged import StagedModule, compile_staged
+from tessera.runtime.staging import data_dependent_nodes, freeze_model, plan_stages
 from tessera.runtime.subgraph import ModuleSubgraph
 from tessera.tir.expr import IntImm
 
@@ -68,7 +69,11 @@ def compile(model: ModelSource | Function, target: str | None = "auto",
     cfg = merge_config(CompileConfig, config, settings, "compile()")
     if not isinstance(model, Function):
         _pass_manager(cfg)  # the settings and the target are checked before the import
-        resolve_target(target)
+        backends = resolve_target(target)
+        forms = cfg.code_forms()
+        if forms:  # at once, for every kind of model (a symbolic one compiles later)
+            _check_code_forms(forms, [b for b, _ in backends],
+                              ", ".join(str(k) for _, k in backends))
         proto = load_onnx(model)
         specs = model_input_specs(proto, cfg.input_shapes, cfg.freeze_inputs)
         staged = compile_staged(proto, target, cfg, compile)  # data-dependent output shapes
@@ -259,12 +264,41 @@ def partition_model(model: ModelSource | Function, target: str | None = "auto",
     backends = resolve_target(target)
     manager = _pass_manager(cfg)
     fallbacks = fallback_backends()
+    note = ""
+    if not isinstance(model, Function):
+        model, note = _first_stage(load_onnx(model), cfg)
+        if note:
+            say(note)
+            cfg = dataclasses.replace(cfg, input_shapes=None, freeze_inputs=None)
     result = _import_and_partition(model, cfg.input_shapes, cfg.freeze_inputs, manager,
                                    backends, fallbacks, say)
     say("estimating memory from the partitioned graph")
-    return PartitionedModel(result, _used_backends(backends, fallbacks),
-                            ", ".join(str(k) for _, k in backends), manager.timings,
-                            dict(cfg.devices or {}))
+    partitioned = PartitionedModel(result, _used_backends(backends, fallbacks),
+                                   ", ".join(str(k) for _, k in backends), manager.timings,
+                                   dict(cfg.devices or {}))
+    partitioned.note = note
+    return partitioned
+
+
+def _first_stage(proto: onnx.ModelProto, cfg: CompileConfig) -> tuple[onnx.ModelProto, str]:
+    """``(proto, "")``, or for a model with data-dependent output shapes (NonZero of a
+    run-time value, ...) its stage 1, the part compiled once (:mod:`tessera.runtime.staging`;
+    the input shapes and frozen inputs applied), and a note that says so: what follows the
+    data-dependent nodes has shapes only a run knows."""
+    frozen = freeze_model(proto, cfg.input_shapes, cfg.freeze_inputs)
+    found = data_dependent_nodes(frozen)
+    if not found:
+        return proto, ""
+    names = ", ".join(f"{n.name or n.output[0]!r} ({n.op_type})" for n in found)
+    plan = plan_stages(frozen)
+    if plan.stage1 is None:
+        raise TesseraError(f"the model's data-dependent nodes ({names}) read its inputs "
+                           f"directly: nothing compiles before them, and what follows them is "
+                           f"partitioned per shape at run time (tessera.compile gives a "
+                           f"StagedModule; its partition_report() after a run shows it)")
+    return plan.stage1, (f"data-dependent output shapes at {names}: the partition of stage 1, "
+                         f"the part before them; what follows is partitioned per shape at run "
+                         f"time")
 
 
 def _pass_manager(cfg: CompileConfig) -> PassManager:

@@ -19,6 +19,7 @@ import tessera
 from tessera.autotune.knobspace import Conditions, KnobSpace
 from tessera.errors import TesseraError
 from tessera.runtime.dynamic import DynamicModule
+from tessera.runtime.staged import StagedModule
 
 __all__ = ["Task", "extract_tasks", "tasks_of_module"]
 
@@ -58,7 +59,9 @@ class Task:
 
 def tasks_of_module(module: Any) -> list[Task]:
     """The tasks of a compiled module (its regions' schedule reports), heaviest first
-    (weight times work)."""
+    (weight times work): of the module :func:`static_module` picks (a TesseraError for a
+    module with symbolic input dimensions)."""
+    module = static_module(module)
     tasks: dict[tuple[str, str], Task] = {}
     model = getattr(module, "model", None)  # a Module's typed compiled model
     kinds = {r.name: str(r.kind) for r in model.regions} if model is not None else {}
@@ -91,10 +94,19 @@ def extract_tasks(model: Any, target: str | None = "auto", **compile_args: Any) 
 
 
 def static_module(module: Any) -> Any:
-    """``module`` if its shapes are fixed; for a model whose inputs keep symbolic dimensions a
+    """The module whose kernels are tuned: ``module`` if its shapes are fixed; the stage
+    compiled once of a staged model (the part before its data-dependent nodes; the rest
+    compiles per shape at run time, each workload taking the nearest tuned size's knobs);
+    for a model whose inputs keep symbolic dimensions a
     :class:`~tessera.errors.TesseraError` asking for the sizes to tune at (kernels are tuned
     per size; a dynamic module compiled with the records applies them at every size, each
     workload taking the nearest tuned size's knobs)."""
+    if isinstance(module, StagedModule):
+        if module.stage1 is None:
+            raise TesseraError(f"nothing of this model compiles before its data-dependent "
+                               f"nodes ({module.host_text()}), and what follows them compiles "
+                               f"per shape at run time: there is no fixed-shape part to tune")
+        return static_module(module.stage1)
     if isinstance(module, DynamicModule):
         raise TesseraError(f"the model has symbolic input dimensions "
                            f"({module.shape_vars.describe()}); tune it at a size it runs at: "

@@ -216,7 +216,12 @@ def tune(model: Any, target: str | None = "auto", output: str | Path = "tuning.j
     if cfg.ray_address is not None:
         require_ray()  # before compiling: a missing extra is said at once
 
-    module = static_module(tessera.compile(model, target=target, input_shapes=cfg.input_shapes))
+    compiled = tessera.compile(model, target=target, input_shapes=cfg.input_shapes)
+    module = static_module(compiled)
+    if module is not compiled and progress is not None:
+        print(f"tuning the part of the model compiled once (before its data-dependent nodes, "
+              f"{compiled.host_text()}); what follows them compiles per shape at run time "
+              f"and takes the nearest tuned workload's knobs", file=progress)
     if module.missing_devices and cfg.ray_address is None:
         # every candidate would fail to run: say so once instead of once per trial
         raise TesseraError(f"cannot tune for {module.target!r} here: {module.missing_devices}; "

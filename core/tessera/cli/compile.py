@@ -27,9 +27,13 @@ from tessera.errors import PassError
 from tessera.frontend.onnx.importer import ARTIFACT, tar_kind
 from tessera.passes import check_pass_switches, default_passes
 from tessera.runtime.dynamic import DynamicModule
+from tessera.runtime.staged import StagedModule
 
 if TYPE_CHECKING:
     from tessera.api import Module
+
+    #: What ``tessera.compile`` and ``tessera.load`` give: a static, symbolic or staged model.
+    AnyModule = Module | DynamicModule | StagedModule
 
 #: Flags that only matter when a model is compiled (ignored, with a warning, for a .tar).
 COMPILE_FLAGS = ("target", "input_shapes", "opt_level", "pass_config", "disabled_pass",
@@ -184,7 +188,7 @@ def is_artifact(path: Path) -> bool:
     return path.suffix == ".tar" or tarfile.is_tarfile(path)
 
 
-def compile_model(path: Path, args: argparse.Namespace) -> Module | DynamicModule:
+def compile_model(path: Path, args: argparse.Namespace) -> AnyModule:
     """Compile the ONNX model at ``path`` with the options in ``args``."""
     kwargs = compile_kwargs(args)
     model: Any = str(path)
@@ -200,7 +204,7 @@ def compile_model(path: Path, args: argparse.Namespace) -> Module | DynamicModul
     return module
 
 
-def load_or_compile(path_text: str, args: argparse.Namespace) -> Module | DynamicModule:
+def load_or_compile(path_text: str, args: argparse.Namespace) -> AnyModule:
     """Load an exported ``.tar`` or compile an ONNX model, as ``run`` and ``inspect`` accept."""
     path = check_model_file(path_text)
     if not is_artifact(path):
@@ -219,7 +223,7 @@ def format_type(tensor_type: Any) -> str:
     return f"{tensor_type.dtype}[{dims}]"
 
 
-def summary(module: Module | DynamicModule) -> str:
+def summary(module: AnyModule) -> str:
     """Target, inputs and outputs of a module, a few lines."""
     if isinstance(module, DynamicModule):
         opened = ", ".join(module.symbolic) + (" and any variable seen at three sizes"
@@ -231,6 +235,12 @@ def summary(module: Module | DynamicModule) -> str:
                           f"inputs:  {module.shape_vars.describe()}",
                           f"outputs: {module.describe_outputs()}",
                           *split, str(module.cache_info())])
+    if isinstance(module, StagedModule):
+        return "\n".join([f"target:  {module.target}",
+                          f"inputs:  {module.shape_vars.describe()}",
+                          f"outputs: {', '.join(module.output_names)}",
+                          f"staged:  data-dependent output shapes; {module.host_text()} run on "
+                          f"the host at each call, what follows compiles per shape"])
     inputs = ", ".join(f"{name} {format_type(t)}" for name, t in module.input_types.items())
     lines = [f"target:  {module.target}",
              f"inputs:  {inputs}",
@@ -249,7 +259,7 @@ def summary(module: Module | DynamicModule) -> str:
     return "\n".join(lines)
 
 
-def reports(module: Module | DynamicModule) -> str:
+def reports(module: AnyModule) -> str:
     """The partition table and the memory plan, as ``compile`` and ``inspect`` print them (of
     the specialisation compiled last, for a module with symbolic shapes)."""
     if isinstance(module, DynamicModule):
@@ -260,6 +270,8 @@ def reports(module: Module | DynamicModule) -> str:
         sizes, module = cached[-1]
         head = f"specialisation {', '.join(f'{v}={n}' for v, n in sizes.items())}:\n"
         return f"{head}{module.partition_report()}\n\n{module.memory_report()}"
+    if isinstance(module, StagedModule):
+        return f"{module.describe()}\n\n{module.partition_report()}\n\n{module.memory_report()}"
     return f"{module.partition_report()}\n\n{module.memory_report()}"
 
 

@@ -31,10 +31,12 @@ from tessera.cli.compile import (
     summary,
 )
 from tessera.cli.quantize import read_calibration
+from tessera.cli.shapes import ArgumentError
 from tessera.ir.symbolic import ShapeVars
 from tessera.ir.types import human_bytes
 from tessera.runtime.dynamic import DynamicModule
 from tessera.runtime.partitioned import PartitionedModel
+from tessera.runtime.staged import StagedModule
 
 if TYPE_CHECKING:
     from tessera.runtime.module import Module
@@ -76,25 +78,41 @@ def run_inspect(args: argparse.Namespace) -> int:
     print()
     print(reports(module))
     if isinstance(module, PartitionedModel):
+        if module.note:
+            print(f"\n({module.note})")
         print("\nkernels: not generated (--compile compiles the regions and shows them)")
     else:
         print(f"\n{kernel_report(module)}")
+    graph = _pictured(module) if args.dot or args.html else None
     if args.dot or args.html:
         # local import: tessera.drawing adds ~11 ms to every CLI start; only --dot/--html use it
         from tessera.drawing import to_dot, to_html
     if args.dot:
         Path(args.dot).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.dot).write_text(to_dot(module.graph))
+        Path(args.dot).write_text(to_dot(graph))
         print(f"\npartition picture written to {args.dot}")
     if args.html:
         Path(args.html).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.html).write_text(to_html(module.graph, title=Path(args.model).name,
+        Path(args.html).write_text(to_html(graph, title=Path(args.model).name,
                                            report=module.partition_report()), encoding="utf-8")
         print(f"\npartition page written to {args.html}")
     return 0
 
 
-def _inspected(args: argparse.Namespace) -> Module | PartitionedModel:
+def _pictured(module: Any) -> Any:
+    """The partitioned graph to draw: the module's, or a staged module's stage 1 (what
+    follows its data-dependent nodes has a graph per shape)."""
+    if isinstance(module, StagedModule):
+        if module.stage1 is None:
+            raise ArgumentError(f"--dot/--html: nothing of this model compiles before its "
+                                f"data-dependent nodes ({module.host_text()}); what follows "
+                                f"them is partitioned per shape at run time")
+        progress("the picture shows stage 1, the part before the data-dependent nodes")
+        return _pictured(module.stage1)
+    return module.graph
+
+
+def _inspected(args: argparse.Namespace) -> Module | StagedModule | PartitionedModel:
     """The loaded or compiled module (a ``.tar``; ``--compile``, or the flags that only
     matter to code: ``--dump-code``, ``--tuning-records``), else the partitioned model, with
     no code generated."""
@@ -155,11 +173,28 @@ def _open_dims_as_one(path: Path, given: dict[str, Any] | None) -> dict[str, Any
     return shapes or given
 
 
-def kernel_report(module: Module) -> str:
+def _compiled_regions(module: Any, prefix: str = "") -> dict[str, Any]:
+    """Region name -> compiled region of a module; of a staged module's stage 1 and of its
+    rest's specialisation used last (``stage1/...``, ``rest/...``)."""
+    if isinstance(module, StagedModule):
+        regions = _compiled_regions(module.stage1, f"{prefix}stage1/") \
+            if module.stage1 is not None else {}
+        rest = module.rest
+        if isinstance(rest, DynamicModule):
+            cached = rest.specializations()
+            rest = cached[-1][1] if cached else None
+        if rest is not None:
+            regions.update(_compiled_regions(rest, f"{prefix}rest/"))
+        return regions
+    return {f"{prefix}{name}": cr for name, cr in module.compiled.items()}
+
+
+def kernel_report(module: Module | StagedModule) -> str:
     """Per compiled region: its kernels, and the sizes and times its backend reports."""
-    width = max([len(name) for name in module.compiled] + [12])
+    compiled = _compiled_regions(module)
+    width = max([len(name) for name in compiled] + [12])
     lines = [f"{'region':<{width}}  kernels  backend facts"]
-    for name, cr in module.compiled.items():
+    for name, cr in compiled.items():
         facts = ", ".join(fact for k, v in cr.info.items() if (fact := _fact(k, v)))
         lines.append(f"{name:<{width}}  {len(cr.kernels):>7}  {facts}")
     return "\n".join(lines)

@@ -100,6 +100,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         except KeyboardInterrupt:
             print("error: interrupted", file=sys.stderr)
             return 130
+        except Exception as e:  # noqa: BLE001 - a bug: one line, the traceback on request
+            if args is not None and getattr(args, "verbose", False):
+                traceback.print_exception(e, file=sys.stderr)
+                return _fail(f"internal error in tessera {args.command}: "
+                             f"{type(e).__name__}: {e}")
+            where = f" {args.command}" if args is not None else ""
+            return _fail(f"internal error in tessera{where}: {type(e).__name__}: {e} (a bug "
+                         f"in Tessera or a plugin; tessera{where} --verbose shows the "
+                         f"traceback)")
 
 
 def _closed_stdout() -> int:

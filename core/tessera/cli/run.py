@@ -26,6 +26,7 @@ from tessera.cli.compile import (
 from tessera.cli.shapes import ArgumentError
 from tessera.errors import TesseraError
 from tessera.ir.symbolic import ShapeVars
+from tessera.plugin.manager import get_backends
 from tessera.plugin.target import Target
 from tessera.runtime.dynamic import DynamicModule
 from tessera.runtime.module import Module
@@ -127,22 +128,26 @@ def gather_inputs(module: Any, args: argparse.Namespace,
     any it lacks."""
     if given is None:
         given = read_inputs(args)
-    unknown = sorted(set(given) - set(module.input_types))
+    specs = module.input_specs
+    unknown = sorted(set(given) - set(specs))
     if unknown:
         warnings.warn(f"--inputs: ignoring {_names(unknown)} of {args.inputs}, not "
                       f"{'an input' if len(unknown) == 1 else 'inputs'} of the model (its inputs: "
-                      f"{', '.join(module.input_types)})", stacklevel=2)
+                      f"{', '.join(specs)})", stacklevel=2)
     rng = np.random.default_rng(args.seed)
     inputs: dict[str, np.ndarray] = {}
-    for name, tensor_type in module.input_types.items():
+    for name, spec in specs.items():
         if name in given:
             inputs[name] = given[name]
-        else:
-            if args.inputs is not None:
-                progress(f"input {name!r} not in {args.inputs}; using --fill-mode "
-                         f"{args.fill_mode}")
-            inputs[name] = make_input(tuple(tensor_type.shape), tensor_type.dtype.numpy,
-                                      args.fill_mode, rng)
+            continue
+        if not all(isinstance(d, int) for d in spec.dims):
+            raise ArgumentError(f"input {spec} has symbolic dimensions: give it with --inputs "
+                                f"(--fill-mode needs a size)")
+        if args.inputs is not None:
+            progress(f"input {name!r} not in {args.inputs}; using --fill-mode "
+                     f"{args.fill_mode}")
+        inputs[name] = make_input(tuple(int(d) for d in spec.dims), spec.dtype.numpy,
+                                  args.fill_mode, rng)
     return inputs
 
 
@@ -203,8 +208,9 @@ def roofline_reports(module: Any, profile: Profile) -> list[str]:
     except TesseraError:
         return []
     reports = []
+    backends = getattr(module, "backends", None) or get_backends()  # staged: the registry's
     for name in sorted({k.backend for k in profile.kernels if k.flops > 0}):
-        backend, kind = module.backends.get(name), target.kind(name)
+        backend, kind = backends.get(name), target.kind(name)
         peak = backend.peak_gflops(kind) if backend is not None and kind is not None else None
         if peak is not None:
             gflops, description = peak

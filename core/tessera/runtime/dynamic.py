@@ -226,6 +226,11 @@ class DynamicModule(StepForm):
         return {s.name: s for s in self.shape_vars.inputs}
 
     @property
+    def input_names(self) -> list[str]:
+        """The inputs' names, in order."""
+        return list(self._names)
+
+    @property
     def variables(self) -> list[str]:
         return self.shape_vars.variables
 

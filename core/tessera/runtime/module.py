@@ -18,6 +18,7 @@ import numpy as np
 
 from tessera.errors import RunError
 from tessera.ir.graph import Function
+from tessera.ir.symbolic import InputSpec
 from tessera.partition.report import PartitionReport
 from tessera.plugin.backend import Backend, CompiledRegion, CompileOptions
 from tessera.runtime.artifact import export_model
@@ -150,6 +151,17 @@ class Module:
         """With tuning records: how many schedules came from them and how many kept their
         template's defaults (over the regions whose backends report it); None without."""
         return self.model.tuning_summary()
+
+    @property
+    def input_names(self) -> list[str]:
+        """The inputs' names, in order."""
+        return list(self.input_types)
+
+    @property
+    def input_specs(self) -> dict[str, InputSpec]:
+        """Input name -> its shape and dtype, as :class:`~tessera.runtime.dynamic.DynamicModule`
+        and :class:`~tessera.runtime.staged.StagedModule` say theirs (fixed sizes here)."""
+        return {n: InputSpec(n, tuple(t.shape), t.dtype) for n, t in self.input_types.items()}
 
     @property
     def missing_devices(self) -> str | None:

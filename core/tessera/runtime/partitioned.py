@@ -41,6 +41,9 @@ class PartitionedModel:
         self.output_names: list[str] = partitioned.output_names
         self.input_types: dict[str, TensorType] = partitioned.input_types
         self.plan, self.memory = estimate_memory(partitioned, backends, devices)
+        #: what the partition covers when it is not the whole model (a staged model's
+        #: stage 1), else ""
+        self.note = ""
 
     def partition_report(self) -> PartitionReport:
         return self.report

@@ -71,13 +71,8 @@ class Signature:
         return {name: self.check_input(name, value) for name, value in inputs.items()}
 
     def random_input(self, name: str, rng: np.random.Generator) -> np.ndarray:
-        """Random data for input ``name`` (for measuring): normal floats, 0/1 otherwise."""
-        t = self.inputs[name]
-        if t.dtype.is_float:
-            return rng.standard_normal(t.shape).astype(t.dtype.numpy)
-        if t.dtype.value == "bool":
-            return rng.integers(0, 2, t.shape).astype(bool)
-        return rng.integers(0, 2, t.shape).astype(t.dtype.numpy)
+        """Random data for input ``name`` (for measuring): :func:`random_tensor`."""
+        return random_tensor(self.inputs[name], rng)
 
     # -- outputs --------------------------------------------------------------------------------
     def output_tensor(self, index: int | str) -> str:
@@ -126,3 +121,12 @@ class Signature:
                    else type(out).__name__)
             raise RunError(f"output {index!r}: out must be a writable C-contiguous "
                            f"{np.dtype(dtype)} array of shape {list(shape)}, got {got}")
+
+
+def random_tensor(t: TensorType, rng: np.random.Generator) -> np.ndarray:
+    """Random data of type ``t`` for measuring a model: normal floats, 0/1 otherwise."""
+    if t.dtype.is_float:
+        return rng.standard_normal(t.shape).astype(t.dtype.numpy)
+    if t.dtype.value == "bool":
+        return rng.integers(0, 2, t.shape).astype(bool)
+    return rng.integers(0, 2, t.shape).astype(t.dtype.numpy)

@@ -39,7 +39,11 @@ from tessera.errors import CompileError, RunError, TesseraError
 from tessera.frontend.onnx.importer import check_onnx_model
 from tessera.frontend.onnx.input_specs import model_input_specs
 from tessera.ir.symbolic import InputSpec, ShapeVars
-from tessera.runtime.profiler import BenchmarkResult
+from tessera.ir.types import TensorType
+from tessera.partition.report import PartitionReport
+from tessera.runtime.memory import MemoryReport
+from tessera.runtime.profiler import BenchmarkResult, KernelProfile, Profile
+from tessera.runtime.signature import random_tensor
 from tessera.runtime.split import owned
 from tessera.runtime.staging import (
     DATA_DEPENDENT_OPS,
@@ -228,12 +232,93 @@ class StagedModule(StepForm):
     def _inputs_text(self) -> str:
         return self.shape_vars.describe()
 
+    def _measured(self, inputs: Mapping[str, Any], what: str) -> dict[str, np.ndarray]:
+        """The arrays to measure on: ``inputs``, else this thread's :meth:`set_input` values,
+        else random data for an input of fixed shape (as :meth:`Module.benchmark` fills
+        them; the values decide the data-dependent shapes, so give real inputs for real
+        figures)."""
+        given = {**self._step().inputs, **inputs}
+        rng = np.random.default_rng(0)
+        for spec in self.shape_vars.inputs:
+            if spec.name in given:
+                continue
+            if not all(isinstance(d, int) for d in spec.dims):
+                raise RunError(f"{what}(): input {spec} has symbolic dimensions; give it "
+                               f"({what}(**inputs) or set_input)")
+            given[spec.name] = random_tensor(TensorType(tuple(spec.dims), spec.dtype), rng)
+        return self._arrays(given)
+
     def benchmark(self, repeat: int = 10, number: int = 10, warmup: int = 1,
                   **inputs: Any) -> BenchmarkResult:
         """Median/mean/std of ``repeat`` measurements, each the mean of ``number`` calls (ms),
-        on ``inputs`` (every input: their values decide the shapes)."""
-        arrays = self._arrays(inputs)
+        on ``inputs`` (or those set earlier; random data for the others: their values decide
+        the shapes)."""
+        arrays = self._measured(inputs, "benchmark")
         return BenchmarkResult.measure(lambda: self._evaluate(arrays), repeat, number, warmup)
+
+    def profile(self, runs: int = 1, **inputs: Any) -> Profile:
+        """Per kernel and per backend, over ``runs`` calls: stage 1's profile, the host nodes
+        (backend ``host``) and the rest's (its specialisation for the shapes these inputs
+        give); inputs as :meth:`benchmark` takes them."""
+        plan = self._plan
+        arrays = self._measured(inputs, "profile")
+        runs = max(runs, 1)
+        env: dict[str, Any] = {**plan.constants, **arrays}
+        start = time.perf_counter()
+        parts: list[Profile] = []
+        if self.stage1 is not None:
+            feeds = {x: env[x] for x in plan.stage1_inputs}
+            parts.append(self.stage1.profile(runs, **feeds))
+            env.update(self.stage1.run(feeds))
+        host: list[KernelProfile] = []
+        for node in plan.host:
+            began = time.perf_counter()
+            for _ in range(runs):
+                out = fold_node(node, env, plan.opsets)
+            host.append(KernelProfile(node.name or node.output[0], "host", node.op_type,
+                                      (time.perf_counter() - began) * 1000.0 / runs))
+            env.update(out)
+        parts.append(Profile(host, sum(k.ms for k in host)))
+        if self.rest is not None:
+            parts.append(self.rest.profile(runs, **{x: env[x] for x in plan.rest_inputs}))
+        wall = (time.perf_counter() - start) * 1000.0 / runs
+        return Profile([k for p in parts for k in p.kernels],
+                       min(wall, sum(p.total_ms for p in parts)),
+                       {b: c for p in parts for b, c in p.counters.items()},
+                       {r: e for p in parts for r, e in p.execution.items()})
+
+    def partition_report(self) -> PartitionReport:
+        """Stage 1's partition and that of the rest's specialisation used last (regions named
+        ``stage1/...`` and ``rest/...``); the host nodes are in :meth:`describe`."""
+        report = PartitionReport(self.target)
+        for prefix, stage in (("stage1", self.stage1), ("rest", self.rest)):
+            part = _report_of(stage, "partition_report")
+            if part is None:
+                continue
+            report.regions += [dataclasses.replace(r, name=f"{prefix}/{r.name}")
+                               for r in part.regions]
+            report.copies += part.copies
+            report.fallback += part.fallback
+            report.declined += part.declined
+        return report
+
+    def memory_report(self) -> MemoryReport:
+        """The arenas of stage 1 and of the rest's specialisation used last, per device."""
+        rows: dict[str, list[int]] = {}
+        for stage in (self.stage1, self.rest):
+            part = _report_of(stage, "memory_report")
+            for device, count, planned, total in part.rows if part is not None else ():
+                row = rows.setdefault(device, [0, 0, 0])
+                row[0] += count
+                row[1] += planned
+                row[2] += total
+        rest = "" if self.rest is None else " and the rest's specialisation used last"
+        return MemoryReport([(d, *r) for d, r in rows.items()],  # type: ignore[misc]
+                            note=f"stage 1{rest}; the host nodes' arrays are numpy's")
+
+    def host_text(self) -> str:
+        """The data-dependent nodes run on the host, for messages."""
+        return ", ".join(_node_text(n) for n in self._plan.host)
 
     # -- reports --------------------------------------------------------------------------------
     def cache_info(self) -> StagedStats:
@@ -281,3 +366,14 @@ class StagedModule(StepForm):
 def _stats(stage: Any) -> Any:
     info = getattr(stage, "cache_info", None)
     return info() if info is not None else None
+
+
+def _report_of(stage: Any, what: str) -> Any:
+    """``stage``'s partition or memory report (``what``), None for no stage or a dynamic
+    one not specialised yet."""
+    if stage is None:
+        return None
+    try:
+        return getattr(stage, what)()
+    except RunError:  # a rest that has not run yet has no plan
+        return None
