@@ -120,6 +120,7 @@ def _compile_static(model: ModelSource | Function, target: str | None,
     compiled = compile_regions(result, used, options, say)
     if history is not None:
         history.warn_skipped()  # one warning for every record not used
+        history.warn_rejected()  # and one for the records the whole-model check rejected
     model = CompiledModel(result, compiled, used, target_text, manager.timings, options)
     say("planning memory and building the execution plan")
     try:

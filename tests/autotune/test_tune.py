@@ -71,25 +71,25 @@ def test_tune_records_resume_and_apply(tmp_path: Path) -> None:
     model, inputs = _conv_model(tmp_path)
     out = tmp_path / "records.jsonl"
     first = tune(str(model), target="llvm", output=out, trials=3, tasks=[0], repeat=1,
-                 timeout=30, progress=None)
+                 timeout=30, progress=None, model_check=False)
     recs = list(load_records(out))
     assert first.trials == 3 == len(recs) and all(r.ok for r in recs)
     task = first.tasks[0][0]
     assert recs[0].config == task.default  # the default is measured first
     assert {r.key for r in recs} == {task.key} and recs[0].backend == "llvm"
     again = tune(str(model), target="llvm", output=out, trials=4, tasks=[0], repeat=1,
-                 timeout=30, progress=None)
+                 timeout=30, progress=None, model_check=False)
     recs = list(load_records(out))
     assert again.trials == 4 and len(recs) == 7
     assert len({config_key(r.config) for r in recs}) == 7  # nothing measured twice
     # a new file seeded with --prior-records measures the prior best first
     seeded = tmp_path / "seeded.jsonl"
     tune(str(model), target="llvm", output=seeded, trials=1, tasks=[0], repeat=1,
-         timeout=30, progress=None, prior_records=str(out))
+         timeout=30, progress=None, prior_records=str(out), model_check=False)
     best = min((r for r in load_records(out) if r.ok), key=lambda r: r.mean_cost)
     assert [r.config for r in load_records(seeded)] == [best.config]
     mod = tessera.compile(str(model), target="llvm", tuning_records=str(out))
-    assert mod.tuning_summary()[0] == 1
+    assert mod.tuning_summary()[0] == 1  # (no model check ran: it may reject a record)
     want = tessera.compile(str(model), target="llvm").run(**inputs)["y"]
     np.testing.assert_allclose(mod.run(**inputs)["y"], want, rtol=1e-5, atol=1e-5)
 

@@ -66,6 +66,10 @@ class TuneConfig:
       they lower to, where the backend has ``tuning_features``; False: by knob values alone.
     - ``progress``: where the per-task progress lines go (None: nowhere); ``on_task``:
       called with each task when its first trial starts.
+    - ``model_check``: after tuning, measure the whole model with and without the records
+      and keep only those that make it faster (:mod:`tessera.autotune.model_check`; the
+      verdict is appended to the records file); ``check_budget``: seconds that check may
+      spend trying records one workload at a time (None: 60).
     - ``measure``: a :class:`MeasureConfig`.
     """
 
@@ -82,6 +86,8 @@ class TuneConfig:
     parallel: int = 1
     ray_address: str | None = None
     loop_features: bool = True
+    model_check: bool = True
+    check_budget: float | None = None
     measure: MeasureConfig = field(default_factory=MeasureConfig)
 
     def __post_init__(self) -> None:
@@ -91,6 +97,8 @@ class TuneConfig:
             raise TesseraError(f"trials must be at least 1, not {self.trials}")
         if self.time_budget is not None and self.time_budget <= 0:
             raise TesseraError(f"time_budget must be positive, not {self.time_budget}")
+        if self.check_budget is not None and self.check_budget < 0:
+            raise TesseraError(f"check_budget must not be negative, not {self.check_budget}")
 
 
 _MEASURE_FIELDS = frozenset(f.name for f in dataclasses.fields(MeasureConfig))

@@ -17,6 +17,10 @@ The ``xgb`` tuner also sees the loop nests its best candidates lower to, through
 backend's ``Backend.tuning_features`` called here (:mod:`tessera.autotune.loop_ranker`).
 Progress goes to stderr, one line per task: trials, the best GFLOP/s and time, elapsed
 seconds (rewritten in place on a terminal; plain lines, at most one a second, in a log).
+
+Then the whole model is measured with and without the records (:mod:`.model_check`): only
+the records that make it faster are kept, and the verdict is appended to ``output``, so that
+a tuned model is never slower than an untuned one (``model_check=False`` skips it).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import tessera
 from tessera.autotune.config import TuneConfig, tune_config
 from tessera.autotune.loop_ranker import Featurize
 from tessera.autotune.measure import Measurer, MeasureResult
+from tessera.autotune.model_check import check_model
 from tessera.autotune.ray_measure import RayPool, require_ray
 from tessera.autotune.records import TuningRecord, append_records, load_records, record_for
 from tessera.autotune.space import ScheduleConfig
@@ -39,7 +44,7 @@ from tessera.autotune.tasks import Task, static_module, tasks_of_module
 from tessera.autotune.tuners import make_tuner
 from tessera.errors import TesseraError
 from tessera.plugin.manager import get_registry
-from tessera.plugin.records import TuningHistory
+from tessera.plugin.records import ModelCheck, TuningHistory, best_configs
 from tessera.plugin.target import Target
 from tessera.progress import StatusLine
 
@@ -57,6 +62,8 @@ class TuneSummary:
         #: to featurise their loop nests), and how many configs it featurised.
         self.feature_seconds = 0.0
         self.featurized = 0
+        #: What the whole-model check found (None: not run, or no record for the model).
+        self.check: ModelCheck | None = None
         #: (backend, workload key) of each selected task -> how many records the output file
         #: held for it before this run and the best mean cost among them (a resumed run).
         self.earlier: dict[tuple[str, str], tuple[int, float]] = {}
@@ -248,10 +255,10 @@ def tune(model: Any, target: str | None = "auto", output: str | Path = "tuning.j
         history = TuningHistory.load(cfg.prior_records)
         history.warn_skipped()
         history_rows += history.records
-        for t in all_tasks:
-            best = history.overrides(t.backend)
+        for t in all_tasks:  # the best measured alone, whatever a model check said of it
+            best = best_configs(history.records, t.backend)
             if t.key in best:
-                prior[t.key] = best[t.key]
+                prior[t.key] = dict(best[t.key].config)
     summary = TuneSummary()
     selected = [all_tasks[i] for i in chosen]
     summary.earlier = earlier
@@ -334,4 +341,29 @@ def tune(model: Any, target: str | None = "auto", output: str | Path = "tuning.j
         if ranker is not None:
             summary.feature_seconds += ranker.seconds
             summary.featurized += ranker.featurized
+    if cfg.model_check and not summary.interrupted and module.missing_devices is None:
+        summary.check = _check_whole_model(model, target, cfg, all_tasks, out)
     return summary
+
+
+def _check_whole_model(model: Any, target: str | None, cfg: TuneConfig, tasks: list[Task],
+                       out: Path) -> ModelCheck | None:
+    """The whole-model check of the records in ``out`` (:mod:`.model_check`), appended to
+    ``out``; None when none of them is for the model's tasks."""
+    records = list(load_records(out)) if out.is_file() else []
+
+    def compile_with(history: TuningHistory | None) -> Any:
+        return tessera.compile(model, target=target, input_shapes=cfg.input_shapes,
+                               tuning_records=history)
+
+    name = Path(model).name if isinstance(model, str | Path) else "the model"
+    if cfg.input_shapes:
+        name += " at " + ", ".join(f"{k}:{list(v)}".replace(" ", "")
+                                   for k, v in cfg.input_shapes.items())
+    target_text = ", ".join(sorted({t.target for t in tasks}))
+    budget = 60.0 if cfg.check_budget is None else cfg.check_budget
+    check = check_model(compile_with, tasks, records, name, target_text, budget, cfg.progress)
+    if check is not None:
+        with open(out, "a", encoding="utf-8") as f:
+            f.write(check.to_json() + "\n")
+    return check

@@ -6,7 +6,9 @@ tvmc's flags: ``--target``, ``--output``, ``--prior-records``, ``--trials`` (per
 ``--min-repeat-ms``, ``--parallel``, ``--tasks list|0,2-5``, ``--input-shapes``, and
 ``--ray ADDRESS`` (measure on a Ray cluster: ``pip install "tessera[distributed]"``). Records are
 appended to ``--output`` as they are measured; running again resumes; Ctrl-C stops and keeps
-them. Compile with ``tessera compile --tuning-records FILE`` to use them.
+them. Then the whole model is timed with and without the records and only those that make it
+faster are kept (``--no-model-check`` skips it, ``--check-budget`` bounds it); the verdict is
+appended to the file. Compile with ``tessera compile --tuning-records FILE`` to use them.
 """
 
 from __future__ import annotations
@@ -98,6 +100,13 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--input-shapes", default=None, metavar="SHAPES",
                         help="static input shapes, e.g. \"data:[1,3,224,224]\"")
     parser.add_argument("--seed", type=int, default=0, help="tuner seed")
+    parser.add_argument("--no-model-check", dest="model_check", action="store_false",
+                        help="skip the whole-model check after tuning (by default the model is "
+                             "timed with and without the records and only the records that "
+                             "make it faster are kept)")
+    parser.add_argument("--check-budget", type=float, default=None, metavar="S",
+                        help="seconds the whole-model check may spend trying the records one "
+                             "workload at a time when together they do not help (default 60)")
     parser.set_defaults(handler=run_tune)
 
 
@@ -152,6 +161,8 @@ def run_tune(args: argparse.Namespace) -> int:
         raise ArgumentError("--time-budget must be positive")
     if args.parallel < 1:
         raise ArgumentError("--parallel must be at least 1")
+    if args.check_budget is not None and args.check_budget < 0:
+        raise ArgumentError("--check-budget must not be negative")
     if args.ray is not None and not args.ray.strip():
         raise ArgumentError("--ray: expected a cluster address (HOST:PORT) or 'auto'")
     if args.prior_records is not None:
@@ -168,6 +179,7 @@ def run_tune(args: argparse.Namespace) -> int:
                         prior_records=args.prior_records, input_shapes=shapes, seed=args.seed,
                         progress=sys.stderr, time_budget=args.time_budget,
                         parallel=args.parallel, ray_address=args.ray,
+                        model_check=args.model_check, check_budget=args.check_budget,
                         measure=MeasureConfig(timeout=args.timeout, number=args.number,
                                               repeat=args.repeat,
                                               min_repeat_ms=args.min_repeat_ms,
@@ -177,4 +189,11 @@ def run_tune(args: argparse.Namespace) -> int:
         print(f"{task.template:<22} x{task.weight:<3} {task_result(summary, task, n, best)}")
     print(f"{summary.trials} trial(s) in {len(summary.tasks)} task(s); records in "
           f"{args.output}")
+    check = summary.check
+    if check is not None:
+        print(f"whole model: {check.summary()}")
+        if check.rejected:
+            print(f"  {len(check.rejected)} workload(s) keep their default schedules: their "
+                  f"records did not make the whole model faster (the verdict is in "
+                  f"{args.output}; tessera compile --tuning-records leaves them out)")
     return 130 if summary.interrupted else 0
