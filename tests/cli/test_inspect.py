@@ -81,6 +81,61 @@ def test_inspect_compile_compiles_and_shows_kernels(refusing: Refusing, model: P
     assert "region0_toyinspect        1" in out  # one kernel per node of the toy backend
 
 
+class Reporting(Refusing):
+    """Refusing, allowed to compile, reporting facts of every kind in its regions' info."""
+
+    def compile(self, region: Function, target: TargetKind,
+                options: CompileOptions) -> CompiledRegion:
+        compiled = super().compile(region, target, options)
+        compiled.info.update({"lower_s": 0.25, "weights_bytes": 3 * 1024, "tiles": 12,
+                              "occupancy": 0.8125, "npu_core": "core 2 of 4",
+                              "uses_dma": True, "schedule": {"tile": 4}, "queues": [1, 2]})
+        return compiled
+
+
+def test_inspect_compile_shows_every_scalar_fact(model: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """Only ``*_s`` and ``*_bytes`` facts were shown; a vendor's ``tiles`` and ``npu_core``
+    were not."""
+    backend = Reporting()
+    backend.allowed = True
+    registered = register_backend(backend, "tessera-toyinspect", "0.1")
+    try:
+        assert main(["inspect", str(model), "--target", "toyinspect, ref", "--compile"]) == 0
+    finally:
+        registered.remove()
+    row = [line for line in capsys.readouterr().out.splitlines()
+           if line.startswith("region0_toyinspect")][-1]  # the kernel table's row
+    for fact in ("lower 0.25 s", "weights 3.0 KiB", "tiles 12", "occupancy 0.8125",
+                 "npu_core core 2 of 4", "uses_dma yes"):
+        assert fact in row, row
+    assert "schedule" not in row and "queues" not in row  # structured facts have own reports
+
+
+def test_inspect_svg(refusing: Refusing, model: Path, tmp_path: Path,
+                     capsys: pytest.CaptureFixture[str]) -> None:
+    """A picture without Graphviz or a browser: a standalone SVG file."""
+    import xml.etree.ElementTree as ET
+
+    picture = tmp_path / "pictures" / "chain.svg"
+    assert main(["inspect", str(model), "--target", "toyinspect, ref", "--svg",
+                 str(picture)]) == 0
+    assert refusing.calls == 0 and f"partition picture written to {picture}" in \
+        capsys.readouterr().out
+    root = ET.parse(picture).getroot()
+    ns = {"svg": "http://www.w3.org/2000/svg"}
+    assert root.tag == "{http://www.w3.org/2000/svg}svg"
+    texts = " ".join("".join(t.itertext()) for t in root.iter("{http://www.w3.org/2000/svg}text"))
+    assert "chain.onnx" in texts and "target toyinspect, ref" in texts
+    assert "3 nodes in 3 regions" in texts
+    nodes = root.findall(".//svg:g[@class='node'][@data-kind='op']", ns)
+    assert sorted(n.get("data-op") for n in nodes) == ["Exp", "Relu", "Relu"]
+    assert {n.get("data-backend") for n in nodes} == {"toyinspect", "ref"}
+    assert root.find("svg:style", ns) is not None  # styled without the page's CSS
+    code = main(["inspect", str(model), "--svg", str(tmp_path)])  # a folder, not a file
+    assert code == 1 and "--svg" in capsys.readouterr().err
+
+
 def test_inspect_html_without_compiling(refusing: Refusing, model: Path, tmp_path: Path,
                                         capsys: pytest.CaptureFixture[str]) -> None:
     page = tmp_path / "chain.html"

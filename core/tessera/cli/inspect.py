@@ -8,7 +8,12 @@ region, how they run, tuned schedules, compile times); so do ``--dump-code`` and
 ``--tuning-records``. A ``.tar`` is loaded. It prints the model summary, the partition table
 (each region with its backend, device and ops, the device copies, the nodes that fell back)
 and the memory plan per device.
-``--dot`` and ``--html`` also write a picture of the partitioned graph.
+``--dot``, ``--html`` and ``--svg`` also write a picture of the partitioned graph (Graphviz
+text; a page with zoom, search and tooltips; the same picture as a standalone SVG file).
+The kernel table shows every scalar fact a backend reports in ``CompiledRegion.info``
+(``*_s`` as seconds, ``*_bytes`` as sizes, other numbers, strings and flags as they are);
+structured facts (schedules, counters) have reports of their own (``tessera tune --tasks
+list``, ``tessera run --profile``).
 """
 
 from __future__ import annotations
@@ -63,13 +68,18 @@ def add_parser(subparsers: Any) -> None:
                         help="also write the partitioned graph as a self-contained HTML page "
                              "(nodes colored by backend, region outlines, device copies, "
                              "fallback nodes, tooltips); open it in a browser")
+    parser.add_argument("--svg", metavar="FILE", default=None,
+                        help="also write the same picture as a standalone SVG file (no "
+                             "Graphviz or browser needed: image viewers, documents, "
+                             "issue trackers show it)")
     add_compile_options(parser, "compile options (for an ONNX model)")
     parser.set_defaults(handler=run_inspect)
 
 
 def run_inspect(args: argparse.Namespace) -> int:
     for flag, text, example in (("--dot", args.dot, "partition.dot"),
-                                ("--html", args.html, "partition.html")):
+                                ("--html", args.html, "partition.html"),
+                                ("--svg", args.svg, "partition.svg")):
         if text is not None:
             check_output_file(text, flag, example)
     module = _inspected(args)
@@ -83,10 +93,11 @@ def run_inspect(args: argparse.Namespace) -> int:
         print("\nkernels: not generated (--compile compiles the regions and shows them)")
     else:
         print(f"\n{kernel_report(module)}")
-    graph = _pictured(module) if args.dot or args.html else None
-    if args.dot or args.html:
-        # local import: tessera.drawing adds ~11 ms to every CLI start; only --dot/--html use it
-        from tessera.drawing import to_dot, to_html
+    pictures = args.dot or args.html or args.svg
+    graph = _pictured(module) if pictures else None
+    if pictures:
+        # local import: tessera.drawing adds ~11 ms to every CLI start; only the pictures use it
+        from tessera.drawing import to_dot, to_html, to_svg
     if args.dot:
         Path(args.dot).parent.mkdir(parents=True, exist_ok=True)
         Path(args.dot).write_text(to_dot(graph))
@@ -96,6 +107,11 @@ def run_inspect(args: argparse.Namespace) -> int:
         Path(args.html).write_text(to_html(graph, title=Path(args.model).name,
                                            report=module.partition_report()), encoding="utf-8")
         print(f"\npartition page written to {args.html}")
+    if args.svg:
+        Path(args.svg).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.svg).write_text(to_svg(graph, title=Path(args.model).name,
+                                         report=module.partition_report()), encoding="utf-8")
+        print(f"\npartition picture written to {args.svg}")
     return 0
 
 
@@ -200,13 +216,24 @@ def kernel_report(module: Module | StagedModule) -> str:
     return "\n".join(lines)
 
 
+#: Longest string fact shown whole in the kernel table.
+_FACT_CHARS = 60
+
+
 def _fact(key: str, value: Any) -> str:
-    """``lower 0.84 s`` for ``lower_s``, ``object 85.0 KiB`` for ``object_bytes``; "" for
-    the other facts a backend reports."""
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
-        return ""
-    if key.endswith("_s"):
-        return f"{key[:-2]} {value:.2f} s"
-    if key.endswith("_bytes"):
-        return f"{key[:-6]} {human_bytes(int(value))}"
+    """One scalar fact of ``CompiledRegion.info``: ``lower 0.84 s`` for ``lower_s``,
+    ``object 85.0 KiB`` for ``object_bytes``, ``mcpu znver4``, ``threads 2``, ``uses_amx
+    yes``; "" for structured facts (dicts, lists: schedules, counters), which other reports
+    show."""
+    if isinstance(value, bool):
+        return f"{key} {'yes' if value else 'no'}"
+    if isinstance(value, (int, float)):
+        if key.endswith("_s"):
+            return f"{key[:-2]} {value:.2f} s"
+        if key.endswith("_bytes"):
+            return f"{key[:-6]} {human_bytes(int(value))}"
+        return f"{key} {value:.4g}" if isinstance(value, float) else f"{key} {value}"
+    if isinstance(value, str) and value:
+        text = " ".join(value.split())
+        return f"{key} {text if len(text) <= _FACT_CHARS else text[:_FACT_CHARS - 3] + '...'}"
     return ""

@@ -16,7 +16,7 @@ import base64
 import hashlib
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from html import escape
 from typing import Protocol
 
@@ -405,6 +405,72 @@ def _hash(script: str) -> str:
     return "'sha256-" + base64.b64encode(hashlib.sha256(script.encode()).digest()).decode() + "'"
 
 
+class _Picture:
+    """A partitioned graph laid out and drawn as SVG, with the facts the page's header and
+    the standalone SVG's caption state."""
+
+    def __init__(self, graph: Function, report: Report | None) -> None:
+        picture = drawing(graph)
+        nodes = picture.nodes()
+        self.regions, self.copies = picture.regions, picture.copies
+        self.colors = _colors(picture.backends())
+        self.fell_back = {name: backend
+                          for name, _, backend in (report.fallback if report else [])}
+        edges = list(dict.fromkeys((a, b) for a, b, _ in picture.edges))
+        self.layout = layered_layout([_box(n) for n in nodes], edges)
+        declined = {name: f"declined by {backend}: {reason}"
+                    for name, _, backend, reason, _ in (report.declined if report else [])}
+        self.svg = _svg(nodes, self.regions, self.layout, edges, self.colors, self.fell_back,
+                        declined)
+        self.target = report.target if report else ", ".join(picture.backends())
+        self.ops = sum(len(r.nodes) for r in self.regions)
+        self.devices = sorted({r.device for r in self.regions} | {c.device for c in self.copies}
+                              | {c.src for c in self.copies})
+        self.copy_bytes = human_bytes(sum(v.type.nbytes for c in self.copies for v in c.values))
+        self.inputs, self.outputs = len(picture.inputs), len(picture.outputs)
+
+    def facts(self, bold: Callable[[object], str]) -> list[str]:
+        """The header's lines (numbers through ``bold``)."""
+        regions, colors, devices, copies = self.regions, self.colors, self.devices, self.copies
+        return [f"target {bold(self.target)}",
+                f"{bold(self.ops)} nodes in {bold(len(regions))} region"
+                f"{'s' if len(regions) != 1 else ''} on {bold(len(colors))} backend"
+                f"{'s' if len(colors) != 1 else ''} and {bold(len(devices))} device"
+                f"{'s' if len(devices) != 1 else ''} ({_esc(', '.join(devices))}); "
+                f"{bold(len(copies))} device cop{'ies' if len(copies) != 1 else 'y'}"
+                f"{f' ({self.copy_bytes})' if copies else ''}; {bold(len(self.fell_back))} "
+                f"fallback node{'s' if len(self.fell_back) != 1 else ''}",
+                f"{self.inputs} input(s), {self.outputs} output(s), {self.layout.layers} "
+                f"layers"]
+
+
+def to_svg(graph: Function, *, title: str | None = None,
+           report: Report | None = None) -> str:
+    """The picture of :func:`to_html` as one standalone SVG file (its styles inside, a
+    caption with the model's name, target and counts above the graph, each node's details in
+    its ``<title>`` tooltip), for viewers and documents that show SVG but no HTML."""
+    pic = _Picture(graph, report)
+    name = title if title is not None else graph.name
+    w, h = pic.layout.width, pic.layout.height
+    caption = [f"{_esc(name)} \u2014 Tessera partition",
+               *pic.facts(lambda v: f'<tspan font-weight="700">{_esc(v)}</tspan>')]
+    top = 18.0 * len(caption) + 14
+    width = max(w, 60 + 7.0 * max(len(re.sub(r"<[^>]+>", "", c)) for c in caption))
+    lines = "".join(f'<text class="caption{" title" if i == 0 else ""}" x="12" '
+                    f'y="{22 + 18 * i:.0f}">{line}</text>' for i, line in enumerate(caption))
+    styles = "\n".join(line for line in _CSS.strip().splitlines()
+                       if line.startswith(("#graph", "text-anchor", "stroke:#fff")))
+    graph_svg = pic.svg.replace('<svg id="graph" ', f'<svg id="graph" x="0" y="{top:.0f}" ', 1)
+    return (f'<?xml version="1.0" encoding="UTF-8"?>\n'
+            f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" '
+            f'height="{h + top:.0f}" viewBox="0 0 {width:.0f} {h + top:.0f}">\n'
+            f"<title>{_esc(name)} \u2014 Tessera partition</title>\n"
+            f"<style>{styles}\n.caption{{font:13px system-ui,sans-serif;fill:#333}}\n"
+            f".caption.title{{font-size:16px;font-weight:700;fill:#111}}</style>\n"
+            f'<rect width="100%" height="100%" fill="#ffffff"/>\n{lines}\n{graph_svg}\n'
+            f"</svg>\n")
+
+
 def to_html(graph: Function, *, title: str | None = None,
             report: Report | None = None) -> str:
     """A self-contained HTML page drawing a partitioned graph (see the module docstring).
@@ -412,33 +478,11 @@ def to_html(graph: Function, *, title: str | None = None,
     ``title`` names the model in the header (default: the graph's name); ``report`` (the
     module's partition report) gives the target, the nodes that fell back and the reasons
     backends gave for declining nodes (shown in the nodes' tooltips)."""
-    picture = drawing(graph)
-    nodes = picture.nodes()
-    regions = picture.regions
-    copies = picture.copies
-    colors = _colors(picture.backends())
-    fell_back = {name: backend for name, _, backend in (report.fallback if report else [])}
-    edges = list(dict.fromkeys((a, b) for a, b, _ in picture.edges))
-    layout = layered_layout([_box(n) for n in nodes], edges)
-    declined = {name: f"declined by {backend}: {reason}"
-                for name, _, backend, reason, _ in (report.declined if report else [])}
-    svg = _svg(nodes, regions, layout, edges, colors, fell_back, declined)
+    pic = _Picture(graph, report)
+    regions, copies, colors, fell_back = pic.regions, pic.copies, pic.colors, pic.fell_back
+    svg = pic.svg
     name = title if title is not None else graph.name
-    target = report.target if report else ", ".join(picture.backends())
-    ops = sum(len(r.nodes) for r in regions)
-    devices = sorted({r.device for r in regions} | {c.device for c in copies}
-                     | {c.src for c in copies})
-    copy_bytes = human_bytes(sum(v.type.nbytes for c in copies for v in c.values))
-    facts = (f"<div>target <b>{_esc(target)}</b></div>"
-             f"<div><b>{ops}</b> nodes in <b>{len(regions)}</b> region"
-             f"{'s' if len(regions) != 1 else ''} on <b>{len(colors)}</b> backend"
-             f"{'s' if len(colors) != 1 else ''} and <b>{len(devices)}</b> device"
-             f"{'s' if len(devices) != 1 else ''} ({_esc(', '.join(devices))}); "
-             f"<b>{len(copies)}</b> device cop{'ies' if len(copies) != 1 else 'y'}"
-             f"{f' ({copy_bytes})' if copies else ''}; <b>{len(fell_back)}</b> fallback node"
-             f"{'s' if len(fell_back) != 1 else ''}</div>"
-             f"<div>{len(picture.inputs)} input(s), {len(picture.outputs)} output(s), "
-             f"{layout.layers} layers</div>")
+    facts = "".join(f"<div>{line}</div>" for line in pic.facts(lambda v: f"<b>{_esc(v)}</b>"))
     tools = ('<div class="tools"><button id="zoom-out" type="button" title="zoom out">\u2212'
              '</button><span id="zoom-level">100%</span><button id="zoom-in" type="button" '
              'title="zoom in">+</button><button id="zoom-reset" type="button">1:1</button>'
