@@ -8,7 +8,11 @@ as a static-shape compiler must; everything else is a runtime input.
 ``python -m tessera.testing.conformance --target ref`` prints the pass count;
 ``--write-known-failures PATH`` rewrites the known-failures list (one ``test_name  # reason`` line
 per failing case, grouped under ``## group`` headers) from the current failures, keeping the
-reasons and groups already written there for cases that still fail.
+reasons and groups already written there for cases that still fail. With ``--claimed-only``
+the cases count for the target's first backend as the backend test kit counts them
+(:class:`~tessera.testing.kit.NodeConformance`): a case it ran no node of is never its
+failure; it is listed as *declined*, with the reason the backend gave, or, for an op it
+claims, as *fallback failed* or *not claimed*.
 """
 
 from __future__ import annotations
@@ -214,6 +218,8 @@ GROUP_ORDER = [
     "errors while importing, compiling or running",
     "crashes (Python exceptions: bugs)",
     "not claimed (the backend's patterns or checks refuse these nodes)",
+    "declined (the backend left these nodes to another backend, with its reason)",
+    "fallback failed (the backend ran none of these nodes; the backends that ran them failed)",
 ]
 
 KNOWN_FAILURES_HEADER = """\
@@ -222,6 +228,16 @@ KNOWN_FAILURES_HEADER = """\
 # `## group` headers. A listed case is xfailed with its reason; a listed case that passes fails
 # the test, so this list stays true. Regenerate it (existing reasons and groups are kept) with
 #   python -m tessera.testing.conformance --target ref --write-known-failures {path}
+"""
+
+
+CLAIMED_ONLY_HEADER = """\
+# Known failures of the {backend} backend in the ONNX node conformance cases, claimed-only: a
+# case counts only if {backend} ran some of its nodes. One case per line: `test_name  # reason`,
+# grouped under `## group` headers; a listed case is xfailed, and fails once it passes.
+# Cases it declined are listed with its reason. Regenerate it (existing reasons are kept) with
+#   python -m tessera.testing.conformance --target "{target}" --claimed-only \\
+#       --write-known-failures {{path}}
 """
 
 
@@ -247,7 +263,12 @@ def read_known_failures(path: str | Path) -> dict[str, KnownFailure]:
 
 
 def classify_failure(reason: str) -> tuple[str, str]:
-    """(group, short reason) for a failure message from :func:`run_case`."""
+    """(group, short reason) for a failure message from :func:`run_case` (or, claimed-only,
+    from :class:`~tessera.testing.kit.NodeConformance`: a ``declined:`` or ``fallback
+    failed:`` case is never the backend's wrong result, whatever the others got wrong)."""
+    for prefix, group in (("declined: ", GROUP_ORDER[8]), ("fallback failed: ", GROUP_ORDER[9])):
+        if reason.startswith(prefix):
+            return group, _shorten(reason[len(prefix):])
     unsupported = re.search(r"with unsupported ops \(([^)]*)\)", reason)
     if unsupported:
         ops = unsupported.group(1)
@@ -288,11 +309,15 @@ def _existing_header(path: Path) -> str:
 
 def write_known_failures(path: str | Path, results: list[CaseResult],
                          previous: dict[str, KnownFailure] | None = None,
-                         case_order: list[str] | None = None) -> dict[str, KnownFailure]:
+                         case_order: list[str] | None = None,
+                         header: str | None = None) -> dict[str, KnownFailure]:
     """Write the failures among ``results`` to ``path``.
 
-    Cases that still fail keep their reason and group from ``previous``; cases that now pass are
-    dropped; entries of ``previous`` for cases not in ``results`` (a filtered run) are kept.
+    Cases that still fail keep their reason and group from ``previous`` (unless they are now
+    declined or fallback failures listed in another group: those groups come from what the
+    backends did, not from a message); cases that now pass are dropped; entries of
+    ``previous`` for cases not in ``results`` (a filtered run) are kept. A new file starts
+    with ``header`` (default: :data:`KNOWN_FAILURES_HEADER`).
     """
     previous = dict(previous or {})
     ran = {r.name for r in results}
@@ -300,10 +325,11 @@ def write_known_failures(path: str | Path, results: list[CaseResult],
     for r in results:
         if r.ok:
             continue
-        if r.name in previous:
-            entries[r.name] = previous[r.name]
+        group, reason = classify_failure(r.reason)
+        known = previous.get(r.name)
+        if known is not None and (known.group == group or group not in GROUP_ORDER[8:]):
+            entries[r.name] = known
         else:
-            group, reason = classify_failure(r.reason)
             entries[r.name] = KnownFailure(r.name, reason, group)
     order = {name: i for i, name in enumerate(case_order or [r.name for r in results])}
     groups: dict[str, list[KnownFailure]] = collections.defaultdict(list)
@@ -311,7 +337,7 @@ def write_known_failures(path: str | Path, results: list[CaseResult],
         groups[entry.group].append(entry)
     ranked = sorted(groups, key=lambda g: (GROUP_ORDER.index(g) if g in GROUP_ORDER
                                            else len(GROUP_ORDER), g))
-    header = _existing_header(Path(path)) or KNOWN_FAILURES_HEADER.format(path=path)
+    header = _existing_header(Path(path)) or (header or KNOWN_FAILURES_HEADER).format(path=path)
     lines = [header.rstrip("\n")]
     for group in ranked:
         members = sorted(groups[group], key=lambda e: (order.get(e.name, len(order)), e.name))
@@ -334,8 +360,9 @@ def main(argv: list[str] | None = None) -> int:
                     "reference interpreter only")
     ap.add_argument("--claimed-only", action="store_true",
                     help="count only what the target's first backend runs itself: a case it "
-                    "takes no node of is 'unclaimed', not a pass; prints the nodes each "
-                    "backend ran (the backend test kit's mode)")
+                    "runs no node of is 'declined' (with the reason it gave), 'fallback "
+                    "failed' or 'unclaimed', never its failure; prints the nodes each backend "
+                    "ran (the backend test kit's mode)")
     ap.add_argument("--failures", action="store_true", help="list every failing case")
     ap.add_argument("--write-known-failures", metavar="PATH", default=None,
                     help="rewrite the known-failures file at PATH from the current failures "
@@ -344,30 +371,34 @@ def main(argv: list[str] | None = None) -> int:
     ops = set(args.ops.split(",")) if args.ops else None
     cases = [c for c in all_tensor_cases(ops) if args.k in c.name]
     start = time.time()
-    results = []
+    header, backend = None, ""
     if args.claimed_only:
+        backend = Target.parse(args.target).kinds[0].name
         results = _run_claimed_only(cases, args.target)
+        header = CLAIMED_ONLY_HEADER.format(backend=backend, target=args.target)
     else:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            for case in cases:
-                engine = compile_and_run if args.engine == "compile" else interpret
-                results.append(run_case(case, args.target, engine))
+        results = _run_all(cases, args.target,
+                           compile_and_run if args.engine == "compile" else interpret)
     passed = sum(r.ok for r in results)
     if args.failures:
         for r in results:
             if not r.ok:
-                print(f"FAIL {r.name}: {r.reason}")
+                print(f"{'DECLINED' if r.reason.startswith('declined: ') else 'FAIL'} "
+                      f"{r.name}: {r.reason}")
     reasons = collections.Counter(r.reason.split(":")[0] for r in results if not r.ok)
     for reason, count in reasons.most_common(15):
         print(f"  {count:5d}  {reason}")
-    print(f"{passed} passed, {len(results) - passed} failed of {len(results)} cases "
-          f"(target {args.target}, {time.time() - start:.1f}s)")
+    if args.claimed_only:
+        print(f"{len(results) - passed} of {len(results)} cases are {backend}'s failures or "
+              f"declined (target {args.target}, {time.time() - start:.1f}s)")
+    else:
+        print(f"{passed} passed, {len(results) - passed} failed of {len(results)} cases "
+              f"(target {args.target}, {time.time() - start:.1f}s)")
     if args.write_known_failures:
         path = Path(args.write_known_failures)
         previous = read_known_failures(path)
         order = [c.name for c in all_tensor_cases()] if (ops or args.k) else None
-        entries = write_known_failures(path, results, previous, order)
+        entries = write_known_failures(path, results, previous, order, header)
         fixed = sorted(set(previous) - set(entries))
         added = sorted(set(entries) - set(previous))
         print(f"wrote {len(entries)} known failures to {path} ({len(fixed)} now pass and were "
@@ -379,8 +410,18 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _run_all(cases: list, target: str, engine: Runner) -> list[CaseResult]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return [run_case(case, target, engine) for case in cases]
+
+
 def _run_claimed_only(cases: list, target: str) -> list[CaseResult]:
-    """Run ``cases`` claimed-only for the target's first backend; print the node counts."""
+    """Run ``cases`` claimed-only for the target's first backend and print what happened to
+    them. Returns every case: a failure for a case the backend failed, or that it declined
+    (listed with its reason), or whose op it claims but whose nodes it did not take; a pass
+    for the rest (it passed, or the case is none of its business: an op it does not claim, a
+    case the other backends failed), so that rewriting its baseline drops them."""
     # local import: node_conformance imports this module (it builds on run_case), a cycle
     from tessera.testing.kit.node_conformance import NodeConformance
 
@@ -393,17 +434,20 @@ def _run_claimed_only(cases: list, target: str) -> list[CaseResult]:
     for case in cases:
         result = suite.run(case)
         verdict, _ = suite.outcome(result)
-        status = "skipped" if verdict == "skip" else result.status
+        listed = verdict == "fail" or result.status == "declined"
+        status = ("skipped" if verdict == "skip" and result.status != "declined"
+                  else result.status)
         statuses[status] += 1
         if result.status == "passed":
             nodes.update(result.nodes)
-        if status != "skipped":  # cases of ops it does not claim are neither pass nor fail
-            results.append(result.as_case_result())
+        results.append(CaseResult(result.name, not listed, result.reason if listed else ""))
     ran = ", ".join(f"{b} {n}" for b, n in nodes.most_common())
     print(f"claimed-only for {backend!r}: {statuses['passed']} cases passed, "
-          f"{statuses['unclaimed']} of ops it claims not claimed, {statuses['failed']} failed, "
-          f"{statuses['skipped']} skipped (ops it does not claim); nodes run in passing "
-          f"cases: {ran or 'none'}")
+          f"{statuses['failed']} failed, {statuses['declined']} declined (with its reason), "
+          f"{statuses['unclaimed']} of ops it claims not taken, {statuses['fallback failed']} "
+          f"of ops it claims not taken and failed by the others, {statuses['skipped']} skipped "
+          f"(ops it does not claim, or nothing of it to check); nodes run in passing cases: "
+          f"{ran or 'none'}")
     return results
 
 

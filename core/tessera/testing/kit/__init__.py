@@ -7,11 +7,14 @@
   ``compile`` and ``load`` too);
 - :class:`NodeConformance` runs the ONNX node conformance cases for one backend in
   claimed-only mode: each case counts only if the backend ran some of its nodes, the nodes it
-  ran are counted per backend, a case of an op it claims but whose nodes it did not take fails,
-  and known failures come from a baseline file of the backend's own;
-- :func:`check_symbolic_shapes` compiles two small models with symbolic dimensions for
-  the backend's target (specialised per size on first use, and split with the cache length
-  open) and checks them against onnx's reference at several sizes;
+  ran are counted per backend, a case it ran no node of is declined (with the reason it
+  gave), fallback failed or unclaimed, never its failure (a case of an op it claims whose
+  nodes it did not take, with no reason, fails), and known failures come from a baseline
+  file of the backend's own;
+- :func:`check_symbolic_shapes` compiles models with symbolic dimensions for the backend's
+  target (specialised per size on first use, and split with a cache length open): the kit's
+  whose ops the backend claims (attention, convolution) and the backend's own
+  (:class:`SymbolicModel`), and checks them against onnx's reference at several sizes;
 - ``pytest_plugins = ["tessera.testing.kit.pytest_plugin"]`` in a ``conftest.py`` makes
   contract warnings errors during the tests and prints the per-backend counts at the end.
 """
@@ -25,8 +28,13 @@ from tessera.testing.kit.node_conformance import (
     session_tally,
 )
 from tessera.testing.kit.registration import RegisteredBackend, register_backend
-from tessera.testing.kit.symbolic import SymbolicShapesResult, check_symbolic_shapes
+from tessera.testing.kit.symbolic import (
+    SymbolicModel,
+    SymbolicModelCheck,
+    SymbolicShapesResult,
+    check_symbolic_shapes,
+)
 
-__all__ = ["ClaimedResult", "NodeConformance", "RegisteredBackend", "SymbolicShapesResult",
-           "Tally", "check_backend", "check_compiled", "check_symbolic_shapes",
-           "register_backend", "session_tally", "strict_contracts"]
+__all__ = ["ClaimedResult", "SymbolicModelCheck", "NodeConformance", "RegisteredBackend",
+           "SymbolicModel", "SymbolicShapesResult", "Tally", "check_backend", "check_compiled",
+           "check_symbolic_shapes", "register_backend", "session_tally", "strict_contracts"]

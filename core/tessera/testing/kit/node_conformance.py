@@ -3,11 +3,19 @@
 Compiling a case for ``--target mynpu`` alone lets every node the backend does not claim fall
 back to a CPU backend, so a plain pass count says nothing about the backend. Here each case
 records how many of its nodes each backend ran; a case the backend under test took no node of
-is *unclaimed*: not a pass. It is skipped when none of its ops is one the backend claims, and a
-failure when one is (a check that refuses the nodes, a pattern that never matches), unless the
-backend's baseline file lists it. The baseline has the format of Tessera's own known-failures
-lists (``test_name  # reason`` under ``## group`` headers); a listed case that passes fails, so
-the list stays true.
+is never the backend's failure, whatever the backends that ran it did:
+
+- *declined* when the backend said why it left some of the case's nodes to another backend
+  (:meth:`~tessera.plugin.Backend.declines`, as the partition report lists them): skipped,
+  with that reason;
+- *fallback failed* when the backends that ran the case got it wrong, and *unclaimed* when they
+  got it right: skipped when none of the case's ops is one the backend claims, a failure when
+  one is (a check that refuses the nodes without a reason, a pattern that never matches).
+
+A case the backend ran some nodes of and that fails is *failed*. The backend's baseline file
+lists the cases it is known not to pass (xfailed); it has the format of Tessera's own
+known-failures lists (``test_name  # reason`` under ``## group`` headers); a listed case that
+passes fails, so the list stays true.
 """
 
 from __future__ import annotations
@@ -22,6 +30,8 @@ from typing import Any
 import numpy as np
 
 import tessera
+from tessera.api import partition_model
+from tessera.partition.report import PartitionReport
 from tessera.plugin.contract import strict_contracts
 from tessera.plugin.manager import get_backend, resolve_target
 from tessera.testing.conformance import (
@@ -35,19 +45,28 @@ from tessera.testing.conformance import (
 
 @dataclass
 class ClaimedResult:
-    """One case run for one backend: ``status`` is ``passed``, ``failed`` or ``unclaimed``;
-    ``nodes`` counts the nodes each backend ran (of the last data set compiled) and ``ops``
-    are the ops of the compiled graph (after Tessera's graph passes)."""
+    """One case run for one backend: ``status`` is one of :data:`STATUSES`; ``nodes``
+    counts the nodes each backend ran (of the last data set compiled; for a case that did not
+    compile, the nodes each backend was given), ``ops`` are the ops of the compiled graph
+    (after Tessera's graph passes) and ``declined`` the (node, op, reason) of each node the
+    backend declined."""
 
     name: str
     status: str
     reason: str = ""
     nodes: dict[str, int] = field(default_factory=dict)
     ops: tuple[str, ...] = ()
+    declined: tuple[tuple[str, str, str], ...] = ()
 
     def as_case_result(self) -> CaseResult:
-        """The form the known-failures writer takes (an unclaimed case is a failure)."""
+        """The form the known-failures writer takes (only a pass is not a failure)."""
         return CaseResult(self.name, self.status == "passed", self.reason)
+
+
+#: A case's status: the backend ran some of its nodes and it passed or failed; the backend
+#: ran none of them and declined some with a reason, or gave none and the backends that ran
+#: them failed (``fallback failed``) or passed (or Tessera could not compile it at all).
+STATUSES = ("passed", "failed", "declined", "fallback failed", "unclaimed")
 
 
 @dataclass
@@ -61,13 +80,15 @@ class Tally:
     nodes: int = 0
     #: nodes other backends ran in those cases (fallbacks), by backend
     others: dict[str, int] = field(default_factory=dict)
+    #: skipped cases whose nodes the backend declined with a reason
+    declined: int = 0
 
     def line(self, backend: str) -> str:
         others = ", ".join(f"{b} {n}" for b, n in sorted(self.others.items()))
         return (f"backend {backend!r}: ran {self.nodes} nodes in {self.passed} passing cases; "
-                f"{self.failed} failed, {self.known} known failures, {self.unclaimed} skipped "
-                f"(ops it does not claim, or no node left to run)"
-                + (f"; nodes run by others: {others}" if others else ""))
+                f"{self.failed} failed, {self.known} known failures, {self.declined} declined "
+                f"(with a reason), {self.unclaimed} skipped (ops it does not claim, or no "
+                f"node left to run)" + (f"; nodes run by others: {others}" if others else ""))
 
 
 _TALLY: dict[str, Tally] = {}
@@ -125,19 +146,19 @@ class NodeConformance:
     def run(self, case: Any) -> ClaimedResult:
         """Compile and run ``case`` for the target, with contract warnings as errors."""
         resolve_target(self.target)  # a backend that is not registered is an error, not a skip
-        nodes: dict[str, int] = {}
-        compiled_ops: set[str] = set()  # the ops left after Tessera's graph passes
+        seen = _Partition(self.backend)
 
         def engine(model: Any, inputs: dict[str, np.ndarray], target: str,
                    freeze: dict[str, np.ndarray]) -> list[np.ndarray]:
             shapes = {k: list(v.shape) for k, v in inputs.items() if k not in freeze}
-            mod = tessera.compile(model, target=target, input_shapes=shapes,
-                                  freeze_inputs=freeze)
-            nodes.clear()
-            compiled_ops.clear()
-            for region in mod.report.regions:
-                nodes[region.backend] = nodes.get(region.backend, 0) + len(region.nodes)
-                compiled_ops.update(region.ops)
+            seen.clear()
+            try:
+                mod = tessera.compile(model, target=target, input_shapes=shapes,
+                                      freeze_inputs=freeze)
+            except Exception:
+                seen.partition_again(model, target, shapes, freeze)
+                raise
+            seen.note(mod.report)
             for name, value in inputs.items():
                 if name not in freeze:
                     mod.set_input(name, value)
@@ -147,22 +168,34 @@ class NodeConformance:
         with strict_contracts(), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # cases feed inf/nan on purpose
             result = run_case(case, self.target, engine)
-        ops = tuple(sorted(compiled_ops or {n.op_type for n in case.model.graph.node}))
+        return self._classify(case, result, seen)
+
+    def _classify(self, case: Any, result: CaseResult, seen: _Partition) -> ClaimedResult:
+        """The status of a case from its result and who was given its nodes."""
+        nodes, declined = dict(seen.nodes), tuple(seen.declined)
+        ops = tuple(sorted(seen.ops or {n.op_type for n in case.model.graph.node}))
         if not result.ok and not nodes and not result.reason.startswith("Plugin"):
             # it failed before any backend was involved (an op or type Tessera cannot
             # import): the case says nothing about this backend
             return ClaimedResult(case.name, "unclaimed", f"unclaimed: Tessera cannot compile "
                                  f"this case ({result.reason})", {}, ops)
-        if not result.ok:
-            return ClaimedResult(case.name, "failed", result.reason, dict(nodes), ops)
-        if not any(nodes.values()):  # constant-folded or an identity: nothing to run
-            return ClaimedResult(case.name, "unclaimed", "unclaimed: Tessera's graph passes "
-                                 "leave no node to run", {}, ops)
-        if not nodes.get(self.backend):
-            return ClaimedResult(case.name, "unclaimed",
-                                 f"unclaimed: {self.backend} ran none of its nodes (ops "
-                                 f"{', '.join(ops)})", dict(nodes), ops)
-        return ClaimedResult(case.name, "passed", "", dict(nodes), ops)
+        if nodes.get(self.backend) or not nodes:
+            if result.ok and not nodes:  # constant-folded or an identity: nothing to run
+                return ClaimedResult(case.name, "unclaimed", "unclaimed: Tessera's graph "
+                                     "passes leave no node to run", {}, ops)
+            return ClaimedResult(case.name, "passed" if result.ok else "failed",
+                                 result.reason, nodes, ops, declined)
+        # the backend ran none of the case's nodes: whatever happened is not its doing
+        others = ", ".join(sorted(nodes))
+        failed = "" if result.ok else f"; {others} ran it and failed: {result.reason}"
+        if declined:
+            said = "; ".join(f"{self.backend} declined {op}: {reason}" for op, reason in
+                             dict.fromkeys((op, reason) for _, op, reason in declined))
+            return ClaimedResult(case.name, "declined", f"declined: {said}{failed}", nodes,
+                                 ops, declined)
+        ran_none = f"{self.backend} ran none of its nodes (ops {', '.join(ops)})"
+        status = "unclaimed" if result.ok else "fallback failed"
+        return ClaimedResult(case.name, status, f"{status}: {ran_none}{failed}", nodes, ops)
 
     def outcome(self, result: ClaimedResult) -> tuple[str, str]:
         """What a test makes of a result: (``pass``|``fail``|``xfail``|``skip``, message)."""
@@ -174,12 +207,15 @@ class NodeConformance:
             return "pass", ""
         if known is not None:
             return "xfail", known.reason
-        if result.status == "unclaimed":
+        if result.status == "declined":
+            return "skip", result.reason
+        if result.status in ("unclaimed", "fallback failed"):
             expected = sorted(set(result.ops) & self.expected_ops())
             if not expected or result.reason.startswith("unclaimed: Tessera"):
                 return "skip", result.reason
             return "fail", (f"{self.backend} claims {', '.join(expected)} but took none of this "
-                            f"case's nodes (a check that refuses them?); list the case in "
+                            f"case's nodes and declines() gave no reason (a check that refuses "
+                            f"them?); say why in declines(), or list the case in "
                             f"{self.baseline or 'a baseline file'} if that is intended")
         return "fail", result.reason
 
@@ -200,6 +236,8 @@ class NodeConformance:
                         tally.others[b] = tally.others.get(b, 0) + n
             elif verdict == "xfail":
                 tally.known += 1
+            elif verdict == "skip" and result.status == "declined":
+                tally.declined += 1
             elif verdict == "skip":
                 tally.unclaimed += 1
             else:
@@ -216,3 +254,38 @@ class NodeConformance:
         """Baseline entries that name no case of this run."""
         names = {c.name for c in all_tensor_cases()}
         return sorted(set(self.known) - names)
+
+
+class _Partition:
+    """Who was given a case's nodes: the nodes per backend, the ops left after the graph
+    passes, and the nodes the backend under test declined (from the compiled module's
+    partition report, or, when the case did not compile, from partitioning it again)."""
+
+    def __init__(self, backend: str) -> None:
+        self.backend = backend
+        self.nodes: dict[str, int] = {}
+        self.ops: set[str] = set()
+        self.declined: list[tuple[str, str, str]] = []
+
+    def clear(self) -> None:
+        self.nodes.clear()
+        self.ops.clear()
+        self.declined.clear()
+
+    def note(self, report: PartitionReport) -> None:
+        for region in report.regions:
+            self.nodes[region.backend] = self.nodes.get(region.backend, 0) + len(region.nodes)
+            self.ops.update(region.ops)
+        self.declined.extend((node, op, reason) for node, op, who, reason, _ in report.declined
+                             if who == self.backend)
+
+    def partition_again(self, model: Any, target: str, shapes: dict[str, list[int]],
+                        freeze: dict[str, np.ndarray]) -> None:
+        """After a failed compile: the partition it would have had (nothing when the model
+        does not even partition)."""
+        try:
+            partitioned = partition_model(model, target, input_shapes=shapes,
+                                          freeze_inputs=freeze)
+        except Exception:  # noqa: BLE001 - the compile's own error is the one reported
+            return
+        self.note(partitioned.report)

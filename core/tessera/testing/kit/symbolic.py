@@ -7,173 +7,228 @@ whose shapes do not depend on those variables are compiled once and the rest is 
 per call (:mod:`tessera.runtime.split`). A backend needs nothing of its own for either, but
 it must be right at every size it is compiled for, and its regions must work as the
 compiled parts of a split plan. :func:`check_symbolic_shapes` checks both on the backend's
-target, against onnx's reference evaluator, and says which nodes the backend ran: a
-backend that ran none of them has not been checked, and the check fails.
+target, against onnx's reference evaluator, with the kit's models whose ops the backend
+claims (:mod:`tessera.testing.kit.symbolic_models`: attention and convolution) and the
+backend's own, and says which nodes the backend ran: a backend that ran none of the nodes
+of any of them has not been checked, and the check fails, with the reasons it gave for
+declining them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from tessera.api import compile as compile_model
-from tessera.errors import RunError
+from tessera.api import partition_model
+from tessera.errors import RunError, TesseraError
+from tessera.plugin import contract
+from tessera.plugin.manager import resolve_target
+from tessera.plugin.target import Target
 from tessera.runtime.dynamic import DynamicModule
+from tessera.testing.kit.symbolic_models import (
+    PAST,
+    SIZES,
+    SymbolicModel,
+    as_symbolic_model,
+    cache_step_model,
+    conv_model,
+    conv_step_model,
+    encoder_model,
+    kit_models,
+)
 
-__all__ = ["SIZES", "SymbolicShapesResult", "cache_step_model", "check_symbolic_shapes",
+__all__ = ["PAST", "SIZES", "SymbolicModelCheck", "SymbolicModel", "SymbolicShapesResult",
+           "cache_step_model", "check_symbolic_shapes", "conv_model", "conv_step_model",
            "encoder_model"]
 
-#: (batch, seq) sizes the encoder is run at, each twice (the second call is a cache hit).
-SIZES: tuple[tuple[int, int], ...] = ((1, 3), (2, 5), (3, 8))
-#: Cache lengths the split step is run at.
-PAST: tuple[int, ...] = (2, 5, 9)
-WIDTH = 8
+
+@dataclass(frozen=True)
+class SymbolicModelCheck:
+    """One model :func:`check_symbolic_shapes` ran: ``nodes`` the backend ran at each of
+    ``sizes`` (compiled per size), or in the split plan's compiled parts (one entry)."""
+
+    model: str
+    split: bool
+    sizes: tuple[str, ...]
+    nodes: tuple[int, ...]
+    #: the dynamic module's cache after the runs (per-size models; 0 for a split plan)
+    compiles: int = 0
+    hits: int = 0
+
+    def __str__(self) -> str:
+        if self.split:
+            return (f"{self.model}: {self.nodes[0]} nodes in a split plan's compiled parts "
+                    f"({'; '.join(self.sizes)})")
+        return (f"{self.model}: ran {', '.join(map(str, self.nodes))} nodes at "
+                f"{'; '.join(self.sizes)} ({self.compiles} compiles, {self.hits} hits)")
 
 
 @dataclass(frozen=True)
 class SymbolicShapesResult:
-    """What :func:`check_symbolic_shapes` saw."""
+    """What :func:`check_symbolic_shapes` saw, model by model."""
 
     backend: str
-    #: nodes the backend ran in the module specialised for each of :data:`SIZES`
-    nodes_per_size: tuple[int, ...]
-    #: nodes the backend ran in the split plan's compiled parts (0: it took none of them)
-    split_nodes: int
-    #: the dynamic module's cache after the runs (``compiles``, ``hits``, ...)
-    compiles: int
-    hits: int
+    checks: tuple[SymbolicModelCheck, ...]
+    #: kit models not run: the backend claims none of their ops
+    skipped: tuple[str, ...] = ()
+
+    @property
+    def nodes_per_size(self) -> tuple[int, ...]:
+        """Nodes the backend ran at each size of each model compiled per size."""
+        return tuple(n for c in self.checks if not c.split for n in c.nodes)
+
+    @property
+    def split_nodes(self) -> int:
+        """Nodes the backend ran in the split plans' compiled parts (0: it took none)."""
+        return sum(n for c in self.checks if c.split for n in c.nodes)
+
+    @property
+    def compiles(self) -> int:
+        return sum(c.compiles for c in self.checks)
+
+    @property
+    def hits(self) -> int:
+        return sum(c.hits for c in self.checks)
 
     def __str__(self) -> str:
-        return (f"backend {self.backend!r}: ran {', '.join(map(str, self.nodes_per_size))} "
-                f"nodes at sizes {', '.join(f'{b}x{s}' for b, s in SIZES)} "
-                f"({self.compiles} compiles, {self.hits} hits); {self.split_nodes} nodes in a "
-                f"split plan's compiled parts")
+        skipped = (f"; not run (it claims none of their ops): {', '.join(self.skipped)}"
+                   if self.skipped else "")
+        return f"backend {self.backend!r}: " + "; ".join(map(str, self.checks)) + skipped
 
 
-def _weights(seed: int, *names: str) -> list[onnx.TensorProto]:
-    rng = np.random.default_rng(seed)
-    return [numpy_helper.from_array((rng.standard_normal((WIDTH, WIDTH)) / 3)
-                                    .astype(np.float32), n) for n in names]
+def check_symbolic_shapes(target: str, backend: str | None = None, *,
+                          models: Sequence[SymbolicModel | onnx.ModelProto] = (),
+                          rtol: float = 1e-4, atol: float = 1e-5) -> SymbolicShapesResult:
+    """Compile models with their symbolic dimensions left open for ``target`` (``"mynpu"``,
+    or ``"mynpu, llvm"``) and check ``backend`` (default: the target's first kind) in them.
 
+    The models are the kit's whose ops the backend claims (:func:`kit_models`: an encoder
+    and a convolution stack compiled per size, each run twice at three sizes against the
+    reference, a compile on first use then a cache hit, the encoder also refusing inputs
+    whose ``seq`` differ with a ``RunError``; an attention step and a convolution step
+    compiled as one split plan with ``past`` open, run at three cache lengths), then
+    ``models``: the backend's own, each a :class:`SymbolicModel` (sizes, split or not) or an
+    ``onnx.ModelProto`` (run per size at three sizes).
 
-def encoder_model() -> onnx.ModelProto:
-    """``x: float32[batch, seq, 8]`` and ``mask: float32[batch, seq]`` -> ``y`` of x's shape:
-    a projection, bias, ReLU and exponent, a softmax over the sequence, masked."""
-    rng = np.random.default_rng(1)
-    inits = _weights(2, "w") + [
-        numpy_helper.from_array(rng.standard_normal(WIDTH).astype(np.float32), "b"),
-        numpy_helper.from_array(np.array([-1], np.int64), "last")]
-    nodes = [
-        helper.make_node("MatMul", ["x", "w"], ["h"]),
-        helper.make_node("Add", ["h", "b"], ["hb"]),
-        helper.make_node("Relu", ["hb"], ["r"]),
-        helper.make_node("Neg", ["r"], ["nr"]),
-        helper.make_node("Exp", ["nr"], ["e"]),
-        helper.make_node("Transpose", ["e"], ["et"], perm=[0, 2, 1]),
-        helper.make_node("Softmax", ["et"], ["st"], axis=-1),      # over seq
-        helper.make_node("Transpose", ["st"], ["s"], perm=[0, 2, 1]),
-        helper.make_node("Unsqueeze", ["mask", "last"], ["m"]),
-        helper.make_node("Mul", ["s", "m"], ["sm"]),
-        helper.make_node("Add", ["sm", "x"], ["y"]),
-    ]
-    graph = helper.make_graph(
-        nodes, "kit_encoder",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", WIDTH]),
-         helper.make_tensor_value_info("mask", TensorProto.FLOAT, ["batch", "seq"])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", WIDTH])], inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-
-
-def cache_step_model() -> onnx.ModelProto:
-    """One attention step over a key cache, ``x: float32[1, 1, 8]`` and
-    ``past: float32[1, past, 8]`` -> ``y: float32[1, 1, 8]`` and ``present``: projections, a
-    bias and a ReLU of fixed shapes around a concatenation, scores and a softmax whose
-    shapes have the cache's length."""
-    rng = np.random.default_rng(3)
-    inits = _weights(4, "wq", "wk", "wo") + [
-        numpy_helper.from_array(rng.standard_normal(WIDTH).astype(np.float32), "bo")]
-    nodes = [
-        helper.make_node("MatMul", ["x", "wq"], ["q"]),
-        helper.make_node("MatMul", ["x", "wk"], ["k"]),
-        helper.make_node("Concat", ["past", "k"], ["present"], axis=1),
-        helper.make_node("Transpose", ["present"], ["kt"], perm=[0, 2, 1]),
-        helper.make_node("MatMul", ["q", "kt"], ["scores"]),
-        helper.make_node("Softmax", ["scores"], ["probs"], axis=-1),
-        helper.make_node("MatMul", ["probs", "present"], ["ctx"]),
-        helper.make_node("MatMul", ["ctx", "wo"], ["o"]),
-        helper.make_node("Add", ["o", "bo"], ["ob"]),
-        helper.make_node("Relu", ["ob"], ["y"]),
-    ]
-    graph = helper.make_graph(
-        nodes, "kit_cache_step",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, WIDTH]),
-         helper.make_tensor_value_info("past", TensorProto.FLOAT, [1, "past", WIDTH])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, WIDTH]),
-         helper.make_tensor_value_info("present", TensorProto.FLOAT, [1, "total", WIDTH])],
-        inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-
-
-def check_symbolic_shapes(target: str, backend: str | None = None, *, rtol: float = 1e-4,
-                          atol: float = 1e-5) -> SymbolicShapesResult:
-    """Compile the kit's models with their symbolic dimensions left open for ``target``
-    (``"mynpu"``, or ``"mynpu, llvm"``) and check ``backend`` (default: the target's first
-    kind) in them:
-
-    - :func:`encoder_model` without ``input_shapes``: run at each of :data:`SIZES` twice
-      against the reference (a new module per size, then a cache hit); inputs whose sizes
-      break the model's relation (``mask``'s ``seq`` not ``x``'s) are a ``RunError``;
-    - :func:`cache_step_model` with ``symbolic_dims=["past"]``: one split plan run at
-      three cache lengths against the reference.
-
-    Raises ``AssertionError`` naming the size and output that differ, or when the backend ran
-    none of the encoder's nodes (nothing was checked)."""
-    name = backend or target.split(",")[0].split()[0].strip()
-    model = encoder_model()
-    mod = compile_model(model, target)
-    assert isinstance(mod, DynamicModule), f"expected a dynamic module, got {type(mod)}"
-    reference = ReferenceEvaluator(model)
+    Raises ``AssertionError`` naming the model, size and output that differ, or when the
+    backend ran none of the nodes of any model (nothing was checked; the message gives the
+    reasons it declined them, :meth:`~tessera.plugin.Backend.declines`); a
+    :class:`~tessera.errors.TesseraError` for a ``backend`` not in ``target`` or a model
+    that is not one of those forms."""
+    name = backend or Target.parse(target).kinds[0].name
+    claimed = _claimed_ops(target, name)
+    kit = kit_models()
+    if not isinstance(models, Sequence):
+        raise TesseraError(f"check_symbolic_shapes(models=...): expected a list of "
+                           f"SymbolicModel or onnx.ModelProto, got {type(models).__name__}")
+    own = [as_symbolic_model(m, f"check_symbolic_shapes(models=...)[{i}]")
+           for i, m in enumerate(models)]
+    picked = [m for m in kit if m.op_types & claimed] + own
+    skipped = tuple(m.name for m in kit if not m.op_types & claimed)
     rng = np.random.default_rng(0)
-    for batch, seq in SIZES:
-        feeds = {"x": rng.standard_normal((batch, seq, WIDTH)).astype(np.float32),
-                 "mask": rng.uniform(0.2, 1.5, (batch, seq)).astype(np.float32)}
-        (want,) = reference.run(None, feeds)
-        for call in ("first", "second"):
-            np.testing.assert_allclose(
-                mod.run(feeds)["y"], want, rtol=rtol, atol=atol,
-                err_msg=f"{target}: output 'y' at batch={batch}, seq={seq} ({call} call)")
-    try:
-        mod.run({"x": np.ones((1, 3, WIDTH), np.float32), "mask": np.ones((1, 4), np.float32)})
-    except RunError:
-        pass
-    else:
-        raise AssertionError(f"{target}: inputs whose 'seq' differ ran without a RunError")
-    specialised = {(s["batch"], s["seq"]): m for s, m in mod.specializations()}
-    nodes = tuple(specialised[size].partition_report().backend_counts().get(name, 0)
-                  for size in SIZES)
-    info = mod.cache_info()
-    if not any(nodes):
-        raise AssertionError(
-            f"backend {name!r} ran none of the kit model's nodes (ops "
-            f"{', '.join(sorted({n.op_type for n in model.graph.node}))}) under target "
-            f"{target!r}: nothing was checked")
+    checks = tuple(_check(m, target, name, rng, rtol, atol) for m in picked)
+    result = SymbolicShapesResult(name, checks, skipped)
+    if not any(n for c in checks for n in c.nodes):
+        raise AssertionError(_ran_none(result, picked, target))
+    return result
 
-    step = cache_step_model()
-    split = compile_model(step, target, symbolic_dims=["past"])
-    reference = ReferenceEvaluator(step)
-    for past in PAST:
-        feeds = {"x": rng.standard_normal((1, 1, WIDTH)).astype(np.float32),
-                 "past": rng.standard_normal((1, past, WIDTH)).astype(np.float32)}
-        got = split.run(feeds)
-        for out, want in zip(("y", "present"), reference.run(None, feeds)):
-            np.testing.assert_allclose(got[out], want, rtol=rtol, atol=atol,
-                                       err_msg=f"{target}: split plan's {out!r} at past={past}")
-    plans = split.split_plans()
-    assert len(plans) == 1 and split.cache_info().split_fallbacks == 0, \
-        f"{target}: expected one split plan for every cache length, got {len(plans)}"
-    split_nodes = sum(dict(s.backend_nodes).get(name, 0) for s in plans[0][1].segments())
-    return SymbolicShapesResult(name, nodes, split_nodes, info.compiles, info.hits)
+
+def _claimed_ops(target: str, name: str) -> frozenset[str]:
+    """Every op named by ``name``'s patterns under its kind of ``target``."""
+    for backend, kind in resolve_target(target):
+        if backend.name == name:
+            patterns = contract.call(backend, "claims()", backend.claims, kind)
+            return frozenset().union(*(p.ops() for p in patterns))
+    kinds = ", ".join(k.name for k in Target.parse(target).kinds)
+    raise TesseraError(f"check_symbolic_shapes: backend {name!r} is not in target {target!r}; "
+                       f"expected one of its kinds ({kinds})")
+
+
+def _check(model: SymbolicModel, target: str, name: str, rng: np.random.Generator,
+           rtol: float, atol: float) -> SymbolicModelCheck:
+    """Run ``model`` for ``target`` at each of its sizes against onnx's reference."""
+    reference = ReferenceEvaluator(model.model)
+    outputs = [o.name for o in model.model.graph.output]
+    sizes = tuple(model.size_text(s) for s in model.sizes)
+    if model.symbolic_dims:
+        split = compile_model(model.model, target, symbolic_dims=list(model.symbolic_dims))
+        for size, text in zip(model.sizes, sizes):
+            feeds = model.inputs_at(size, rng)
+            _compare(split.run(feeds), reference.run(None, feeds), outputs, rtol, atol,
+                     f"{target}: {model.name}'s split plan, output {{}} at {text}")
+        plans = split.split_plans()
+        assert len(plans) == 1 and split.cache_info().split_fallbacks == 0, \
+            f"{target}: {model.name}: expected one split plan for every size, got {len(plans)}"
+        ran = sum(dict(s.backend_nodes).get(name, 0) for s in plans[0][1].segments())
+        return SymbolicModelCheck(model.name, True, sizes, (ran,))
+    mod = compile_model(model.model, target)
+    assert isinstance(mod, DynamicModule), \
+        f"{model.name}: expected a dynamic module, got {type(mod).__name__}"
+    for size, text in zip(model.sizes, sizes):
+        feeds = model.inputs_at(size, rng)
+        want = reference.run(None, feeds)
+        for call in ("first", "second"):
+            _compare(mod.run(feeds), want, outputs, rtol, atol,
+                     f"{target}: {model.name}, output {{}} at {text} ({call} call)")
+    if model.mismatched is not None:
+        try:
+            mod.run(dict(model.mismatched))
+        except RunError:
+            pass
+        else:
+            raise AssertionError(f"{target}: {model.name}: inputs whose sizes break the "
+                                 f"model's relations ran without a RunError")
+    modules = mod.specializations()
+    nodes = tuple(next((m.partition_report().backend_counts().get(name, 0)
+                        for s, m in modules if _at(s, size)), 0) for size in model.sizes)
+    info = mod.cache_info()
+    return SymbolicModelCheck(model.name, False, sizes, nodes, info.compiles, info.hits)
+
+
+def _at(specialised: Mapping[str, int], size: Mapping[str, int]) -> bool:
+    return all(specialised.get(k) == v for k, v in size.items())
+
+
+def _compare(got: Mapping[str, np.ndarray], want: Sequence[np.ndarray], names: Sequence[str],
+             rtol: float, atol: float, message: str) -> None:
+    for out, expected in zip(names, want):
+        np.testing.assert_allclose(got[out], expected, rtol=rtol, atol=atol,
+                                   err_msg=message.format(repr(out)))
+
+
+def _ran_none(result: SymbolicShapesResult, models: Sequence[SymbolicModel],
+              target: str) -> str:
+    """Why nothing was checked: the models and their ops, and the backend's reasons."""
+    name = result.backend
+    skipped = (f"; the kit's models it claims none of the ops of: {', '.join(result.skipped)}"
+               if result.skipped else "")
+    if not models:
+        return (f"backend {name!r} claims none of the ops of the kit's models under target "
+                f"{target!r}{skipped}, and no models of its own were given "
+                f"(check_symbolic_shapes(..., models=[...])): nothing was checked")
+    ran = "; ".join(f"{m.name}: ops {', '.join(sorted(m.op_types))}" for m in models)
+    reasons = _declined(models, target, name)
+    said = (f"; it declined {reasons}" if reasons else
+            "; it gave no reason for any of them (Backend.declines)")
+    return (f"backend {name!r} ran none of the nodes of the models checked under target "
+            f"{target!r} ({ran}){said}{skipped}: nothing was checked")
+
+
+def _declined(models: Sequence[SymbolicModel], target: str, name: str) -> str:
+    """The reasons ``name`` gave for the nodes of ``models`` it left to others (each model
+    partitioned at its first size), as "Conv: only 2-D convolutions, ..."."""
+    reasons: dict[tuple[str, str], None] = {}
+    for model in models:
+        try:
+            report = partition_model(model.model, target,
+                                     input_shapes=model.shapes_at(model.sizes[0])).report
+        except TesseraError:
+            continue
+        reasons.update({(op, why): None for _, op, who, why, _ in report.declined
+                        if who == name})
+    return "; ".join(f"{op}: {why}" for op, why in reasons)
