@@ -158,11 +158,13 @@ class NodeConformance:
             except Exception:
                 seen.partition_again(model, target, shapes, freeze)
                 raise
-            seen.note(mod.report)
-            for name, value in inputs.items():
-                if name not in freeze:
-                    mod.set_input(name, value)
-            mod.run()
+            try:
+                for name, value in inputs.items():
+                    if name not in freeze:
+                        mod.set_input(name, value)
+                mod.run()
+            finally:  # after the run: a staged model's later stages compile then
+                seen.note(mod.partition_report())
             return [mod.get_output(i) for i in range(len(mod.output_names))]
 
         with strict_contracts(), warnings.catch_warnings():
