@@ -10,10 +10,11 @@ record, and times both in the model's own conditions (one process, warm, alterna
 When every record together wins clearly, all are kept. Otherwise the records are tried one
 workload at a time, the largest isolated saving first, each kept only when the model with it
 wins clearly against the model without it, until every workload is tried or the check's
-time is spent. The result is a :class:`~tessera.plugin.records.ModelCheck` that ``tune``
-appends to the records file: the workloads not kept are rejected, and a compile with the file
-leaves them at their default schedules and says so. Whatever the records, the model it
-compiles is never slower than untuned by more than the measurement's noise.
+time is spent; the set kept that way must then win against the untuned model once more, over
+more blocks, or none is kept. The result is a :class:`~tessera.plugin.records.ModelCheck`
+that ``tune`` appends to the records file: the workloads not kept are rejected, and a compile
+with the file leaves them at their default schedules and says so. Whatever the records, the
+model it compiles is never slower than untuned by more than the measurement's noise.
 """
 
 from __future__ import annotations
@@ -41,8 +42,10 @@ __all__ = ["BLOCKS", "MARGIN", "check_model", "compare", "wins"]
 MARGIN = 0.02
 #: ... over this many alternating blocks, and faster in at least two thirds of them.
 BLOCKS = 7
+#: Blocks of the last comparison, of the records kept one by one against the untuned model.
+FINAL_BLOCKS = 11
 #: Seconds one module runs in one block (a block is at least 3 runs).
-BLOCK_S = 0.03
+BLOCK_S = 0.04
 
 #: Compiles the model with these records (None: the default schedules).
 Compiler = Callable[[TuningHistory | None], Any]
@@ -151,7 +154,16 @@ def check_model(compile_with: Compiler, tasks: Sequence[Any], records: Sequence[
             if verdict:
                 kept.add(key)
                 current = candidate
-        kept_ms = compare([untuned, current]).median(1) if kept else untuned_ms
+        if kept:  # the kept set against the untuned model once more: it must win there too
+            final = compare([untuned, current], blocks=FINAL_BLOCKS)
+            kept_ms = final.median(1)
+            if not wins(final, 1, 0):
+                say(f"the {len(kept)} record(s) kept one by one do not win against the "
+                    f"untuned model ({kept_ms:.4f} against {final.median(0):.4f} ms); none "
+                    f"is kept")
+                kept, kept_ms = set(), final.median(0)
+        else:
+            kept_ms = untuned_ms
     rejected = sorted(set(best) - kept)
     check = ModelCheck(model=model, target=target, untuned_ms=untuned_ms, tuned_ms=tuned_ms,
                        kept_ms=kept_ms if math.isfinite(kept_ms) else untuned_ms,
