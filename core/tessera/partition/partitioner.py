@@ -3,6 +3,9 @@
 1. Claims: backends in target priority order take the nodes their patterns match (largest
    patterns first); a match is a group that stays together.
 2. Fallback: nodes no backend claimed go to the fallback backend and are reported.
+   Shape-only nodes (Reshape, Flatten, Squeeze, Unsqueeze) then move to the device their data
+   lives on where a backend there claims them and that removes copies
+   (:mod:`tessera.partition.views`); the report lists them.
 3. Merging: groups are visited in topological order and join a region of the same backend that
    feeds them, unless that would create a cycle between regions (another region on a path from
    the candidate region to the group).
@@ -27,6 +30,7 @@ from tessera.errors import PartitionError
 from tessera.ir.graph import COPY_OP, REGION_OP, Function, Node, Value
 from tessera.partition.regions import DeviceCopy, PartitionedGraph, Region
 from tessera.partition.report import CopyInfo, PartitionReport, RegionInfo
+from tessera.partition.views import place_views
 from tessera.plugin import contract
 from tessera.plugin.patterns import PatternCheckError, record_matches
 
@@ -210,11 +214,16 @@ def partition(fn: Function, backends: list[tuple[Backend, TargetKind]],
               target_text: str = "") -> PartitionedGraph:
     """Partition ``fn`` for ``backends`` (priority order); see the module docstring."""
     groups, fell_back = claim_groups(fn, backends, fallback)
+    fallbacks = fallback if isinstance(fallback, list) else [fallback]
+    placed = place_views(fn, groups, backends, fallbacks)
     regions = merge_regions(groups)
     report = PartitionReport(target_text or ", ".join(str(k) for _, k in backends))
     group_of = {id(n): g for g in groups for n in g.nodes}
-    report.fallback = [(n.name, n.op, group_of[id(n)].backend.name) for n in fell_back]
-    report.declined = declined_nodes(fn, backends, group_of)
+    moved = {name for name, *_ in placed}
+    report.fallback = [(n.name, n.op, group_of[id(n)].backend.name) for n in fell_back
+                       if n.name not in moved]
+    report.placed = placed
+    report.declined = [d for d in declined_nodes(fn, backends, group_of) if d[0] not in moved]
     steps: list[Region | DeviceCopy] = []
 
     region_of: dict[int, int] = {}

@@ -30,7 +30,8 @@ class CopyInfo:
 
 @dataclass
 class PartitionReport:
-    """Regions in execution order, device copies, and the nodes that fell back."""
+    """Regions in execution order, device copies, the nodes that fell back, and the
+    shape-only nodes placed with their data."""
 
     target: str
     regions: list[RegionInfo] = field(default_factory=list)
@@ -40,6 +41,9 @@ class PartitionReport:
     #: (node name, op, backend, reason, backend that runs it) for nodes a backend earlier in
     #: the target left to a later one, with its reason (``Backend.declines``).
     declined: list[tuple[str, str, str, str, str]] = field(default_factory=list)
+    #: (node name, op, backend that claimed it, backend that runs it) for shape-only nodes
+    #: moved to the device their data lives on (:mod:`tessera.partition.views`).
+    placed: list[tuple[str, str, str, str]] = field(default_factory=list)
 
     def backend_counts(self) -> dict[str, int]:
         """Number of nodes per backend."""
@@ -80,6 +84,10 @@ class PartitionReport:
                          f"claimed them:")
             for name, op, backend in self.fallback:
                 lines.append(f"  {name} ({op}) -> {backend}")
+        if self.placed:
+            lines.append(f"shape-only nodes placed with their data ({len(self.placed)}):")
+            for name, op, claimed, runs in self.placed:
+                lines.append(f"  {name} ({op}): claimed by {claimed}, runs on {runs}")
         if self.declined:
             lines.append(f"declined ({len(self.declined)}), left to a later backend:")
             grouped: dict[tuple[str, str, str, str], list[str]] = {}

@@ -532,4 +532,5 @@ def _report_from(d: dict[str, Any]) -> PartitionReport:
                            [RegionInfo(**r) for r in d.get("regions", [])],
                            [CopyInfo(**c) for c in d.get("copies", [])],
                            [tuple(f) for f in d.get("fallback", [])],  # type: ignore[misc]
-                           [tuple(f) for f in d.get("declined", [])])  # type: ignore[misc]
+                           [tuple(f) for f in d.get("declined", [])],  # type: ignore[misc]
+                           [tuple(f) for f in d.get("placed", [])])  # type: ignore[misc]
