@@ -40,6 +40,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("runtime", "quantization"),
     ("api",),
     ("tessera",),
+    ("scaffold_device",),
     ("autotune", "scaffold"),
     ("cli", "testing"),
 ]

@@ -5,6 +5,10 @@ backend that claims one op (Relu) and one fused composite (Add -> Relu, compiled
 found through :func:`tessera.plugin.patterns.region_matches`), ``save``/``load`` of its kernel
 table, tests that use the backend test kit (:mod:`tessera.testing.kit`) and a README. Adding an
 op is one line of its ``OPS`` table.
+
+With ``own_device`` (``--own-device``) the backend runs on a device of its own whose memory the
+host cannot read, keeps its constants packed in the artifact, and claims view ops and Concat
+(:mod:`tessera.scaffold_device` holds those files).
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tessera import plugin
+from tessera import plugin, scaffold_device
 from tessera._version import __version__
 from tessera.errors import TesseraError
 
@@ -273,8 +277,9 @@ def test_model_runs_with_the_composite_fused(tmp_path: Path) -> None:
 
 def test_models_with_symbolic_shapes() -> None:
     # compiled per size on first use, and as a split plan's compiled parts: right at each
+    # size (the kit's models whose ops {name} claims; pass your own with models=[...])
     result = check_symbolic_shapes("{name}")
-    assert all(result.nodes_per_size)
+    assert any(all(check.nodes) for check in result.checks)  # ran at every size of one
 '''
 
 TEST_CONFORMANCE = '''\
@@ -334,10 +339,11 @@ See Tessera's `docs/writing-a-backend.md` for the contract.
 '''
 
 
-def _files(name: str, tessera_version: str) -> dict[str, str]:
-    cls = "".join(part.capitalize() for part in name.split("_")) + "Backend"
-    fields = {"name": name, "cls": cls, "tessera_version": tessera_version}
-    return {
+def _files(name: str, tessera_version: str, own_device: bool = False) -> dict[str, str]:
+    prefix = "".join(part.capitalize() for part in name.split("_"))
+    fields = {"name": name, "cls": prefix + "Backend", "prefix": prefix,
+              "tessera_version": tessera_version}
+    files = {
         "pyproject.toml": PYPROJECT.format(**fields),
         "README.md": README.format(**fields),
         f"tessera_{name}/__init__.py": INIT.format(**fields),
@@ -348,12 +354,22 @@ def _files(name: str, tessera_version: str) -> dict[str, str]:
         "tests/test_conformance.py": TEST_CONFORMANCE.format(**fields),
         "tests/known_failures.txt": KNOWN_FAILURES.format(**fields),
     }
+    if own_device:
+        files.update({
+            "README.md": scaffold_device.README.format(**fields),
+            f"tessera_{name}/device.py": scaffold_device.DEVICE.format(**fields),
+            f"tessera_{name}/backend.py": scaffold_device.BACKEND.format(**fields),
+            "tests/test_device.py": scaffold_device.TEST_DEVICE.format(**fields),
+        })
+    return files
 
 
-def new_plugin(name: str, directory: str | Path | None = None, force: bool = False) -> Path:
+def new_plugin(name: str, directory: str | Path | None = None, force: bool = False,
+               own_device: bool = False) -> Path:
     """Write the package ``tessera-NAME`` into ``directory`` (default ``./tessera-NAME``);
     returns its folder. Refuses a name that is taken (:func:`name_taken`) and an existing
-    non-empty folder unless ``force``."""
+    non-empty folder unless ``force``. ``own_device``: a backend on a device of its own (see
+    the module doc)."""
     if not _NAME.match(name):
         raise TesseraError(f"plugin name {name!r}: expected a lower-case identifier such as "
                            f"'mynpu' (letters, digits, underscores; it becomes the target kind)")
@@ -366,7 +382,7 @@ def new_plugin(name: str, directory: str | Path | None = None, force: bool = Fal
         raise TesseraError(f"{str(root)!r} exists and is not empty; choose another --dir or "
                            f"pass --force")
     version = __version__.split("+")[0]
-    for rel, text in _files(name, version).items():
+    for rel, text in _files(name, version, own_device).items():
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
