@@ -43,10 +43,12 @@ EXAMPLES: dict[str, list[tuple[str, str]]] = {
         ('tessera inspect model.onnx --target "vta_sim, llvm"', "partition only, no code"),
         ("tessera inspect model.tar --dot partition.dot", ""),
         ("tessera inspect model.onnx --compile --html partition.html", "open in a browser"),
+        ("tessera inspect model.onnx --svg partition.svg", "the picture as an SVG file"),
     ],
     "tune": [
         ("tessera tune model.onnx --target llvm --tasks list", ""),
-        ("tessera tune model.onnx --target llvm -o tuning.jsonl --trials 4 --tasks 0", ""),
+        ("tessera tune model.onnx --target llvm -o tuning.jsonl --trials 4 --tasks 0",
+         "then the whole-model check"),
         ("tessera compile model.onnx --target llvm --tuning-records tuning.jsonl "
          "-o model.tar", "use them"),
     ],
@@ -62,6 +64,8 @@ EXAMPLES: dict[str, list[tuple[str, str]]] = {
     "new-plugin": [
         ("tessera new-plugin mynpu", "writes tessera-mynpu/"),
         ("tessera new-plugin mynpu --dir plugins-dev/tessera-mynpu", ""),
+        ("tessera new-plugin mynpu --own-device --dir tessera-mynpu-device",
+         "+ a device of its own, packed weights"),
     ],
 }
 
