@@ -84,9 +84,9 @@ def test_tune_in_parallel_writes_the_same_records(tmp_path: Path) -> None:
     model, _ = _conv_model(tmp_path)
     serial, parallel = tmp_path / "serial.jsonl", tmp_path / "parallel.jsonl"
     tune(str(model), target="llvm", output=serial, trials=2, tasks=[0], repeat=1,
-         timeout=30, progress=None, tuner="gridsearch")
+         timeout=30, progress=None, tuner="gridsearch", model_check=False)
     result = tune(str(model), target="llvm", output=parallel, trials=5, tasks=[0], repeat=1,
-                  timeout=30, progress=None, tuner="gridsearch", parallel=2)
+                  timeout=30, progress=None, tuner="gridsearch", parallel=2, model_check=False)
     assert result.trials == 5
     recs = list(load_records(parallel))
     assert len(recs) == 5 and all(r.ok for r in recs)
@@ -99,7 +99,7 @@ def test_tune_in_parallel_writes_the_same_records(tmp_path: Path) -> None:
     assert fields(parallel) == fields(serial)  # no "host": measured here
     # resume: nothing measured twice
     tune(str(model), target="llvm", output=parallel, trials=3, tasks=[0], repeat=1,
-         timeout=30, progress=None, tuner="gridsearch", parallel=2)
+         timeout=30, progress=None, tuner="gridsearch", parallel=2, model_check=False)
     keys = [config_key(r.config) for r in load_records(parallel)]
     assert len(keys) == 8 == len(set(keys))
     with pytest.raises(TesseraError, match="parallel must be at least 1"):

@@ -99,7 +99,8 @@ def test_early_stopping_and_interruption(tmp_path: Path) -> None:
     model, _ = _conv_model(tmp_path)
     out = tmp_path / "r.jsonl"
     stopped = tune(str(model), target="llvm", output=out, trials=50, tasks=[0],
-                   early_stopping=1, repeat=1, timeout=30, progress=None, tuner="gridsearch")
+                   early_stopping=1, repeat=1, timeout=30, progress=None, tuner="gridsearch",
+                   model_check=False)
     assert 2 <= stopped.trials < 50
     seen: list[str] = []
 
@@ -225,7 +226,7 @@ def test_tune_with_xgb_and_ga(tmp_path: Path) -> None:
     for name in ("xgb", "ga"):
         out = tmp_path / f"{name}.jsonl"
         result = tune(str(model), target="llvm", output=out, trials=3, tasks=[0], repeat=1,
-                      timeout=30, progress=None, tuner=name)
+                      timeout=30, progress=None, tuner=name, model_check=False)
         assert result.trials == 3 and len(list(load_records(out))) == 3
 
 
@@ -238,7 +239,7 @@ def test_time_budget_measures_every_default_then_the_heaviest(tmp_path: Path) ->
     out = tmp_path / "budget.jsonl"
     start = __import__("time").perf_counter()
     result = tune(str(path), target="llvm", output=out, trials=1000, repeat=1, timeout=30,
-                  progress=None, time_budget=6.0)
+                  progress=None, time_budget=6.0, model_check=False)
     elapsed = __import__("time").perf_counter() - start
     assert elapsed < 6.0 + 30  # the budget, the compile, at most one candidate past it
     tunable = [(t, n) for t, n, _ in result.tasks if t.tunable]
