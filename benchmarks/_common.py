@@ -63,6 +63,28 @@ def time_ms(fn: Callable[[], object], number: int = 1) -> float:
     return (time.perf_counter() - start) * 1000.0 / number
 
 
+def interleaved_medians(calls: Sequence[Callable[[], object]], rounds: int = 9,
+                        min_ms: float = 40.0) -> list[float]:
+    """Median milliseconds per call of each of ``calls``, timed in turn for ``rounds`` rounds
+    (the order reversed every other round, a short pause before each so that another
+    runtime's spinning threads go to sleep), each measurement the mean of enough calls to
+    last ``min_ms``: runtimes built once and measured in one machine state."""
+    import statistics
+
+    for call in calls:
+        call()
+        call()
+    once = max(min(time_ms(c) for _ in range(3)) for c in calls)
+    number = max(1, int(min_ms / max(once, 1e-3)))
+    times: list[list[float]] = [[] for _ in calls]
+    for r in range(rounds):
+        for i in (range(len(calls)) if r % 2 == 0 else reversed(range(len(calls)))):
+            time.sleep(0.05)
+            calls[i]()
+            times[i].append(time_ms(calls[i], number))
+    return [statistics.median(ts) for ts in times]
+
+
 def median_ms(fn: Callable[[], object], runs: int, warmup: int = 0) -> float:
     """Median wall-clock milliseconds of ``runs`` single calls of ``fn``, after ``warmup``
     calls."""

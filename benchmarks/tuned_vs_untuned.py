@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import argparse
 import functools
-import statistics
-import time
 import warnings
 from pathlib import Path
 
-from _common import cpu_name, geomean, limit_threads, ort_session
+from _common import cpu_name, geomean, interleaved_medians, limit_threads, ort_session
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,26 +74,8 @@ def measure_three(work, records: Path, target: str, threads: int, rounds: int = 
             m.set_input(name, value)
         calls.append(m.run)
     calls.append(functools.partial(session.run, None, work.inputs))
-    for call in calls:
-        call()
-        call()
-    once = max(min(_time(c, 1) for _ in range(3)) for c in calls)
-    number = max(1, int(min_ms / 1e3 / max(once, 1e-6)))
-    times: list[list[float]] = [[] for _ in calls]
-    for r in range(rounds):
-        for i in (range(len(calls)) if r % 2 == 0 else reversed(range(len(calls)))):
-            time.sleep(0.05)  # the other runtime's spinning threads go to sleep
-            calls[i]()
-            times[i].append(_time(calls[i], number) * 1e3)
-    u, t, o = (statistics.median(ts) for ts in times)
+    u, t, o = interleaved_medians(calls, rounds, min_ms)
     return u, t, o
-
-
-def _time(call, number: int) -> float:  # noqa: ANN001
-    start = time.perf_counter()
-    for _ in range(number):
-        call()
-    return (time.perf_counter() - start) / number
 
 
 if __name__ == "__main__":
