@@ -148,3 +148,6 @@ def test_a_candidate_wins_only_clearly() -> None:
     assert not wins(Timing([base, [0.995] * 7]), 1, 0)  # within the margin
     assert not wins(Timing([base, [0.5, 0.5, 0.5, 2.0, 2.0, 2.0, 0.5]]), 1, 0)  # 4 of 7
     assert not wins(Timing([base, [1.1] * 7]), 1, 0)
+    drifting = [1.0, 1.0, 3.0, 3.0, 3.0, 1.0, 1.0]  # the machine's speed changes under both
+    assert wins(Timing([drifting, [0.9 * t for t in drifting]]), 1, 0)
+    assert not wins(Timing([drifting, [1.05 * t for t in drifting]]), 1, 0)

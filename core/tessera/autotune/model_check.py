@@ -38,14 +38,15 @@ from tessera.plugin.records import (
 
 __all__ = ["BLOCKS", "MARGIN", "check_model", "compare", "wins"]
 
-#: A faster candidate must be faster by this fraction of the reference's median...
+#: A faster candidate must be faster by this fraction, as the median of its time over the
+#: reference's block by block...
 MARGIN = 0.02
 #: ... over this many alternating blocks, and faster in at least two thirds of them.
-BLOCKS = 7
+BLOCKS = 9
 #: Blocks of the last comparison, of the records kept one by one against the untuned model.
-FINAL_BLOCKS = 11
+FINAL_BLOCKS = 15
 #: Seconds one module runs in one block (a block is at least 3 runs).
-BLOCK_S = 0.04
+BLOCK_S = 0.03
 
 #: Compiles the model with these records (None: the default schedules).
 Compiler = Callable[[TuningHistory | None], Any]
@@ -67,10 +68,12 @@ def compare(modules: Sequence[Any], blocks: int = BLOCKS, block_s: float = BLOCK
     ``block_s`` seconds in a rotated order, so that a change of machine load meets all
     alike."""
     number = []
-    for mod in modules:  # warm up, and how many runs make a block
+    for mod in modules:  # how many runs make a block
         mod.benchmark(repeat=1, number=1, warmup=2)
         once = mod.benchmark(repeat=3, number=1, warmup=0).median / 1000.0
         number.append(max(3, min(10_000, int(block_s / max(once, 1e-7)))))
+    for mod, n in zip(modules, number):  # warm: a freshly compiled module's first runs are slow
+        mod.benchmark(repeat=1, number=2 * n, warmup=0)
     times: list[list[float]] = [[] for _ in modules]
     order = list(range(len(modules)))
     for b in range(blocks):
@@ -80,12 +83,12 @@ def compare(modules: Sequence[Any], blocks: int = BLOCKS, block_s: float = BLOCK
 
 
 def wins(timing: Timing, candidate: int, reference: int, margin: float = MARGIN) -> bool:
-    """Whether ``candidate`` is clearly faster than ``reference``: its median below the
-    reference's by ``margin``, and faster in at least two thirds of the paired blocks."""
-    c, r = timing.blocks[candidate], timing.blocks[reference]
-    faster = sum(x < y for x, y in zip(c, r))
-    return timing.median(candidate) < timing.median(reference) * (1 - margin) and \
-        faster * 3 >= 2 * len(c)
+    """Whether ``candidate`` is clearly faster than ``reference``, block by block (a VM's
+    speed drifts over seconds; the two runs of a block share its state): the median of the
+    blocks' time ratios below ``1 - margin``, and faster in at least two thirds of them."""
+    ratios = [c / r for c, r in zip(timing.blocks[candidate], timing.blocks[reference])]
+    faster = sum(x < 1 for x in ratios)
+    return float(np.median(ratios)) < 1 - margin and faster * 3 >= 2 * len(ratios)
 
 
 def _history(records: Sequence[TuningRecord], keys: set[str]) -> TuningHistory:
