@@ -42,7 +42,7 @@ from tessera.runtime.partitioned import PartitionedModel
 from tessera.runtime.planner import plan_module
 from tessera.runtime.split import SplitModule, model_evaluator, plan_split
 from tessera.runtime.staged import StagedModule, compile_staged
-from tessera.runtime.staging import data_dependent_nodes, freeze_model, plan_stages
+from tessera.runtime.staging import data_dependent_nodes, freeze_model, node_text, plan_stages
 from tessera.runtime.subgraph import ModuleSubgraph
 from tessera.tir.expr import IntImm
 
@@ -290,7 +290,7 @@ def _first_stage(proto: onnx.ModelProto, cfg: CompileConfig) -> tuple[onnx.Model
     found = data_dependent_nodes(frozen)
     if not found:
         return proto, ""
-    names = ", ".join(f"{n.name or n.output[0]!r} ({n.op_type})" for n in found)
+    names = ", ".join(node_text(n) for n in found)
     plan = plan_stages(frozen)
     if plan.stage1 is None:
         raise TesseraError(f"the model's data-dependent nodes ({names}) read its inputs "

@@ -189,20 +189,12 @@ def _open_dims_as_one(path: Path, given: dict[str, Any] | None) -> dict[str, Any
     return shapes or given
 
 
-def _compiled_regions(module: Any, prefix: str = "") -> dict[str, Any]:
-    """Region name -> compiled region of a module; of a staged module's stage 1 and of its
-    rest's specialisation used last (``stage1/...``, ``rest/...``)."""
-    if isinstance(module, StagedModule):
-        regions = _compiled_regions(module.stage1, f"{prefix}stage1/") \
-            if module.stage1 is not None else {}
-        rest = module.rest
-        if isinstance(rest, DynamicModule):
-            cached = rest.specializations()
-            rest = cached[-1][1] if cached else None
-        if rest is not None:
-            regions.update(_compiled_regions(rest, f"{prefix}rest/"))
-        return regions
-    return {f"{prefix}{name}": cr for name, cr in module.compiled.items()}
+def _compiled_regions(module: Any) -> dict[str, Any]:
+    """Region name -> compiled region of a module; of a staged module's compiled stages
+    (``stage1/...``, ``rest/...``: :meth:`StagedModule.compiled_stages`)."""
+    stages = module.compiled_stages() if isinstance(module, StagedModule) else [("", module)]
+    return {f"{prefix}{name}": cr for prefix, stage in stages
+            for name, cr in stage.compiled.items()}
 
 
 def kernel_report(module: Module | StagedModule) -> str:

@@ -89,17 +89,28 @@ def is_view(node: Node, owner: dict[int, Any]) -> bool:
             and all(v is None or v.is_constant for v in rest))
 
 
-def _views_reading(value: Value, owner: dict[int, Any],
-                   users: dict[Value, list[tuple[Node, int]]]) -> list[Node]:
-    """The views reading ``value`` as their data and, transitively, each other's outputs."""
-    out: list[Node] = []
+def _walk(value: Value, owner: dict[int, Any], users: dict[Value, list[tuple[Node, int]]],
+          take: Callable[[Node], _Taker | None] | None) -> list[tuple[Node, _Taker | None]]:
+    """The views reading ``value`` as their data and, transitively, each other's outputs,
+    each with ``take(node)``; given a ``take``, only the views it takes (and those reading
+    theirs)."""
+    out: list[tuple[Node, _Taker | None]] = []
     stack = [value]
     while stack:
         for node, index in users.get(stack.pop(), []):
-            if index == 0 and is_view(node, owner):
-                out.append(node)
+            if index != 0 or not is_view(node, owner):
+                continue
+            took = take(node) if take is not None else None
+            if take is None or took is not None:
+                out.append((node, took))
                 stack.append(node.outputs[0])
     return out
+
+
+def _views_reading(value: Value, owner: dict[int, Any],
+                   users: dict[Value, list[tuple[Node, int]]]) -> list[Node]:
+    """The views reading ``value`` as their data and, transitively, each other's outputs."""
+    return [node for node, _ in _walk(value, owner, users, None)]
 
 
 def _tree(value: Value, owner: dict[int, Any], users: dict[Value, list[tuple[Node, int]]],
@@ -107,17 +118,9 @@ def _tree(value: Value, owner: dict[int, Any], users: dict[Value, list[tuple[Nod
           ) -> list[tuple[Node, _Taker]]:
     """The views reading ``value`` (as their data) and, transitively, each other's outputs,
     that a backend of ``order`` (those on the value's device) takes, with the one that would."""
-    out: list[tuple[Node, _Taker]] = []
-    stack = [value]
-    while stack:
-        for node, index in users.get(stack.pop(), []):
-            if index != 0 or not is_view(node, owner):
-                continue
-            took = claims.taker(node, order)
-            if took is not None:
-                out.append((node, took))
-                stack.append(node.outputs[0])
-    return out
+    return [(node, took) for node, took in
+            _walk(value, owner, users, lambda node: claims.taker(node, order))
+            if took is not None]
 
 
 def _moves_save_copies(value: Value, tree: list[tuple[Node, _Taker]], device: str,

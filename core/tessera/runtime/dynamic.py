@@ -648,13 +648,19 @@ class DynamicModule(StepForm):
         assert isinstance(runner, Module)
         return runner.profile(runs, **inputs)
 
+    @property
+    def last_specialization(self) -> Module | None:
+        """The module specialised for the sizes used last (None before any, or when a split
+        plan ran last)."""
+        return self._last if isinstance(self._last, Module) else None
+
     def _latest(self, what: str) -> Module:
-        if not isinstance(self._last, Module):
+        if self.last_specialization is None:
             split = "; split plans have no single plan" if self.symbolic else ""
             raise RunError(f"{what}: nothing has been specialised yet (the module compiles per "
                            f"input size on first use{split}); run it once, or call "
                            f"specialize(...)")
-        return self._last
+        return self.last_specialization
 
     def partition_report(self) -> PartitionReport:
         """The partition of the specialisation used last."""

@@ -41,7 +41,9 @@ from tessera.frontend.onnx.input_specs import model_input_specs
 from tessera.ir.symbolic import InputSpec, ShapeVars
 from tessera.ir.types import TensorType
 from tessera.partition.report import PartitionReport
+from tessera.runtime.dynamic import DynamicModule
 from tessera.runtime.memory import MemoryReport
+from tessera.runtime.module import Module
 from tessera.runtime.profiler import BenchmarkResult, KernelProfile, Profile
 from tessera.runtime.signature import random_tensor
 from tessera.runtime.split import owned
@@ -51,6 +53,7 @@ from tessera.runtime.staging import (
     data_dependent_nodes,
     fold_node,
     freeze_model,
+    node_text,
     plan_stages,
 )
 from tessera.runtime.step_form import StepForm
@@ -109,7 +112,7 @@ def compile_staged(proto: onnx.ModelProto, target: Any, cfg: CompileConfig,
     if cfg.specialize or cfg.dim_bounds or cfg.symbolic_dims:
         raise CompileError("specialize, dim_bounds and symbolic_dims are not supported yet for "
                            "a model with data-dependent output shapes (nodes "
-                           f"{', '.join(_node_text(n) for n in found)}), which compiles in "
+                           f"{', '.join(node_text(n) for n in found)}), which compiles in "
                            "stages")
     check_onnx_model(model)  # every op supported, before any stage compiles
     specs = model_input_specs(model)
@@ -119,10 +122,6 @@ def compile_staged(proto: onnx.ModelProto, target: Any, cfg: CompileConfig,
     rest = compile_fn(plan.rest, target, settings) if plan.rest is not None else None
     text = getattr(stage1, "target", None) or getattr(rest, "target", None) or str(target)
     return StagedModule(plan, specs, stage1, rest, str(text))
-
-
-def _node_text(node: onnx.NodeProto) -> str:
-    return f"{node.name or node.output[0]!r} ({node.op_type})"
 
 
 class StagedModule(StepForm):
@@ -212,11 +211,7 @@ class StagedModule(StepForm):
             env.update(self.stage1.run({x: env[x] for x in plan.stage1_inputs}))
         start = time.perf_counter()
         for node in plan.host:
-            try:
-                env.update(fold_node(node, env, plan.opsets))
-            except TesseraError as e:
-                raise RunError(f"evaluating data-dependent node {_node_text(node)} on the host "
-                               f"failed: {e}") from e
+            env.update(self._host_node(node, env))
         host = time.perf_counter() - start
         if self.rest is not None:
             env.update(self.rest.run({x: env[x] for x in plan.rest_inputs}))
@@ -224,6 +219,15 @@ class StagedModule(StepForm):
             self._calls += 1
             self._host_seconds += host
         return env
+
+    def _host_node(self, node: onnx.NodeProto, env: Mapping[str, Any]) -> dict[str, Any]:
+        """The outputs of a data-dependent node, evaluated on the host (a RunError naming it
+        when that fails)."""
+        try:
+            return fold_node(node, env, self._plan.opsets)
+        except TesseraError as e:
+            raise RunError(f"evaluating data-dependent node {node_text(node)} on the host "
+                           f"failed: {e}") from e
 
     # -- the step-by-step form (per thread) ------------------------------------------------------
     def _knows_input(self, name: str) -> bool:
@@ -274,7 +278,7 @@ class StagedModule(StepForm):
         for node in plan.host:
             began = time.perf_counter()
             for _ in range(runs):
-                out = fold_node(node, env, plan.opsets)
+                out = self._host_node(node, env)
             host.append(KernelProfile(node.name or node.output[0], "host", node.op_type,
                                       (time.perf_counter() - began) * 1000.0 / runs))
             env.update(out)
@@ -287,15 +291,28 @@ class StagedModule(StepForm):
                        {b: c for p in parts for b, c in p.counters.items()},
                        {r: e for p in parts for r, e in p.execution.items()})
 
+    def compiled_stages(self, prefix: str = "") -> list[tuple[str, Module]]:
+        """The compiled modules with their name prefix: stage 1 (``stage1/``) and the rest's
+        specialisation used last (``rest/``; a staged rest's own stages below it), those that
+        exist so far."""
+        stages: list[tuple[str, Module]] = []
+        for name, stage in ((f"{prefix}stage1/", self.stage1), (f"{prefix}rest/", self.rest)):
+            if isinstance(stage, StagedModule):
+                stages += stage.compiled_stages(name)
+            elif isinstance(stage, DynamicModule):
+                if stage.last_specialization is not None:
+                    stages.append((name, stage.last_specialization))
+            elif stage is not None:
+                stages.append((name, stage))
+        return stages
+
     def partition_report(self) -> PartitionReport:
-        """Stage 1's partition and that of the rest's specialisation used last (regions named
-        ``stage1/...`` and ``rest/...``); the host nodes are in :meth:`describe`."""
+        """The partitions of :meth:`compiled_stages` (regions named ``stage1/...`` and
+        ``rest/...``); the host nodes are in :meth:`describe`."""
         report = PartitionReport(self.target)
-        for prefix, stage in (("stage1", self.stage1), ("rest", self.rest)):
-            part = _report_of(stage, "partition_report")
-            if part is None:
-                continue
-            report.regions += [dataclasses.replace(r, name=f"{prefix}/{r.name}")
+        for prefix, stage in self.compiled_stages():
+            part = stage.partition_report()
+            report.regions += [dataclasses.replace(r, name=f"{prefix}{r.name}")
                                for r in part.regions]
             report.copies += part.copies
             report.fallback += part.fallback
@@ -303,11 +320,10 @@ class StagedModule(StepForm):
         return report
 
     def memory_report(self) -> MemoryReport:
-        """The arenas of stage 1 and of the rest's specialisation used last, per device."""
+        """The arenas of :meth:`compiled_stages`, per device."""
         rows: dict[str, list[int]] = {}
-        for stage in (self.stage1, self.rest):
-            part = _report_of(stage, "memory_report")
-            for device, count, planned, total in part.rows if part is not None else ():
+        for _, stage in self.compiled_stages():
+            for device, count, planned, total in stage.memory_report().rows:
                 row = rows.setdefault(device, [0, 0, 0])
                 row[0] += count
                 row[1] += planned
@@ -318,7 +334,7 @@ class StagedModule(StepForm):
 
     def host_text(self) -> str:
         """The data-dependent nodes run on the host, for messages."""
-        return ", ".join(_node_text(n) for n in self._plan.host)
+        return ", ".join(node_text(n) for n in self._plan.host)
 
     # -- reports --------------------------------------------------------------------------------
     def cache_info(self) -> StagedStats:
@@ -337,7 +353,7 @@ class StagedModule(StepForm):
                          f"{type(self.stage1).__name__} -> {', '.join(plan.stage1_outputs)}")
         else:
             lines.append("  stage 1: none (the host nodes read the inputs)")
-        lines.append(f"  on the host, per call: {', '.join(_node_text(n) for n in plan.host)}")
+        lines.append(f"  on the host, per call: {', '.join(node_text(n) for n in plan.host)}")
         if self.rest is None:
             lines.append("  rest: none (the host nodes make the remaining outputs)")
         else:
@@ -354,11 +370,11 @@ class StagedModule(StepForm):
     def export(self, path: str | Path) -> Path:
         """Not supported yet: raises :class:`TesseraError`."""
         raise TesseraError(f"a staged module (a model with data-dependent output shapes: "
-                           f"{', '.join(_node_text(n) for n in self._plan.host)}) cannot be "
+                           f"{', '.join(node_text(n) for n in self._plan.host)}) cannot be "
                            f"exported yet; compile the model where it runs")
 
     def __repr__(self) -> str:
-        host = ", ".join(_node_text(n) for n in self._plan.host)
+        host = ", ".join(node_text(n) for n in self._plan.host)
         return (f"<StagedModule target={self.target!r} inputs=[{self.shape_vars.describe()}] "
                 f"outputs={self.output_names} host=[{host}]>")
 
@@ -367,13 +383,3 @@ def _stats(stage: Any) -> Any:
     info = getattr(stage, "cache_info", None)
     return info() if info is not None else None
 
-
-def _report_of(stage: Any, what: str) -> Any:
-    """``stage``'s partition or memory report (``what``), None for no stage or a dynamic
-    one not specialised yet."""
-    if stage is None:
-        return None
-    try:
-        return getattr(stage, what)()
-    except RunError:  # a rest that has not run yet has no plan
-        return None

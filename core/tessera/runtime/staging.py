@@ -33,7 +33,7 @@ from tessera.frontend.onnx.subgraphs import Scope
 from tessera.ir.graph import Function
 
 __all__ = ["DATA_DEPENDENT_OPS", "StagePlan", "data_dependent_nodes", "fold_node",
-           "freeze_model", "plan_stages"]
+           "freeze_model", "node_text", "plan_stages"]
 
 #: Default-domain ops whose output shape depends on input values -> the operand positions
 #: that decide it (None: every operand). ``Compress`` by a constant condition has a static
@@ -44,6 +44,11 @@ DATA_DEPENDENT_OPS: dict[str, tuple[int, ...] | None] = {
     "NonMaxSuppression": None,
     "Compress": (1,),
 }
+
+
+def node_text(node: onnx.NodeProto) -> str:
+    """``'nz' (NonZero)``: a node for messages (its name, else its first output)."""
+    return f"{node.name or node.output[0]!r} ({node.op_type})"
 
 
 def _node_reads(node: onnx.NodeProto) -> list[str]:
