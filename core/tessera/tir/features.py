@@ -53,7 +53,11 @@ Features, in order (every count or size is scaled by ``log2(1 + x)``; flags are 
   ``shared_alloc`` (bytes allocated in each scope: workspace, registers or stack, GPU shared
   memory), ``allocs`` (allocations).
 
-A loop extent that is not a constant counts as its upper bound when one is known, else as 1.
+A symbolic function (run-time extents) is featurised at representative sizes: each size
+variable at the upper bound of its range, or at :data:`REPRESENTATIVE_SIZE` (at least its
+lower bound) when it has none; extents, strides and allocation sizes are evaluated there. A
+loop extent that is still not a constant counts as its upper bound when one is known, else as
+1.
 Float work inside ``LetStmt`` values is not counted; loop-invariant values bound by lets are
 substituted into indices before strides are read. The result is deterministic: it depends
 only on the function's structure, never on object identities or dict order.
@@ -71,7 +75,12 @@ from tessera.tir.arith import const_int_bound, linear_in, struct_key
 from tessera.tir.functor import children, substitute
 from tessera.tir.simplify import simplify
 
-__all__ = ["FEATURE_NAMES", "K_LOOPS", "N_BUFFERS", "loop_features"]
+__all__ = ["FEATURE_NAMES", "K_LOOPS", "N_BUFFERS", "REPRESENTATIVE_SIZE", "loop_features",
+           "representative_sizes"]
+
+#: The value a size variable without an upper bound takes when a symbolic function is
+#: featurised.
+REPRESENTATIVE_SIZE = 256
 
 #: Innermost loops described one by one.
 K_LOOPS = 4
@@ -112,11 +121,43 @@ def _nbytes(dtype: str) -> int:
     return max(E.bits(dtype) // 8, 1)
 
 
-def _extent(e: E.PrimExpr) -> int:
+#: Size variable -> the constant it is featurised at.
+_Sizes = dict[E.Var, E.PrimExpr]
+
+
+def _at_sizes(e: E.PrimExpr, sizes: _Sizes | None) -> E.PrimExpr:
+    """``e`` with the size variables replaced by their representative values, simplified."""
+    if isinstance(e, E.IntImm) or not sizes:
+        return e
+    return simplify(substitute(e, sizes))
+
+
+def _extent(e: E.PrimExpr, sizes: _Sizes | None = None) -> int:
+    e = _at_sizes(e, sizes)
     if isinstance(e, E.IntImm):
         return max(e.value, 0)
     hi = const_int_bound(e)[1]
     return max(hi, 1) if hi is not None else 1
+
+
+def _elements(buf: Any, sizes: _Sizes | None) -> int | None:
+    """Elements of ``buf`` (at the representative sizes), or None when not a constant."""
+    total = 1
+    for d in buf.shape:
+        c = _at_sizes(d, sizes)
+        if not isinstance(c, E.IntImm):
+            return None
+        total *= max(c.value, 0)
+    return total
+
+
+def representative_sizes(func: S.PrimFunc) -> dict[E.Var, E.PrimExpr]:
+    """The constant each size variable of ``func`` is featurised at (module doc)."""
+    out: dict[E.Var, E.PrimExpr] = {}
+    for v, (lo, hi) in func.var_bounds().items():
+        value = hi if hi is not None else max(lo or 0, REPRESENTATIVE_SIZE)
+        out[v] = E.IntImm(value, v.dtype)
+    return out
 
 
 @dataclass
@@ -215,6 +256,7 @@ class _Walk:
     alloc: dict[str, float] = field(default_factory=lambda: {"global": 0.0, "local": 0.0,
                                                              "shared": 0.0})
     allocs: int = 0
+    sizes: _Sizes = field(default_factory=dict)
 
     def group(self, stack: tuple[_Loop, ...], loop: S.For | None) -> _Group:
         key = id(loop)
@@ -226,14 +268,15 @@ class _Walk:
 
     def stmt(self, s: Any, stack: tuple[_Loop, ...], loop: S.For | None,
              lets: dict[E.Var, E.PrimExpr]) -> None:
-        if isinstance(s, S.For) and _extent(s.extent) == 1:  # no loop at all
+        if isinstance(s, S.For) and _extent(s.extent, self.sizes) == 1:  # no loop at all
             self.stmt(s.body, stack, loop, lets)
         elif isinstance(s, S.For):
             self.loops += 1
             self.nests += int(not stack)
             if s.kind in (S.ForKind.PARALLEL, S.ForKind.THREAD_BINDING):
                 self.par_loops += 1
-            inner = (*stack, _Loop(s.loop_var, _extent(s.extent), s.kind, len(stack) + 1))
+            inner = (*stack, _Loop(s.loop_var, _extent(s.extent, self.sizes), s.kind,
+                                   len(stack) + 1))
             self.max_depth = max(self.max_depth, len(inner))
             self.stmt(s.body, inner, s, lets)
         elif isinstance(s, S.SeqStmt):
@@ -245,10 +288,9 @@ class _Walk:
         elif isinstance(s, S.Allocate):
             self.allocs += 1
             scope = s.buffer.scope if s.buffer.scope in self.alloc else "global"
-            try:
-                self.alloc[scope] += s.buffer.size() * _nbytes(s.buffer.dtype)
-            except ValueError:  # a dimension that is not a constant
-                pass
+            elems = _elements(s.buffer, self.sizes)
+            if elems is not None:  # else a dimension that is not a constant
+                self.alloc[scope] += elems * _nbytes(s.buffer.dtype)
             self.stmt(s.body, stack, loop, lets)
         elif isinstance(s, S.IfThenElse):
             g = self.group(stack, loop)
@@ -269,13 +311,14 @@ class _Walk:
             self.bytes += (after[1] - before[1]) * g.trip
 
 
-def _const_int(e: E.PrimExpr) -> int | None:
+def _const_int(e: E.PrimExpr, sizes: _Sizes | None = None) -> int | None:
     if not isinstance(e, E.IntImm):
-        e = simplify(e)
+        e = simplify(substitute(e, sizes) if sizes else e)
     return e.value if isinstance(e, E.IntImm) else None
 
 
-def _flat_index(access: _Access) -> tuple[E.PrimExpr, int | None] | None:
+def _flat_index(access: _Access,
+                sizes: _Sizes | None = None) -> tuple[E.PrimExpr, int | None] | None:
     """The access as (scalar index of its first element, in elements; its vector lanes'
     element stride: None for a scalar access, -1 when not a constant), or None when the
     buffer's strides are not constants."""
@@ -284,13 +327,13 @@ def _flat_index(access: _Access) -> tuple[E.PrimExpr, int | None] | None:
     base: E.PrimExpr = E.IntImm(0)
     vstride: int | None = None
     for idx, st in zip(access.indices, strides):
-        st_c = _const_int(st)
+        st_c = _const_int(st, sizes)
         if st_c is None:
             return None
         if access.lets:
             idx = substitute(idx, access.lets)
         if isinstance(idx, E.Ramp):
-            rs = _const_int(idx.stride)
+            rs = _const_int(idx.stride, sizes)
             vstride = -1 if rs is None else rs * st_c
             idx = idx.base
         elif isinstance(idx, E.Broadcast):
@@ -302,34 +345,35 @@ def _flat_index(access: _Access) -> tuple[E.PrimExpr, int | None] | None:
     return base, vstride
 
 
-def _strides(base: E.PrimExpr, loops: list[_Loop]) -> list[int | None]:
+def _strides(base: E.PrimExpr, loops: list[_Loop],
+             sizes: _Sizes | None = None) -> list[int | None]:
     """Elements ``base`` moves per iteration of each loop (None: not linear in it)."""
     out: list[int | None] = []
     for lp in loops:
         lin = linear_in(base, lp.var)
-        out.append(None if lin is None else _const_int(lin[1]))
+        out.append(None if lin is None else _const_int(lin[1], sizes))
     return out
 
 
-def _buffer_features(accesses: list[_Access], loops: list[_Loop]) -> list[float]:
+def _buffer_features(accesses: list[_Access], loops: list[_Loop],
+                     sizes: _Sizes | None = None) -> list[float]:
     """The ``buf{b}_*`` features of one buffer's accesses (``loops``: innermost first)."""
     first = accesses[0]
     buf = first.buffer
     elem = _nbytes(buf.dtype)
     distinct = {tuple(struct_key(x) for x in a.indices) for a in accesses}
     width = max(a.lanes for a in accesses) * elem
-    flat = _flat_index(first)
-    strides: list[int | None] = _strides(flat[0], loops) if flat is not None \
+    flat = _flat_index(first, sizes)
+    strides: list[int | None] = _strides(flat[0], loops, sizes) if flat is not None \
         else [None] * len(loops)
     steps = [(-1.0 if s is None else _log(abs(s) * elem)) for s in strides]
     touches = []
     for k in range(len(loops)):
         inner = math.prod(lp.extent for lp, s in zip(loops[:k], strides[:k]) if s != 0)
         touch = len(distinct) * width * inner
-        try:
-            touch = min(touch, buf.size() * elem)
-        except ValueError:
-            pass
+        elems = _elements(buf, sizes)
+        if elems is not None:
+            touch = min(touch, elems * elem)
         touches.append(_log(touch))
     pad = K_LOOPS - len(loops)
     vstride = flat[1] if flat is not None else -1
@@ -344,7 +388,8 @@ def _buffer_features(accesses: list[_Access], loops: list[_Loop]) -> list[float]
 def loop_features(func: S.PrimFunc) -> list[float]:
     """The loop-nest features of a lowered function: ``len(FEATURE_NAMES)`` floats, each
     described in the module doc."""
-    walk = _Walk()
+    sizes = representative_sizes(func)
+    walk = _Walk(sizes=sizes)
     walk.stmt(func.body, (), None, {})
     out: list[float] = []
     if walk.order:
@@ -371,7 +416,7 @@ def loop_features(func: S.PrimFunc) -> list[float]:
     slots = (stored + loaded)[:N_BUFFERS]
     per_buffer = 2 * K_LOOPS + len(_BUF_FLAGS)
     for accs in slots:
-        out += _buffer_features(accs, loops)
+        out += _buffer_features(accs, loops, sizes)
     out += [0.0] * ((N_BUFFERS - len(slots)) * per_buffer)
     c = dict(main.ops.counts)
     c["lanes"] = max([c["lanes"]] + [lp.extent for lp in main.stack

@@ -18,7 +18,7 @@ the pass on the same random data. Speed is irrelevant; clarity and exact semanti
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -29,7 +29,7 @@ from tessera.tir import stmt as S
 from tessera.tir.buffer import Buffer
 from tessera.tir.functor import method_for
 
-__all__ = ["run", "eval_expr"]
+__all__ = ["run", "bind_sizes", "eval_expr"]
 
 
 
@@ -344,12 +344,19 @@ def _flat_view(buffer: Buffer, arr: np.ndarray) -> tuple[np.ndarray, bool]:
     return flat, False
 
 
-def run(func: S.PrimFunc, args: Sequence[np.ndarray] | dict[str, np.ndarray]) -> None:
+def run(func: S.PrimFunc, args: Sequence[np.ndarray] | dict[str, np.ndarray],
+        sizes: Mapping[str | E.Var, int] | None = None) -> None:
     """Execute ``func`` on numpy arrays, writing its outputs in place.
 
     ``args`` gives one array per parameter buffer, in order, or a dict keyed by buffer name.
     An array may have the buffer's shape or any shape with the same number of elements (a
-    flattened buffer accepts the original multi-dimensional array); its dtype must match."""
+    flattened buffer accepts the original multi-dimensional array); its dtype must match.
+
+    A symbolic function's size variables (``func.size_vars``) take their values from ``sizes``
+    (keyed by variable or by name) where given, else from the arrays: a buffer dimension that
+    is exactly a size variable takes the array's extent there (arrays with the buffer's number
+    of dimensions only; two arrays that disagree are an error). A size variable left unbound,
+    or bound outside its range (:meth:`PrimFunc.var_bounds`), is a :class:`ValueError`."""
     if isinstance(args, dict):
         missing = [b.name for b in func.params if b.name not in args]
         if missing:
@@ -361,12 +368,8 @@ def run(func: S.PrimFunc, args: Sequence[np.ndarray] | dict[str, np.ndarray]) ->
             raise ValueError(f"{func.name} takes {len(func.params)} buffer(s), got "
                              f"{len(arrays)}")
     interp = _Interpreter()
-    # Bind symbolic dimensions (a Var in a shape) from the arrays first.
-    for buf, arr in zip(func.params, arrays):
-        if len(buf.shape) == np.ndim(arr):
-            for dim, n in zip(buf.shape, np.shape(arr)):
-                if isinstance(dim, E.Var) and dim not in interp.env:
-                    interp.env[dim] = np.asarray(n, dtype=_np_dtype(dim.dtype))
+    for var, value in bind_sizes(func, arrays, sizes).items():
+        interp.env[var] = np.asarray(value, dtype=_np_dtype(var.dtype))
     write_back: list[tuple[np.ndarray, np.ndarray]] = []
     for buf, arr in zip(func.params, arrays):
         if not isinstance(arr, np.ndarray):
@@ -388,6 +391,51 @@ def run(func: S.PrimFunc, args: Sequence[np.ndarray] | dict[str, np.ndarray]) ->
         interp.exec(func.body)
     for arr, flat in write_back:
         arr[...] = flat.reshape(arr.shape)
+
+
+def bind_sizes(func: S.PrimFunc, arrays: Sequence[Any],
+               sizes: Mapping[str | E.Var, int] | None = None) -> dict[E.Var, int]:
+    """The value of every size variable of ``func`` (and of every other variable that is a
+    dimension of a parameter) for a call on ``arrays`` with ``sizes`` (see :func:`run`)."""
+    out: dict[E.Var, int] = {}
+    by_name = {v.name: v for v in func.size_vars}
+    for key, value in (sizes or {}).items():
+        var = key if isinstance(key, E.Var) else by_name.get(key)
+        if var is None or not any(var is v for v in func.size_vars):
+            name = key.name if isinstance(key, E.Var) else key
+            raise ValueError(f"{func.name}: {name!r} is not a size variable of the function "
+                             f"(its size variables: {[v.name for v in func.size_vars]})")
+        if isinstance(value, bool) or not isinstance(value, int | np.integer):
+            raise TypeError(f"{func.name}: size {var.name} must be an integer, got "
+                            f"{value!r}")
+        out[var] = int(value)
+    given = set(out)
+    inferred_from: dict[E.Var, str] = {}
+    for buf, arr in zip(func.params, arrays):
+        if len(buf.shape) != np.ndim(arr):
+            continue
+        for dim, extent in zip(buf.shape, np.shape(arr)):
+            if not isinstance(dim, E.Var) or dim in given:
+                continue
+            if dim in out and out[dim] != extent:
+                raise ValueError(f"{func.name}: size {dim.name} is {out[dim]} from the array "
+                                 f"of {inferred_from[dim]} but {extent} from the array of "
+                                 f"{buf.name}")
+            out[dim] = int(extent)
+            inferred_from.setdefault(dim, buf.name)
+    bounds = func.var_bounds()
+    for var in func.size_vars:
+        if var not in out:
+            raise ValueError(f"{func.name}: size variable {var.name} is not bound: no "
+                             f"parameter dimension is exactly {var.name}; pass it in "
+                             f"sizes={{{var.name!r}: ...}}")
+        lo, hi = bounds[var]
+        value = out[var]
+        if (lo is not None and value < lo) or (hi is not None and value > hi):
+            shown = f"[{lo}, {hi if hi is not None else 'inf'}]"
+            raise ValueError(f"{func.name}: size {var.name} = {value} is outside its range "
+                             f"{shown}")
+    return out
 
 
 def eval_expr(expr: E.PrimExpr, env: dict[E.Var, Any] | None = None) -> Any:

@@ -99,6 +99,11 @@ def stmt_to_str(s: Any, indent: int = 0) -> str:
 def func_to_str(f: S.PrimFunc) -> str:
     params = ", ".join(
         f"{b.name}: {b.dtype}[{', '.join(expr_to_str(d) for d in b.shape)}]" for b in f.params)
+    if f.size_vars:
+        def var(v: E.Var) -> str:
+            lo, hi = f.var_bounds()[v]
+            return v.name if hi is None and lo == 0 else f"{v.name} in [{lo}, {hi}]"
+        params += "; sizes: " + ", ".join(var(v) for v in f.size_vars)
     head = f"def {f.name}({params}):"
     attrs = f"  # attrs: {f.attrs}" if f.attrs else ""
     body = stmt_to_str(f.body, 1)

@@ -23,12 +23,25 @@
   (not inside ``select``, which evaluates both sides: a clamped load index must stay clamped).
 
 Floating-point arithmetic is never reassociated (only folded and ``x + 0.0``/``x * 1.0``).
+
+Symbolic extents. :func:`simplify` of a :class:`PrimFunc` starts with its size variables'
+ranges (non-negative, within ``size_bounds``). A loop whose bounds mention a *symbolic* value
+(a size variable, a variable with a symbolic range or without a finite constant one) gives its
+variable the symbolic range ``[min, min + extent - 1]``; a let of such a value, and a linear
+condition over one (inside its ``if``), give symbolic ranges too. A comparison, ``min`` or
+``max`` whose constant bounds do not decide it is then bounded as TVM evaluates an int set:
+each variable with a symbolic range, innermost first, is replaced by its symbolic maximum or
+minimum (by the sign of its coefficient), and the result is bounded with ``k * (x // c)``
+rewritten ``(k/c) * (x - x % c)``, which knows ``(n // 8) * 8 <= n < (n // 8) * 8 + 8``. So
+``i < n`` holds in ``range(n)``, ``io*8 + ii < n`` in ``io in range(n // 8)``, ``ii in
+range(8)``, and ``min(n // 8, (n + 7) // 8)`` is ``n // 8``. None of this applies where no
+symbolic value is involved: static kernels simplify exactly as before.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -47,10 +60,20 @@ from tessera.tir.arith import (
     to_poly,
     uses_var,
 )
-from tessera.tir.functor import IRMutator, substitute
+from tessera.tir.functor import IRMutator, post_order_visit, substitute
 from tessera.tir.interpreter import eval_expr
 
-__all__ = ["simplify", "Simplifier", "can_prove", "is_no_op", "NO_OP"]
+__all__ = ["simplify", "func_simplifier", "Simplifier", "SymBound", "can_prove", "is_no_op",
+           "NO_OP"]
+
+#: A symbolic range of a variable: inclusive ``(lo, hi)`` expressions (None: no such bound).
+SymBound = tuple[E.PrimExpr | None, E.PrimExpr | None]
+
+#: Substitutions tried per symbolic bound query (a budget: the search branches on the several
+#: bounds a variable may have).
+_SYM_BUDGET = 24
+#: Variables substituted one after another in one symbolic bound query.
+_SYM_DEPTH = 6
 
 
 def _no_op() -> S.Stmt:
@@ -121,9 +144,18 @@ class Simplifier(IRMutator):
     """The rewriting engine behind :func:`simplify`; ``bounds`` holds the known variable
     ranges and grows while descending into loops, lets and ifs."""
 
-    def __init__(self, bounds: Bounds | None = None, memo: bool = False) -> None:
+    def __init__(self, bounds: Bounds | None = None, memo: bool = False,
+                 sym_bounds: Mapping[E.Var, Sequence[SymBound]] | None = None,
+                 size_vars: Iterable[E.Var] = ()) -> None:
         self.bounds: dict[E.Var, tuple[Any, Any]] = {v: _norm(b)
                                                      for v, b in (bounds or {}).items()}
+        #: Run-time extents (a function's ``size_vars``): variables that make an expression
+        #: symbolic (module doc, "symbolic extents").
+        self.size_vars: set[E.Var] = set(size_vars)
+        #: Symbolic ranges of variables (loop variables of loops with symbolic bounds, facts
+        #: of conditions over symbolic values), innermost scope last.
+        self.sym: dict[E.Var, list[SymBound]] = {v: list(bs)
+                                                 for v, bs in (sym_bounds or {}).items() if bs}
         #: With ``memo`` (a plain Simplifier only: a subclass may read more state), what each
         #: node visited became, by (id(node), scope): a node met again in the same scope
         #: (the same ranges) gives the same result. For callers that visit the same subtrees
@@ -149,20 +181,35 @@ class Simplifier(IRMutator):
 
     # -- helpers --------------------------------------------------------------------------
     @contextmanager
-    def bound_scope(self, updates: dict[E.Var, tuple[Any, Any]]) -> Iterator[None]:
-        """Narrow variable ranges for the duration of a ``with`` block."""
+    def bound_scope(self, updates: dict[E.Var, tuple[Any, Any]],
+                    sym: dict[E.Var, SymBound] | None = None) -> Iterator[None]:
+        """Narrow variable ranges for the duration of a ``with`` block: constant ranges
+        ``updates`` and symbolic ranges ``sym``."""
         saved = {v: self.bounds.get(v) for v in updates}
         for v, (lo, hi) in updates.items():
             old = self.bounds.get(v, (-INF, INF))
             self.bounds[v] = (max(old[0], lo), min(old[1], hi))
+        pushed: list[E.Var] = []
+        for v, b in (sym or {}).items():
+            if b[0] is None and b[1] is None:
+                continue
+            self.sym.setdefault(v, []).append(b)
+            pushed.append(v)
         scope = self._scope
         if self._memo is not None:
-            key = (scope, tuple((v, self.bounds[v]) for v in updates))
+            key = (scope, tuple((v, self.bounds[v]) for v in updates)
+                   + tuple((v, struct_key(b[0]), struct_key(b[1]))
+                           for v, b in (sym or {}).items() if v in pushed))
             self._scope = self._scopes.setdefault(key, len(self._scopes) + 1)
         try:
             yield
         finally:
             self._scope = scope
+            for v in reversed(pushed):
+                stack = self.sym[v]
+                stack.pop()
+                if not stack:
+                    del self.sym[v]
             for v, b in saved.items():
                 if b is None:
                     self.bounds.pop(v, None)
@@ -181,6 +228,167 @@ class Simplifier(IRMutator):
     def poly_interval(self, p: Poly) -> tuple[Any, Any]:
         """Bounds of a polynomial under the current variable ranges."""
         return p._bound(_Bounder(self.bounds, normalized=True))
+
+    # -- symbolic bounds ----------------------------------------------------------------------
+    def is_symbolic_var(self, v: E.Var) -> bool:
+        """Whether ``v`` is a run-time value to reason about symbolically: a size variable, a
+        variable with a symbolic range, or one with no finite constant range."""
+        if v in self.size_vars or v in self.sym:
+            return True
+        b = self.bounds.get(v)
+        return b is None or b[0] == -INF or b[1] == INF
+
+    def is_symbolic(self, node: Any) -> bool:
+        """Whether an expression (or the atoms of a :class:`Poly`) mentions a symbolic
+        variable (:meth:`is_symbolic_var`)."""
+        if isinstance(node, Poly):
+            for _, atoms in node.terms.values():
+                for a in atoms:
+                    if self.is_symbolic(a):
+                        return True
+            return False
+        if isinstance(node, E.Var):
+            return E.is_int(node.dtype) and self.is_symbolic_var(node)
+        if isinstance(node, E.IntImm | E.FloatImm):
+            return False
+        found = False
+
+        def f(n: Any) -> None:
+            nonlocal found
+            if not found and isinstance(n, E.Var) and E.is_int(n.dtype) and \
+                    self.is_symbolic_var(n):
+                found = True
+
+        post_order_visit(node, f)
+        return found
+
+    def sym_interval(self, p: Poly) -> tuple[Any, Any]:
+        """Bounds of the integer polynomial ``p`` from the symbolic ranges of its variables
+        (TVM's int-set evaluation): each variable with a symbolic range, innermost first, is
+        replaced by its symbolic maximum or minimum (by the sign of its coefficient), then the
+        result is bounded with :meth:`div_interval`. Intersected with :meth:`div_interval`
+        of ``p`` itself."""
+        hi = self._sym_max(p, frozenset(), 0, [_SYM_BUDGET])
+        neg = self._sym_max(p.scale(-1), frozenset(), 0, [_SYM_BUDGET])
+        return -neg, hi
+
+    def _sym_max(self, p: Poly, used: frozenset, depth: int, budget: list[int]) -> Any:
+        best = self.div_interval(p)[1]
+        if depth >= _SYM_DEPTH or budget[0] <= 0 or not self.sym:
+            return best
+        for v in reversed(list(self.sym)):
+            if v in used:
+                continue
+            key = (struct_key(v),)
+            t = p.terms.get(key)
+            if t is None or len(t[1]) != 1:
+                continue
+            coef = t[0]
+            side = 1 if coef > 0 else 0
+            cands = [b[side] for b in reversed(self.sym[v]) if b[side] is not None]
+            if not cands:
+                continue
+            for c in cands:
+                if budget[0] <= 0:
+                    break
+                budget[0] -= 1
+                q = p.copy()
+                del q.terms[key]
+                q._iadd(to_poly(c).scale(coef))
+                best = min(best, self._sym_max(q, used | {v}, depth + 1, budget))
+            return best
+        return best
+
+    def div_interval(self, p: Poly) -> tuple[Any, Any]:
+        """:meth:`poly_interval` made tighter for terms ``k * (x // c)`` (constant ``c > 0``):
+        each is rewritten ``(k/c) * (x - x % c)`` (the polynomial scaled so that ``k/c`` is an
+        integer), so that ``(n // 8) * 8 - n`` is bounded by ``[-7, 0]`` and
+        ``((n + 7) // 8) * 8 - n`` by ``[0, 7]``."""
+        lo, hi = self.poly_interval(p)
+        divs = [(key, coef, atoms[0]) for key, (coef, atoms) in p.terms.items()
+                if len(atoms) == 1 and type(atoms[0]) is E.FloorDiv
+                and isinstance(atoms[0].b, E.IntImm) and atoms[0].b.value > 0
+                and _signed(atoms[0].dtype)]
+        if not divs:
+            return lo, hi
+        scale = 1
+        for _, coef, d in divs:
+            c = d.b.value
+            scale = math.lcm(scale, c // math.gcd(c, coef))
+        q = p.scale(scale)
+        for key, coef, d in divs:
+            k = coef * scale // d.b.value
+            del q.terms[key]
+            q._iadd(to_poly(d.a).scale(k))
+            q._iadd(Poly.atom(E.FloorMod(d.a, d.b)).scale(-k))
+        qlo, qhi = self.poly_interval(q)
+        if qlo != -INF:
+            lo = max(lo, -((-qlo) // scale))
+        if qhi != INF:
+            hi = min(hi, qhi // scale)
+        return lo, hi
+
+    def loop_sym_bound(self, mn: E.PrimExpr, ext: E.PrimExpr) -> SymBound | None:
+        """The symbolic range ``[mn, mn + ext - 1]`` of a loop variable, or None when the loop
+        bounds mention no symbolic variable (a constant range says all)."""
+        if isinstance(mn, E.IntImm) and isinstance(ext, E.IntImm):
+            return None
+        if not (self.is_symbolic(mn) or self.is_symbolic(ext)):
+            return None
+        hi = self.binop(E.Sub, self.binop(E.Add, mn, ext), E.IntImm(1, ext.dtype))
+        return (None if isinstance(mn, E.IntImm) else mn), hi
+
+    def sym_facts(self, cond: E.PrimExpr, positive: bool) -> dict[E.Var, SymBound]:
+        """Symbolic ranges of variables implied by ``cond`` being ``positive``, for
+        conditions over symbolic values (``io*8 + ii < n`` gives ``ii <= n - io*8 - 1`` and
+        ``io <= (n - ii - 1) // 8``)."""
+        out: dict[E.Var, SymBound] = {}
+
+        def merge(new: dict[E.Var, SymBound]) -> None:
+            for v, (lo, hi) in new.items():
+                olo, ohi = out.get(v, (None, None))
+                out[v] = (olo if olo is not None else lo, ohi if ohi is not None else hi)
+
+        if isinstance(cond, E.Not):
+            return self.sym_facts(cond.a, not positive)
+        if isinstance(cond, E.And) and positive or isinstance(cond, E.Or) and not positive:
+            merge(self.sym_facts(cond.a, positive))
+            merge(self.sym_facts(cond.b, positive))
+            return out
+        if not isinstance(cond, E.CmpOp) or cond.lanes != 1 or not _signed(cond.a.dtype):
+            return out
+        cls = type(cond) if positive else _FLIP[type(cond)]
+        if cls is E.NE:
+            return out
+        p = self.poly(cond.a).add(self.poly(cond.b), -1)  # p OP 0
+        if not self.is_symbolic(p):
+            return out
+        if cls in (E.GT, E.GE):
+            p = p.scale(-1)
+            cls = E.LT if cls is E.GT else E.LE
+        if cls is E.LT:
+            p = p.add(Poly(p.dtype, 1))
+        dt = p.dtype
+        for key, (coef, atoms) in p.terms.items():
+            if len(atoms) != 1 or not isinstance(atoms[0], E.Var):
+                continue
+            var = atoms[0]
+            rest = p.copy()
+            del rest.terms[key]
+            if rest.is_const():
+                continue  # the constant range says it all
+            # coef * var + rest <= 0 (and >= 0 for EQ)
+            upper = _div_bound(rest.scale(-1), coef, dt) if coef > 0 else \
+                _div_bound(rest, -coef, dt, ceil=True)
+            other = None
+            if cls is E.EQ:
+                other = _div_bound(rest.scale(-1), coef, dt, ceil=True) if coef > 0 else \
+                    _div_bound(rest, -coef, dt)
+            if coef > 0:
+                merge({var: (other, upper)})
+            else:
+                merge({var: (upper, other)})
+        return out
 
     @staticmethod
     def _int_scalar(e: E.PrimExpr) -> bool:
@@ -363,10 +571,26 @@ class Simplifier(IRMutator):
         if not _signed(a.dtype):
             return None
         if a.lanes == 1:
-            return self.poly_interval(self.poly(a).add(self.poly(b), -1))
+            p = self.poly(a).add(self.poly(b), -1)
+            lo, hi = self.poly_interval(p)
+            if (lo <= 0 <= hi) and self.is_symbolic(p):
+                slo, shi = self.sym_interval(p)
+                lo, hi = max(lo, slo), min(hi, shi)
+            return lo, hi
         d = self.binop(E.Sub, a, b)
         if isinstance(d, E.Ramp | E.Broadcast):
-            return self.interval(d)
+            lo, hi = self.interval(d)
+            if lo <= 0 <= hi:  # all lanes: the base's symbolic range plus the ramp's span
+                base = d.value if isinstance(d, E.Broadcast) else d.base
+                span = 0
+                if isinstance(d, E.Ramp):
+                    if not isinstance(d.stride, E.IntImm):
+                        return lo, hi
+                    span = d.stride.value * (d.lanes - 1)
+                if base.lanes == 1 and self.is_symbolic(base):
+                    slo, shi = self.sym_interval(self.poly(base))
+                    lo, hi = max(lo, slo + min(0, span)), min(hi, shi + max(0, span))
+            return lo, hi
         return None
 
     def _rule_Min(self, a: E.PrimExpr, b: E.PrimExpr) -> E.PrimExpr | None:
@@ -571,7 +795,9 @@ class Simplifier(IRMutator):
         value = self.visit(e.value)
         if isinstance(value, E.IntImm | E.FloatImm | E.Var):
             return self.visit(substitute(e.body, {e.var: value}))
-        with self.bound_scope({e.var: self.interval(value)}):
+        sym = {e.var: (value, value)} if self._int_scalar(value) and \
+            self.is_symbolic(value) else None
+        with self.bound_scope({e.var: self.interval(value)}, sym):
             body = self.visit(e.body)
         if not uses_var(body, e.var):
             return body
@@ -640,7 +866,9 @@ class Simplifier(IRMutator):
                 return self.visit(substitute(s.body, {s.loop_var: mn}))
         lo_min, hi_min = self.interval(mn)
         _, hi_ext = self.interval(ext)
-        with self.bound_scope({s.loop_var: (lo_min, hi_min + hi_ext - 1)}):
+        sym = self.loop_sym_bound(mn, ext)
+        with self.bound_scope({s.loop_var: (lo_min, hi_min + hi_ext - 1)},
+                              {s.loop_var: sym} if sym is not None else None):
             body = self.visit(s.body)
         if is_no_op(body):
             return _no_op()
@@ -652,8 +880,10 @@ class Simplifier(IRMutator):
         value = self.visit(s.value)
         if isinstance(value, E.IntImm | E.FloatImm | E.Var):
             return self.visit(substitute(s.body, {s.var: value}))
-        iv = self.interval(value) if E.is_int(value.dtype) and value.lanes == 1 else (-INF, INF)
-        with self.bound_scope({s.var: iv}):
+        index = E.is_int(value.dtype) and value.lanes == 1
+        iv = self.interval(value) if index else (-INF, INF)
+        sym = {s.var: (value, value)} if index and self.is_symbolic(value) else None
+        with self.bound_scope({s.var: iv}, sym):
             body = self.visit(s.body)
         if is_no_op(body):
             return _no_op()
@@ -670,11 +900,11 @@ class Simplifier(IRMutator):
             return self.visit(s.then_case)
         if c is False:
             return self.visit(s.else_case) if s.else_case is not None else _no_op()
-        with self.bound_scope(self.facts(cond, True)):
+        with self.bound_scope(self.facts(cond, True), self.sym_facts(cond, True)):
             then = self.visit(s.then_case)
         other = None
         if s.else_case is not None:
-            with self.bound_scope(self.facts(cond, False)):
+            with self.bound_scope(self.facts(cond, False), self.sym_facts(cond, False)):
                 other = self.visit(s.else_case)
             if is_no_op(other):
                 other = None
@@ -710,6 +940,15 @@ def _signed(dtype: str) -> bool:
     return E.is_int(dtype) and not E.is_unsigned(dtype)
 
 
+def _div_bound(p: Poly, c: int, dtype: str, ceil: bool = False) -> E.PrimExpr:
+    """``p // c`` (``ceil``: rounded up) as an expression, for ``c > 0``."""
+    if c == 1:
+        return p.to_expr()
+    if ceil:
+        p = p.add(Poly(dtype, c - 1))
+    return E.FloorDiv(p.to_expr(), E.IntImm(c, dtype))
+
+
 def _ramp_parts(e: E.PrimExpr) -> tuple[E.PrimExpr, E.PrimExpr] | None:
     if isinstance(e, E.Ramp):
         return e.base, e.stride
@@ -720,11 +959,25 @@ def _ramp_parts(e: E.PrimExpr) -> tuple[E.PrimExpr, E.PrimExpr] | None:
 
 def simplify(node: Any, bounds: Bounds | None = None) -> Any:
     """A simplified copy of an expression, statement or :class:`PrimFunc`; ``bounds`` gives
-    known inclusive ranges ``var -> (lo, hi)`` of free variables."""
-    simp = Simplifier(bounds)
+    known inclusive ranges ``var -> (lo, hi)`` of free variables. A function's size
+    variables start with their ranges (:meth:`PrimFunc.var_bounds`: non-negative, within
+    ``size_bounds``), which ``bounds`` may narrow."""
     if isinstance(node, S.PrimFunc):
-        return node.with_body(simp.visit(node.body))
-    return simp.visit(node)
+        return node.with_body(func_simplifier(node, bounds).visit(node.body))
+    return Simplifier(bounds).visit(node)
+
+
+def func_simplifier(func: S.PrimFunc, bounds: Bounds | None = None, memo: bool = False,
+                    sym_bounds: Mapping[E.Var, Sequence[SymBound]] | None = None) -> Simplifier:
+    """A :class:`Simplifier` for statements of ``func``: its size variables are symbolic and
+    start with their ranges (:meth:`PrimFunc.var_bounds`), ``bounds`` adds or narrows
+    ranges, ``sym_bounds`` gives symbolic ranges (of enclosing loops)."""
+    seeded: dict[E.Var, tuple[Any, Any]] = dict(func.var_bounds())
+    for v, (lo, hi) in (bounds or {}).items():
+        olo, ohi = _norm(seeded.get(v, (None, None)))
+        nlo, nhi = _norm((lo, hi))
+        seeded[v] = (max(olo, nlo), min(ohi, nhi))
+    return Simplifier(seeded, memo=memo, sym_bounds=sym_bounds, size_vars=func.size_vars)
 
 
 def can_prove(cond: E.PrimExpr, bounds: Bounds | None = None) -> bool:

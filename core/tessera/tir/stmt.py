@@ -124,17 +124,70 @@ def seq(*stmts: Stmt | None) -> Stmt:
 class PrimFunc:
     """A compiled unit: ``params`` are the buffers the caller passes (inputs then outputs, in
     that order), ``body`` the loop nest. ``attrs`` holds facts for the code generator and for
-    reports (``"flops"``, ``"schedule"``)."""
+    reports (``"flops"``, ``"schedule"``).
+
+    ``size_vars`` are the function's run-time extents: integer (``int64``) variables that
+    buffer shapes, loop extents and indices may use, bound by the caller at every call (a
+    sequence length, a batch size). Every size variable is non-negative; ``size_bounds`` may
+    narrow one to ``(low, high)`` (either None for no bound), for instance the upper bound the
+    runtime plans memory for. A function with no size variables is static, as before. Without
+    ``size_vars`` given, they are the variables of the parameters' shapes in order of first
+    appearance (parameter by parameter, dimension by dimension).
+
+    Calling convention of code generators: the caller passes the buffers' data pointers in
+    ``params`` order, then the workspace pointer (null when the function needs none), then,
+    when ``size_vars`` is not empty, a pointer to ``len(size_vars)`` ``int64`` values in
+    ``size_vars`` order."""
 
     def __init__(self, name: str, params: Sequence[Buffer], body: Stmt,
-                 attrs: dict[str, Any] | None = None) -> None:
+                 attrs: dict[str, Any] | None = None,
+                 size_vars: Sequence[Var] | None = None,
+                 size_bounds: dict[Var, tuple[int | None, int | None]] | None = None) -> None:
         self.name = name
         self.params = list(params)
         self.body = body
         self.attrs = dict(attrs or {})
+        self.size_vars = list(size_vars) if size_vars is not None else shape_vars(self.params)
+        self.size_bounds = dict(size_bounds or {})
+        for v in self.size_bounds:
+            if v not in self.size_vars:
+                raise ValueError(f"PrimFunc {name}: size_bounds names {v.name}, which is not "
+                                 f"one of its size_vars")
+
+    @property
+    def is_symbolic(self) -> bool:
+        """Whether the function takes run-time extents."""
+        return bool(self.size_vars)
 
     def with_body(self, body: Stmt) -> PrimFunc:
-        return PrimFunc(self.name, self.params, body, self.attrs)
+        return PrimFunc(self.name, self.params, body, self.attrs, self.size_vars,
+                        self.size_bounds)
+
+    def var_bounds(self) -> dict[Var, tuple[int | None, int | None]]:
+        """Each size variable's range: ``size_bounds`` where given, else ``(0, None)``."""
+        out: dict[Var, tuple[int | None, int | None]] = {}
+        for v in self.size_vars:
+            lo, hi = self.size_bounds.get(v, (0, None))
+            out[v] = (max(0, lo) if lo is not None else 0, hi)
+        return out
 
     def __repr__(self) -> str:
         return printer.func_to_str(self)
+
+
+def shape_vars(buffers: Sequence[Buffer]) -> list[Var]:
+    """The variables of the buffers' shapes, in order of first appearance."""
+    from tessera.tir.functor import post_order_visit
+
+    found: list[Var] = []
+    seen: set[int] = set()
+
+    def visit(node: Any) -> None:
+        if isinstance(node, Var) and id(node) not in seen and node.dtype != "handle":
+            seen.add(id(node))
+            found.append(node)
+
+    for b in buffers:
+        for d in b.shape:
+            post_order_visit(d, visit)
+    return found

@@ -12,7 +12,13 @@ offending statement or expression when it finds:
 * operands with different lane counts, a vector lane count that is not a constant integer of
   at least 2, a vector ramp base/stride or broadcast value, a vector ``if`` condition or loop
   bound;
-* a ``PARALLEL`` loop inside another ``PARALLEL`` loop.
+* a ``PARALLEL`` loop inside another ``PARALLEL`` loop;
+* a size variable (``func.size_vars``: defined everywhere in the function) that is not a
+  scalar integer, is listed twice, or is bound again by a loop or let (its value is the
+  caller's); a ``size_bounds`` range that is empty.
+
+Symbolic extents are accepted everywhere an integer expression is: buffer shapes, allocation
+sizes, loop bounds and indices may use the size variables.
 
 With ``lowered=True`` it also requires what the code generators take: one-dimensional buffers,
 no ``VECTORIZED`` loops, no TE leftovers (``ProducerLoad``, ``Reduce``).
@@ -61,6 +67,23 @@ class _Verifier:
             self.vars[b.data] = 1  # the pointer variable (extern calls pass it)
             for d in b.shape:
                 self.define_free(d)
+        self.size_vars: set[E.Var] = set()
+        for v in func.size_vars:
+            self.vars[v] = 1
+            self.size_vars.add(v)
+
+    def check_sizes(self) -> None:
+        """The size variables and their ranges are well-formed."""
+        seen: set[E.Var] = set()
+        for v in self.func.size_vars:
+            if not isinstance(v, E.Var) or not E.is_int(v.dtype) or v.lanes != 1:
+                self.fail(f"size variable {v!r} is not a scalar integer variable")
+            if v in seen:
+                self.fail(f"size variable {v.name} is listed twice")
+            seen.add(v)
+        for v, (lo, hi) in self.func.var_bounds().items():
+            if lo is not None and hi is not None and lo > hi:
+                self.fail(f"size variable {v.name} has the empty range [{lo}, {hi}]")
 
     def define_free(self, e: E.PrimExpr) -> None:
         post_order_visit(e, lambda n: self.vars.__setitem__(n, 1)
@@ -78,6 +101,8 @@ class _Verifier:
 
     # -- scopes ---------------------------------------------------------------------------
     def bind(self, var: E.Var) -> None:
+        if var in self.size_vars:
+            self.fail(f"size variable {var.name} is bound again inside the function", var)
         self.vars[var] = self.vars.get(var, 0) + 1
 
     def unbind(self, var: E.Var) -> None:
@@ -295,4 +320,6 @@ class _Verifier:
 def verify(func: S.PrimFunc, lowered: bool = False) -> None:
     """Raise :class:`CompileError` when ``func`` is malformed (see the module docstring);
     ``lowered=True`` adds the requirements of the code generators."""
-    _Verifier(func, lowered).stmt(func.body)
+    v = _Verifier(func, lowered)
+    v.check_sizes()
+    v.stmt(func.body)

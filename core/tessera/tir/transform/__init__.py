@@ -2,6 +2,7 @@
 :class:`Pipeline`: the order a backend runs them in (:func:`default_pipeline` for the CPU)."""
 
 from tessera.tir.transform.flatten import flatten_buffers
+from tessera.tir.transform.loop_partition import loop_partition
 from tessera.tir.transform.pipeline import (
     DEFAULT_OPTIONS,
     Pass,
@@ -17,6 +18,6 @@ from tessera.tir.transform.vectorize import vectorize
 
 __all__ = [
     "DEFAULT_OPTIONS", "Pass", "Pipeline", "default_pipeline", "flatten_buffers",
-    "lower_pipeline", "remove_redundant_checks", "storage_rewrite", "thread_sync", "unroll",
-    "vectorize",
+    "loop_partition", "lower_pipeline", "remove_redundant_checks", "storage_rewrite",
+    "thread_sync", "unroll", "vectorize",
 ]

@@ -7,16 +7,31 @@ from typing import Any
 
 from tessera.tir import expr as E
 from tessera.tir import stmt as S
-from tessera.tir.arith import INF, interval_of
+from tessera.tir.arith import INF, _norm, interval_of
 from tessera.tir.functor import IRMutator, Substitute, post_order_visit
+from tessera.tir.simplify import Simplifier, SymBound
 
 
 class ScopedMutator(IRMutator):
     """An :class:`IRMutator` whose ``bounds`` hold the ranges of the loop and let variables
-    around the node being visited (what the simplifier and the provers need)."""
+    around the node being visited (what the simplifier and the provers need).
 
-    def __init__(self) -> None:
+    Given the function it walks, it starts with the ranges of the function's size variables
+    and, in a symbolic function, also tracks the symbolic ranges of loops whose bounds are
+    symbolic (``sym``); :meth:`simplifier` makes a :class:`Simplifier` that knows both."""
+
+    def __init__(self, func: S.PrimFunc | None = None) -> None:
         self.bounds: dict[E.Var, tuple[Any, Any]] = {}
+        self.size_vars: list[E.Var] = []
+        self.sym: dict[E.Var, list[SymBound]] = {}
+        if func is not None:
+            self.size_vars = list(func.size_vars)
+            self.bounds.update({v: _norm(b) for v, b in func.var_bounds().items()})
+
+    def simplifier(self, memo: bool = False) -> Simplifier:
+        """A simplifier for the node being visited (its ranges, constant and symbolic)."""
+        return Simplifier(self.bounds, memo=memo, sym_bounds=self.sym,
+                          size_vars=self.size_vars)
 
     def loop_range(self, s: S.For) -> tuple[Any, Any]:
         """The inclusive range of ``s``'s variable."""
@@ -24,23 +39,43 @@ class ScopedMutator(IRMutator):
         _, ext_hi = interval_of(s.extent, self.bounds)
         return lo, hi + ext_hi - 1
 
+    def _sym_for(self, var: E.Var, bound: SymBound | None) -> bool:
+        if bound is None:
+            return False
+        self.sym.setdefault(var, []).append(bound)
+        return True
+
+    def _sym_pop(self, var: E.Var) -> None:
+        stack = self.sym[var]
+        stack.pop()
+        if not stack:
+            del self.sym[var]
+
     def visit_For(self, s: S.For) -> Any:
         saved = self.bounds.get(s.loop_var)
+        pushed = self.size_vars and self._sym_for(
+            s.loop_var, self.simplifier().loop_sym_bound(s.min, s.extent))
         self.bounds[s.loop_var] = self.loop_range(s)
         try:
             return self.generic_visit(s)
         finally:
             _restore(self.bounds, s.loop_var, saved)
+            if pushed:
+                self._sym_pop(s.loop_var)
 
     def visit_LetStmt(self, s: S.LetStmt) -> Any:
         saved = self.bounds.get(s.var)
         value = s.value
         is_index = E.is_int(value.dtype) and value.lanes == 1
+        pushed = bool(self.size_vars) and is_index and self._sym_for(
+            s.var, (value, value) if self.simplifier().is_symbolic(value) else None)
         self.bounds[s.var] = interval_of(value, self.bounds) if is_index else (-INF, INF)
         try:
             return self.generic_visit(s)
         finally:
             _restore(self.bounds, s.var, saved)
+            if pushed:
+                self._sym_pop(s.var)
 
 
 class StmtScopedMutator(ScopedMutator):

@@ -49,8 +49,8 @@ def flat_buffer(b: Buffer) -> Buffer:
 
 
 class _Flattener(ScopedMutator):
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, func: S.PrimFunc | None = None) -> None:
+        super().__init__(func)
         self.map: dict[int, tuple[Buffer, Buffer]] = {}
 
     def new_buffer(self, b: Buffer) -> Buffer:
@@ -70,7 +70,7 @@ class _Flattener(ScopedMutator):
         index: E.PrimExpr = b.elem_offset
         for i, s in zip(indices, strides):
             index = index + i * s
-        return [simplify(index, self.bounds)]
+        return [self.simplifier().visit(index)]
 
     def visit_BufferLoad(self, e: E.BufferLoad) -> E.PrimExpr:
         indices = tuple(self.visit(i) for i in e.indices)
@@ -88,9 +88,9 @@ class _Flattener(ScopedMutator):
 
 def flatten_buffers(func: S.PrimFunc) -> S.PrimFunc:
     """``func`` with every buffer (parameters and allocations) one-dimensional."""
-    fl = _Flattener()
+    fl = _Flattener(func)
     params = [fl.new_buffer(b) for b in func.params]
     body = fl.visit(func.body)
-    return S.PrimFunc(func.name, params, body, func.attrs)
+    return S.PrimFunc(func.name, params, body, func.attrs, func.size_vars, func.size_bounds)
 
 

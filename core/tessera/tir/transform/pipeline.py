@@ -5,6 +5,12 @@ lets, ifs, selects, casts and calls).
 ``simplify -> remove_redundant_checks -> flatten_buffers -> vectorize -> unroll -> simplify ->
 storage_rewrite -> verify``
 
+The ``vectorize`` step (``devectorize`` without vectorization) first runs
+:func:`~tessera.tir.transform.loop_partition.loop_partition` (option ``loop_partition``): loops
+guarded by run-time extents are split into unguarded main parts, which vectorize, and guarded
+tails; static kernels are left as they are. (It is part of that step, not a pass of its own,
+so that the pass names backends edit pipelines by stay the same.)
+
 Each backend chooses its pipeline (:class:`Pipeline`): the CPU backend runs
 :func:`default_pipeline`; a GPU backend composes its own from these passes and its own.
 """
@@ -21,6 +27,7 @@ from tessera.tir.functor import IRMutator
 from tessera.tir.heavy import heavy_work
 from tessera.tir.simplify import simplify
 from tessera.tir.transform.flatten import flatten_buffers
+from tessera.tir.transform.loop_partition import loop_partition
 from tessera.tir.transform.remove_checks import remove_redundant_checks
 from tessera.tir.transform.storage_rewrite import storage_rewrite
 from tessera.tir.transform.unroll import unroll
@@ -32,6 +39,8 @@ __all__ = ["DEFAULT_OPTIONS", "Pass", "Pipeline", "default_pipeline", "lower_pip
 #: Options of :func:`lower_pipeline` and their defaults.
 DEFAULT_OPTIONS: dict[str, Any] = {
     "remove_checks": True,       # drop if/select conditions decided by loop ranges
+    "loop_partition": True,      # split loops at the guards of symbolic extents
+    "partition_static": False,   # loop_partition: also at guards with constant bounds
     "vectorize": True,           # False: VECTORIZED loops run serially
     "max_lanes": MAX_LANES,      # widest vector emitted
     "unroll": True,              # expand UNROLLED loops
@@ -116,10 +125,12 @@ def default_pipeline(opts: dict[str, Any] | None = None) -> Pipeline:
     if o["remove_checks"]:
         passes.append(("remove_redundant_checks", remove_redundant_checks))
     passes.append(("flatten_buffers", flatten_buffers))
+    partition = o["partition_static"] if o["loop_partition"] else None
     if o["vectorize"]:
-        passes.append(("vectorize", partial(vectorize, max_lanes=o["max_lanes"])))
+        passes.append(("vectorize", partial(_partition_then, partial(
+            vectorize, max_lanes=o["max_lanes"]), partition)))
     else:
-        passes.append(("devectorize", _devectorize))
+        passes.append(("devectorize", partial(_partition_then, _devectorize, partition)))
     if o["unroll"]:
         passes.append(("unroll", partial(unroll, auto_max_extent=o["auto_unroll_max_extent"])))
     passes.append(("simplify_again", simplify))
@@ -128,6 +139,14 @@ def default_pipeline(opts: dict[str, Any] | None = None) -> Pipeline:
     if o["verify"]:
         passes.append(("verify", _verify_lowered))
     return Pipeline(tuple(passes))
+
+
+def _partition_then(then: Pass, partition_static: bool | None,
+                    func: S.PrimFunc) -> S.PrimFunc:
+    """``then(loop_partition(func))``; ``partition_static`` None: no partitioning."""
+    if partition_static is not None:
+        func = loop_partition(func, partition_static=partition_static)
+    return then(func)
 
 
 def _verify_lowered(func: S.PrimFunc) -> S.PrimFunc:

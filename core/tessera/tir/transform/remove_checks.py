@@ -83,8 +83,11 @@ def decide_by_enumeration(cond: E.PrimExpr, ranges: dict[E.Var, tuple[Any, Any]]
 class _CheckRemover(Simplifier):
     """The simplifier plus enumeration, with lets remembered for inlining into conditions."""
 
-    def __init__(self, max_points: int) -> None:
-        super().__init__()
+    def __init__(self, max_points: int, func: S.PrimFunc | None = None) -> None:
+        if func is None:
+            super().__init__()
+        else:  # the size variables' ranges, as simplify(func) starts with
+            super().__init__(func.var_bounds(), size_vars=func.size_vars)
         self.max_points = max_points
         self.lets: dict[E.Var, E.PrimExpr] = {}
         self.loop_vars: set[E.Var] = set()
@@ -136,4 +139,4 @@ class _CheckRemover(Simplifier):
 
 def remove_redundant_checks(func: S.PrimFunc, max_points: int = MAX_POINTS) -> S.PrimFunc:
     """``func`` without the ``if``/``select`` conditions its loop ranges decide."""
-    return func.with_body(_CheckRemover(max_points).visit(func.body))
+    return func.with_body(_CheckRemover(max_points, func).visit(func.body))

@@ -18,7 +18,6 @@ from typing import Any
 
 from tessera.tir import expr as E
 from tessera.tir import stmt as S
-from tessera.tir.simplify import Simplifier
 from tessera.tir.transform._util import StmtScopedMutator, copy_with, has_loop, stmt_count
 
 __all__ = ["unroll", "MAX_UNROLLED_NODES"]
@@ -28,8 +27,9 @@ MAX_UNROLLED_NODES = 1 << 16
 
 
 class _Unroller(StmtScopedMutator):
-    def __init__(self, auto_max_extent: int, max_nodes: int) -> None:
-        super().__init__()
+    def __init__(self, auto_max_extent: int, max_nodes: int,
+                 func: S.PrimFunc | None = None) -> None:
+        super().__init__(func)
         self.auto_max_extent = auto_max_extent
         self.max_nodes = max_nodes
 
@@ -46,7 +46,7 @@ class _Unroller(StmtScopedMutator):
         if not isinstance(ext, E.IntImm) or ext.value * stmt_count(new.body) > self.max_nodes:
             return S.For(new.loop_var, new.min, new.extent, S.ForKind.SERIAL, new.body,
                          new.thread_tag, new.annotations)
-        simp = Simplifier(self.bounds, memo=True)
+        simp = self.simplifier(memo=True)
         copies = []
         for k in range(ext.value):
             value = simp.visit(new.min + k) if k else new.min
@@ -58,4 +58,4 @@ def unroll(func: S.PrimFunc, auto_max_extent: int = 0,
            max_nodes: int = MAX_UNROLLED_NODES) -> S.PrimFunc:
     """``func`` with its ``UNROLLED`` loops (and, with ``auto_max_extent``, its small innermost
     serial loops) expanded into straight-line code."""
-    return func.with_body(_Unroller(auto_max_extent, max_nodes).visit(func.body))
+    return func.with_body(_Unroller(auto_max_extent, max_nodes, func).visit(func.body))

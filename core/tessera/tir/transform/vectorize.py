@@ -171,8 +171,8 @@ class _StmtVectorizer:
 
 
 class _Vectorizer(StmtScopedMutator):
-    def __init__(self, max_lanes: int) -> None:
-        super().__init__()
+    def __init__(self, max_lanes: int, func: S.PrimFunc | None = None) -> None:
+        super().__init__(func)
         self.max_lanes = max_lanes
 
     def visit_For(self, s: S.For) -> Any:
@@ -192,7 +192,7 @@ class _Vectorizer(StmtScopedMutator):
         if ext.value == 1:
             return substitute(s.body, {s.loop_var: s.min})
         lanes = ext.value
-        simp = Simplifier(self.bounds)
+        simp = self.simplifier()
         ramp = E.Ramp(s.min, E.IntImm(1, s.loop_var.dtype), lanes)
         ev = _ExprVectorizer(s.loop_var, ramp, simp)
         sv = _StmtVectorizer(ev)
@@ -211,4 +211,4 @@ def _fallback(s: S.For, serial: bool) -> S.For:
 
 def vectorize(func: S.PrimFunc, max_lanes: int = MAX_LANES) -> S.PrimFunc:
     """``func`` with its ``VECTORIZED`` loops turned into vector code (or safe fallbacks)."""
-    return func.with_body(_Vectorizer(max_lanes).visit(func.body))
+    return func.with_body(_Vectorizer(max_lanes, func).visit(func.body))
