@@ -4,10 +4,22 @@
 A stage computed at root covers its whole shape. A stage attached to loop ``iv`` of another
 stage (``compute_at``) computes, in each iteration of ``iv``, the region its readers use during
 that iteration: the reads' index expressions are evaluated over intervals, with the loops inside
-``iv`` relaxed to their ranges and the loops at or outside ``iv`` kept as symbols. Shapes are
-static, so a region is ``(min, extent)`` with a symbolic ``min`` (in terms of the enclosing
-loops) and an ``int`` extent; an index that is not analysable (a load used as an index, a
-product of two loops) falls back to the full extent.
+``iv`` relaxed to their ranges and the loops at or outside ``iv`` kept as symbols. A region is
+``(min, extent)`` with a symbolic ``min`` (in terms of the enclosing loops) and an extent; an
+index that is not analysable (a load used as an index, a product of two loops) falls back to
+the full extent.
+
+Extents (:data:`Extent`) are ``int`` when static, so static schedules lower exactly as they
+always did, and index expressions (``int64``) when they depend on run-time sizes (variables in
+the shapes of placeholders and computes, or in the extents of reduce axes; every such size
+variable is non-negative). A split of a symbolic extent ``n`` by a factor ``f`` gives an inner
+loop of ``f`` and an outer loop of ``floordiv(n + f - 1, f)`` (``n // f`` when ``n`` is
+provably a multiple of ``f``), guarded by ``outer * f + inner < n``; a split into ``nparts``
+gives ``nparts`` outer iterations of ``floordiv(n + nparts - 1, nparts)``; a fuse runs over the
+product. A region whose span is a constant (a tile of 8 rows inside a loop over ``n / 8``)
+keeps that constant extent, so its allocation has a constant size, and the stage computing it
+is guarded by ``row < n`` where the tile could pass the end of a symbolic dimension; a region
+whose span is not constant covers the whole (symbolic) dimension.
 
 A ``shared`` stage attached inside ``threadIdx``-bound loops is computed for the whole block,
 so those loops are relaxed too (TVM's treatment of shared memory): the block's threads then
@@ -37,11 +49,16 @@ from tessera.tir.arith import Poly, const_int_bound, struct_key, to_poly
 from tessera.tir.functor import IRMutator, Substitute, post_order_visit, rebuild
 
 __all__ = [
-    "Bounds", "Interval", "StageBound", "eval_interval", "infer_bound", "inline_body",
-    "simplify_index", "substitute_vars",
+    "Bounds", "Extent", "Interval", "StageBound", "as_extent", "eval_interval", "extent_expr",
+    "infer_bound", "inline_body", "simplify_index", "split_extents", "substitute_vars",
 ]
 
-VarRanges = Mapping[E.Var, tuple[int, int]]
+#: A loop or region extent: an ``int`` when static, else an ``int64`` index expression.
+Extent = int | E.PrimExpr
+
+#: Variable ranges ``var -> (lo, hi)`` (both inclusive): ints, or index expressions where a
+#: loop's extent is symbolic.
+VarRanges = Mapping[E.Var, tuple[Any, Any]]
 
 
 # ---- expression helpers ---------------------------------------------------------------------
@@ -191,7 +208,7 @@ class _IntervalEval:
             return None
         if isinstance(e, E.Var):
             lo, hi = self.relax[e]
-            return Interval(E.IntImm(lo, e.dtype), E.IntImm(hi, e.dtype))
+            return Interval(extent_expr(lo, e.dtype), extent_expr(hi, e.dtype))
         method = getattr(self, "e_" + type(e).__name__, None)
         return method(e) if method is not None else None
 
@@ -291,8 +308,34 @@ def _const_bound(e: E.PrimExpr, bounds: VarRanges) -> tuple[int | None, int | No
             proxies[n] = E.Var(n.name, n.dtype)
 
     post_order_visit(e, f)
-    plain = {proxies.get(v, v): r for v, r in bounds.items() if v in proxies}
+    plain: dict[E.Var, tuple[int | None, int | None]] = {}
+    for n in _free_vars(e):
+        if isinstance(n, IterVar):
+            if n in bounds:
+                plain[proxies[n]] = _const_range(bounds[n])
+        elif E.is_int(n.dtype):
+            plain[n] = (0, None)  # a size variable: never negative
     return const_int_bound(substitute_vars(e, proxies), plain)
+
+
+def _free_vars(e: Any) -> list[E.Var]:
+    found: list[E.Var] = []
+    seen: set[int] = set()
+
+    def f(n: Any) -> None:
+        if isinstance(n, E.Var) and id(n) not in seen:
+            seen.add(id(n))
+            found.append(n)
+
+    post_order_visit(e, f)
+    return found
+
+
+def _const_range(r: tuple[Any, Any]) -> tuple[int | None, int | None]:
+    """A loop range with a symbolic side left unbounded on that side (a span that depends on
+    a run-time size is not a constant, whatever bounds the caller gives that size)."""
+    lo, hi = r
+    return (lo if isinstance(lo, int) else None), (hi if isinstance(hi, int) else None)
 
 
 def _upper(e: E.PrimExpr, bounds: VarRanges) -> int | None:
@@ -399,15 +442,17 @@ def _producers_of(body: E.PrimExpr, sch: Schedule) -> list[Stage]:
 class StageBound:
     """The inferred loop structure of one stage.
 
-    ``extent``: every iteration variable's extent (a root variable's is its region's);
+    ``extent``: every iteration variable's extent (a root variable's is its region's), an
+    ``int`` when static and an index expression when it depends on run-time sizes;
     ``root_min``: each root variable's region minimum (an expression in the leaf loops of the
     stages it is nested in); ``offset``: each variable's value within its range, in terms of the
-    stage's leaf loops; ``guards``: ``(split parent, condition)`` for splits that do not divide
-    their parent."""
+    stage's leaf loops; ``guards``: ``(split parent, condition)`` for splits that do not
+    (provably) divide their parent, then ``(root axis, value < size)`` for the dimensions whose
+    constant-size region could pass the end of a symbolic dimension."""
 
     def __init__(self, stage: Stage) -> None:
         self.stage = stage
-        self.extent: dict[IterVar, int] = {}
+        self.extent: dict[IterVar, Extent] = {}
         self.root_min: dict[IterVar, E.PrimExpr] = {}
         self.offset: dict[IterVar, E.PrimExpr] = {}
         self.guards: list[tuple[IterVar, E.PrimExpr]] = []
@@ -419,7 +464,15 @@ class StageBound:
     def root_values(self) -> dict[IterVar, E.PrimExpr]:
         return {iv: self.root_value(iv) for iv in self.stage.root_iter_vars}
 
-    def region(self) -> list[tuple[E.PrimExpr, int]]:
+    def extent_expr(self, iv: IterVar) -> E.PrimExpr:
+        """The extent of ``iv`` as an expression (an IntImm when static)."""
+        return extent_expr(self.extent[iv])
+
+    def is_static(self) -> bool:
+        """Whether every extent of the stage is a constant."""
+        return all(isinstance(x, int) for x in self.extent.values())
+
+    def region(self) -> list[tuple[E.PrimExpr, Extent]]:
         """``(min, extent)`` of each dimension of the stage's output that it computes."""
         op = self.stage.op
         assert isinstance(op, ComputeOp)
@@ -440,8 +493,9 @@ class Bounds:
         self.stages: dict[Stage, StageBound] = {}
         self.bodies: dict[Stage, E.PrimExpr] = {}
         self.consumers: dict[Stage, list[Stage]] = {}
-        #: ``(0, extent - 1)`` of every leaf loop of every stage.
-        self.loop_ranges: dict[E.Var, tuple[int, int]] = {}
+        #: ``(0, extent - 1)`` of every leaf loop of every stage (``extent - 1`` an index
+        #: expression where the extent is symbolic).
+        self.loop_ranges: dict[E.Var, tuple[Any, Any]] = {}
 
     def __getitem__(self, key: Any) -> StageBound:
         """The bounds of a stage (or of the stage of a tensor or operation)."""
@@ -458,35 +512,98 @@ class Bounds:
         raise KeyError(f"{iv.name} is not an iteration variable of a scheduled stage")
 
 
+# ---- extents --------------------------------------------------------------------------------
+
+
+def extent_expr(x: Any, dtype: str = E.INDEX_DTYPE) -> E.PrimExpr:
+    """An extent (int or expression) as an expression."""
+    return E.IntImm(x, dtype) if isinstance(x, int) else x
+
+
+def as_extent(x: Any) -> Extent:
+    """An extent in canonical form: an ``int`` when it is (or simplifies to) a constant, else
+    the simplified ``int64`` index expression."""
+    if isinstance(x, bool):
+        raise TypeError(f"extent {x!r} is a bool")
+    if isinstance(x, int):
+        return x
+    e = E.convert(x)
+    if not E.is_int(e.dtype) or e.lanes != 1:
+        raise TypeError(f"extent {e} is not a scalar integer expression")
+    if e.dtype != E.INDEX_DTYPE:
+        e = E.cast(E.INDEX_DTYPE, e)
+    e = simplify_index(e)
+    return e.value if isinstance(e, E.IntImm) else e
+
+
+def _divides(f: int, e: E.PrimExpr) -> bool:
+    """Whether ``e`` is provably a multiple of ``f`` (every coefficient and the constant of its
+    polynomial are)."""
+    p = to_poly(e)
+    return p.const % f == 0 and all(c % f == 0 for c, _ in p.terms.values())
+
+
+def _ceil_div(total: E.PrimExpr, f: int) -> Extent:
+    """``ceil(total / f)`` for a non-negative symbolic ``total``."""
+    if f == 1:
+        return as_extent(total)
+    if _divides(f, total):
+        return as_extent(E.FloorDiv(total, E.IntImm(f, total.dtype)))
+    return as_extent(E.FloorDiv(total + E.IntImm(f - 1, total.dtype), E.IntImm(f, total.dtype)))
+
+
+def split_extents(total: Extent, factor: int | None, nparts: int | None) -> tuple[Extent, Extent]:
+    """``(outer, inner)`` extents of a split of ``total`` by ``factor`` or into ``nparts``. A
+    constant ``total`` clamps the factor (or nparts) to it; a symbolic one cannot, so the inner
+    loop runs ``factor`` (the outer ``nparts``) iterations and the guard drops the excess."""
+    if isinstance(total, int):
+        if factor is not None:
+            inner = max(1, min(factor, total))
+            return -(-total // inner), inner
+        assert nparts is not None
+        outer = max(1, min(nparts, total))
+        return outer, -(-total // outer)
+    if factor is not None:
+        return _ceil_div(total, factor), factor
+    assert nparts is not None
+    return nparts, _ceil_div(total, nparts)
+
+
+def _mul_extents(a: Extent, b: Extent) -> Extent:
+    if isinstance(a, int) and isinstance(b, int):
+        return a * b
+    return as_extent(extent_expr(a) * extent_expr(b))
+
+
+def _provably_equal(a: Extent, b: Extent) -> bool:
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    d = simplify_index(extent_expr(a) - extent_expr(b))
+    return isinstance(d, E.IntImm) and d.value == 0
+
+
 def _pass_down(stage: Stage, sb: StageBound) -> None:
     """Extents, offsets and guards of every variable from the root extents."""
     ext = sb.extent
     for rel in stage.relations:
         if isinstance(rel, Split):
-            total = ext[rel.parent]
-            if rel.factor is not None:
-                inner = max(1, min(rel.factor, total))
-                outer = -(-total // inner)
-            else:
-                assert rel.nparts is not None
-                outer = max(1, min(rel.nparts, total))
-                inner = -(-total // outer)
-            ext[rel.outer], ext[rel.inner] = outer, inner
+            ext[rel.outer], ext[rel.inner] = split_extents(ext[rel.parent], rel.factor,
+                                                           rel.nparts)
         else:
-            ext[rel.fused] = ext[rel.outer] * ext[rel.inner]
+            ext[rel.fused] = _mul_extents(ext[rel.outer], ext[rel.inner])
     off: dict[IterVar, E.PrimExpr] = {iv: iv for iv in stage.leaf_iter_vars}
     for rel in reversed(stage.relations):
         if isinstance(rel, Split):
             value = simplify_index(off[rel.outer] * ext[rel.inner] + off[rel.inner])
             off[rel.parent] = value
             total = ext[rel.parent]
-            if ext[rel.outer] * ext[rel.inner] != total:
-                sb.guards.append((rel.parent, E.LT(value, E.IntImm(total, value.dtype))))
+            if not _provably_equal(_mul_extents(ext[rel.outer], ext[rel.inner]), total):
+                sb.guards.append((rel.parent, E.LT(value, extent_expr(total, value.dtype))))
         else:
             assert isinstance(rel, Fuse)
-            fused, n = off[rel.fused], ext[rel.inner]
-            off[rel.outer] = simplify_index(E.FloorDiv(fused, E.IntImm(n, fused.dtype)))
-            off[rel.inner] = simplify_index(E.FloorMod(fused, E.IntImm(n, fused.dtype)))
+            fused, n = off[rel.fused], extent_expr(ext[rel.inner], off[rel.fused].dtype)
+            off[rel.outer] = simplify_index(E.FloorDiv(fused, n))
+            off[rel.inner] = simplify_index(E.FloorMod(fused, n))
     sb.offset = off
 
 
@@ -527,16 +644,23 @@ class _Inference:
         op = stage.op
         assert isinstance(op, ComputeOp)
         region = self.region(stage) if stage.attach_type == SCOPE else None
+        ends: list[tuple[IterVar, E.PrimExpr]] = []
         for k, axis in enumerate(op.axis):
             if region is not None:
-                sb.root_min[axis], sb.extent[axis] = region[k]
+                sb.root_min[axis], sb.extent[axis], end = region[k]
+                if end is not None:
+                    ends.append((axis, end))
             else:
                 sb.root_min[axis], sb.extent[axis] = _dom(axis)
         for axis in op.reduce_axis:
             sb.root_min[axis], sb.extent[axis] = _dom(axis)
         _pass_down(stage, sb)
+        for axis, end in ends:
+            sb.guards.append((axis, E.LT(sb.root_value(axis), end)))
         for iv in stage.leaf_iter_vars:
-            self.result.loop_ranges[iv] = (0, sb.extent[iv] - 1)
+            ext = sb.extent[iv]
+            self.result.loop_ranges[iv] = (0, ext - 1 if isinstance(ext, int) else
+                                           simplify_index(ext - E.IntImm(1, ext.dtype)))
         self.result.stages[stage] = sb
         self.busy.discard(stage)
 
@@ -584,11 +708,14 @@ class _Inference:
             relaxed += up.leaf_iter_vars[:up_pos + 1]
             cur = up
 
-    def region(self, stage: Stage) -> list[tuple[E.PrimExpr, int]]:
+    def region(self, stage: Stage) -> list[tuple[E.PrimExpr, Extent, E.PrimExpr | None]]:
+        """``(min, extent, end)`` of each dimension of ``stage``'s output that one iteration
+        of its attach loop needs; ``end`` is the (symbolic) size of the dimension when the
+        region could pass it (the stage then guards its rows against it), else None."""
         res, sch = self.result, self.sch
         op = stage.op
         assert isinstance(op, ComputeOp)
-        shape = [int(d.value) for d in op.output(0).shape]  # type: ignore[attr-defined]
+        shape = [as_extent(d) for d in op.output(0).shape]
         ndim = len(shape)
         union: list[Interval | None] = [None] * ndim
         known = [True] * ndim
@@ -606,17 +733,24 @@ class _Inference:
                         known[k] = False
                         continue
                     union[k] = got if union[k] is None else union[k].union(got)  # type: ignore
-        out: list[tuple[E.PrimExpr, int]] = []
+        out: list[tuple[E.PrimExpr, Extent, E.PrimExpr | None]] = []
         for k in range(ndim):
-            rng = union[k]
+            rng, size = union[k], shape[k]
             if not known[k] or rng is None:
-                out.append((E.IntImm(0), shape[k]))
+                out.append((E.IntImm(0), size, None))
                 continue
             span = _diff_upper(rng.hi, rng.lo, res.loop_ranges)
-            if span is None or span + 1 >= shape[k]:
-                out.append((E.IntImm(0), shape[k]))
-                continue
-            out.append(_fit(simplify_index(rng.lo), span + 1, shape[k], res.loop_ranges))
+            if isinstance(size, int):
+                if span is None or span + 1 >= size:
+                    out.append((E.IntImm(0), size, None))
+                    continue
+                out.append((*_fit(simplify_index(rng.lo), span + 1, size, res.loop_ranges),
+                            None))
+            elif span is None or span < 0:
+                out.append((E.IntImm(0), size, None))
+            else:
+                out.append(_fit_symbolic(simplify_index(rng.lo), span + 1, size,
+                                         res.loop_ranges))
         return out
 
 
@@ -649,11 +783,30 @@ def _fit(lo: E.PrimExpr, extent: int, size: int,
     return lo, extent
 
 
-def _dom(iv: IterVar) -> tuple[E.PrimExpr, int]:
+def _fit_symbolic(lo: E.PrimExpr, extent: int, size: E.PrimExpr,
+                  bounds: VarRanges) -> tuple[E.PrimExpr, int, E.PrimExpr | None]:
+    """``(lo, extent, end)`` for a constant-extent region of a dimension of symbolic
+    ``size``: the region keeps its constant extent (a constant-size allocation) and moves up
+    to 0 when it might start below; where it might pass ``size`` (a tail tile, or a dimension
+    smaller than the tile), ``end`` is ``size`` and the stage guards its rows against it
+    rather than shifting the tile back (a tile larger than the dimension could not fit)."""
+    low, _ = _const_bound(lo, bounds)
+    if low is None or low < 0:
+        lo = _smax(lo, E.IntImm(0, lo.dtype))
+    # the largest start over the loops' (symbolic) ranges: a row loop i < n gives lo <= n - 1
+    top = eval_interval(lo, bounds)
+    high = top.hi if top is not None else lo
+    slack, _ = _const_bound(simplify_index(size - high - E.IntImm(extent, lo.dtype)), bounds)
+    return lo, extent, None if slack is not None and slack >= 0 else size
+
+
+def _dom(iv: IterVar) -> tuple[E.PrimExpr, Extent]:
     dom = iv.dom
-    if dom is None or not isinstance(dom.extent, E.IntImm):
-        raise ValueError(f"iteration variable {iv.name} has no constant extent")
-    return dom.min, dom.extent.value
+    if dom is None:
+        raise ValueError(f"iteration variable {iv.name} has no domain")
+    if isinstance(dom.extent, E.IntImm):
+        return dom.min, dom.extent.value
+    return dom.min, as_extent(dom.extent)
 
 
 def _index(items: list[IterVar], iv: IterVar) -> int:

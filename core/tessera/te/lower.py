@@ -23,6 +23,14 @@ of its whole shape at the top of the function for a stage computed at root, of i
 region inside its attach loop for a stage computed with ``compute_at`` (indices then count from
 the region's minimum). Inlined stages are substituted into their readers, and loads of tensors
 become loads of buffers, so the function holds only TIR nodes.
+
+Shapes and reduce axes may use run-time sizes (``n = tir.Var("n")``; see
+:mod:`tessera.te.bound` for how loops over them are split and guarded). Loops then have
+expression extents, allocations of a region whose extent is not constant have variable sizes,
+and the function's ``size_vars`` are every free integer variable it uses: those of the
+parameters' shapes first (in parameter order, what the caller's arrays give), then the others
+(a size that only bounds a reduction), in order of first use. ``size_bounds`` (a range per size
+variable) is passed on to the :class:`~tessera.tir.PrimFunc`.
 """
 
 from __future__ import annotations
@@ -30,14 +38,33 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tessera.te.bound import Bounds, StageBound, infer_bound, simplify_index, substitute_vars
+from tessera.te.bound import (
+    Bounds,
+    Extent,
+    StageBound,
+    extent_expr,
+    infer_bound,
+    simplify_index,
+    substitute_vars,
+)
 from tessera.te.schedule import ROOT, SCOPE, Schedule, Stage
 from tessera.te.tensor import ComputeOp, IterVar, Tensor
 from tessera.tir import expr as E
 from tessera.tir.buffer import Buffer
 from tessera.tir.functor import IRMutator, post_order_visit
 from tessera.tir.heavy import heavy_work
-from tessera.tir.stmt import Allocate, BufferStore, For, ForKind, IfThenElse, PrimFunc, Stmt, seq
+from tessera.tir.stmt import (
+    Allocate,
+    BufferStore,
+    For,
+    ForKind,
+    IfThenElse,
+    LetStmt,
+    PrimFunc,
+    Stmt,
+    seq,
+    shape_vars,
+)
 
 __all__ = ["lower"]
 
@@ -150,10 +177,10 @@ class _Lowering:
             vmap.update(override)
         return substitute_vars(node, vmap)
 
-    def enclosing_threads(self, stage: Stage) -> dict[str, tuple[E.Var, int]]:
+    def enclosing_threads(self, stage: Stage) -> dict[str, tuple[E.Var, Extent]]:
         """The thread axes bound by loops around ``stage`` (of the stages it is attached
         inside): tag -> (loop variable, extent)."""
-        out: dict[str, tuple[E.Var, int]] = {}
+        out: dict[str, tuple[E.Var, Extent]] = {}
         cur = stage
         while cur.attach_type == SCOPE:
             parent, at = cur.attach_stage, cur.attach_ivar
@@ -167,7 +194,7 @@ class _Lowering:
             cur = parent
         return out
 
-    def loop(self, stage: Stage, iv: IterVar, var: E.Var, extent: int, body: Stmt) -> Stmt:
+    def loop(self, stage: Stage, iv: IterVar, var: E.Var, extent: Extent, body: Stmt) -> Stmt:
         attr = stage.iter_var_attrs.get(iv)
         if attr is None:
             return For(var, 0, extent, ForKind.SERIAL, body)
@@ -177,14 +204,19 @@ class _Lowering:
         # bound to a thread axis an enclosing loop already binds (a cooperative fetch): the
         # same thread index, guarded where this loop is shorter
         thread_var, thread_extent = outer
-        if extent > thread_extent:
+        if isinstance(extent, int) and isinstance(thread_extent, int):
+            slack: int | None = thread_extent - extent
+        else:
+            d = simplify_index(extent_expr(thread_extent) - extent_expr(extent))
+            slack = d.value if isinstance(d, E.IntImm) else None
+        if slack is None or slack < 0:
             raise ValueError(
                 f"lower: stage {stage.name} binds loop {iv.name} (extent {extent}) to "
                 f"{attr.thread_tag}, which an enclosing loop binds with extent {thread_extent}; "
                 f"split {iv.name} by {thread_extent} and bind the inner loop")
         body = substitute_vars(body, {var: thread_var})
-        if extent < thread_extent:
-            body = IfThenElse(E.LT(thread_var, E.IntImm(extent, thread_var.dtype)), body)
+        if slack > 0:
+            body = IfThenElse(E.LT(thread_var, extent_expr(extent, thread_var.dtype)), body)
         return body
 
     def attached(self, stage: Stage, iv: IterVar, rest: Stmt) -> Stmt:
@@ -273,6 +305,9 @@ class _Lowering:
             raise ValueError(f"{where}: a cross-thread reduction must be computed at root, "
                              f"with no stage computed at its loops")
         t = sb.extent[tiv]
+        if not isinstance(t, int):
+            raise ValueError(f"{where}: the thread-bound reduce loop has the symbolic extent "
+                             f"{t}; split it by a constant and bind the inner loop")
         buf = self.buffers[stage]
         part = Buffer(self.names.fresh(f"{stage.name}_part"), [1], buf.dtype, scope="local")
         shared = Buffer(self.names.fresh(f"{stage.name}_red"), [t], buf.dtype, scope="shared")
@@ -332,7 +367,8 @@ class _Lowering:
             stmt = self.loop(stage, iv, override[iv], sb.extent[iv], stmt)
         return stmt
 
-    def run(self, name: str, attrs: dict[str, Any] | None) -> PrimFunc:
+    def run(self, name: str, attrs: dict[str, Any] | None,
+            size_bounds: dict[E.Var, tuple[int | None, int | None]] | None = None) -> PrimFunc:
         roots = [s for s in self.live if s.attach_type == ROOT]
         body = seq(*[self.emit(s) for s in roots])
         params = set(map(id, self.params))
@@ -340,7 +376,36 @@ class _Lowering:
             if id(self.buffers[stage]) not in params:
                 body = Allocate(self.buffers[stage], body)
         _check_lowered(body)
-        return PrimFunc(name, self.params, body, attrs)
+        return PrimFunc(name, self.params, body, attrs, size_vars(self.params, body),
+                        size_bounds)
+
+
+def size_vars(params: Sequence[Buffer], body: Stmt) -> list[E.Var]:
+    """The run-time sizes of a function: the variables of the parameters' shapes (in order of
+    first appearance, PrimFunc's default), then every other free integer variable of ``body``
+    (not a loop or let variable; in allocation shapes, loop extents, indices) in order of
+    first use."""
+    found = shape_vars(params)
+    seen = set(map(id, found))
+    bound: set[int] = set()
+
+    def binders(n: Any) -> None:
+        if isinstance(n, For | LetStmt | E.Let):
+            bound.add(id(n.loop_var if isinstance(n, For) else n.var))
+
+    post_order_visit(body, binders)
+
+    def visit(n: Any) -> None:
+        if isinstance(n, Allocate):
+            for d in n.buffer.shape:
+                post_order_visit(d, visit)
+        elif isinstance(n, E.Var) and id(n) not in seen and id(n) not in bound and \
+                E.is_int(n.dtype):
+            seen.add(id(n))
+            found.append(n)
+
+    post_order_visit(body, visit)
+    return found
 
 
 def _check_lowered(body: Stmt) -> None:
@@ -353,12 +418,15 @@ def _check_lowered(body: Stmt) -> None:
 
 @heavy_work
 def lower(sch: Schedule, args: Sequence[Tensor], name: str = "main",
-          attrs: dict[str, Any] | None = None) -> PrimFunc:
+          attrs: dict[str, Any] | None = None,
+          size_bounds: dict[E.Var, tuple[int | None, int | None]] | None = None) -> PrimFunc:
     """Lower schedule ``sch`` to a :class:`~tessera.tir.PrimFunc` named ``name``.
 
     ``args`` are the tensors the caller passes (placeholders and outputs, in the order the
     function takes them); each becomes a global, multi-dimensional parameter buffer of the
-    tensor's name. ``attrs`` become the function's attributes."""
+    tensor's name. ``attrs`` become the function's attributes. Shapes may use run-time sizes
+    (``tir.Var``): they become the function's ``size_vars`` (see :func:`size_vars`), and
+    ``size_bounds`` gives some of them a ``(low, high)`` range (None for an open side)."""
     if not isinstance(sch, Schedule):
         raise TypeError(f"lower: expected a Schedule, got {type(sch).__name__}")
-    return _Lowering(sch, list(args)).run(name, dict(attrs or {}))
+    return _Lowering(sch, list(args)).run(name, dict(attrs or {}), size_bounds)

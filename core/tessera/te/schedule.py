@@ -104,10 +104,12 @@ def _as_int(value: Any, what: str) -> int:
     return value
 
 
-def _extent_of(iv: IterVar) -> int | None:
-    if iv.dom is not None and isinstance(iv.dom.extent, IntImm):
-        return iv.dom.extent.value
-    return None
+def _dom_extent(iv: IterVar) -> Any:
+    """The extent of ``iv``'s domain: an ``int`` when constant, an index expression when it
+    depends on run-time sizes, None when unknown."""
+    if iv.dom is None:
+        return None
+    return bound.as_extent(iv.dom.extent)
 
 
 class Stage:
@@ -192,13 +194,10 @@ class Stage:
             raise ValueError(f"split of {parent.name}: give exactly one of factor and nparts")
         f = _as_int(factor, "split factor") if factor is not None else None
         p = _as_int(nparts, "split nparts") if nparts is not None else None
-        ext = _extent_of(parent)
-        if ext is not None and f is not None:
-            inner_ext = max(1, min(f, ext))
-            outer_ext = -(-ext // inner_ext)
-        elif ext is not None and p is not None:
-            outer_ext = max(1, min(p, ext))
-            inner_ext = -(-ext // outer_ext)
+        ext = _dom_extent(parent)
+        if ext is not None:
+            # a symbolic extent n (a run-time size) gives outer floordiv(n + f - 1, f)
+            outer_ext, inner_ext = bound.split_extents(ext, f, p)
         else:
             inner_ext = outer_ext = None
         outer = IterVar(Range(0, outer_ext) if outer_ext is not None else None,
@@ -241,8 +240,9 @@ class Stage:
         names = [ivs[0].name]
         for inner in ivs[1:]:
             names.append(inner.name)
-            eo, ei = _extent_of(fused), _extent_of(inner)
-            dom = Range(0, eo * ei) if eo is not None and ei is not None else None
+            eo, ei = _dom_extent(fused), _dom_extent(inner)
+            dom = Range(0, bound._mul_extents(eo, ei)) \
+                if eo is not None and ei is not None else None
             new = IterVar(dom, "_".join(names) + "_fused", inner.kind)
             self.relations.append(Fuse(fused, inner, new))
             self.all_iter_vars.append(new)
@@ -345,7 +345,7 @@ class Stage:
             where = "root"
         loops = []
         for iv in self.leaf_iter_vars:
-            ext = _extent_of(iv)
+            ext = _dom_extent(iv)
             text = f"{iv.name}({ext if ext is not None else '?'})"
             attr = self.iter_var_attrs.get(iv)
             if attr is not None and (attr.kind != ForKind.SERIAL or attr.pragmas):

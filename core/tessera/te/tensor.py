@@ -94,6 +94,10 @@ class Tensor:
         return len(self.shape)
 
     def const_shape(self) -> tuple[int, ...]:
+        """The shape as ints (an error when a dimension is a run-time size)."""
+        for s in self.shape:
+            if not isinstance(s, IntImm):
+                raise ValueError(f"tensor {self.name} has a symbolic dimension {s}")
         return tuple(s.value for s in self.shape)  # type: ignore[attr-defined]
 
     def __call__(self, *indices: Any) -> ProducerLoad:
@@ -163,6 +167,8 @@ def reduce_axis(dom: tuple[Any, Any] | Range, name: str = "rv") -> IterVar:
         begin, end = (convert(d) for d in dom)
         if isinstance(begin, IntImm) and isinstance(end, IntImm):
             rng = Range(begin, IntImm(end.value - begin.value))
+        elif isinstance(begin, IntImm) and begin.value == 0:
+            rng = Range(begin, end)  # (0, n): extent n, not n - 0
         else:
             rng = Range(begin, end - begin)
     return IterVar(rng, name, "reduce")
