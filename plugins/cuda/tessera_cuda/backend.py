@@ -38,7 +38,7 @@ from tessera.plugin.space import schedule_info, tuning_info
 from tessera.plugin.target import TargetKind
 from tessera.topi.registry import registered_ops, unsupported_reason
 
-from .codegen import _C_TYPES
+from .codegen import _C_TYPES, encode_dim
 from .driver import CudaBuffer, CUDADevice, LoadedModule, driver_missing
 from .graphs import make_graph_binder, make_group_kernel
 from .lowering import LoweredRegion, lower_region
@@ -88,14 +88,41 @@ class BuiltRegion:
 
 
 def _table(lowered: LoweredRegion) -> list[dict[str, Any]]:
-    return [{"name": g.name, "inputs": g.inputs, "outputs": g.outputs, "op": g.op,
-             "flops": g.flops, "template": g.template, "config": g.config,
-             "workspace": g.kernels.workspace_bytes,
-             "launches": [{"kernel": k.name, "grid": list(k.launch.grid),
-                           "block": list(k.launch.block),
-                           "params": [_param_ref(g, p.name) for p in k.params]}
-                          for k in g.kernels.kernels]}
-            for g in lowered.groups]
+    """The kernel table: per fused group its device kernels' launches (grid, block and where
+    each parameter comes from); a group with run-time extents also has ``"sizes"`` (see
+    :func:`table_sizes`) and its launches' grid and block are encoded extents."""
+    table = []
+    for g in lowered.groups:
+        entry: dict[str, Any] = {
+            "name": g.name, "inputs": g.inputs, "outputs": g.outputs, "op": g.op,
+            "flops": g.flops, "template": g.template, "config": g.config,
+            "workspace": g.kernels.workspace_bytes,
+            "launches": [{"kernel": k.name,
+                          "grid": list(k.grid_dims if k.is_symbolic else k.launch.grid),
+                          "block": list(k.block_dims if k.is_symbolic else k.launch.block),
+                          "params": [_param_ref(g, p.name) for p in k.params]}
+                         for k in g.kernels.kernels]}
+        sizes = table_sizes(g.kernels.func)
+        if sizes is not None:
+            entry["sizes"] = sizes
+        table.append(entry)
+    return table
+
+
+def table_sizes(func: Any) -> dict[str, Any] | None:
+    """A symbolic group function's ``"sizes"`` table entry: its size variables' ``names`` (the
+    order of the kernels' ``long long`` parameters) and each parameter's ``shapes`` in terms of
+    them (:data:`~tessera_cuda.codegen.Dim` s; None for one that cannot be encoded); None for a
+    static function."""
+    if not func.size_vars:
+        return None
+    shapes: list[Any] = []
+    for p in func.params:
+        try:
+            shapes.append([encode_dim(d, func.size_vars) for d in p.shape])
+        except CompileError:
+            shapes.append(None)
+    return {"names": [v.name for v in func.size_vars], "shapes": shapes}
 
 
 def _param_ref(group: Any, name: str) -> list[Any]:

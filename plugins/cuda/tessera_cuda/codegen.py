@@ -25,27 +25,43 @@ In a kernel:
 
 The same source compiles for the host with :mod:`tessera_cuda.host_exec` (every block's threads
 as fibers, ``__syncthreads`` a real barrier), which is how CI executes it without a GPU.
+
+Run-time extents. A symbolic group function (``PrimFunc.size_vars``) gives every one of its
+kernels the size variables as ``long long`` parameters after the buffers, in ``size_vars``
+order (the buffers are passed as for a static kernel). A thread-bound loop's extent may be an
+expression of them (``(n + 255) // 256`` blocks): one expression per tag in a kernel, using
+nothing but size variables; a ``threadIdx`` extent must have an upper bound (from
+``size_bounds``: the block shape ``__launch_bounds__`` names). The kernel is verified with each
+such extent at its upper bound (1 for an unbounded grid axis), which is what
+:attr:`DeviceKernel.launch` holds; the host computes the real grid and block from the sizes at
+every call (:meth:`DeviceKernel.launch_dims`, from :attr:`DeviceKernel.grid_dims` /
+:attr:`DeviceKernel.block_dims`: the extents encoded as :data:`Dim` s, which a kernel table
+stores). Index arithmetic is ``int`` only where the bounds of the size variables prove it fits.
+A ``global`` allocation of the function whose size uses size variables is planned in the
+workspace at its upper bound.
 """
 
 from __future__ import annotations
 
 import math
+import operator
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from tessera.errors import CompileError
+from tessera.errors import CompileError, RunError
 from tessera.tir import expr as E
 from tessera.tir import stmt as S
-from tessera.tir.arith import const_int_bound
+from tessera.tir.arith import const_int_bound, struct_equal
 from tessera.tir.buffer import Buffer
 from tessera.tir.functor import IRMutator, children, post_order_visit
 from tessera.tir.gpu_verifier import BLOCK_TAGS, THREAD_TAGS, GPULimits, LaunchConfig, verify_gpu
 
-__all__ = ["DeviceKernel", "GroupKernels", "CudaSource", "c_type", "needs_64bit_index",
-           "split_kernels"]
+__all__ = ["DeviceKernel", "Dim", "GroupKernels", "CudaSource", "c_type", "encode_dim",
+           "eval_dim", "needs_64bit_index", "split_kernels", "thread_extents"]
 
 _C_TYPES = {
     "bool": "bool", "int8": "signed char", "uint8": "unsigned char", "int16": "short",
@@ -144,13 +160,31 @@ def c_type(dtype: str, what: str = "") -> str:
                            f"supported (supported: {', '.join(_C_TYPES)})") from None
 
 
-def _nbytes(buffer: Buffer) -> int:
+def _max_elements(buffer: Buffer, bounds: Mapping[E.Var, _Range] | None = None) -> int | None:
+    """The elements of ``buffer``: its size for a constant shape, the upper bound of a shape of
+    bounded size variables (``bounds``), else None."""
     size = 1
     for d in buffer.shape:
-        if not isinstance(d, E.IntImm):
-            raise CompileError(f"cuda codegen: buffer {buffer.name} has a shape that is not "
-                               f"constant ({list(buffer.shape)})")
-        size *= d.value
+        if isinstance(d, E.IntImm):
+            size *= d.value
+            continue
+        hi = const_int_bound(d, bounds or {})[1]
+        if hi is None or not _only_vars(d, bounds or {}):
+            return None
+        size *= max(hi, 0)
+    return size
+
+
+def _only_vars(e: E.PrimExpr, allowed: Mapping[E.Var, Any]) -> bool:
+    """Whether every variable of ``e`` is a key of ``allowed``."""
+    return not _contains(e, lambda n: isinstance(n, E.Var) and n not in allowed)
+
+
+def _nbytes(buffer: Buffer, bounds: Mapping[E.Var, _Range] | None = None) -> int:
+    size = _max_elements(buffer, bounds)
+    if size is None:
+        raise CompileError(f"cuda codegen: buffer {buffer.name} has a shape that is neither "
+                           f"constant nor bounded by size_bounds ({list(buffer.shape)})")
     return size * (1 if buffer.dtype == "bool" else np.dtype(buffer.dtype).itemsize)
 
 
@@ -158,15 +192,103 @@ def _elements(buffer: Buffer) -> int:
     return math.prod(d.value for d in buffer.shape if isinstance(d, E.IntImm))
 
 
+#: A launch extent in a JSON-friendly form: an int, ``["var", k]`` (the k-th size variable of
+#: the group function) or ``[op, a, b]`` with ``op`` one of ``+ - * // % min max`` (Python's
+#: floor division and modulo).
+Dim = Any
+
+_DIM_OPS: dict[type, str] = {E.Add: "+", E.Sub: "-", E.Mul: "*", E.FloorDiv: "//",
+                             E.FloorMod: "%", E.Min: "min", E.Max: "max"}
+_DIM_FNS: dict[str, Callable[[int, int], int]] = {
+    "+": operator.add, "-": operator.sub, "*": operator.mul, "//": operator.floordiv,
+    "%": operator.mod, "min": min, "max": max}
+
+
+def encode_dim(e: E.PrimExpr, size_vars: Sequence[E.Var]) -> Dim:
+    """Integer expression ``e`` of ``size_vars`` as a :data:`Dim` (CompileError for anything
+    else: loop variables, loads, other operators)."""
+    if isinstance(e, E.IntImm):
+        return int(e.value)
+    if isinstance(e, E.Var):
+        for k, v in enumerate(size_vars):
+            if v is e:
+                return ["var", k]
+        raise CompileError(f"cuda codegen: launch extent uses {e.name}, which is not a size "
+                           f"variable of the function")
+    if isinstance(e, E.Cast) and E.is_int(e.dtype) and E.is_int(e.value.dtype):
+        return encode_dim(e.value, size_vars)
+    op = _DIM_OPS.get(type(e))
+    if op is None:
+        raise CompileError(f"cuda codegen: launch extent {e} is not an integer expression of "
+                           f"size variables")
+    assert isinstance(e, E.BinaryOp)
+    return [op, encode_dim(e.a, size_vars), encode_dim(e.b, size_vars)]
+
+
+def eval_dim(dim: Dim, sizes: Sequence[int]) -> int:
+    """The value of encoded extent ``dim`` for ``sizes`` (in ``size_vars`` order)."""
+    if isinstance(dim, int):
+        return dim
+    if dim[0] == "var":
+        return int(sizes[dim[1]])
+    return int(_DIM_FNS[dim[0]](eval_dim(dim[1], sizes), eval_dim(dim[2], sizes)))
+
+
 @dataclass
 class DeviceKernel:
     """One ``__global__`` function: its name, the global buffers it takes (in order), how it
-    is launched, and its source text."""
+    is launched, and its source text. A kernel of a symbolic function also takes
+    ``size_vars`` (``long long`` parameters after the buffers); its ``launch`` is the largest
+    (extents at their bounds) and ``grid_dims`` / ``block_dims`` give the launch shape for
+    given sizes (:meth:`launch_dims`)."""
 
     name: str
     params: list[Buffer]
     launch: LaunchConfig
     text: str = ""
+    size_vars: list[E.Var] = field(default_factory=list)
+    grid_dims: list[Dim] = field(default_factory=list)
+    block_dims: list[Dim] = field(default_factory=list)
+
+    @property
+    def is_symbolic(self) -> bool:
+        return bool(self.size_vars)
+
+    def launch_dims(self, sizes: Sequence[int] | Mapping[str, int] | None = None
+                    ) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+        """(grid, block) of a launch with ``sizes`` (in ``size_vars`` order, or by name);
+        a static kernel's own launch shape."""
+        if not self.size_vars:
+            return self.launch.grid, self.launch.block
+        values = size_values(self.name, [v.name for v in self.size_vars], sizes)
+        gx, gy, gz = (eval_dim(d, values) for d in self.grid_dims)
+        bx, by, bz = (eval_dim(d, values) for d in self.block_dims)
+        return (gx, gy, gz), (bx, by, bz)
+
+
+def size_values(where: str, names: Sequence[str],
+                sizes: Sequence[int] | Mapping[str, int] | None) -> list[int]:
+    """``sizes`` (a sequence in order or a dict by name) as a list in the order of
+    ``names``; RunError when one is missing or not a non-negative integer."""
+    if sizes is None:
+        raise RunError(f"cuda kernel {where} takes sizes ({', '.join(names)})")
+    if isinstance(sizes, Mapping):
+        missing = [n for n in names if n not in sizes]
+        if missing:
+            raise RunError(f"cuda kernel {where}: no value for size(s) {', '.join(missing)}")
+        values = [sizes[n] for n in names]
+    else:
+        values = list(sizes)
+        if len(values) != len(names):
+            raise RunError(f"cuda kernel {where} takes {len(names)} size(s) "
+                           f"({', '.join(names)}), got {len(values)}")
+    try:
+        out = [operator.index(v) for v in values]
+    except TypeError:
+        raise RunError(f"cuda kernel {where}: sizes must be integers, got {values}") from None
+    if any(v < 0 for v in out):
+        raise RunError(f"cuda kernel {where}: sizes must be non-negative, got {out}")
+    return out
 
 
 @dataclass
@@ -221,9 +343,10 @@ def split_kernels(func: S.PrimFunc, limits: GPULimits | None = None,
     items = list(body.seq) if isinstance(body, S.SeqStmt) else [body]
     workspace: dict[str, int] = {}
     offset = 0
+    bounds = func.var_bounds()
     for b in globals_:
         workspace[b.name] = offset
-        offset += -(-_nbytes(b) // align) * align
+        offset += -(-_nbytes(b, bounds) // align) * align
     by_id = {id(b): b for b in [*func.params, *globals_]}
     out: list[tuple[S.PrimFunc, LaunchConfig]] = []
     for k, item in enumerate(items):
@@ -239,10 +362,72 @@ def split_kernels(func: S.PrimFunc, limits: GPULimits | None = None,
             raise CompileError(f"cuda codegen: kernel {func.name} uses a buffer that is "
                                f"neither a parameter nor allocated")
         name = func.name if len(items) == 1 else f"{func.name}_{k}"
-        kern = S.PrimFunc(name, params, item, dict(func.attrs))
-        launch = verify_gpu(kern, limits or GPULimits())
+        kern = S.PrimFunc(name, params, item, dict(func.attrs), func.size_vars, func.size_bounds)
+        launch = verify_gpu(_at_bounds(kern), limits or GPULimits())
         out.append((kern, launch))
     return out, workspace, offset, {b.name: b for b in globals_}
+
+
+def thread_extents(kern: S.PrimFunc) -> dict[str, E.PrimExpr]:
+    """The extent of each thread tag a kernel binds (CompileError when a tag has two
+    extents that are not the same expression: a kernel has one launch shape)."""
+    extents: dict[str, E.PrimExpr] = {}
+
+    def visit(n: object) -> None:
+        if isinstance(n, S.For) and n.kind == S.ForKind.THREAD_BINDING:
+            known = extents.setdefault(n.thread_tag, n.extent)
+            if known is not n.extent and not struct_equal(known, n.extent):
+                raise CompileError(f"GPU kernel {kern.name}: {n.thread_tag} has extent "
+                                   f"{n.extent} at loop {n.loop_var.name} but {known} "
+                                   f"elsewhere; a kernel has one launch shape")
+
+    post_order_visit(kern.body, visit)
+    return extents
+
+
+def _at_bounds(kern: S.PrimFunc) -> S.PrimFunc:
+    """``kern`` with each thread-bound extent that is an expression of size variables
+    replaced by its upper bound (1 for an unbounded grid axis; CompileError for an unbounded
+    block axis or an extent using other variables): what the GPU verifier checks."""
+    if not kern.size_vars:
+        return kern
+    bounds = kern.var_bounds()
+    stand_in: dict[str, int] = {}
+    for tag, ext in thread_extents(kern).items():
+        if isinstance(ext, E.IntImm):
+            continue
+        encode_dim(ext, kern.size_vars)  # only size variables
+        hi = const_int_bound(ext, bounds)[1]
+        if hi is None and tag in THREAD_TAGS:
+            raise CompileError(f"GPU kernel {kern.name}: {tag} has extent {ext}, which has no "
+                               f"upper bound; bound its size variables (size_bounds) or use a "
+                               f"constant block shape")
+        stand_in[tag] = max(1, hi) if hi is not None else 1
+    if not stand_in:
+        return kern
+
+    class _Bounded(IRMutator):
+        def visit_For(self, s: S.For) -> S.Stmt:
+            body = self.visit(s.body)
+            if s.kind == S.ForKind.THREAD_BINDING and s.thread_tag in stand_in:
+                extent = E.IntImm(stand_in[s.thread_tag], s.extent.dtype)
+                return S.For(s.loop_var, s.min, extent, s.kind, body, s.thread_tag,
+                             s.annotations)
+            if body is s.body:
+                return s
+            return S.For(s.loop_var, s.min, s.extent, s.kind, body, s.thread_tag,
+                         s.annotations)
+
+    return kern.with_body(_Bounded().visit(kern.body))
+
+
+def launch_dims_of(kern: S.PrimFunc) -> tuple[list[Dim], list[Dim]]:
+    """The encoded grid and block extents (x, y, z) of a kernel (1 for an unbound axis)."""
+    extents = thread_extents(kern)
+    grid = [encode_dim(extents[t], kern.size_vars) if t in extents else 1 for t in BLOCK_TAGS]
+    block = [encode_dim(extents[t], kern.size_vars) if t in extents else 1
+             for t in THREAD_TAGS]
+    return grid, block
 
 
 def _allocated_inside(s: S.Stmt) -> set[int]:
@@ -343,7 +528,9 @@ def needs_64bit_index(kern: S.PrimFunc, launch: LaunchConfig) -> bool:
     than ``int``: a parameter buffer has 2^31 elements or more, a launch axis has 2^31 threads
     or more (grid x block, the padded thread index), or an index may leave the ``int`` range.
 
-    The last is decided on the ranges of the kernel's variables: a thread-bound loop's over
+    The last is decided on the ranges of the kernel's variables: a size variable's over its
+    bounds (a buffer whose shape uses an unbounded one counts as too large), a thread-bound
+    loop's over
     ``[0, extent - 1]``, a serial or unrolled loop's over ``[min_lo, min_hi + extent_hi - 1]``
     (its end ``min + extent`` must fit too; the body of an empty loop never runs), a let's
     over its value's bound. With those, every integer index expression (dtype
@@ -351,11 +538,15 @@ def needs_64bit_index(kern: S.PrimFunc, launch: LaunchConfig) -> bool:
     :meth:`_KernelWriter.op_type` computes in the index type), every sub-expression included,
     is bounded by :func:`~tessera.tir.arith.const_int_bound`, a float-to-integer cast by
     :func:`_float_range`; an unknown bound counts as not fitting."""
-    if any(_elements(b) >= 2**31 for b in kern.params):
-        return True
+    sizes = kern.var_bounds()
+    for b in kern.params:
+        n = _max_elements(b, sizes)
+        if n is None or n >= 2**31:
+            return True
     if any(g * b >= 2**31 for g, b in zip(launch.grid, launch.block, strict=True)):
         return True
-    bounds: dict[E.Var, _Range] = {}
+    # size variables range over their bounds (an unbounded one: up to the int64 maximum)
+    bounds: dict[E.Var, _Range] = dict(sizes)
 
     class _Casts(IRMutator):
         """Float-to-integer casts of bounded values as variables of that bound (the integer
@@ -784,6 +975,8 @@ class _KernelWriter:
         params = []
         for b in self.kern.params:
             params.append(f"{c_type(b.dtype, 'buffer ' + b.name)}* __restrict__ {self.buf(b)}")
+        for v in self.kern.size_vars:  # run-time extents, after the buffers
+            params.append(f"const long long {self.name_of(v, v.name)}")
         self.stmt(self.kern.body, 1)
         threads = self.launch.threads_per_block
         head = (f'extern "C" __global__ void __launch_bounds__({threads}) '
@@ -805,7 +998,9 @@ class CudaSource:
         kernels = []
         for kern, launch in parts:
             text = _KernelWriter(kern, launch, self.fast_math).write()
-            kernels.append(DeviceKernel(kern.name, list(kern.params), launch, text))
+            grid, block = launch_dims_of(kern) if kern.size_vars else ([], [])
+            kernels.append(DeviceKernel(kern.name, list(kern.params), launch, text,
+                                        list(kern.size_vars), grid, block))
         group = GroupKernels(func, kernels, workspace, ws_bytes)
         self.groups.append(group)
         return group

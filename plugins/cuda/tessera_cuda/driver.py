@@ -27,7 +27,7 @@ from __future__ import annotations
 import ctypes
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -440,10 +440,12 @@ def _unload(device: CUDADevice, module: Any) -> None:
 
 
 class LaunchArgs:
-    """The ``void *kernelParams[]`` of one launch: one device pointer per parameter, built once
-    for a list of buffers and reused while the buffers are the same."""
+    """The ``void *kernelParams[]`` of one launch: one device pointer per parameter, then, for
+    a kernel with run-time extents, one ``long long`` per size (``sizes``, in ``size_vars``
+    order), built once for a list of buffers (and sizes) and reused while they are the same."""
 
-    def __init__(self, pointers: list[int]) -> None:
+    def __init__(self, pointers: list[int], sizes: Sequence[int] = ()) -> None:
+        pointers = [*pointers, *(int(v) & 0xFFFF_FFFF_FFFF_FFFF for v in sizes)]
         self.values = (ctypes.c_uint64 * max(1, len(pointers)))(*pointers)
         size = ctypes.sizeof(ctypes.c_uint64)
         base = ctypes.addressof(self.values)

@@ -14,18 +14,30 @@ launch fails inside it, so the thread never stays in capture mode. Where capture
 instantiation fails, the kernels are launched one by one, with a warning naming the cause; the
 region's ``info["cuda_graph"]`` is True when its kernels run as a graph, else why not, and
 ``info["execution"]`` says the same for reports. ``TESSERA_CUDA_GRAPHS=0`` turns graphs off.
+
+A group with run-time extents (its table entry has ``"sizes"``: the size variables' names and
+the group function's parameter shapes in terms of them, encoded as
+:data:`~tessera_cuda.codegen.Dim` s, like its launches' grid and block) gets its sizes from the
+shapes of the buffers it is bound to (``buffer.type.shape``: a dimension that is exactly a size
+variable, or a flattened parameter whose element count is linear in the one size it uses), or
+from ``sizes=`` given to :meth:`GroupLaunches.plan`; each launch's grid and block are computed
+from them on the host and the sizes passed as the kernels' ``long long`` parameters after the
+buffers. A bound CUDA graph holds the launch shapes of the sizes it was bound with.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import warnings
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from tessera.errors import RunError
 from tessera.plugin.backend import Kernel
 
+from .codegen import Dim, eval_dim, size_values
 from .driver import CUDADevice, LaunchArgs, LoadedModule, _check, launch
 
 __all__ = ["GroupLaunches", "graphs_enabled", "make_graph_binder", "make_group_kernel"]
@@ -44,33 +56,129 @@ def graphs_enabled() -> str | None:
 
 class GroupLaunches:
     """The device kernels of one fused group and their parameter arrays per buffer list.
-    ``owner`` is what must outlive the launches (the loaded module of their functions)."""
+    ``owner`` is what must outlive the launches (the loaded module of their functions).
+    ``sizes`` (a table entry's ``"sizes"``: ``names`` and parameter ``shapes``) makes the group
+    symbolic: its launches' grid and block are then encoded extents, evaluated per binding."""
 
     def __init__(self, launches: list[Launch], n_args: int, has_workspace: bool,
-                 owner: Any = None) -> None:
+                 owner: Any = None, sizes: Mapping[str, Any] | None = None) -> None:
         self.launches = launches
         self.n_args = n_args
         self.has_workspace = has_workspace
         self.owner = owner
-        self._cache: dict[tuple[int, ...], list[LaunchArgs]] = {}
+        self.size_names: list[str] = list(sizes["names"]) if sizes else []
+        self.size_shapes: list[Any] = list(sizes.get("shapes", [])) if sizes else []
+        self._cache: dict[tuple[int, ...], list[Planned]] = {}
 
-    def bind(self, ins: list[Any], outs: list[Any]) -> list[LaunchArgs]:
-        """The kernel parameters of each launch for these buffers (built once per set of
-        addresses): ``["arg", i]`` is the group's i-th buffer (inputs, then outputs),
-        ``["ws", offset]`` a place in its workspace (the buffer after the outputs)."""
+    @property
+    def is_symbolic(self) -> bool:
+        return bool(self.size_names)
+
+    def sizes_of(self, buffers: Sequence[Any],
+                 sizes: Sequence[int] | Mapping[str, int] | None = None) -> list[int]:
+        """The group's sizes for these buffers: ``sizes`` when given, else derived from the
+        buffers' shapes (RunError when they cannot be, or disagree)."""
+        if sizes is not None:
+            return size_values(self.name, self.size_names, sizes)
+        return derive_sizes(self.name, self.size_names, self.size_shapes,
+                            [getattr(getattr(b, "type", None), "shape", None) for b in buffers])
+
+    @property
+    def name(self) -> str:
+        return self.launches[0][4] if self.launches else "?"
+
+    def plan(self, ins: list[Any], outs: list[Any],
+             sizes: Sequence[int] | Mapping[str, int] | None = None) -> list[Planned]:
+        """Each launch, with its grid and block for this binding, and its kernel parameters
+        (built once per set of addresses and sizes): ``["arg", i]`` is the group's i-th buffer
+        (inputs, then outputs), ``["ws", offset]`` a place in its workspace (the buffer after
+        the outputs); a symbolic group's sizes follow the buffers."""
         buffers = list(ins) + list(outs)
-        key = tuple(b.ptr for b in buffers)
+        values = self.sizes_of(buffers[:self.n_args], sizes) if self.is_symbolic else []
+        key = tuple(b.ptr for b in buffers) + (-1, *values)
         hit = self._cache.get(key)
         if hit is None:
             args = buffers[:self.n_args]
             ws = buffers[self.n_args] if self.has_workspace else None
-            hit = [LaunchArgs([args[i].ptr if kind == "arg" else ws.ptr + i
-                               for kind, i in params])
-                   for _f, _g, _b, params, _n in self.launches]
+            hit = []
+            for function, grid, block, params, name in self.launches:
+                if self.is_symbolic:
+                    grid = tuple(eval_dim(d, values) for d in grid)
+                    block = tuple(eval_dim(d, values) for d in block)
+                pointers = [args[i].ptr if kind == "arg" else ws.ptr + i for kind, i in params]
+                hit.append(((function, grid, block, params, name),
+                            LaunchArgs(pointers, values)))
             if len(self._cache) >= 16:
                 self._cache.clear()
             self._cache[key] = hit
         return hit
+
+    def bind(self, ins: list[Any], outs: list[Any],
+             sizes: Sequence[int] | Mapping[str, int] | None = None) -> list[LaunchArgs]:
+        """The kernel parameters of each launch for these buffers (see :meth:`plan`)."""
+        return [a for _launch, a in self.plan(ins, outs, sizes)]
+
+
+def derive_sizes(where: str, names: Sequence[str], shapes: Sequence[Any],
+                 buffer_shapes: Sequence[Sequence[int] | None]) -> list[int]:
+    """Size values from buffer shapes: a parameter dimension that is exactly a size variable
+    gives it, then a parameter whose element count is linear in the one size still unknown
+    (a flattened buffer) gives that one. RunError when one cannot be derived, or when the
+    buffers disagree."""
+    values: list[int | None] = [None] * len(names)
+    known = [(shape, tuple(have)) for shape, have in zip(shapes, buffer_shapes)
+             if shape is not None and have is not None]
+    for shape, have in known:
+        if len(shape) != len(have):
+            continue
+        for d, extent in zip(shape, have):
+            if isinstance(d, list | tuple) and d[0] == "var":
+                k = d[1]
+                if values[k] is not None and values[k] != extent:
+                    raise RunError(f"cuda group {where}: its buffers disagree on size "
+                                   f"{names[k]} ({values[k]} and {extent})")
+                values[k] = int(extent)
+
+    def count(shape: Sequence[Dim], trial: list[int | None]) -> int | None:
+        if any(v is None for k, v in enumerate(trial) if _uses(shape, k)):
+            return None
+        return math.prod(eval_dim(d, trial) for d in shape)  # type: ignore[arg-type]
+
+    progress = True
+    while progress and None in values:
+        progress = False
+        for shape, have in known:
+            unknown = [k for k, v in enumerate(values) if v is None and _uses(shape, k)]
+            if len(unknown) != 1:
+                continue
+            k, size = unknown[0], math.prod(have)
+            c = []
+            for x in (0, 1, 2):
+                trial = list(values)
+                trial[k] = x
+                c.append(count(shape, trial))
+            if None in c or c[1] - c[0] <= 0 or c[2] - c[1] != c[1] - c[0]:
+                continue
+            step = c[1] - c[0]
+            if (size - c[0]) % step == 0 and size >= c[0]:
+                values[k] = (size - c[0]) // step
+                progress = True
+    missing = [n for n, v in zip(names, values) if v is None]
+    if missing:
+        raise RunError(f"cuda group {where}: cannot derive size(s) {', '.join(missing)} from "
+                       f"its buffers' shapes; pass sizes")
+    return [int(v) for v in values if v is not None]
+
+
+def _uses(shape: Sequence[Dim], k: int) -> bool:
+    def uses(d: Dim) -> bool:
+        if isinstance(d, int):
+            return False
+        if d[0] == "var":
+            return d[1] == k
+        return uses(d[1]) or uses(d[2])
+
+    return any(uses(d) for d in shape)
 
 
 def make_group_kernel(module: LoadedModule, entry: dict[str, Any]
@@ -83,11 +191,12 @@ def make_group_kernel(module: LoadedModule, entry: dict[str, Any]
         [(module.functions[x["kernel"]], tuple(x["grid"]), tuple(x["block"]), x["params"],
           x["kernel"]) for x in entry["launches"]],
         len(entry["inputs"]) + len(entry["outputs"]), bool(entry.get("workspace")),
-        owner=module)
+        owner=module, sizes=entry.get("sizes"))
 
-    def run(ins: list[Any], outs: list[Any]) -> None:
-        for (function, grid, block, _p, name), args in zip(group.launches,
-                                                           group.bind(ins, outs)):
+    def run(ins: list[Any], outs: list[Any],
+            sizes: Sequence[int] | Mapping[str, int] | None = None) -> None:
+        # a symbolic group: its sizes (given, or derived from the buffers' shapes)
+        for (function, grid, block, _p, name), args in group.plan(ins, outs, sizes):
             launch(device, function, grid, block, args, name)
 
     kernel = Kernel(name=entry["name"], fn=run, inputs=list(entry["inputs"]),
@@ -180,7 +289,7 @@ def make_graph_binder(device: CUDADevice, groups: list[GroupLaunches], region: s
             if call is None:
                 continue
             ins, outs = call
-            plan.extend(zip(group.launches, group.bind(ins, outs)))
+            plan.extend(group.plan(ins, outs))
         why = graphs_enabled()
         if why is None:
             try:

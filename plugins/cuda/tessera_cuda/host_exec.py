@@ -10,6 +10,12 @@ checked against the numpy reference in CI. ``sanitize="thread"`` builds with Thr
 
 Built libraries are cached by the hash of their source and flags (``TESSERA_CUDA_HOST_CACHE``,
 default ``~/.cache/tessera/cuda-host``).
+
+A static kernel's launcher is ``tessera_host_<name>(void **args)`` (its buffers' pointers; the
+grid and block compiled in). A kernel with run-time extents has
+``tessera_host_<name>(void **args, const long long *dims)``: ``dims`` holds the grid (x, y, z),
+the block (x, y, z) and then the sizes in ``size_vars`` order, which the launcher passes to the
+kernel after the buffers, as a GPU launch does with the kernel's ``long long`` parameters.
 """
 
 from __future__ import annotations
@@ -21,14 +27,14 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from tessera.errors import CompileError, RunError
 
-from .codegen import CudaSource, DeviceKernel, GroupKernels, c_type
+from .codegen import CudaSource, DeviceKernel, GroupKernels, c_type, size_values
 
 HEADER = Path(__file__).parent / "host" / "cuda_host.h"
 
@@ -48,11 +54,24 @@ def _cache_dir() -> Path:
 
 
 def _launcher(k: DeviceKernel) -> str:
-    g, b = k.launch.grid, k.launch.block
     args = ", ".join(f"({c_type(p.dtype)}*)args[{i}]" for i, p in enumerate(k.params))
+    if k.is_symbolic:
+        sizes = ", ".join(f"dims[{6 + i}]" for i in range(len(k.size_vars)))
+        return (f'extern "C" void tessera_host_{k.name}(void** args, const long long* dims) '
+                f"{{\n  tessera_host::launch(dim3((unsigned)dims[0], (unsigned)dims[1], "
+                f"(unsigned)dims[2]), dim3((unsigned)dims[3], (unsigned)dims[4], "
+                f"(unsigned)dims[5]), [&] {{ {k.name}({args}{', ' if args else ''}{sizes}); "
+                f"}});\n}}")
+    g, b = k.launch.grid, k.launch.block
     return (f'extern "C" void tessera_host_{k.name}(void** args) {{\n'
             f"  tessera_host::launch(dim3({g[0]}, {g[1]}, {g[2]}), dim3({b[0]}, {b[1]}, {b[2]}),"
             f" [&] {{ {k.name}({args}); }});\n}}")
+
+
+def host_dims(kernel: DeviceKernel, grid: Sequence[int], block: Sequence[int],
+              sizes: Sequence[int]) -> ctypes.Array:
+    """The ``dims`` argument of a symbolic kernel's host launcher."""
+    return (ctypes.c_longlong * (6 + len(sizes)))(*grid, *block, *sizes)
 
 
 class HostModule:
@@ -92,8 +111,11 @@ class HostModule:
         self.text = text
         self.lib = ctypes.CDLL(str(lib))
 
-    def launch(self, kernel: DeviceKernel, arrays: list[np.ndarray]) -> None:
-        """Run ``kernel`` on ``arrays`` (one C-contiguous array per parameter, in order)."""
+    def launch(self, kernel: DeviceKernel, arrays: list[np.ndarray],
+               sizes: Sequence[int] | Mapping[str, int] | None = None) -> None:
+        """Run ``kernel`` on ``arrays`` (one C-contiguous array per parameter, in order); a
+        symbolic kernel with ``sizes`` (in ``size_vars`` order or by name), which give its
+        grid and block (:meth:`DeviceKernel.launch_dims`). An empty grid launches nothing."""
         if len(arrays) != len(kernel.params):
             raise RunError(f"cuda host kernel {kernel.name}: {len(kernel.params)} buffers "
                            f"expected, got {len(arrays)}")
@@ -102,11 +124,21 @@ class HostModule:
                 raise RunError(f"cuda host kernel {kernel.name}: buffer {p.name} is not "
                                f"contiguous")
         ptrs = (ctypes.c_void_p * max(1, len(arrays)))(*[a.ctypes.data for a in arrays])
-        getattr(self.lib, f"tessera_host_{kernel.name}")(ptrs)
+        fn = getattr(self.lib, f"tessera_host_{kernel.name}")
+        if not kernel.is_symbolic:
+            fn(ptrs)
+            return
+        values = size_values(kernel.name, [v.name for v in kernel.size_vars], sizes)
+        grid, block = kernel.launch_dims(values)
+        if 0 in grid or 0 in block:
+            return  # as the driver: an empty launch computes nothing
+        fn(ptrs, host_dims(kernel, grid, block, values))
 
-    def run_group(self, group: GroupKernels, arrays: Mapping[str, np.ndarray]) -> None:
+    def run_group(self, group: GroupKernels, arrays: Mapping[str, np.ndarray],
+                  sizes: Sequence[int] | Mapping[str, int] | None = None) -> None:
         """Run a group's kernels in order; ``arrays`` maps the group function's parameter
-        names to arrays. The group's workspace is allocated here."""
+        names to arrays, ``sizes`` gives a symbolic group's sizes. The group's workspace is
+        allocated here."""
         workspace = np.empty(max(group.workspace_bytes, 1), dtype=np.uint8)
         by_name: dict[str, np.ndarray] = {}
         for p in group.func.params:
@@ -118,9 +150,11 @@ class HostModule:
             for p in kern.params:
                 if p.name in group.workspace:
                     off = group.workspace[p.name]
-                    n = int(np.prod([int(d.value) for d in p.shape]))
                     dt = np.dtype(p.dtype)
-                    args.append(workspace[off:off + n * dt.itemsize].view(dt))
+                    # the rest of the workspace (a symbolic buffer's size is planned at its
+                    # bound; the kernel indexes only what it needs)
+                    end = off + (len(workspace) - off) // dt.itemsize * dt.itemsize
+                    args.append(workspace[off:end].view(dt))
                 else:
                     args.append(by_name[p.name])
-            self.launch(kern, args)
+            self.launch(kern, args, sizes)

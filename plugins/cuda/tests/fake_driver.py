@@ -16,7 +16,10 @@ Installed with ``tessera_cuda.driver.use_driver(FakeDriver())``. What it models:
 - **Kernels.** ``cuModuleLoadData`` looks the image up in :attr:`FakeDriver.programs` (cubin
   bytes -> the ``CudaSource`` it was compiled from) and compiles that CUDA C for the host
   (:class:`tessera_cuda.host_exec.HostModule`), so launches compute real results; an image it
-  does not know loads with opaque functions whose launches compute nothing.
+  does not know loads with opaque functions whose launches compute nothing. A launch whose grid
+  or block is not the one the kernel was generated for (for a kernel with run-time extents, the
+  one its sizes, read from its ``long long`` parameters, give) fails with
+  ``CUDA_ERROR_INVALID_VALUE``; :attr:`FakeDriver.launch_shapes` records each launch's shape.
 - **Capture and graphs.** A stream in capture records launches instead of queuing them; while
   a thread captures in THREAD_LOCAL mode, its allocations and synchronizations fail with
   ``CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED``, as the real driver's do. Graphs and executables are
@@ -139,6 +142,9 @@ class FakeDriver:
         #: every call made: (function name, thread id)
         self.calls: list[tuple[str, int]] = []
         self.launched: list[str] = []
+        #: every kernel launch queued or captured: (name, grid, block, sizes)
+        self.launch_shapes: list[tuple[str, tuple[int, ...], tuple[int, ...],
+                                       tuple[int, ...]]] = []
         #: the stream of every cuGraphLaunch
         self.graph_launches: list[Stream] = []
         self.initialized = False
@@ -398,17 +404,26 @@ class FakeDriver:
         if f.kernel is None:
             return lambda: self.launched.append(f.name)
         k = f.kernel
-        if tuple(k.launch.grid) != grid or tuple(k.launch.block) != block:
-            raise CallFailed(1)
         n = len(k.params)
-        slots = (ctypes.c_void_p * n).from_address(params)
+        m = len(k.size_vars)  # a symbolic kernel's long long sizes follow its buffers
+        slots = (ctypes.c_void_p * (n + m)).from_address(params) if n + m else []
         addresses = [ctypes.c_uint64.from_address(slots[i]).value for i in range(n)]
+        sizes = [ctypes.c_int64.from_address(slots[n + i]).value for i in range(m)]
+        # the launch shape the kernel was generated for (for its sizes, when symbolic)
+        want_grid, want_block = k.launch_dims(sizes) if m else (k.launch.grid, k.launch.block)
+        if tuple(want_grid) != grid or tuple(want_block) != block:
+            raise CallFailed(1)
+        self.launch_shapes.append((f.name, grid, block, tuple(sizes)))
 
         def run() -> None:
             for address in addresses:
                 self._region(address, 1)  # a live allocation, or CUDA_ERROR_ILLEGAL_ADDRESS
             args = (ctypes.c_void_p * max(1, n))(*addresses)
-            getattr(f.module.program.lib, f"tessera_host_{k.name}")(args)
+            host = getattr(f.module.program.lib, f"tessera_host_{k.name}")
+            if m:
+                host(args, (ctypes.c_longlong * (6 + m))(*grid, *block, *sizes))
+            else:
+                host(args)
             self.launched.append(f.name)
 
         return run

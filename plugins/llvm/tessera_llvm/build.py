@@ -7,6 +7,13 @@ O3 pipeline of :mod:`tessera_llvm.machine` (whose functions this module re-expor
 :mod:`tessera_llvm.loader` links into the process without recompiling.
 
 ``llvmlite.binding`` is not thread-safe; everything here runs under :data:`LLVM_LOCK`.
+
+Symbolic PrimFuncs (``size_vars``: run-time extents) compile like static ones; their
+signatures list ``None`` as the element count of a buffer whose shape uses size variables, and
+:attr:`BuiltModule.size_specs` holds each one's :class:`~tessera_llvm.loader.SizeSpec` (the
+size variables' names and bounds, the buffers' shapes in terms of them), which the loaded
+kernels use to derive and check sizes. The calling convention (sizes after the workspace slot)
+is described in :mod:`tessera_llvm.codegen` and :mod:`tessera_llvm.loader`.
 """
 
 from __future__ import annotations
@@ -17,10 +24,11 @@ import llvmlite.binding as llvm
 
 from tessera.errors import RunError
 from tessera.progress import Progress
+from tessera.tir import expr as E
 from tessera.tir.heavy import heavy_work
 from tessera.tir.stmt import PrimFunc
 from tessera_llvm.codegen import CodeGenerator
-from tessera_llvm.loader import Library, load_object
+from tessera_llvm.loader import Dim, Library, SizeSpec, load_object
 from tessera_llvm.machine import (  # noqa: F401 - re-exported: callers import them from here
     LLVM_LOCK,
     code_model,
@@ -48,7 +56,8 @@ class BuiltModule:
     ``llvm_ir`` and the IR as generated (``source_ir``), the exported ``function_names``, and
     per function the ``signatures`` of its parameters (dtype, element count or None) and the
     ``workspaces`` it needs (bytes; a function with a workspace takes it as one more uint8
-    parameter after its buffers, which its signature lists)."""
+    parameter after its buffers, which its signature lists); ``size_specs`` describes the
+    run-time extents of the symbolic functions (none for static ones)."""
 
     name: str
     function_names: list[str]
@@ -64,6 +73,7 @@ class BuiltModule:
     features: str = ""
     signatures: dict[str, list[tuple[str, int | None]]] = field(default_factory=dict)
     workspaces: dict[str, int] = field(default_factory=dict)
+    size_specs: dict[str, SizeSpec] = field(default_factory=dict)
     _asm: str | None = field(default=None, repr=False)
 
     @property
@@ -84,15 +94,18 @@ class BuiltModule:
                            f"{host_triple()}; its object code cannot be linked here")
 
         return load_object(self.object_code, self.function_names, self.mcpu,
-                           signatures=self.signatures, workspaces=self.workspaces)
+                           signatures=self.signatures, workspaces=self.workspaces,
+                           sizes=self.size_specs)
 
 
 def _signature(func: PrimFunc, workspace: int) -> list[tuple[str, int | None]]:
+    """(dtype, element count) per parameter, the workspace last when there is one; the count
+    is None for a buffer whose shape uses the function's size variables."""
     sig: list[tuple[str, int | None]] = []
     for p in func.params:
         try:
             size: int | None = p.size()
-        except ValueError:
+        except ValueError:  # a symbolic shape: checked against the sizes of each call
             size = None
         sig.append((p.dtype, size))
     if workspace:
@@ -100,10 +113,51 @@ def _signature(func: PrimFunc, workspace: int) -> list[tuple[str, int | None]]:
     return sig
 
 
+_ENCODED_OPS: dict[type, str] = {E.Add: "+", E.Sub: "-", E.Mul: "*", E.FloorDiv: "//",
+                                 E.FloorMod: "%", E.Min: "min", E.Max: "max"}
+
+
+def encode_dim(e: E.PrimExpr, size_vars: list[E.Var]) -> Dim:
+    """Extent ``e`` as a :data:`~tessera_llvm.loader.Dim` (ValueError for one that uses
+    something else than integers, the size variables, ``+ - * // % min max`` and integer
+    casts)."""
+    if isinstance(e, E.IntImm):
+        return int(e.value)
+    if isinstance(e, E.Var):
+        for k, v in enumerate(size_vars):
+            if v is e:
+                return ["var", k]
+        raise ValueError(f"variable {e.name} is not a size variable")
+    if isinstance(e, E.Cast) and E.is_int(e.dtype) and E.is_int(e.value.dtype):
+        return encode_dim(e.value, size_vars)
+    op = _ENCODED_OPS.get(type(e))
+    if op is None:
+        raise ValueError(f"cannot encode extent {e!r}")
+    assert isinstance(e, E.BinaryOp)
+    return [op, encode_dim(e.a, size_vars), encode_dim(e.b, size_vars)]
+
+
+def size_spec(func: PrimFunc) -> SizeSpec | None:
+    """The :class:`~tessera_llvm.loader.SizeSpec` of a symbolic function (None for a static
+    one); a parameter whose shape cannot be encoded gets None (its size is not checked)."""
+    if not func.size_vars:
+        return None
+    shapes: list[tuple[Dim, ...] | None] = []
+    for p in func.params:
+        try:
+            shapes.append(tuple(encode_dim(d, func.size_vars) for d in p.shape))
+        except ValueError:
+            shapes.append(None)
+    bounds = func.var_bounds()
+    return SizeSpec(tuple(v.name for v in func.size_vars),
+                    tuple(bounds[v] for v in func.size_vars), tuple(shapes))
+
+
 @heavy_work
 def build_module(funcs: list[PrimFunc], name: str, mcpu: str | None = None,
                  mattr: str | None = None, triple: str | None = None,
-                 progress: Progress | None = None) -> BuiltModule:
+                 progress: Progress | None = None,
+                 size_specs: dict[str, SizeSpec] | None = None) -> BuiltModule:
     """Generate, optimise and compile ``funcs`` into one object file (for ``triple``, the
     host's by default; the data layout is the target machine's).
 
@@ -111,7 +165,12 @@ def build_module(funcs: list[PrimFunc], name: str, mcpu: str | None = None,
     PrimFunc added, the IR module finalised, then parsed, verified, optimised (O3) and emitted.
     ``progress`` hears of each function generated and of the two LLVM steps (:data:`IR_PHASE`,
     :data:`LLVM_PHASE`). Raises CompileError naming the PrimFunc and node the code generator
-    cannot handle."""
+    cannot handle.
+
+    ``size_specs`` overrides the :class:`~tessera_llvm.loader.SizeSpec` of symbolic functions
+    by name: the TIR pipeline flattens buffers, so a spec made with :func:`size_spec` from the
+    function before lowering keeps the dimensions (sizes are then derived from each dimension
+    of an array of the original shape, not only from element counts)."""
     progress = progress or Progress()
     tm = target_machine(mcpu, mattr, triple)
     cpu_name, features = cpu_and_features(mcpu, mattr, triple)
@@ -132,4 +191,20 @@ def build_module(funcs: list[PrimFunc], name: str, mcpu: str | None = None,
                        triple=triple, cpu_name=cpu_name, features=features,
                        signatures={f.name: _signature(f, gen.workspace_bytes[f.name])
                                    for f in funcs},
-                       workspaces=dict(gen.workspace_bytes))
+                       workspaces=dict(gen.workspace_bytes),
+                       size_specs=_size_specs(funcs, size_specs or {}))
+
+
+def _size_specs(funcs: list[PrimFunc], given: dict[str, SizeSpec]) -> dict[str, SizeSpec]:
+    out: dict[str, SizeSpec] = {}
+    for f in funcs:
+        spec = given.get(f.name) or size_spec(f)
+        if spec is None:
+            continue
+        names = tuple(v.name for v in f.size_vars)
+        if spec.names != names or len(spec.shapes) != len(f.params):
+            raise ValueError(f"build_module: the size spec given for {f.name} has sizes "
+                             f"{spec.names} and {len(spec.shapes)} buffers; the function has "
+                             f"{names} and {len(f.params)}")
+        out[f.name] = spec
+    return out

@@ -11,6 +11,15 @@ it in ``args[len(params)]``. ``f`` loads the pointers and calls the internal
 ``f_body(ptr noalias ..., ptr noalias workspace)``, so LLVM knows that distinct buffers do not
 overlap. Index arithmetic is 64-bit.
 
+Run-time extents. A symbolic PrimFunc (``func.size_vars`` not empty) also takes, in
+``args[len(params) + 1]``, a pointer to ``len(size_vars)`` ``int64`` values in ``size_vars``
+order (``args[len(params)]`` stays the workspace slot, null when the function needs none). ``f``
+loads them and passes them to ``f_body`` as ``i64`` arguments after the workspace, where each is
+bound to its size variable with ``llvm.assume`` facts: non-negative, and within
+``size_bounds``. Buffer shapes, loop extents, indices and allocation sizes may be expressions of
+them; parallel loops carry the ones they use in their closure (and assume the same facts in the
+outlined body). A static function's IR is exactly what it was before symbolic sizes existed.
+
 Types. ``bool`` is ``i1`` in registers and ``i8`` in memory; ``float16`` is ``half``
 (conversions to and from integers and float64 go through float32).
 
@@ -27,8 +36,13 @@ in the entry block of the function it runs in (the outlined function inside a pa
 every thread has its own). Larger constant-size ones outside parallel loops live in the
 function's workspace, memory the caller passes with every call (the runtime gives each
 execution state its own: ``Kernel.workspace_bytes``), so concurrent calls never share scratch
-memory; :attr:`CodeGenerator.workspace_bytes` says how much each function needs. The rest
-(inside parallel loops, or of variable size) use ``aligned_alloc``/``free``.
+memory; :attr:`CodeGenerator.workspace_bytes` says how much each function needs. An
+``Allocate`` whose size depends on size variables that all have an upper bound in
+``size_bounds`` is planned at that bound like a constant one (on the stack up to
+:data:`MAX_STACK_BYTES`, else in the workspace outside parallel loops), so the workspace size
+stays a constant. The rest (inside parallel loops, or of unbounded variable size) use
+``aligned_alloc``/``free`` with the size computed at run time. The caller must pass sizes within
+their bounds (the loader checks them).
 
 Lifecycle: ``gen = CodeGenerator(name, triple, data_layout)``, ``gen.add_function(f)`` for each
 PrimFunc, ``module = gen.finalize()``.
@@ -50,6 +64,7 @@ from llvmlite import ir
 from tessera.errors import CompileError
 from tessera.tir import expr as E
 from tessera.tir import stmt as S
+from tessera.tir.arith import const_int_bound
 from tessera.tir.buffer import Buffer
 from tessera.tir.functor import post_order_visit
 from tessera_llvm.codegen_expr import (
@@ -153,6 +168,8 @@ class _FunctionCodegen(ExprCodegen):
         self._workspace: ir.Value | None = None
         self._workspace_top = 0
         self.workspace_bytes = 0
+        #: Each size variable's (low, high) range (high None: unbounded).
+        self._size_bounds = func.var_bounds()
 
     # -- errors --------------------------------------------------------------------------------
     def error(self, what: str, node: Any = None) -> CompileError:
@@ -186,10 +203,12 @@ class _FunctionCodegen(ExprCodegen):
             if not isinstance(p, Buffer):
                 raise self.error(f"parameter {p!r} is not a buffer")
         n = len(func.params)
-        # the body takes the buffers and a workspace pointer (unused, and optimised away, when
-        # the function needs no workspace)
-        body_fn = self._internal_function(f"{func.name}_body",
-                                          ir.FunctionType(VOID, [PTR] * (n + 1)))
+        sizes = list(func.size_vars)
+        # the body takes the buffers, a workspace pointer (unused, and optimised away, when
+        # the function needs no workspace) and, for a symbolic function, the size variables
+        # as i64 values (so LLVM sees them as values, not as loads)
+        body_fn = self._internal_function(
+            f"{func.name}_body", ir.FunctionType(VOID, [PTR] * (n + 1) + [I64] * len(sizes)))
         for arg, p in zip(body_fn.args, func.params):
             arg.name = p.name
             arg.add_attribute("noalias")
@@ -199,6 +218,9 @@ class _FunctionCodegen(ExprCodegen):
         self.scope = self._new_scope(body_fn, in_parallel=False)
         for arg, p in zip(body_fn.args, func.params):
             self.scope.buffers[p.data] = arg
+        for arg, v in zip(body_fn.args[n + 1:], sizes):
+            arg.name = v.name
+            self._bind_size(v, arg)
         self.stmt(func.body)
         self._close_scope(self.scope)
 
@@ -206,7 +228,7 @@ class _FunctionCodegen(ExprCodegen):
         entry.attributes.add("nounwind")
         entry.args[0].name = "args"
         b = ir.IRBuilder(entry.append_basic_block("entry"))
-        ptrs = []
+        ptrs: list[ir.Value] = []
         for i, p in enumerate(func.params):
             slot = b.gep(entry.args[0], [ir.Constant(I64, i)], inbounds=True, source_etype=PTR)
             ptrs.append(b.load(slot, name=p.name, typ=PTR, align=8))
@@ -215,8 +237,38 @@ class _FunctionCodegen(ExprCodegen):
             ptrs.append(b.load(slot, name="workspace", typ=PTR, align=8))
         else:
             ptrs.append(ir.Constant(PTR, None))
+        if sizes:
+            # args[n + 1] points to len(size_vars) int64 values, in size_vars order
+            slot = b.gep(entry.args[0], [ir.Constant(I64, n + 1)], inbounds=True,
+                         source_etype=PTR)
+            table = b.load(slot, name="sizes", typ=PTR, align=8)
+            for k, v in enumerate(sizes):
+                at = b.gep(table, [ir.Constant(I64, k)], inbounds=True, source_etype=I64)
+                ptrs.append(b.load(at, name=v.name, typ=I64, align=8))
         b.call(body_fn, ptrs)
         b.ret_void()
+
+    def _bind_size(self, var: E.Var, value: ir.Value) -> None:
+        """Bind size variable ``var`` to the i64 ``value`` in the current scope, telling LLVM
+        its range."""
+        self._assume_size(var, value)
+        ty = scalar_type(var.dtype)
+        if ty != I64:
+            value = self._cast_int(value, ty, "int64")
+        self.scope.vars[var] = value
+
+    def _assume_size(self, var: E.Var, value: ir.Value) -> None:
+        """``llvm.assume`` that the i64 ``value`` of size variable ``var`` is non-negative and
+        within the function's ``size_bounds`` (facts the vectorizer and the loop passes use:
+        no wrap-around, trip counts that are not negative)."""
+        if value.type != I64:
+            return
+        lo, hi = self._size_bounds.get(var, (0, None))
+        b = self.scope.builder
+        assume = self.gen.math.declare("llvm.assume", VOID, [ir.IntType(1)])
+        b.call(assume, [b.icmp_signed(">=", value, ir.Constant(I64, lo or 0))])
+        if hi is not None:
+            b.call(assume, [b.icmp_signed("<=", value, ir.Constant(I64, hi))])
 
     # -- statements -----------------------------------------------------------------------------
     def stmt(self, s: S.Stmt | None) -> None:
@@ -269,8 +321,14 @@ class _FunctionCodegen(ExprCodegen):
         elem = element_bytes(buf.dtype)
         b = self.scope.builder
         sizes = [const_int(d) for d in buf.shape]
+        count: int | None = None
         if all(v is not None for v in sizes):
             count = math.prod(v for v in sizes if v is not None)
+        else:
+            # a size of the function's size variables with an upper bound is planned at the
+            # bound, exactly like a constant size of that many elements
+            count = self._alloc_bound(buf)
+        if count is not None:
             if count * elem <= MAX_STACK_BYTES:
                 arr = self.scope.alloca_builder.alloca(ir.ArrayType(mem_ty, max(count, 1)),
                                                        name=buf.name)
@@ -295,22 +353,48 @@ class _FunctionCodegen(ExprCodegen):
                     self.stmt(s.body)
                 self._workspace_top = offset
                 return
-            nbytes: ir.Value = ir.Constant(I64, -(-count * elem // ALLOC_ALIGN) * ALLOC_ALIGN)
-        else:
-            count_v: ir.Value = ir.Constant(I64, 1)
-            for d in buf.shape:
-                count_v = b.mul(count_v, self._index_value(self.expr(d)))
-            nbytes = b.mul(count_v, ir.Constant(I64, elem))
-            nbytes = b.and_(b.add(nbytes, ir.Constant(I64, ALLOC_ALIGN - 1)),
-                            ir.Constant(I64, -ALLOC_ALIGN))
-            nbytes = b.select(b.icmp_signed("==", nbytes, ir.Constant(I64, 0)),
-                              ir.Constant(I64, ALLOC_ALIGN), nbytes)
+        # on the heap, for this call only: the size computed now (a constant one folds)
+        nbytes = self._heap_bytes(buf, elem)
         alloc = self.gen.math.declare("aligned_alloc", PTR, [I64, I64])
         free = self.gen.math.declare("free", VOID, [PTR])
         ptr = b.call(alloc, [ir.Constant(I64, ALLOC_ALIGN), nbytes], name=buf.name)
         with self._bind_buffer(buf, ptr):
             self.stmt(s.body)
         self.scope.builder.call(free, [ptr])
+
+    def _heap_bytes(self, buf: Buffer, elem: int) -> ir.Value:
+        """The bytes to ``aligned_alloc`` for ``buf``: its size rounded up to
+        :data:`ALLOC_ALIGN` (a multiple of the alignment, as ``aligned_alloc`` requires), at
+        least one alignment unit; a constant for a constant shape, else computed here."""
+        sizes = [const_int(d) for d in buf.shape]
+        if all(v is not None for v in sizes):
+            count = math.prod(v for v in sizes if v is not None)
+            return ir.Constant(I64, -(-count * elem // ALLOC_ALIGN) * ALLOC_ALIGN)
+        b = self.scope.builder
+        count_v: ir.Value = ir.Constant(I64, 1)
+        for d in buf.shape:
+            count_v = b.mul(count_v, self._index_value(self.expr(d)))
+        nbytes = b.mul(count_v, ir.Constant(I64, elem))
+        nbytes = b.and_(b.add(nbytes, ir.Constant(I64, ALLOC_ALIGN - 1)),
+                        ir.Constant(I64, -ALLOC_ALIGN))
+        return b.select(b.icmp_signed("==", nbytes, ir.Constant(I64, 0)),
+                        ir.Constant(I64, ALLOC_ALIGN), nbytes)
+
+    def _alloc_bound(self, buf: Buffer) -> int | None:
+        """The most elements ``buf`` (an allocation of variable size) can have, when its shape
+        uses only size variables with an upper bound (``PrimFunc.size_bounds``); else None."""
+        used: list[E.Var] = []
+        for d in buf.shape:
+            post_order_visit(d, lambda n: used.append(n) if isinstance(n, E.Var) else None)
+        if not used or any(self._size_bounds.get(v, (0, None))[1] is None for v in used):
+            return None
+        total = 1
+        for d in buf.shape:
+            lo, hi = const_int_bound(d, self._size_bounds)
+            if hi is None:
+                return None
+            total *= max(hi, 0)
+        return total
 
     def _stmt_For(self, s: S.For) -> None:
         kind = s.kind
@@ -406,6 +490,8 @@ class _FunctionCodegen(ExprCodegen):
                 self.scope.buffers[data] = arg
             for var, arg in zip(var_caps, args[3 + len(buf_caps):]):
                 self.scope.vars[var] = arg
+                if var in self._size_bounds:  # a size variable: its range holds here too
+                    self._assume_size(var, arg)
             ib = self.scope.builder
             start = ib.add(args[2], args[0])
             stop = ib.add(args[2], args[1])

@@ -46,7 +46,10 @@ def prefetch_next_slice(func: S.PrimFunc, weight: str, slices: int, slice_elems:
         return func
     chunk = -(-slice_elems // tasks_per_slice)
     lines = -(-chunk // LINE_ELEMS)
-    total = buf.const_shape()[0]
+    # the weight's length: a constant, or for a symbolic function an expression of its size
+    # variables (the guard below is then evaluated at run time)
+    extent = buf.shape[0]
+    total: int | E.PrimExpr = extent.value if isinstance(extent, E.IntImm) else extent
 
     class Insert(IRMutator):
         done = False
@@ -72,7 +75,7 @@ def prefetch_next_slice(func: S.PrimFunc, weight: str, slices: int, slice_elems:
 
 
 def _prefetch(buf: Buffer, start: E.PrimExpr, line: E.PrimExpr, lines: int,
-              live: E.PrimExpr, total: int) -> S.Stmt:
+              live: E.PrimExpr, total: int | E.PrimExpr) -> S.Stmt:
     """Prefetch cache line ``line`` (of ``lines``) from element ``start`` of ``buf``."""
     idx = start + line * LINE_ELEMS
     return S.IfThenElse(E.all_of(live, line < lines, idx < total),
@@ -84,7 +87,7 @@ class _SpreadInto(IRMutator):
     reads ``buf``: ``ceil(lines / extent)`` at the top of each iteration."""
 
     def __init__(self, buf: Buffer, start: E.PrimExpr, lines: int, live: E.PrimExpr,
-                 total: int) -> None:
+                 total: int | E.PrimExpr) -> None:
         self.buf, self.start, self.lines, self.live, self.total = buf, start, lines, live, total
         self.done = False
 

@@ -12,6 +12,10 @@ call into ``tessera_run_sequence``::
 which is written here in LLVM IR and JIT-compiled once per process. The backend hands the runtime
 :func:`bind_sequence` through ``CompiledRegion.bind_sequence``; profiles still call the kernels
 one at a time.
+
+A kernel with run-time extents (:attr:`KernelFunction.size_spec`) is bound with its sizes, given
+per kernel or derived from its arrays' shapes; its packed arguments point to an ``int64`` sizes
+array (:attr:`KernelSequence.size_arrays`) that can be rewritten in place between runs.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from llvmlite import ir
 
 from tessera.errors import RunError
 from tessera_llvm import machine
-from tessera_llvm.loader import KernelFunction, pack_pointers
+from tessera_llvm.loader import KernelFunction, Sizes, pack_pointers
 from tessera_llvm.parallel import adapt_to_load
 
 _I64 = ir.IntType(64)
@@ -67,21 +71,39 @@ class KernelSequence:
 
     The buffers (numpy arrays or addresses) are checked against each kernel's parameters and
     their pointers packed once; the arrays stay referenced so their memory outlives the
-    sequence."""
+    sequence. ``sizes`` gives each symbolic kernel's sizes (None, or None for a kernel:
+    derived from its arrays); :attr:`size_arrays` holds, per kernel, the writable ``int64``
+    array its sizes are read from (None for a static kernel)."""
 
     def __init__(self, kernels: Sequence[KernelFunction],
-                 buffers: Sequence[Sequence[Any]]) -> None:
+                 buffers: Sequence[Sequence[Any]],
+                 sizes: Sequence[Sizes | None] | None = None) -> None:
         if len(kernels) != len(buffers):
             raise RunError(f"a kernel sequence of {len(kernels)} kernels got "
                            f"{len(buffers)} buffer lists")
+        if sizes is not None and len(sizes) != len(kernels):
+            raise RunError(f"a kernel sequence of {len(kernels)} kernels got {len(sizes)} "
+                           f"size lists")
         packed = []
-        for fn, args in zip(kernels, buffers):
+        bound_calls = []  # they keep what bind allocated (a workspace) alive
+        self.size_arrays: list[Any] = []
+        for k, (fn, args) in enumerate(zip(kernels, buffers)):
             args = list(args)
+            given = sizes[k] if sizes is not None else None
+            if fn.is_symbolic:
+                bound = fn.bind(args, given)
+                bound_calls.append(bound)
+                packed.append(bound.pointers)
+                self.size_arrays.append(bound.sizes)
+                continue
+            if given:
+                raise RunError(f"kernel {fn.name} has no run-time sizes, got {given!r}")
             if fn.signature is not None:
                 fn.check(args)
             packed.append(pack_pointers(args))
+            self.size_arrays.append(None)
         self.kernels = list(kernels)
-        self._keep = [list(a) for a in buffers], packed
+        self._keep = [list(a) for a in buffers], packed, bound_calls
         n = len(packed)
         self._n = n
         self._fns = (ctypes.c_void_p * max(n, 1))(*[k.address for k in kernels])
