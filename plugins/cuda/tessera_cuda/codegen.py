@@ -54,11 +54,13 @@ import numpy as np
 
 from tessera.errors import CompileError, RunError
 from tessera.tir import expr as E
+from tessera.tir import size_expr
 from tessera.tir import stmt as S
 from tessera.tir.arith import const_int_bound, struct_equal
 from tessera.tir.buffer import Buffer
 from tessera.tir.functor import IRMutator, children, post_order_visit
 from tessera.tir.gpu_verifier import BLOCK_TAGS, THREAD_TAGS, GPULimits, LaunchConfig, verify_gpu
+from tessera.tir.size_expr import Dim
 
 __all__ = ["DeviceKernel", "Dim", "GroupKernels", "CudaSource", "c_type", "encode_dim",
            "eval_dim", "needs_64bit_index", "split_kernels", "thread_extents"]
@@ -192,46 +194,21 @@ def _elements(buffer: Buffer) -> int:
     return math.prod(d.value for d in buffer.shape if isinstance(d, E.IntImm))
 
 
-#: A launch extent in a JSON-friendly form: an int, ``["var", k]`` (the k-th size variable of
-#: the group function) or ``[op, a, b]`` with ``op`` one of ``+ - * // % min max`` (Python's
-#: floor division and modulo).
-Dim = Any
-
-_DIM_OPS: dict[type, str] = {E.Add: "+", E.Sub: "-", E.Mul: "*", E.FloorDiv: "//",
-                             E.FloorMod: "%", E.Min: "min", E.Max: "max"}
-_DIM_FNS: dict[str, Callable[[int, int], int]] = {
-    "+": operator.add, "-": operator.sub, "*": operator.mul, "//": operator.floordiv,
-    "%": operator.mod, "min": min, "max": max}
-
-
 def encode_dim(e: E.PrimExpr, size_vars: Sequence[E.Var]) -> Dim:
-    """Integer expression ``e`` of ``size_vars`` as a :data:`Dim` (CompileError for anything
-    else: loop variables, loads, other operators)."""
-    if isinstance(e, E.IntImm):
-        return int(e.value)
-    if isinstance(e, E.Var):
-        for k, v in enumerate(size_vars):
-            if v is e:
-                return ["var", k]
-        raise CompileError(f"cuda codegen: launch extent uses {e.name}, which is not a size "
-                           f"variable of the function")
-    if isinstance(e, E.Cast) and E.is_int(e.dtype) and E.is_int(e.value.dtype):
-        return encode_dim(e.value, size_vars)
-    op = _DIM_OPS.get(type(e))
-    if op is None:
-        raise CompileError(f"cuda codegen: launch extent {e} is not an integer expression of "
-                           f"size variables")
-    assert isinstance(e, E.BinaryOp)
-    return [op, encode_dim(e.a, size_vars), encode_dim(e.b, size_vars)]
+    """A launch extent as a :data:`~tessera.tir.size_expr.Dim` (CompileError for one that is
+    not an integer expression of size variables)."""
+    try:
+        return size_expr.encode_dim(e, size_vars)
+    except ValueError as err:
+        raise CompileError(f"cuda codegen: launch extent {e}: {err}") from None
 
 
 def eval_dim(dim: Dim, sizes: Sequence[int]) -> int:
-    """The value of encoded extent ``dim`` for ``sizes`` (in ``size_vars`` order)."""
-    if isinstance(dim, int):
-        return dim
-    if dim[0] == "var":
-        return int(sizes[dim[1]])
-    return int(_DIM_FNS[dim[0]](eval_dim(dim[1], sizes), eval_dim(dim[2], sizes)))
+    """The value of an encoded launch extent for ``sizes`` (in ``size_vars`` order)."""
+    value = size_expr.eval_dim(dim, sizes)
+    if value is None:
+        raise CompileError(f"cuda: launch extent {dim} has no value for sizes {list(sizes)}")
+    return value
 
 
 @dataclass

@@ -25,10 +25,12 @@ import llvmlite.binding as llvm
 from tessera.errors import RunError
 from tessera.progress import Progress
 from tessera.tir import expr as E
+from tessera.tir import size_expr
 from tessera.tir.heavy import heavy_work
+from tessera.tir.size_expr import Dim
 from tessera.tir.stmt import PrimFunc
 from tessera_llvm.codegen import CodeGenerator
-from tessera_llvm.loader import Dim, Library, SizeSpec, load_object
+from tessera_llvm.loader import Library, SizeSpec, load_object
 from tessera_llvm.machine import (  # noqa: F401 - re-exported: callers import them from here
     LLVM_LOCK,
     code_model,
@@ -113,28 +115,10 @@ def _signature(func: PrimFunc, workspace: int) -> list[tuple[str, int | None]]:
     return sig
 
 
-_ENCODED_OPS: dict[type, str] = {E.Add: "+", E.Sub: "-", E.Mul: "*", E.FloorDiv: "//",
-                                 E.FloorMod: "%", E.Min: "min", E.Max: "max"}
-
-
 def encode_dim(e: E.PrimExpr, size_vars: list[E.Var]) -> Dim:
-    """Extent ``e`` as a :data:`~tessera_llvm.loader.Dim` (ValueError for one that uses
-    something else than integers, the size variables, ``+ - * // % min max`` and integer
-    casts)."""
-    if isinstance(e, E.IntImm):
-        return int(e.value)
-    if isinstance(e, E.Var):
-        for k, v in enumerate(size_vars):
-            if v is e:
-                return ["var", k]
-        raise ValueError(f"variable {e.name} is not a size variable")
-    if isinstance(e, E.Cast) and E.is_int(e.dtype) and E.is_int(e.value.dtype):
-        return encode_dim(e.value, size_vars)
-    op = _ENCODED_OPS.get(type(e))
-    if op is None:
-        raise ValueError(f"cannot encode extent {e!r}")
-    assert isinstance(e, E.BinaryOp)
-    return [op, encode_dim(e.a, size_vars), encode_dim(e.b, size_vars)]
+    """Extent ``e`` as a :data:`~tessera.tir.size_expr.Dim` (ValueError for one that is not an
+    integer expression of the size variables)."""
+    return size_expr.encode_dim(e, size_vars)
 
 
 def size_spec(func: PrimFunc) -> SizeSpec | None:

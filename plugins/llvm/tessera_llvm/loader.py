@@ -47,6 +47,7 @@ import llvmlite.binding as llvm
 import numpy as np
 
 from tessera.errors import CompileError, RunError
+from tessera.tir.size_expr import Dim, dim_vars, eval_dim
 from tessera_llvm import machine, parallel
 
 #: ``void f(void **args)``
@@ -178,39 +179,6 @@ def _missing_symbols(object_code: bytes) -> list[str]:
         if llvm.address_of_symbol(name) is None and not hasattr(process, name):
             missing.append(name)
     return missing
-
-
-#: An extent of a symbolic buffer, in a JSON-friendly form: an int, ``["var", k]`` (the k-th
-#: size variable), or ``[op, a, b]`` with ``op`` one of ``+ - * // % min max`` (Python's floor
-#: division and modulo).
-Dim = Any
-
-_DIM_OPS: dict[str, Any] = {
-    "+": operator.add, "-": operator.sub, "*": operator.mul, "//": operator.floordiv,
-    "%": operator.mod, "min": min, "max": max,
-}
-
-
-def eval_dim(dim: Dim, values: Sequence[int | None]) -> int | None:
-    """The value of encoded extent ``dim`` for size ``values`` (None where one it uses is
-    unknown, or for a division by zero)."""
-    if isinstance(dim, int):
-        return dim
-    if dim[0] == "var":
-        return values[dim[1]]
-    a, b = eval_dim(dim[1], values), eval_dim(dim[2], values)
-    if a is None or b is None or (dim[0] in ("//", "%") and b == 0):
-        return None
-    return int(_DIM_OPS[dim[0]](a, b))
-
-
-def dim_vars(dim: Dim) -> set[int]:
-    """The size variables (indices) encoded extent ``dim`` uses."""
-    if isinstance(dim, int):
-        return set()
-    if dim[0] == "var":
-        return {dim[1]}
-    return dim_vars(dim[1]) | dim_vars(dim[2])
 
 
 @dataclass(frozen=True)
