@@ -26,12 +26,15 @@ from tessera.plugin.target import TargetKind
 from tessera.progress import Progress
 
 #: A kernel's calling convention: input buffers, output buffers (preallocated); returns nothing.
+#: A kernel of a region with run-time sizes also takes the sizes array
+#: (``CompiledRegion.size_names``).
 KernelFn = Callable[[list[Any], list[Any]], None]
 #: Binds a region's kernels to their buffers all at once: it receives each kernel's (inputs,
 #: outputs) buffer lists, in the order of ``CompiledRegion.kernels``, and returns a call that
 #: runs every kernel in that order (for instance one native call instead of one per kernel).
 #: An entry is None for a kernel whose work the runtime does itself (an elided concatenation,
-#: see ``Kernel.concat_offsets``): the call must skip it.
+#: see ``Kernel.concat_offsets``): the call must skip it. A region with run-time sizes
+#: (``CompiledRegion.size_names``) is bound with its sizes array as a second argument.
 SequenceBinder = Callable[[list["tuple[list[Any], list[Any]] | None"]], Callable[[], None]]
 
 
@@ -119,6 +122,14 @@ class CompiledRegion:
     bind_sequence: SequenceBinder | None = None
     thread_safe: bool = True
     handle: Any = None
+    #: The model's size variables (``"batch"``, ``"seq"``) whose values the region's kernels
+    #: take at run time, in the order of the sizes array; empty for a region compiled for
+    #: fixed sizes. The runtime gives each execution state one ``int64`` numpy array of these
+    #: values per such region, the same array object for every run of that state, and writes
+    #: the call's sizes into it before each run. Each kernel is then called
+    #: ``fn(inputs, outputs, sizes)`` and ``bind_sequence(buffer_lists, sizes)`` is given it
+    #: too, so a backend may bind a pointer to the array once and read the sizes per call.
+    size_names: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

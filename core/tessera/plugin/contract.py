@@ -158,6 +158,11 @@ def check_compiled(backend: Backend, region: Function, compiled: Any) -> Compile
     if compiled.bind_sequence is not None and not callable(compiled.bind_sequence):
         raise fail("bind_sequence is None or callable",
                    f"bind_sequence is {_short(compiled.bind_sequence)}")
+    names = compiled.size_names
+    if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names) \
+            or len(set(names)) != len(names):
+        raise fail("CompiledRegion.size_names is a list of distinct variable names",
+                   f"size_names is {_short(names)}")
     known = set(compiled.tensors) | set(compiled.constants)
     written: set[str] = set()
     for k in compiled.kernels:

@@ -85,6 +85,15 @@ def _locked_kernel(fn: Callable[[list[Any], list[Any]], None],
     return run
 
 
+def _sized_kernel(fn: Callable[..., None], sizes: np.ndarray
+                 ) -> Callable[[list[Any], list[Any]], None]:
+    """The call of a kernel of a region with run-time sizes: its state's sizes array too."""
+    def run(ins: list[Any], outs: list[Any]) -> None:
+        fn(ins, outs, sizes)
+
+    return run
+
+
 def _locked_sequence(bound: Callable[[], None], lock: threading.Lock) -> Callable[[], None]:
     def run() -> None:
         with lock:
@@ -131,6 +140,14 @@ class Executor:
             self.buffers[name] = devices[dev].view(self.arenas[dev], offset, info.type)
         for name, (_dev, buf) in plan.constants.items():
             self.buffers[name] = buf
+        #: Per region with run-time sizes, the array its kernels read them from (written by
+        #: :meth:`set_sizes` before each run), and where each entry comes from.
+        self.sizes: dict[str, np.ndarray] = {
+            region: np.zeros(len(names), dtype=np.int64)
+            for region, names in plan.region_sizes.items()}
+        self.size_names = plan.size_names
+        self._size_slots = [(self.sizes[region], [self.size_names.index(n) for n in names])
+                            for region, names in plan.region_sizes.items()]
         self.calls: list[tuple[Step, Callable[[list[Any], list[Any]], None], list[Any],
                                list[Any]]] = []
         self.elided = set(memory.elided)
@@ -139,7 +156,9 @@ class Executor:
                 devices[step.src], devices[step.dst], plan.tensors[step.outputs[0]])
             if i in self.elided:  # its inputs already sit inside its output
                 fn = _nothing
-            elif step.region in plan.locks:
+            elif step.region in self.sizes:
+                fn = _sized_kernel(fn, self.sizes[step.region])
+            if i not in self.elided and step.region in plan.locks:
                 fn = _locked_kernel(fn, plan.locks[step.region])
             self.calls.append((step, fn, [self.buffers[n] for n in step.inputs],
                                [self.buffers[n] for n in step.outputs]))
@@ -179,9 +198,10 @@ class Executor:
                 i += 1
                 continue
             group = self.calls[i:j]
+            lists = [None if id(s) in elided else (ins, outs) for s, _fn, ins, outs in group]
+            extra = (self.sizes[step.region],) if step.region in self.sizes else ()
             bound = contract.call(
-                step.backend, f"bind_sequence() of its {j - i} kernels", binder,
-                [None if id(s) in elided else (ins, outs) for s, _fn, ins, outs in group],
+                step.backend, f"bind_sequence() of its {j - i} kernels", binder, lists, *extra,
                 region=step.region, cls=PluginRunError)
             if not callable(bound):
                 raise contract.violation(step.backend, "bind_sequence() returns a call",
@@ -192,6 +212,14 @@ class Executor:
             runs.append((step, None, [], [], bound))
             i = j
         return runs
+
+    def set_sizes(self, sizes: Any) -> None:
+        """Write a call's sizes (variable name -> int, for every name of :attr:`size_names`)
+        into the arrays the kernels of regions with run-time sizes read."""
+        values = [sizes[n] for n in self.size_names]
+        for array, slots in self._size_slots:
+            for k, slot in enumerate(slots):
+                array[k] = values[slot]
 
     def set_input(self, name: str, array: np.ndarray) -> None:
         info = self.plan.tensors[name]

@@ -63,6 +63,14 @@ class ExecutionPlan:
     #: region name -> the lock its kernels run under, for regions that are not thread safe
     #: (``CompiledRegion.thread_safe``); shared by every execution state of the module
     locks: dict[str, threading.Lock] = field(default_factory=dict)
+    #: region name -> the size variables its kernels take at run time
+    #: (``CompiledRegion.size_names``), for regions that take any
+    region_sizes: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def size_names(self) -> list[str]:
+        """Every size variable some region takes at run time, in order of first use."""
+        return list(dict.fromkeys(n for names in self.region_sizes.values() for n in names))
 
 
 def workspace_name(kernel: str) -> str:
@@ -79,6 +87,7 @@ def build_plan(partitioned: PartitionedGraph, compiled: dict[str, CompiledRegion
     constants: dict[str, tuple[str, Any]] = {}
     sequences: dict[str, SequenceBinder] = {}
     locks: dict[str, threading.Lock] = {}
+    region_sizes: dict[str, list[str]] = {}
 
     def declare(name: str, type: TensorType, device: str) -> None:
         known = tensors.get(name)
@@ -122,6 +131,8 @@ def build_plan(partitioned: PartitionedGraph, compiled: dict[str, CompiledRegion
             sequences[region] = cr.bind_sequence
         if not cr.thread_safe:
             locks[region] = threading.Lock()
+        if cr.size_names:
+            region_sizes[region] = list(cr.size_names)
     output_constants = {}
     outputs = []
     for v in graph.outputs:
@@ -129,4 +140,4 @@ def build_plan(partitioned: PartitionedGraph, compiled: dict[str, CompiledRegion
             output_constants[v.name] = v.data
         outputs.append(v.name)
     return ExecutionPlan(steps, tensors, [v.name for v in graph.inputs], outputs, constants,
-                         output_constants, sequences, locks)
+                         output_constants, sequences, locks, region_sizes)
