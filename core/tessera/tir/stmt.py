@@ -177,17 +177,25 @@ class PrimFunc:
 
 def shape_vars(buffers: Sequence[Buffer]) -> list[Var]:
     """The variables of the buffers' shapes, in order of first appearance."""
-    from tessera.tir.functor import post_order_visit
-
     found: list[Var] = []
     seen: set[int] = set()
 
     def visit(node: Any) -> None:
-        if isinstance(node, Var) and id(node) not in seen and node.dtype != "handle":
-            seen.add(id(node))
-            found.append(node)
+        if isinstance(node, Var):
+            if id(node) not in seen and node.dtype != "handle":
+                seen.add(id(node))
+                found.append(node)
+            return
+        if isinstance(node, (list, tuple)):
+            for item in node:
+                visit(item)
+            return
+        if isinstance(node, PrimExpr):  # a shape holds index arithmetic: walk its operands
+            for cls in type(node).__mro__:
+                for slot in getattr(cls, "__slots__", ()):
+                    if slot not in ("dtype", "lanes", "name"):
+                        visit(getattr(node, slot, None))
 
     for b in buffers:
-        for d in b.shape:
-            post_order_visit(d, visit)
+        visit(b.shape)
     return found
