@@ -10,7 +10,7 @@ are reachable through node inputs. A region is a function whose ``attrs`` name a
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -18,6 +18,7 @@ import numpy as np
 from tessera.errors import IRError, OpError
 from tessera.ir import printer
 from tessera.ir.schema import get_schema
+from tessera.ir.symbolic import attr_vars, dim_bounds_scope, dim_vars, has_dim_expr, substitute
 from tessera.ir.types import TensorType, oversize
 
 #: The op of a node whose ``body`` is a region (a function one backend compiles).
@@ -178,9 +179,11 @@ class Function:
         inputs = list(inputs)
         node_name = self.fresh_node_name(name or op.lower())
         schema = get_schema(op)
-        full_attrs = schema.check(node_name, inputs, attrs or {})
-        types = schema.infer_types(node_name, [v.type if v is not None else None for v in inputs],
-                                   full_attrs)
+        with dim_bounds_scope(self.attrs.get("dim_bounds")):
+            full_attrs = schema.check(node_name, inputs, attrs or {})
+            types = schema.infer_types(node_name,
+                                       [v.type if v is not None else None for v in inputs],
+                                       full_attrs)
         count = len(types) if num_outputs is None else num_outputs
         if count > len(types):
             raise IRError(f"node {node_name} ({op}): {count} outputs asked, the op has "
@@ -316,6 +319,65 @@ class Function:
         new.outputs = [m(v) for v in self.outputs]  # type: ignore[misc]
         return new
 
+    # -- symbolic shapes ---------------------------------------------------------------------
+    @property
+    def is_symbolic(self) -> bool:
+        """Whether a value's type or a node's attribute has a size expression."""
+        return any(not v.type.is_static for v in self.values()) or any(
+            has_dim_expr(a) for n in self.nodes for a in n.attrs.values()
+            if not isinstance(a, Function))
+
+    @property
+    def size_variables(self) -> list[str]:
+        """The size variables of the inputs' types, in order of appearance."""
+        seen: list[str] = []
+        for v in self.inputs:
+            for d in v.type.shape:
+                seen += [x for x in sorted(dim_vars(d)) if x not in seen]
+        return seen
+
+    @property
+    def used_size_variables(self) -> list[str]:
+        """Every size variable the function's types and node attributes use: those of the
+        inputs first (:attr:`size_variables` order), then the rest sorted. A compiled region
+        takes its sizes in this order (``CompiledRegion.size_names``)."""
+        found: set[str] = set()
+        for v in self.values():
+            found |= v.type.variables
+        for node in self.nodes:
+            for a in node.attrs.values():
+                if not isinstance(a, Function):
+                    found |= attr_vars(a)
+        first = [n for n in self.size_variables if n in found]
+        return first + sorted(found - set(first))
+
+    def specialize(self, sizes: Mapping[str, int]) -> Function:
+        """A copy at the variables' ``sizes``: every type static, every size expression in an
+        attribute evaluated (sub-graphs too). Constants share their arrays."""
+        new = self.copy()
+        new._specialize_in_place({str(k): int(v) for k, v in sizes.items()})
+        return new
+
+    def _specialize_in_place(self, sizes: dict[str, int]) -> None:
+        values: dict[int, Value] = {}
+        for v in [*self.inputs, *(o for n in self.nodes for o in n.outputs), *self.outputs]:
+            values[id(v)] = v
+        for n in self.nodes:
+            for v in n.inputs:
+                if v is not None:
+                    values[id(v)] = v
+        for v in values.values():
+            v.type = v.type.evaluate(sizes)
+        for n in self.nodes:
+            for k, a in n.attrs.items():
+                if isinstance(a, Function):
+                    a._specialize_in_place(sizes)
+                else:
+                    n.attrs[k] = substitute(a, sizes)
+            if n.body is not None:
+                n.body._specialize_in_place(sizes)
+        self.attrs.pop("dim_bounds", None)
+
     def __repr__(self) -> str:
         return f"<Function {self.name}: {len(self.nodes)} nodes>"
 
@@ -326,3 +388,28 @@ class Function:
 #: The whole model is a function too.
 Graph = Function
 
+
+
+#: Integer tensors up to this many elements have their contents tracked (:func:`contents_of`).
+CONTENTS_LIMIT = 64
+
+
+def contents_of(value: Value) -> list[Any] | None:
+    """The elements of a small integer tensor known before run time, flattened: ints and size
+    expressions. Known for a constant, a ``ShapeValues`` node's output (its ``values``) and a
+    ``Shape`` node's output (its input's dimensions); None otherwise."""
+    t = value.type
+    if not t.is_static or t.size > CONTENTS_LIMIT or not (t.dtype.is_int or
+                                                          t.dtype.value == "bool"):
+        return None
+    if value.is_constant and not value.is_held:
+        return [int(x) for x in np.asarray(value.data).reshape(-1)]
+    node = value.producer
+    if node is None:
+        return None
+    if node.op == "ShapeValues":
+        return list(node.attrs["values"])
+    if node.op == "Shape" and node.inputs and node.inputs[0] is not None:
+        shape = node.inputs[0].type.shape
+        return list(shape[node.attrs.get("start", 0):node.attrs.get("end")])
+    return None

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tessera.ir.symbolic import dim_str, is_dim_expr
 from tessera.ir.types import DType
 
 if TYPE_CHECKING:  # annotations only: the graph module imports this one
@@ -21,6 +22,10 @@ if TYPE_CHECKING:  # annotations only: the graph module imports this one
 
 
 def _fmt_attr(value: Any) -> str:
+    if is_dim_expr(value):  # a size expression: seq, 8*batch
+        return dim_str(value)
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_fmt_attr(v)}" for k, v in value.items()) + "}"
     if hasattr(value, "nodes") and hasattr(value, "inputs"):  # a sub-graph, printed below
         return f"@{value.name}"
     if isinstance(value, DType):  # before str: DType is a str enum

@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import OpError
+from tessera.ir import probe as _probe
+from tessera.ir import symbolic as _sym
 from tessera.ir.types import DType, TensorType
 
 
@@ -104,6 +106,8 @@ class Attr:
         if k == "int":
             if isinstance(value, (bool, np.bool_)):
                 return int(value)
+            if _sym.is_dim_expr(value):  # a size expression (a symbolic shape's dimension)
+                return _sym.normalize_dim(value)
             if not isinstance(value, (int, np.integer)):
                 raise TypeError(f"expected an int, got {value!r}")
             return int(value)
@@ -147,6 +151,10 @@ class OpSchema:
     num_inputs: tuple[int, int | None] = (1, 1)
     pattern: OpPattern = OpPattern.OPAQUE
     doc: str = ""
+    #: Output *shapes* for symbolic input types or attributes (same arguments as ``infer``;
+    #: returns one shape or a list, dtypes come from ``infer`` at a probe size); without one,
+    #: :func:`tessera.ir.probe.probe_infer` fits each dimension from ``infer`` at probe sizes.
+    symbolic_infer: InferFn | None = None
 
     def check(self, node: str, inputs: list[Any], attrs: dict[str, Any]) -> dict[str, Any]:
         """Validate input count and attributes; return the attributes with defaults filled."""
@@ -180,7 +188,24 @@ class OpSchema:
 
     def infer_types(self, node: str, types: list[TensorType | None],
                     attrs: dict[str, Any]) -> list[TensorType]:
-        """Output types for input types and (complete) attributes."""
+        """Output types for input types and (complete) attributes. With symbolic input types
+        or size expressions among the attributes, the outputs' dimensions are expressions too
+        (:meth:`infer_symbolic`)."""
+        if not all(t is None or t.is_static for t in types) or any(
+                _sym.has_dim_expr(v) for v in attrs.values()):
+            return self.infer_symbolic(node, types, attrs)
+        return self._infer_static(node, types, attrs)
+
+    def infer_symbolic(self, node: str, types: list[TensorType | None],
+                       attrs: dict[str, Any]) -> list[TensorType]:
+        """:meth:`infer_types` for symbolic shapes: the op's ``symbolic_infer`` rule, checked
+        against ``infer`` at a probe size, or else each dimension fitted from ``infer`` at
+        several probe sizes (:mod:`tessera.ir.probe`). An :class:`OpError` names the node
+        when neither works."""
+        return _probe.infer(self, node, types, attrs)
+
+    def _infer_static(self, node: str, types: list[TensorType | None],
+                      attrs: dict[str, Any]) -> list[TensorType]:
         try:
             if self.infer is not None:
                 result = self.infer(*types, **attrs)

@@ -5,6 +5,9 @@ an artifact can keep parameters apart (``with_data=False`` then ``from_json(...,
 A constant a backend holds in its compiled form (``Value.held_by``) is written as
 ``{"type": ..., "held_by": backend}`` and read back held, without data. A sub-graph attribute
 (an ``If`` branch, a ``Loop`` or ``Scan`` body) is a nested function with its constants inline.
+A size expression (a symbolic dimension of a type, or in an attribute) is written in its
+algebra's JSON form (``["Mul", "batch", 8]``), as ``{"dim": ...}`` in a shape and
+``{"__dim__": ...}`` in an attribute.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import numpy as np
 
 from tessera.errors import IRError
 from tessera.ir.graph import Function, Node, Value
+from tessera.ir.symbolic import dim_from_json, dim_to_json, is_dim_expr
 from tessera.ir.types import DType, TensorType
 
 FORMAT_VERSION = 1
@@ -34,6 +38,10 @@ def _decode_array(d: dict[str, Any]) -> np.ndarray:
 
 
 def _encode_attr(v: Any) -> Any:
+    if is_dim_expr(v):  # a size expression (a graph with symbolic shapes)
+        return {"__dim__": dim_to_json(v)["dim"]}
+    if isinstance(v, dict):
+        return {"__map__": {str(k): _encode_attr(x) for k, x in v.items()}}
     if isinstance(v, Function):  # a sub-graph keeps its constants inline: no backend holds them
         return {"__graph__": function_to_dict(v)}
     if isinstance(v, np.ndarray):
@@ -63,6 +71,10 @@ def _decode_attr(v: Any, params: dict[str, np.ndarray] | None = None) -> Any:
             return DType(v["__dtype__"])
         if "__float__" in v:
             return float(v["__float__"])
+        if "__dim__" in v:
+            return dim_from_json({"dim": v["__dim__"]})
+        if "__map__" in v:
+            return {k: _decode_attr(x, params) for k, x in v["__map__"].items()}
         raise IRError(f"unknown attribute encoding {sorted(v)}")
     if isinstance(v, list):
         return [_decode_attr(x) for x in v]
@@ -70,11 +82,13 @@ def _decode_attr(v: Any, params: dict[str, np.ndarray] | None = None) -> Any:
 
 
 def _type_json(t: TensorType) -> dict[str, Any]:
-    return {"shape": list(t.shape), "dtype": t.dtype.value}
+    if t.is_static:
+        return {"shape": list(t.shape), "dtype": t.dtype.value}
+    return {"shape": [dim_to_json(d) for d in t.shape], "dtype": t.dtype.value}
 
 
 def _type_from(d: dict[str, Any]) -> TensorType:
-    return TensorType(tuple(d["shape"]), DType(d["dtype"]))
+    return TensorType(tuple(dim_from_json(x) for x in d["shape"]), DType(d["dtype"]))
 
 
 def function_to_dict(fn: Function, with_data: bool = True) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Symbolic input shapes: dimensions named by variables, bound from the arrays of each call.
+"""Symbolic shapes: input specs bound from the arrays of each call, and dimension expressions.
 
 A model exported with dynamic axes declares inputs such as ``input_ids: int64[batch, seq]``
 and ``attention_mask: int64[batch, seq]``. An :class:`InputSpec` keeps such a shape as a
@@ -14,7 +14,9 @@ a shape-specialised module is compiled for (:mod:`tessera.runtime.dynamic`).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,8 +25,13 @@ import numpy as np
 from tessera.errors import RunError, TesseraError
 from tessera.ir.types import DType
 
-__all__ = ["Dim", "InputSpec", "ShapeVars", "check_bounds", "format_dims", "is_static",
-           "parse_dim"]
+__all__ = ["Dim", "DimAlgebra", "InputSpec", "ShapeDim", "ShapeVars", "attr_vars",
+           "broadcast_dims", "check_bounds", "current_dim_bounds", "dim_algebra",
+           "dim_bounds_scope", "dim_from_json", "dim_key",
+           "dim_str", "dim_to_json", "dim_var", "dim_vars", "dims_equal", "eval_dim",
+           "format_dims", "format_shape", "has_dim_expr", "install_dim_algebra", "is_dim_expr",
+           "is_static", "is_static_dim", "normalize_dim", "parse_dim", "prod_dims",
+           "shapes_equal", "substitute"]
 
 #: One dimension of a symbolic shape: a size, or the name of a variable.
 Dim = int | str
@@ -237,3 +244,278 @@ class ShapeVars:
     def text(sizes: Mapping[str, int]) -> str:
         """``batch=3, seq=7``."""
         return ", ".join(f"{v}={n}" for v, n in sizes.items())
+
+
+# -- symbolic dimensions in the graph IR ---------------------------------------------------------
+#
+# A :class:`~tessera.ir.types.TensorType` dimension is an ``int`` or an integer expression over
+# the model's size variables (``batch``, ``seq``): a TIR expression (``tessera.tir.expr``,
+# int64). The IR sits below ``tir`` in the layering (docs/architecture.md), so it does not
+# import it: it works on expressions through a :class:`DimAlgebra`, which the layer that may
+# import both installs (:mod:`tessera.passes.dim_algebra`, imported with ``tessera``). The
+# helpers below are what the IR, the op schemas' inference and the passes use.
+
+class DimAlgebra:
+    """The operations on dimension expressions the IR needs (implemented with TIR by
+    :class:`tessera.passes.dim_algebra.TirDimAlgebra`). Variables compare by name."""
+
+    def is_expr(self, value: Any) -> bool:
+        raise NotImplementedError
+
+    def var(self, name: str) -> Any:
+        """The variable ``name`` (one object per name)."""
+        raise NotImplementedError
+
+    def normalize(self, expr: Any) -> Any:
+        """A canonical form of ``expr`` (sizes are non-negative): an ``int`` when constant,
+        equal polynomials give structurally equal expressions."""
+        raise NotImplementedError
+
+    def key(self, expr: Any) -> Any:
+        """A hashable structural key (variables by name)."""
+        raise NotImplementedError
+
+    def evaluate(self, expr: Any, sizes: Mapping[str, int]) -> int:
+        raise NotImplementedError
+
+    def variables(self, expr: Any) -> set[str]:
+        raise NotImplementedError
+
+    def bound(self, expr: Any, bounds: Mapping[str, tuple[int, int]]
+              ) -> tuple[int | None, int | None]:
+        """Constant (lo, hi) of ``expr`` for variables within ``bounds`` (others >= 0)."""
+        raise NotImplementedError
+
+    def prove(self, cond: Any) -> bool:
+        """Whether condition ``cond`` holds for every non-negative size."""
+        raise NotImplementedError
+
+    def eq(self, a: Any, b: Any) -> Any:
+        raise NotImplementedError
+
+    def minimum(self, a: Any, b: Any) -> Any:
+        raise NotImplementedError
+
+    def maximum(self, a: Any, b: Any) -> Any:
+        raise NotImplementedError
+
+    def select(self, cond: Any, a: Any, b: Any) -> Any:
+        raise NotImplementedError
+
+    def to_str(self, expr: Any) -> str:
+        raise NotImplementedError
+
+    def to_json(self, expr: Any) -> Any:
+        raise NotImplementedError
+
+    def from_json(self, data: Any) -> Any:
+        raise NotImplementedError
+
+
+_ALGEBRA: DimAlgebra | None = None
+
+#: The variables' known ranges where dimensions are normalized and compared (see
+#: :func:`dim_bounds_scope`); a variable not named is non-negative.
+_BOUNDS: ContextVar[Mapping[str, tuple[int, int]] | None] = ContextVar("tessera_dim_bounds",
+                                                                        default=None)
+
+
+@contextmanager
+def dim_bounds_scope(bounds: Mapping[str, Sequence[int]] | None) -> Iterator[None]:
+    """Within the block, dimensions are simplified and compared knowing the variables'
+    ``bounds`` (``{"seq": (1, 512)}``: ``min(seq, 512)`` is ``seq``). A graph keeps its
+    bounds in ``attrs["dim_bounds"]``; ``Function.add_node``, the verifier and the pass
+    manager enter them."""
+    if not bounds:
+        yield
+        return
+    given = {str(k): (int(v[0]), int(v[1])) for k, v in bounds.items()}
+    merged = {**(_BOUNDS.get() or {}), **given}
+    token = _BOUNDS.set(merged)
+    try:
+        yield
+    finally:
+        _BOUNDS.reset(token)
+
+
+def current_dim_bounds() -> Mapping[str, tuple[int, int]]:
+    """The bounds :func:`dim_bounds_scope` set (empty outside one)."""
+    return _BOUNDS.get() or {}
+
+
+def install_dim_algebra(algebra: DimAlgebra) -> None:
+    """Make ``algebra`` the one the IR uses for symbolic dimensions."""
+    global _ALGEBRA
+    _ALGEBRA = algebra
+
+
+def dim_algebra() -> DimAlgebra:
+    """The installed :class:`DimAlgebra`; an error when none is (``import tessera`` installs
+    the TIR one)."""
+    if _ALGEBRA is None:
+        raise TesseraError("symbolic dimensions need the TIR dimension algebra: import tessera "
+                           "(tessera.passes.dim_algebra installs it)")
+    return _ALGEBRA
+
+
+#: One dimension of a graph type: an int or a dimension expression.
+ShapeDim = Any
+
+
+def is_dim_expr(value: Any) -> bool:
+    """Whether ``value`` is a (non-constant) dimension expression."""
+    return (_ALGEBRA is not None and not isinstance(value, (int, np.integer))
+            and _ALGEBRA.is_expr(value))
+
+
+def dim_var(name: str) -> Any:
+    """The size variable ``name`` as a dimension expression."""
+    if not isinstance(name, str) or not _VAR.match(name):
+        raise TesseraError(f"{name!r} is not a valid size variable name")
+    return dim_algebra().var(name)
+
+
+def normalize_dim(d: Any, where: str = "dimension") -> ShapeDim:
+    """``d`` as a graph dimension: an int (from any integer or a constant expression), or a
+    canonical expression (a ``str`` names a variable)."""
+    if isinstance(d, (bool, np.bool_)):
+        return int(d)
+    if isinstance(d, (int, np.integer)):
+        return int(d)
+    if isinstance(d, str):
+        return dim_var(d.strip()) if not d.strip().isdigit() else int(d)
+    alg = dim_algebra()
+    if not alg.is_expr(d):
+        raise TesseraError(f"{where}: expected an int or a dimension expression, got {d!r}")
+    out = alg.normalize(d)
+    return int(out) if isinstance(out, (int, np.integer)) else out
+
+
+def is_static_dim(d: Any) -> bool:
+    return isinstance(d, (int, np.integer))
+
+
+def dim_key(d: ShapeDim) -> Any:
+    """A hashable key of a dimension: the int, or the expression's structural key."""
+    return int(d) if isinstance(d, (int, np.integer)) else dim_algebra().key(d)
+
+
+def dims_equal(a: ShapeDim, b: ShapeDim) -> bool:
+    """Whether two dimensions are the same (structurally, after normalization)."""
+    a_int, b_int = isinstance(a, (int, np.integer)), isinstance(b, (int, np.integer))
+    if a_int and b_int:
+        return int(a) == int(b)
+    if a_int or b_int:
+        return False
+    return a is b or dim_algebra().key(a) == dim_algebra().key(b)
+
+
+def shapes_equal(a: Sequence[ShapeDim], b: Sequence[ShapeDim]) -> bool:
+    return len(a) == len(b) and all(dims_equal(x, y) for x, y in zip(a, b))
+
+
+def eval_dim(d: ShapeDim, sizes: Mapping[str, int]) -> int:
+    """The value of a dimension for the variables' ``sizes``."""
+    if isinstance(d, (int, np.integer)):
+        return int(d)
+    return int(dim_algebra().evaluate(d, sizes))
+
+
+def dim_vars(d: ShapeDim) -> set[str]:
+    """The variables a dimension uses."""
+    if isinstance(d, (int, np.integer)):
+        return set()
+    return dim_algebra().variables(d)
+
+
+def dim_str(d: ShapeDim) -> str:
+    return str(int(d)) if isinstance(d, (int, np.integer)) else dim_algebra().to_str(d)
+
+
+def dim_to_json(d: ShapeDim) -> Any:
+    """An int as itself, an expression as ``{"dim": ...}`` (its algebra's JSON form)."""
+    if isinstance(d, (int, np.integer)):
+        return int(d)
+    return {"dim": dim_algebra().to_json(d)}
+
+
+def dim_from_json(data: Any) -> ShapeDim:
+    if isinstance(data, dict) and "dim" in data:
+        return normalize_dim(dim_algebra().from_json(data["dim"]))
+    return int(data)
+
+
+def has_dim_expr(value: Any) -> bool:
+    """Whether an attribute value (possibly a nested list) holds a dimension expression."""
+    if isinstance(value, (list, tuple)):
+        return any(has_dim_expr(v) for v in value)
+    return is_dim_expr(value)
+
+
+def attr_vars(value: Any) -> set[str]:
+    """The variables an attribute value (possibly a nested list) uses."""
+    if isinstance(value, (list, tuple)):
+        out: set[str] = set()
+        for v in value:
+            out |= attr_vars(v)
+        return out
+    return dim_vars(value) if is_dim_expr(value) else set()
+
+
+def substitute(value: Any, sizes: Mapping[str, int]) -> Any:
+    """An attribute value with every dimension expression evaluated at ``sizes`` (lists
+    and tuples kept as such)."""
+    if isinstance(value, list):
+        return [substitute(v, sizes) for v in value]
+    if isinstance(value, tuple):
+        return tuple(substitute(v, sizes) for v in value)
+    if is_dim_expr(value):
+        return eval_dim(value, sizes)
+    return value
+
+
+def prod_dims(dims: Sequence[ShapeDim]) -> ShapeDim:
+    """The product of dimensions: an int when all are ints, else a normalized expression."""
+    total: Any = None
+    static = 1
+    for d in dims:
+        if isinstance(d, (int, np.integer)):
+            static *= int(d)
+        else:
+            total = d if total is None else total * d
+    if total is None:
+        return static
+    return normalize_dim(total * static if static != 1 else total)
+
+
+def broadcast_dims(*shapes: Sequence[ShapeDim]) -> tuple[ShapeDim, ...]:
+    """Numpy broadcasting of shapes with symbolic dimensions: per axis, the dimensions other
+    than 1 must be equal (structurally, or provably). Two dimensions that may differ (``batch``
+    and ``seq``) raise :class:`TesseraError`: nothing says which one the result has."""
+    rank = max((len(s) for s in shapes), default=0)
+    out: list[ShapeDim] = []
+    for axis in range(rank):
+        dims = [s[len(s) - rank + axis] for s in shapes if axis >= rank - len(s)]
+        chosen: ShapeDim = 1
+        for d in dims:
+            if isinstance(d, (int, np.integer)) and int(d) == 1:
+                continue
+            if isinstance(chosen, int) and chosen == 1:
+                chosen = d
+            elif not dims_equal(chosen, d):
+                if isinstance(chosen, int) and isinstance(d, (int, np.integer)):
+                    raise TesseraError(f"shapes {', '.join(format_shape(s) for s in shapes)} "
+                                       f"do not broadcast")
+                alg = dim_algebra()
+                if not alg.prove(alg.eq(chosen, d)):
+                    raise TesseraError(
+                        f"shapes {', '.join(format_shape(s) for s in shapes)}: dimensions "
+                        f"{dim_str(chosen)} and {dim_str(d)} (axis {axis}) may differ, so "
+                        f"they do not broadcast symbolically")
+        out.append(chosen)
+    return tuple(out)
+
+
+def format_shape(shape: Sequence[ShapeDim]) -> str:
+    """``[batch, seq, 512]``."""
+    return "[" + ", ".join(dim_str(d) for d in shape) + "]"

@@ -23,6 +23,7 @@ import numpy as np
 from tessera.errors import IRError, OpError
 from tessera.ir.graph import COPY_OP, REGION_OP, STRUCTURAL_OPS, Function, Node, Value
 from tessera.ir.schema import get_schema, has_op
+from tessera.ir.symbolic import dim_bounds_scope
 from tessera.ir.types import TensorType
 
 
@@ -193,9 +194,10 @@ class _Verifier:
             raise self.fail(f"{_node(node)}: unknown op {node.op!r}")
         schema = get_schema(node.op)
         try:
-            attrs = schema.check(node.name, node.inputs, node.attrs)
-            inferred = schema.infer_types(
-                node.name, [v.type if v is not None else None for v in node.inputs], attrs)
+            with dim_bounds_scope(self.fn.attrs.get("dim_bounds")):
+                attrs = schema.check(node.name, node.inputs, node.attrs)
+                inferred = schema.infer_types(
+                    node.name, [v.type if v is not None else None for v in node.inputs], attrs)
         except OpError as e:
             message = str(e)
             prefix = f"node {node.name} ({node.op}): "

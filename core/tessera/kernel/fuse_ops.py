@@ -47,6 +47,7 @@ from dataclasses import dataclass
 
 from tessera.errors import PassError
 from tessera.ir.graph import Function, Node, Value
+from tessera.ir.symbolic import shapes_equal
 from tessera.ops.registry import OpPattern, get_schema, has_op
 
 ELEMWISE = OpPattern.ELEMWISE
@@ -161,7 +162,7 @@ class _ForwardGraph:
                     continue
                 edge = self.patterns[j]
                 if (edge == BROADCAST and len(node.outputs) == 1
-                        and node.outputs[0].type.shape == v.type.shape):
+                        and shapes_equal(node.outputs[0].type.shape, v.type.shape)):
                     edge = ELEMWISE
                 self.edges[i].append((j, edge))
         returned = {id(v) for v in func.outputs}

@@ -4,6 +4,7 @@
 pass lives in its own module and can be switched off by name.
 """
 
+from tessera.passes import dim_algebra as _dim_algebra  # noqa: F401  (installs the IR's)
 from tessera.passes.canonicalize import Canonicalize
 from tessera.passes.dce import DeadCodeElimination
 from tessera.passes.fold_constants import FoldConstants

@@ -26,10 +26,13 @@ an output may end up being a graph input or a constant.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from tessera.errors import PassError
 from tessera.ir.graph import Function, Node, Value
+from tessera.ir.symbolic import shapes_equal
 from tessera.passes.base import Pass, Rewriter, take_name
 
 #: Ops that only change the shape of their (first) input, keeping the data order.
@@ -76,6 +79,8 @@ def _covers_input(node: Node, x: Value) -> bool:
     spatial = x.type.shape[2:]
     kernel = [int(k) for k in node.attrs.get("kernel_shape") or []]
     a = node.attrs
+    if not x.type.is_static or not node.outputs[0].type.is_static:
+        return False  # symbolic sizes: the window may or may not cover them
     return (len(node.outputs) == 1 and len(spatial) == len(kernel) > 0
             and all(d == 1 for d in node.outputs[0].type.shape[2:])
             and all(k >= d for k, d in zip(kernel, spatial))
@@ -90,9 +95,11 @@ def _perm(node: Node) -> list[int]:
     return list(range(ndim))[::-1] if perm is None else [int(p) for p in perm]
 
 
-def _reshape_attrs(shape: tuple[int, ...]) -> dict[str, object]:
-    """Reshape attributes for exactly ``shape`` (``allowzero`` keeps a 0 dimension literal)."""
-    return {"shape": list(shape), "allowzero": int(0 in shape)}
+def _reshape_attrs(shape: tuple[Any, ...]) -> dict[str, object]:
+    """Reshape attributes for exactly ``shape`` (``allowzero`` keeps a 0 dimension literal;
+    size expressions stay expressions)."""
+    return {"shape": list(shape),
+            "allowzero": int(any(isinstance(d, int) and d == 0 for d in shape))}
 
 
 class Canonicalize(Pass):
@@ -179,7 +186,7 @@ class Canonicalize(Pass):
             bypassed.append(inner)
             x = inner.inputs[0]
             assert x is not None
-        if x.type.shape == node.outputs[0].type.shape:
+        if shapes_equal(x.type.shape, node.outputs[0].type.shape):
             self._drop(rw, node, x)
 
     def _transpose(self, rw: Rewriter, node: Node, bypassed: list[Node]) -> None:

@@ -5,6 +5,9 @@ reference backend uses) and its outputs become constants: the output values keep
 their readers, they just gain data and lose their producer. Folding proceeds in node order, so
 whole constant subgraphs collapse in one sweep. An ``If`` whose condition is a constant is
 replaced by the nodes of the branch it takes.
+
+In a graph with symbolic shapes, a node whose attributes or output types hold size expressions
+is not folded, even when its inputs are constants: its value depends on the sizes.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import numpy as np
 
 from tessera.errors import PassError
 from tessera.ir.graph import Function, Node, Value
+from tessera.ir.symbolic import has_dim_expr
 from tessera.ir.types import TensorType
 from tessera.ops.registry import get_schema
 from tessera.passes.base import Pass
@@ -75,8 +79,13 @@ class FoldConstants(Pass):
 
     @staticmethod
     def _foldable(node: Node) -> bool:
+        """All inputs constant, and nothing that depends on the sizes (a size expression in
+        an attribute or an output type: a ``Range(0, seq)``): folding that would fix one size
+        in a graph that serves every size."""
         return (node.body is None and node.op not in NOT_FOLDABLE
-                and all(v is None or v.is_constant for v in node.inputs))
+                and all(v is None or v.is_constant for v in node.inputs)
+                and all(o.type.is_static for o in node.outputs)
+                and not any(has_dim_expr(a) for a in node.attrs.values()))
 
     @staticmethod
     def _fold(node: Node) -> None:

@@ -28,6 +28,7 @@ import numpy as np
 from tessera.errors import PassError, TesseraError
 from tessera.ir.graph import Function
 from tessera.ir.printer import format_function
+from tessera.ir.symbolic import dim_bounds_scope
 from tessera.ir.verifier import verify
 from tessera.passes import canonicalize, dce, fold_constants, simplify_inference
 from tessera.passes.base import Pass, Rewriter, take_name
@@ -157,7 +158,8 @@ class PassManager:
         for index, p in enumerate(self.selected(), start=1):
             start = time.perf_counter()
             try:
-                result = p.run(fn)
+                with dim_bounds_scope(fn.attrs.get("dim_bounds")):
+                    result = p.run(fn)
             except PassError:
                 raise
             except Exception as e:  # noqa: BLE001 - a pass bug: say which pass

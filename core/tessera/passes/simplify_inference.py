@@ -48,7 +48,7 @@ def _is_channel_operand(x: Value) -> bool:
 def _per_channel(c: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
     """The values of constant ``c`` per channel (axis 1) of a tensor of ``shape``, as float64
     of shape ``[C]``, when ``c`` broadcast to ``shape`` varies along axis 1 at most."""
-    if c.ndim > len(shape):
+    if c.ndim > len(shape) or not isinstance(shape[1], int):
         return None
     padded = (1,) * (len(shape) - c.ndim) + tuple(c.shape)
     if any(d != 1 for i, d in enumerate(padded) if i != 1) or padded[1] not in (1, shape[1]):
@@ -108,8 +108,13 @@ class SimplifyInference(Pass):
             return
         if len(node.outputs) > 1:
             mask = node.outputs[1]
-            ones = rw.fn.constant(np.ones(mask.type.shape, mask.type.dtype.numpy), mask.name)
-            rw.replace(mask, ones)
+            if not mask.type.is_static:  # symbolic shape: no constant stands for the mask
+                if rw.count(mask):
+                    return
+            else:
+                ones = rw.fn.constant(np.ones(mask.type.shape, mask.type.dtype.numpy),
+                                      mask.name)
+                rw.replace(mask, ones)
         self._bypass(rw, node)
 
     # -- BatchNormalization and per-channel affine chains ----------------------------------------

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tessera.errors import ModelImportError, NeedsConstantError, OpError
-from tessera.ir.graph import Function, Value
+from tessera.ir.graph import Function, Value, contents_of
+from tessera.ir.symbolic import dim_str, has_dim_expr, is_dim_expr
 from tessera.ir.types import TensorType, oversize
 from tessera.ops.registry import get_schema
 
@@ -43,6 +44,13 @@ class ConvertContext:
         self.opsets = dict(opsets or {})
         self._subgraphs = subgraphs
         self._nodes = nodes
+        self.opset = 0
+        self.node_name = ""
+        self.op_type = ""
+        self.output_names: list[str] = []
+        self.num_outputs = 1
+        #: every value added while converting the current node (constants included)
+        self.created: list[Value] = []
 
     def convert_nodes(self, fn: Function, scope: Scope, nodes: list[onnx.NodeProto]) -> None:
         """Convert ONNX ``nodes`` into ``fn`` with names resolved in ``scope`` (the importer's
@@ -59,13 +67,6 @@ class ConvertContext:
         if self._subgraphs is None:
             raise self.error(f"{what}: sub-graphs are converted only inside an import")
         return self._subgraphs(self, graph, what, input_types)
-        self.opset = 0
-        self.node_name = ""
-        self.op_type = ""
-        self.output_names: list[str] = []
-        self.num_outputs = 1
-        #: every value added while converting the current node (constants included)
-        self.created: list[Value] = []
 
     def begin(self, node_name: str, op_type: str, opset: int, output_names: list[str]) -> None:
         """Start converting one ONNX node."""
@@ -108,7 +109,8 @@ class ConvertContext:
         if num_outputs is None:
             num_outputs = self.num_outputs if op == self.op_type else None
         if self.fold and all(v is None or v.is_constant for v in inputs) and any(
-                v is not None for v in inputs):
+                v is not None for v in inputs) and not any(
+                has_dim_expr(a) for a in attrs.values()):  # sizes known at run time: a node
             schema = get_schema(op)
             full = schema.check(self.node_name or op, inputs, attrs)
             try:
@@ -154,13 +156,25 @@ class ConvertContext:
             return None
         if value.data is not None:
             return value.data
+        contents = contents_of(value)
+        if contents is not None and any(is_dim_expr(c) for c in contents):
+            raise self.error(f"{what} depends on the sizes ({', '.join(map(dim_str, contents))})"
+                             f"; this op needs it as a compile-time constant (import with "
+                             f"fixed input_shapes)")
         deps = sorted(graph_inputs_feeding(self.graph, value))
         raise NeedsConstantError(
             f"node {self.node_name!r} ({self.op_type}): {what} must be a constant known at "
             f"compile time, but it depends on graph input(s) {', '.join(deps) or '?'}; bind "
             f"them with freeze_inputs={{name: array}}", deps)
 
-    def const_ints(self, value: Value | None, what: str = "input") -> list[int] | None:
+    def const_ints(self, value: Value | None, what: str = "input") -> list[Any] | None:
+        """The elements of an integer operand known at compile time: ints, and in a graph
+        with symbolic shapes size expressions (a ``ShapeValues`` or ``Shape`` node's output:
+        :func:`~tessera.ir.graph.contents_of`)."""
+        if value is not None and value.data is None and not value.is_held:
+            contents = contents_of(value)
+            if contents is not None:
+                return contents
         data = self.const_value(value, what)
         if data is None:
             return None

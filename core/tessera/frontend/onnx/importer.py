@@ -18,6 +18,7 @@ from tessera.frontend.onnx import converters as _converters  # noqa: F401  (thei
 from tessera.frontend.onnx.context import ConvertContext
 from tessera.frontend.onnx.dtypes import onnx_dtype, read_initializer
 from tessera.frontend.onnx.lenient import check_model_leniently
+from tessera.frontend.onnx.order import _sorted_nodes, _sorted_nodes_of
 from tessera.frontend.onnx.registry import find_converter
 from tessera.frontend.onnx.sequence_value import (
     ABSENT,
@@ -27,9 +28,15 @@ from tessera.frontend.onnx.sequence_value import (
     sequence_converter,
 )
 from tessera.frontend.onnx.subgraphs import Scope, graph_outputs
+from tessera.frontend.onnx.symbolic_import import (
+    emit_known_contents,
+    prune_shape_values,
+    record_outputs,
+)
+from tessera.frontend.onnx.symbolic_shapes import _Inference, start_inference
 from tessera.frontend.onnx.upgrade import MIN_OPSET, upgrade_old_opset
 from tessera.ir.graph import Function, Value
-from tessera.ir.symbolic import format_dims, is_static, parse_dim
+from tessera.ir.symbolic import check_bounds, dim_bounds_scope, format_dims, is_static, parse_dim
 from tessera.ir.types import TensorType, oversize
 
 ModelSource = str | os.PathLike | bytes | onnx.ModelProto
@@ -100,39 +107,6 @@ def _opsets(proto: onnx.ModelProto) -> dict[str, int]:
     if "" not in opsets:
         opsets[""] = 1 if proto.ir_version < 3 else MIN_OPSET
     return opsets
-
-
-def _sorted_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
-    """The graph's nodes in a topological order (ONNX requires one; be forgiving)."""
-    return _sorted_nodes_of(list(graph.node))
-
-
-def _sorted_nodes_of(nodes: list[onnx.NodeProto]) -> list[onnx.NodeProto]:
-    """``nodes`` in a topological order (names defined outside them are not dependencies)."""
-    produced = {out: i for i, n in enumerate(nodes) for out in n.output if out}
-    order: list[int] = []
-    state = [0] * len(nodes)
-    for start in range(len(nodes)):
-        if state[start]:
-            continue
-        stack = [(start, 0)]
-        state[start] = 1
-        while stack:
-            i, k = stack.pop()
-            inputs = [x for x in nodes[i].input if x]
-            if k < len(inputs):
-                stack.append((i, k + 1))
-                j = produced.get(inputs[k])
-                if j is not None and state[j] == 0:
-                    state[j] = 1
-                    stack.append((j, 0))
-                elif j is not None and state[j] == 1 and j != i:
-                    raise ModelImportError(f"the graph has a cycle through node "
-                                           f"{nodes[j].name or nodes[j].op_type!r}")
-            else:
-                state[i] = 2
-                order.append(i)
-    return [nodes[i] for i in order]
 
 
 def _check_signature(g: onnx.GraphProto) -> None:
@@ -212,8 +186,8 @@ def _checker_message(e: Exception) -> str:
 
 
 def _input_type(vi: onnx.ValueInfoProto, override: Sequence[int] | None,
-                label: str | None = None) -> TensorType:
-    t = _declared_type(vi, override, label)
+                label: str | None = None, symbolic: bool = False) -> TensorType:
+    t = _declared_type(vi, override, label, symbolic=symbolic)
     if (why := oversize(t)) is not None:
         raise ModelImportError(f"graph input {label or vi.name!r}: {why}")
     return t
@@ -260,7 +234,8 @@ def _sequence_input(fn: Function, vi: onnx.ValueInfoProto, shapes: Mapping[str, 
 
 
 def _declared_type(vi: onnx.ValueInfoProto, override: Sequence[int] | None,
-                   label: str | None = None, dtype_only: bool = False) -> TensorType:
+                   label: str | None = None, dtype_only: bool = False,
+                   symbolic: bool = False) -> TensorType:
     tt = _tensor_type(vi.type)
     if tt is None:
         raise ModelImportError(f"graph input {vi.name!r} is not a tensor "
@@ -272,6 +247,12 @@ def _declared_type(vi: onnx.ValueInfoProto, override: Sequence[int] | None,
     if override is not None:
         dims = [parse_dim(d, f"input_shapes[{name!r}] dimension {i}")
                 for i, d in enumerate(override)]
+        if symbolic:
+            if tt.HasField("shape") and len(tt.shape.dim) != len(dims):
+                raise ModelImportError(f"input_shapes gives {name!r} rank {len(dims)} "
+                                       f"({format_dims(dims)}); the model declares rank "
+                                       f"{len(tt.shape.dim)}")
+            return TensorType(tuple(dims), dtype)
         if not is_static(dims):
             raise ModelImportError(f"input_shapes[{name!r}] = {format_dims(dims)} has "
                                    f"symbolic dimensions; the importer builds a graph of "
@@ -283,12 +264,18 @@ def _declared_type(vi: onnx.ValueInfoProto, override: Sequence[int] | None,
         return TensorType(tuple(shape), dtype)
     if not tt.HasField("shape"):
         raise ModelImportError(f"graph input {vi.name!r} has no shape; give it in input_shapes")
-    shape = []
+    shape: list[int | str] = []
     for i, d in enumerate(tt.shape.dim):
         if d.HasField("dim_value") and d.dim_value >= 0:
             shape.append(int(d.dim_value))
+        elif symbolic and d.dim_param:
+            shape.append(parse_dim(d.dim_param, f"graph input {vi.name!r} dimension {i}"))
         else:
             sym = d.dim_param or "?"
+            if symbolic:
+                raise ModelImportError(f"graph input {vi.name!r} has an unnamed dynamic "
+                                       f"dimension {i}; name it with input_shapes="
+                                       f"{{{vi.name!r}: [...]}} (a size or a variable name)")
             raise ModelImportError(f"graph input {vi.name!r} has a symbolic dimension {i} "
                                    f"({sym!r}); give its shape with input_shapes="
                                    f"{{{vi.name!r}: [...]}} (CLI: --input-shapes "
@@ -386,10 +373,12 @@ def convert_subgraph(ctx: ConvertContext, graph: onnx.GraphProto, what: str,
 
 
 def convert_nodes(fn: Function, scope: Scope, nodes: list[onnx.NodeProto],
-                  opsets: dict[str, int]) -> None:
+                  opsets: dict[str, int], symbolic: _Inference | None = None) -> None:
     """Convert ``nodes`` (of the graph ``scope`` names the values of) into ``fn``, in a
     topological order; a name no node of this graph defines is looked up in the enclosing
-    scopes (sub-graphs: :mod:`tessera.frontend.onnx.subgraphs`)."""
+    scopes (sub-graphs: :mod:`tessera.frontend.onnx.subgraphs`). With ``symbolic`` (the
+    symbolic importer's shape inference, :mod:`.symbolic_import`) the shape arithmetic is
+    folded into size expressions as it goes."""
     ctx = ConvertContext(fn, scope=scope, opsets=opsets, subgraphs=convert_subgraph,
                          nodes=convert_nodes)
     for n in _sorted_nodes_of(nodes):
@@ -405,11 +394,15 @@ def convert_nodes(fn: Function, scope: Scope, nodes: list[onnx.NodeProto],
                                        f"which no node, input or initializer defines")
             inputs.append(None if value is ABSENT else value)
         attrs = {a.name: _attr_value(a) for a in n.attribute}
+        known = None
+        if symbolic is not None and domain == "":
+            symbolic.step(n, opset)
+            known = emit_known_contents(ctx, symbolic, n, attrs, inputs)
         fn_conv = find_converter(n.op_type, domain, opset)
         assert fn_conv is not None
         fn_conv = sequence_converter(ctx, fn_conv, list(n.input), inputs)
         try:
-            result = fn_conv(ctx, inputs, attrs)
+            result = known if known is not None else fn_conv(ctx, inputs, attrs)
         except NeedsConstantError:
             raise
         except ModelImportError:
@@ -425,6 +418,8 @@ def convert_nodes(fn: Function, scope: Scope, nodes: list[onnx.NodeProto],
         for name, value in zip(n.output, outs):
             if name and value is not None:
                 scope.env[name] = value
+        if symbolic is not None:
+            record_outputs(symbolic, n, outs)
         missing = [name for name in n.output[len(outs):] if name]
         if missing:
             raise ctx.error(f"outputs {missing} are not produced by the converter")
@@ -432,7 +427,8 @@ def convert_nodes(fn: Function, scope: Scope, nodes: list[onnx.NodeProto],
 
 def import_onnx(model: ModelSource, input_shapes: Mapping[str, Sequence[Any]] | None = None,
                 freeze_inputs: Mapping[str, np.ndarray] | None = None,
-                check: bool = True) -> Function:
+                check: bool = True, symbolic: bool = False,
+                dim_bounds: Mapping[str, Sequence[int]] | None = None) -> Function:
     """Import an ONNX model into a Tessera function.
 
     ``input_shapes`` overrides (or fixes symbolic) input shapes; ``freeze_inputs`` turns graph
@@ -441,6 +437,13 @@ def import_onnx(model: ModelSource, input_shapes: Mapping[str, Sequence[Any]] | 
     [4, 3]]}``, or ``{"seq[0]": [2, 3], "seq[1]": [4, 3]}``) and becomes one input per
     element; an optional input is present when ``input_shapes`` or ``freeze_inputs`` gives
     it, else empty (:mod:`.sequence_value`).
+
+    With ``symbolic`` the inputs' symbolic dimensions (the model's ``dim_param`` names, or
+    variable names given in ``input_shapes``) stay size variables and the graph describes
+    every size: types carry size expressions and the shape arithmetic becomes expression
+    attributes (:mod:`.symbolic_import`). ``dim_bounds`` (``{"seq": (1, 512)}``) are the
+    variables' ranges, kept in ``attrs["dim_bounds"]``: they simplify expressions (a
+    position table of 512 rows sliced to ``seq``) and bound memory.
     """
     proto = load_model(model)
     opsets = check_onnx_model(proto, check)
@@ -449,7 +452,11 @@ def import_onnx(model: ModelSource, input_shapes: Mapping[str, Sequence[Any]] | 
 
     shapes = dict(input_shapes or {})
     frozen = dict(freeze_inputs or {})
-    fn = Function(g.name or "main")
+    bounds = check_bounds(dim_bounds)
+    if bounds and not symbolic:
+        raise ModelImportError("dim_bounds are the ranges of size variables: they need "
+                               "symbolic=True")
+    fn = Function(g.name or "main", {"dim_bounds": bounds} if bounds else None)
     env: dict[str, Any] = {}
     initializers = {t.name: t for t in g.initializer}
     known_inputs = {vi.name for vi in g.input}
@@ -473,11 +480,28 @@ def import_onnx(model: ModelSource, input_shapes: Mapping[str, Sequence[Any]] | 
         elif vi.name in sequences:
             env[vi.name] = _sequence_input(fn, vi, shapes)
         else:
-            env[vi.name] = fn.add_input(vi.name, _input_type(vi, shapes.get(vi.name)))
+            env[vi.name] = fn.add_input(vi.name, _input_type(vi, shapes.get(vi.name),
+                                                             symbolic=symbolic))
     lengths = {vi.name: len(v) for vi in g.input if isinstance(v := env.get(vi.name),
                                                                 SequenceValue)}
 
-    convert_nodes(fn, Scope(fn, env), nodes, opsets)
+    inference = None
+    if symbolic:
+        variables = set(fn.size_variables)
+        unknown = sorted(set(bounds) - variables)
+        if unknown:
+            raise ModelImportError(f"dim_bounds names {', '.join(map(repr, unknown))}, which "
+                                   f"no input dimension uses (the variables are "
+                                   f"{', '.join(map(repr, sorted(variables))) or 'none'})")
+        constants = {**{t.name: t for t in g.initializer},
+                     **{k: np.asarray(v) for k, v in frozen.items() if v is not None
+                        and not isinstance(v, (list, tuple))}}
+        inference, _ = start_inference({v.name: v.type.shape for v in fn.inputs}, constants,
+                                       bounds)
+    with dim_bounds_scope(bounds):
+        convert_nodes(fn, Scope(fn, env), nodes, opsets, symbolic=inference)
+    if symbolic:
+        prune_shape_values(fn)
     values = []
     for vi in g.output:
         if vi.name not in env:

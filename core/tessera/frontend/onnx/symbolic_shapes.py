@@ -30,12 +30,13 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from tessera.frontend.onnx.importer import _sorted_nodes
+from tessera.frontend.onnx.order import _sorted_nodes
+from tessera.ir.symbolic import dim_var, dim_vars
 from tessera.tir import expr as E
 from tessera.tir.arith import Bounds, struct_equal
 from tessera.tir.simplify import can_prove, simplify
 
-__all__ = ["Relation", "SymValue", "infer_symbolic", "model_symbolic"]
+__all__ = ["Relation", "SymValue", "infer_symbolic", "model_symbolic", "start_inference"]
 
 #: Integer tensors (of constant shape) up to this many elements get their contents tracked.
 CONTENT_LIMIT = 64
@@ -188,19 +189,23 @@ class _Inference:
     # -- the graph ----------------------------------------------------------------------------
     def run(self, nodes: Sequence[onnx.NodeProto], opset: int) -> None:
         for node in nodes:
-            self.where = f"{node.name or node.output[0]!r} ({node.op_type})"
-            if node.op_type == "Constant" and node.output:
-                for a in node.attribute:
-                    if a.name == "value" and a.t.data_type in _FLOAT_TENSORS:
-                        self.floats[node.output[0]] = numpy_helper.to_array(a.t)
-            try:
-                outs = self.node(node, opset)
-            except (TypeError, ValueError, IndexError, ZeroDivisionError):
-                outs = None  # an argument the rules cannot express: unknown
-            for i, name in enumerate(node.output):
-                if name:
-                    self.values[name] = outs[i] if outs is not None and i < len(outs) \
-                        else UNKNOWN
+            self.step(node, opset)
+
+    def step(self, node: onnx.NodeProto, opset: int) -> None:
+        """Infer one node's outputs (its inputs inferred before)."""
+        self.where = f"{node.name or node.output[0]!r} ({node.op_type})"
+        if node.op_type == "Constant" and node.output:
+            for a in node.attribute:
+                if a.name == "value" and a.t.data_type in _FLOAT_TENSORS:
+                    self.floats[node.output[0]] = numpy_helper.to_array(a.t)
+        try:
+            outs = self.node(node, opset)
+        except (TypeError, ValueError, IndexError, ZeroDivisionError):
+            outs = None  # an argument the rules cannot express: unknown
+        for i, name in enumerate(node.output):
+            if name:
+                self.values[name] = outs[i] if outs is not None and i < len(outs) \
+                    else UNKNOWN
 
     def node(self, node: onnx.NodeProto, opset: int) -> list[SymValue] | None:
         op = node.op_type
@@ -767,13 +772,31 @@ def infer_symbolic(nodes: Sequence[onnx.NodeProto], inputs: Mapping[str, Sequenc
     known outright. Returns the values and the variables
     by name. ``bounds`` gives variables' ranges (default: non-negative). The relations between
     sizes that valid inputs satisfy and nothing proves are appended to ``relations``."""
-    names = sorted({d for dims in inputs.values() for d in dims if isinstance(d, str)})
-    variables = {n: E.Var(n, INDEX) for n in names}
+    inference, variables = start_inference(inputs, constants, bounds)
+    inference.run(nodes, opset)
+    if relations is not None:
+        relations.extend(inference.relations)
+    return inference.values, variables
+
+
+def start_inference(inputs: Mapping[str, Sequence[Any]],
+                    constants: Mapping[str, np.ndarray | onnx.TensorProto],
+                    bounds: Mapping[str, tuple[int | None, int | None]] | None = None
+                    ) -> tuple[_Inference, dict[str, E.Var]]:
+    """An inference with the graph inputs (dimensions: ints, variable names or size
+    expressions) and constants entered, ready to :meth:`~_Inference.step` through nodes (the
+    symbolic importer does, node by node). The variables are the IR's (one object per name:
+    :func:`tessera.ir.symbolic.dim_var`)."""
+    names = sorted({d for dims in inputs.values() for d in dims if isinstance(d, str)} |
+                   {v for dims in inputs.values() for d in dims if isinstance(d, E.PrimExpr)
+                    for v in dim_vars(d)})
+    variables = {n: dim_var(n) for n in names}
     bounds = dict(bounds or {})
     inference = _Inference({variables[n]: bounds.get(n, (0, None)) for n in names})
     for name, dims in inputs.items():
-        inference.values[name] = SymValue(tuple(variables[d] if isinstance(d, str) else
-                                                _imm(d) for d in dims))
+        inference.values[name] = SymValue(tuple(
+            variables[d] if isinstance(d, str) else d if isinstance(d, E.PrimExpr) else
+            _imm(d) for d in dims))
     for name, array in constants.items():
         if isinstance(array, onnx.TensorProto):
             small = array.data_type in _INT_TENSORS and \
@@ -785,10 +808,7 @@ def infer_symbolic(nodes: Sequence[onnx.NodeProto], inputs: Mapping[str, Sequenc
                 continue
             array = numpy_helper.to_array(array)
         inference.values[name] = inference.from_array(np.asarray(array))
-    inference.run(nodes, opset)
-    if relations is not None:
-        relations.extend(inference.relations)
-    return inference.values, variables
+    return inference, variables
 
 
 def model_symbolic(proto: onnx.ModelProto, inputs: Mapping[str, Sequence[Any]],

@@ -19,7 +19,8 @@ from tessera.frontend.onnx.context import ConvertContext
 from tessera.frontend.onnx.converters.dynamic_slice import dynamic_slice_of
 from tessera.frontend.onnx.dtypes import onnx_dtype
 from tessera.frontend.onnx.registry import converter, simple
-from tessera.ir.graph import Value
+from tessera.ir.graph import Value, contents_of
+from tessera.ir.symbolic import is_dim_expr
 from tessera.ir.types import DType, TensorType
 from tessera.ops.registry import normalize_axis
 
@@ -117,19 +118,27 @@ def convert_constant(ctx: ConvertContext, inputs: Inputs, attrs: Attrs) -> Value
     return ctx.const(array, name=_out_name(ctx))
 
 
+def _size_values(ctx: ConvertContext, values: list[Any], shape: list[int]) -> Value:
+    """Ints as an int64 constant; with size expressions among them, a ``ShapeValues`` node
+    (a graph with symbolic shapes)."""
+    if not any(is_dim_expr(v) for v in values):
+        return ctx.const(np.array(values, dtype=np.int64).reshape(shape), name=_out_name(ctx))
+    return ctx.op("ShapeValues", values=values, shape=shape, dtype=DType.int64)
+
+
 @converter("Shape", since=1)
 def convert_shape(ctx: ConvertContext, inputs: Inputs, attrs: Attrs) -> Value:
     x = inputs[0]
     assert x is not None
-    dims = x.type.shape[attrs.get("start", 0):attrs.get("end")]
-    return ctx.const(np.array(dims, dtype=np.int64), name=_out_name(ctx))
+    dims = list(x.type.shape[attrs.get("start", 0):attrs.get("end")])
+    return _size_values(ctx, dims, [len(dims)])
 
 
 @converter("Size", since=1)
 def convert_size(ctx: ConvertContext, inputs: Inputs, attrs: Attrs) -> Value:
     x = inputs[0]
     assert x is not None
-    return ctx.const(np.array(x.type.size, dtype=np.int64), name=_out_name(ctx))
+    return _size_values(ctx, [x.type.size], [])
 
 
 @converter("ConstantOfShape", since=9)
@@ -139,14 +148,42 @@ def convert_constant_of_shape(ctx: ConvertContext, inputs: Inputs, attrs: Attrs)
     value = np.zeros(1, np.float32) if value is None else np.asarray(value)
     if value.size != 1:
         raise ctx.error(f"value must hold one element, got shape {list(value.shape)}")
+    if any(is_dim_expr(d) for d in shape):  # sizes known at run time: a node
+        return ctx.op("ConstantOfShape", shape=shape, value=value.reshape(-1))
     if any(d < 0 for d in shape):
         raise ctx.error(f"shape {shape} has a negative dimension")
     ctx.check_size(TensorType(tuple(shape), DType.from_numpy(value.dtype)), "the result")
     return ctx.const(np.full(shape, value.reshape(-1)[0], dtype=value.dtype), name=_out_name(ctx))
 
 
+def _symbolic_scalars(ctx: ConvertContext, operands: Inputs) -> list[Any] | None:
+    """Each operand's one element where some is a size expression (a graph with symbolic
+    shapes), else None."""
+    found = []
+    for v in operands:
+        contents = ctx.const_ints(v) if v is not None and v.data is None and \
+            v.type.dtype.is_int and contents_of(v) is not None else None
+        if contents is None:
+            if v is None or v.data is None or np.asarray(v.data).size != 1:
+                return None
+            contents = [np.asarray(v.data).reshape(-1)[0].item()]
+        if len(contents) != 1:
+            return None
+        found.append(contents[0])
+    return found if any(is_dim_expr(x) for x in found) else None
+
+
 @converter("Range", since=11)
 def convert_range(ctx: ConvertContext, inputs: Inputs, attrs: Attrs) -> Value:
+    symbolic = _symbolic_scalars(ctx, inputs[:3])
+    if symbolic is not None:  # a bound depends on the sizes: a node
+        assert inputs[0] is not None
+        if not inputs[0].type.dtype.is_int or not all(
+                isinstance(x, int) or is_dim_expr(x) for x in symbolic):
+            raise ctx.error("a Range whose bounds depend on the sizes must be on integers")
+        start, limit, delta = symbolic
+        return ctx.op("Range", start=start, limit=limit, delta=delta,
+                      dtype=inputs[0].type.dtype)
     start, limit, delta = const_operands(ctx, (inputs[0], "start"), (inputs[1], "limit"),
                                          (inputs[2], "delta"))
     assert start is not None and limit is not None and delta is not None
@@ -281,6 +318,15 @@ def convert_slice_1(ctx: ConvertContext, inputs: Inputs, attrs: Attrs) -> Value:
 def convert_slice_10(ctx: ConvertContext, inputs: Inputs, attrs: Attrs) -> Value:
     x = inputs[0]
     assert x is not None
+    operands = [inputs[1], inputs[2], _input(inputs, 3), _input(inputs, 4)]
+    if any(v is not None and v.data is None and contents_of(v) is not None for v in operands):
+        # size expressions among them (a graph with symbolic shapes)
+        starts, ends, axes, steps = (ctx.const_ints(v, what) if v is not None else None
+                                     for v, what in zip(operands, ("starts", "ends", "axes",
+                                                                   "steps")))
+        if any(is_dim_expr(a) for a in (axes or []) + (steps or [])):
+            raise ctx.error("axes and steps must be constants")
+        return _slice(ctx, x, starts or [], ends or [], axes, steps)
     try:
         data = const_operands(ctx, (inputs[1], "starts"), (inputs[2], "ends"),
                               (_input(inputs, 3), "axes"), (_input(inputs, 4), "steps"))
@@ -303,7 +349,8 @@ def convert_gather(ctx: ConvertContext, inputs: Inputs, attrs: Attrs) -> Any:
         axis = normalize_axis(int(attrs.get("axis", 0)), x.type.ndim, ctx.node_name)
         dim = x.type.shape[axis]
         idx = np.asarray(index.data)
-        if idx.dtype.kind in "iu" and idx.size and (idx.min() < -dim or idx.max() >= dim):
+        if isinstance(dim, int) and idx.dtype.kind in "iu" and idx.size and (
+                idx.min() < -dim or idx.max() >= dim):
             bad = idx[(idx < -dim) | (idx >= dim)].reshape(-1)[0]
             raise ctx.error(f"constant index {int(bad)} is out of range for axis {axis} of "
                             f"size {dim} (indices must be in [{-dim}, {dim}))")
