@@ -246,13 +246,17 @@ def test_a_size_only_in_a_reduce_axis_is_a_size_var() -> None:
         execute(func, [rand((2, 64))], [(2,)])
 
 
-def test_size_bounds_must_name_size_vars() -> None:
-    n = tir.Var("n")
+def test_size_bounds_of_unused_variables_are_left_out() -> None:
+    """te.lower takes a whole region's bounds; a PrimFunc itself refuses a bound on a variable
+    that is not one of its size_vars."""
+    n, z = tir.Var("n"), tir.Var("z")
     A = te.placeholder((n,), name="A")
     B = te.compute((n,), lambda i: A[i] + 1.0, name="B")
     s = te.create_schedule(B)
+    f = te.lower(s, [A, B], size_bounds={z: (0, 8), n: (1, 16)})
+    assert f.size_vars == [n] and f.size_bounds == {n: (1, 16)}
     with pytest.raises(ValueError, match="size_vars"):
-        te.lower(s, [A, B], size_bounds={tir.Var("z"): (0, 8)})
+        tir.PrimFunc("f", f.params, f.body, size_vars=[n], size_bounds={z: (0, 8)})
 
 
 # ---- softmax --------------------------------------------------------------------------------

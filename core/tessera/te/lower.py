@@ -376,8 +376,9 @@ class _Lowering:
             if id(self.buffers[stage]) not in params:
                 body = Allocate(self.buffers[stage], body)
         _check_lowered(body)
-        return PrimFunc(name, self.params, body, attrs, size_vars(self.params, body),
-                        size_bounds)
+        used = size_vars(self.params, body)
+        bounds = {v: b for v, b in (size_bounds or {}).items() if v in used}
+        return PrimFunc(name, self.params, body, attrs, used, bounds)
 
 
 def size_vars(params: Sequence[Buffer], body: Stmt) -> list[E.Var]:
@@ -426,7 +427,8 @@ def lower(sch: Schedule, args: Sequence[Tensor], name: str = "main",
     function takes them); each becomes a global, multi-dimensional parameter buffer of the
     tensor's name. ``attrs`` become the function's attributes. Shapes may use run-time sizes
     (``tir.Var``): they become the function's ``size_vars`` (see :func:`size_vars`), and
-    ``size_bounds`` gives some of them a ``(low, high)`` range (None for an open side)."""
+    ``size_bounds`` gives some of them a ``(low, high)`` range (None for an open side; the
+    bounds of variables the function does not use are left out)."""
     if not isinstance(sch, Schedule):
         raise TypeError(f"lower: expected a Schedule, got {type(sch).__name__}")
     return _Lowering(sch, list(args)).run(name, dict(attrs or {}), size_bounds)

@@ -469,6 +469,13 @@ def all_of(*conds: PrimExpr) -> PrimExpr:
     return result if result is not None else IntImm(1, "bool")
 
 
+def conjuncts(cond: PrimExpr) -> list[PrimExpr]:
+    """The operands of a scalar conjunction ``a && b && ...`` (``[cond]`` when it is none)."""
+    if isinstance(cond, And) and cond.lanes == 1:
+        return conjuncts(cond.a) + conjuncts(cond.b)
+    return [cond]
+
+
 def any_of(*conds: PrimExpr) -> PrimExpr:
     """The disjunction of ``conds`` (false when empty)."""
     result: PrimExpr | None = None

@@ -2,6 +2,8 @@
 
 Operands broadcast like numpy (right-aligned; a size-1 dimension reads index 0). A compute whose
 operands all have the output's shape is tagged ``"elemwise"``, otherwise ``"broadcast"``.
+Dimensions may be run-time sizes (:func:`~tessera.topi.utils.broadcast_shape`: such a
+dimension matches the same size and takes a static 1's place, never broadcasts itself).
 float16 operands are computed in float32 and rounded once. Integer semantics follow the
 references (ONNX): ``Div`` truncates toward zero, ``Mod`` takes the divisor's sign (or the
 dividend's with ``fmod``), and integer division or modulo by zero gives 0 (a guard, so the
@@ -26,8 +28,9 @@ from tessera.topi.utils import (
     compute_dtype,
     const,
     constant_scalar,
+    dims_of,
     is_float,
-    shape_of,
+    shapes_equal,
 )
 
 Expr = tir.PrimExpr
@@ -38,11 +41,11 @@ def broadcast_compute(inputs: Sequence[te.Tensor], fn: Callable[..., Expr], name
     """``out[i] = fn(a[i'], b[i''], ...)`` over the broadcast shape of ``inputs``; operands are
     cast to ``calc_dtype`` (default: the first input's compute dtype) and the result to
     ``out_dtype`` (default: the first input's dtype)."""
-    shapes = [shape_of(t) for t in inputs]
+    shapes = [dims_of(t) for t in inputs]
     out_shape = broadcast_shape(*shapes)
     ct = calc_dtype or compute_dtype(inputs[0].dtype)
     out = out_dtype or inputs[0].dtype
-    kind = tag.ELEMWISE if all(s == out_shape for s in shapes) else tag.BROADCAST
+    kind = tag.ELEMWISE if all(shapes_equal(s, out_shape) for s in shapes) else tag.BROADCAST
 
     def body(*i: Any) -> Expr:
         vals = [cast(broadcast_read(t, i), ct) for t in inputs]
@@ -179,9 +182,9 @@ logical_xor = _compare("logical_xor", tir.ne)
 
 def where(cond: te.Tensor, x: te.Tensor, y: te.Tensor) -> te.Tensor:
     """``x`` where ``cond`` holds, else ``y``."""
-    shapes = [shape_of(t) for t in (cond, x, y)]
+    shapes = [dims_of(t) for t in (cond, x, y)]
     out_shape = broadcast_shape(*shapes)
-    kind = tag.ELEMWISE if all(s == out_shape for s in shapes) else tag.BROADCAST
+    kind = tag.ELEMWISE if all(shapes_equal(s, out_shape) for s in shapes) else tag.BROADCAST
     return te.compute(out_shape, lambda *i: tir.select(broadcast_read(cond, i),
                                                        broadcast_read(x, i),
                                                        broadcast_read(y, i)),

@@ -14,6 +14,12 @@ Constants. A constant value a node reads (a weight, a bias, a zero point) become
   input values followed by these constants (``GroupTE.constants``), aligned one to one with
   ``GroupTE.placeholders``. The runtime passes their data (``value.data``) as buffers.
 
+Run-time sizes. A value's ``TensorType.shape`` may hold index expressions over the model's size
+variables (``Var("seq")``): its placeholder then has those dimensions, the computes build loops
+over them (:func:`~tessera.topi.utils.dims_of`), and a compute's output shape is checked
+against the node's output type with :func:`~tessera.topi.utils.dim_equal` (ints equal,
+expressions equal as polynomials), never with ``==``.
+
 Names. Placeholders are named after their values; each node's output tensors after the output
 values, and the intermediate stages of a node ``<node>_<stage>``; every name is made a valid
 identifier and unique within the group.
@@ -33,7 +39,7 @@ from tessera.errors import CompileError
 from tessera.ir.graph import Node, Value
 from tessera.ops.registry import REQUIRED, get_schema
 from tessera.topi import registry
-from tessera.topi.utils import const_tensor
+from tessera.topi.utils import as_dim, const_tensor, dims_of, shape_text, shapes_equal
 
 #: A backend's own compute of an op (``build_te(computes=...)``): the registry computes'
 #: signature, returning None to leave the node to the registry.
@@ -112,6 +118,18 @@ def _new_ops(results: list[te.Tensor], known: set[int]) -> list[te.Operation]:
     return found
 
 
+def _type_matches(value: Value, t: te.Tensor) -> bool:
+    """Whether tensor ``t`` has ``value``'s element type and shape (dimensions compared with
+    :func:`~tessera.topi.utils.dim_equal`: run-time sizes as expressions)."""
+    if t.dtype != value.type.dtype.value:
+        return False
+    try:
+        want = [as_dim(d) for d in value.type.shape]
+    except TypeError:
+        return False
+    return shapes_equal(dims_of(t), want)
+
+
 def build_te(nodes: list[Node], inputs: list[Value], outputs: list[Value],
              inline_scalars: bool = True,
              computes: Mapping[str, ComputeOverride] | None = None) -> GroupTE:
@@ -183,12 +201,10 @@ def build_te(nodes: list[Node], inputs: list[Value], outputs: list[Value],
             raise CompileError(f"node {node.name} ({node.op}): compute gave {len(results)} "
                                f"tensors for {len(out_types)} outputs")
         for value, t in zip(node.outputs, results):
-            want = (tuple(value.type.shape), value.type.dtype.value)
-            got = (t.const_shape(), t.dtype)
-            if want != got:
+            if not _type_matches(value, t):
                 raise CompileError(f"node {node.name} ({node.op}): compute gives "
-                                   f"{got[1]}{list(got[0])} for output {value.name} of type "
-                                   f"{value.type}")
+                                   f"{t.dtype}{shape_text(dims_of(t))} for output {value.name} "
+                                   f"of type {value.type}")
         fresh = _new_ops(results, known)
         out_ops = {id(t.op): v for t, v in zip(results, node.outputs)}
         for op in reversed(fresh):  # inputs first, so names read in dataflow order

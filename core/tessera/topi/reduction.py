@@ -13,6 +13,11 @@ An empty ``axes`` list reduces nothing: only the elementwise part of the op appl
 it is written as an explicit chain of multiplications, for reduced sizes up to
 :data:`MAX_PROD_TERMS`. ``ArgMax``/``ArgMin`` find the extreme value, then the first (or last)
 index holding it; NaN inputs are not handled like numpy (which returns the first NaN).
+
+Reduced and kept dimensions may be run-time sizes (:func:`~tessera.topi.utils.dims_of`): the
+reduce axes then have expression extents, and a mean divides by the element count computed at
+run time (an empty integer mean gives 0, an empty float one NaN, as with static sizes).
+``ReduceProd`` needs a static reduced size.
 """
 
 from __future__ import annotations
@@ -24,7 +29,20 @@ from typing import Any
 from tessera import te, tir
 from tessera.topi import tag
 from tessera.topi.registry import register_compute
-from tessera.topi.utils import cast, compute_dtype, const, is_float, normalize_axis, prod, shape_of
+from tessera.topi.utils import (
+    Dim,
+    as_dim,
+    cast,
+    compute_dtype,
+    const,
+    dim_prod,
+    dims_of,
+    is_float,
+    is_static,
+    normalize_axis,
+    prod,
+    shape_of,
+)
 
 Expr = tir.PrimExpr
 #: ReduceProd is unrolled into this many multiplications at most.
@@ -38,7 +56,8 @@ def reduce_axes(ndim: int, axes: Sequence[int] | None) -> tuple[int, ...]:
     return tuple(sorted({normalize_axis(a, ndim) for a in axes}))
 
 
-def reduced_shape(shape: Sequence[int], axes: Sequence[int], keepdims: bool) -> tuple[int, ...]:
+def reduced_shape(shape: Sequence[Dim], axes: Sequence[int], keepdims: bool
+                  ) -> tuple[Dim, ...]:
     if keepdims:
         return tuple(1 if i in axes else d for i, d in enumerate(shape))
     return tuple(d for i, d in enumerate(shape) if i not in axes)
@@ -76,7 +95,7 @@ def reduce_compute(x: te.Tensor, axes: Sequence[int] | None, keepdims: bool, com
     """``combiner`` (``"sum"``, ``"max"``, ``"min"``) over ``axes`` of
     ``map_fn(cast(x[idx], acc_dtype), idx)`` (``idx``: the full input index). With no axis to
     reduce it is the elementwise ``map_fn`` alone (tag ``"elemwise"``)."""
-    shape = shape_of(x)
+    shape = dims_of(x)
     ndim = len(shape)
     ax = reduce_axes(ndim, axes)
     acc = acc_dtype or x.dtype
@@ -142,15 +161,34 @@ def min(x: te.Tensor, axes: Sequence[int] | None = None,  # noqa: A001
     return _extreme(x, axes, keepdims, "min")
 
 
-def _count(x: te.Tensor, axes: Sequence[int] | None) -> int:
-    shape = shape_of(x)
-    return prod([shape[a] for a in reduce_axes(len(shape), axes)])
+def _count(x: te.Tensor, axes: Sequence[int] | None) -> Dim:
+    shape = dims_of(x)
+    return dim_prod([shape[a] for a in reduce_axes(len(shape), axes)])
+
+
+def _mean_dims(x: te.Tensor, axes: Sequence[int] | None, keepdims: bool,
+               count: tir.PrimExpr) -> te.Tensor:
+    """:func:`mean` over a run-time number of elements ``count``."""
+    if not is_float(x.dtype):
+        s = reduce_compute(x, axes, keepdims, "sum", name="sum")
+        n = cast(count, x.dtype)
+        zero = const(0, x.dtype)
+
+        def int_mean(v: Expr) -> Expr:
+            empty = tir.eq(n, zero)
+            return tir.select(empty, zero, v // tir.select(empty, const(1, x.dtype), n))
+
+        return _finish(s, int_mean, x.dtype, "mean")
+    s = reduce_compute(x, axes, keepdims, "sum", acc_dtype=_acc(x.dtype), name="sum")
+    return _finish(s, lambda v: v / cast(count, v.dtype), x.dtype, "mean")
 
 
 def mean(x: te.Tensor, axes: Sequence[int] | None = None, keepdims: bool = False) -> te.Tensor:
     """Mean over ``axes``: floats divide the (float32 for float16) sum, integers floor-divide
     it; an empty reduction gives NaN (floats) or 0 (integers)."""
     count = _count(x, axes)
+    if not isinstance(count, int):
+        return _mean_dims(x, axes, keepdims, count)
     if not is_float(x.dtype):
         s = reduce_compute(x, axes, keepdims, "sum", name="sum")
         if count == 0:
@@ -232,7 +270,7 @@ def log_sum(x: te.Tensor, axes: Sequence[int] | None = None,
 def log_sum_exp(x: te.Tensor, axes: Sequence[int] | None = None,
                 keepdims: bool = False) -> te.Tensor:
     """``m + log(sum(exp(x - m)))`` with ``m`` the maximum (0 where it is not finite)."""
-    shape = shape_of(x)
+    shape = dims_of(x)
     ax = reduce_axes(len(shape), axes)
     ft = _float_of(x.dtype)
     m = reduce_compute(x, ax, True, "max", acc_dtype=ft, name="max")
@@ -256,7 +294,7 @@ def arg_reduce(x: te.Tensor, axis: int, keepdims: bool = True, select_last_index
                mode: str = "max") -> te.Tensor:
     """Index (int64) of the largest (``mode="max"``) or smallest element along ``axis``; the
     first of ties, or the last with ``select_last_index``."""
-    shape = shape_of(x)
+    shape = dims_of(x)
     a = normalize_axis(axis, len(shape))
     m = reduce_compute(x, (a,), True, mode, name=f"{mode}")
     k = te.reduce_axis((0, shape[a]), name="k")
@@ -285,7 +323,7 @@ def argmin(x: te.Tensor, axis: int = 0, keepdims: bool = True,
 def cumsum(x: te.Tensor, axis: int, exclusive: bool = False, reverse: bool = False) -> te.Tensor:
     """Running sums along ``axis`` (a masked reduction per output point: quadratic work, for
     the short axes models use it on)."""
-    shape = shape_of(x)
+    shape = dims_of(x)
     a = normalize_axis(axis, len(shape))
     acc = _acc(x.dtype)
     k = te.reduce_axis((0, shape[a]), name="k")
@@ -320,7 +358,10 @@ def _reduce_supports(node: Any) -> str | None:
         return "bool input is not supported"
     if node.op == "ReduceProd":
         ax = reduce_axes(x.ndim, node.attrs.get("axes"))
-        terms = prod([x.shape[a] for a in ax])
+        dims = [as_dim(x.shape[a]) for a in ax]
+        if not is_static(dims):
+            return "reduces a run-time number of elements; the product is unrolled"
+        terms = prod(dims)  # type: ignore[arg-type]
         if terms > MAX_PROD_TERMS:
             return (f"reduces {terms} elements per output; the product is unrolled up to "
                     f"{MAX_PROD_TERMS}")

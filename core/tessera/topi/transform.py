@@ -9,6 +9,16 @@ is not taken (generated code may evaluate both): indices that could leave the in
 ``reshape`` maps indices group by group: the dimensions of the input and output are cut where
 their running products agree, so only dimensions that are really merged or split pay a
 division or modulo (squeeze/unsqueeze/flatten of trailing dims need none).
+
+Run-time sizes. Reshape, flatten, (un)squeeze, transpose, concat, split, slice, gather, expand
+and pad take shapes whose dimensions are run-time sizes (:data:`~tessera.topi.utils.Dim`), and
+their shape parameters may be index expressions (Reshape to ``(b, s, 8, 64)``, Slice ``ends =
+s``, Pad ``after = (8 - s % 8) % 8``). Reshape cuts its groups where the running products are
+provably equal (as polynomials of the size variables) and refuses sizes it cannot prove equal.
+A run-time Slice bound is a position in ``[0, dim]`` (an int bound counts from the end when
+negative, as ONNX; a huge one means the end); the read index is clamped into the axis where the
+axis is static and a bound is not, so a size past the axis cannot read out of bounds; steps
+must be positive there. Run-time pad amounts are growths (non-negative).
 """
 
 from __future__ import annotations
@@ -17,16 +27,26 @@ from collections.abc import Sequence
 from typing import Any
 
 from tessera import te, tir
+from tessera.errors import OpError
 from tessera.ops.tensor import slice_tuple
 from tessera.topi import tag
 from tessera.topi.registry import register_compute
 from tessera.topi.utils import (
+    Dim,
     add,
+    as_dim,
     broadcast_read,
     broadcast_shape,
     cast,
     clamp,
     const,
+    dim_add,
+    dim_equal,
+    dim_prod,
+    dim_sub,
+    dims_of,
+    is_const_dim,
+    is_static,
     mul,
     normalize_axis,
     prod,
@@ -34,10 +54,25 @@ from tessera.topi.utils import (
     read,
     scalar,
     shape_of,
+    shape_text,
     unravel,
 )
 
 Expr = tir.PrimExpr
+#: A Slice bound at least this large means "to the end of the axis" (ONNX exporters write
+#: INT64_MAX, INT32_MAX, ...).
+_TO_THE_END = 1 << 30
+
+
+def _is_zero(d: Dim) -> bool:
+    return is_const_dim(d, 0)
+
+
+def _shift(i: Any, k: Dim) -> Any:
+    """``i + k`` for an index and a dimension (``i`` itself when ``k`` is 0)."""
+    if isinstance(k, int):
+        return add(i, k)
+    return i + k
 
 
 # -- reshape family -------------------------------------------------------------------------------
@@ -67,16 +102,64 @@ def _reshape_groups(src: Sequence[int], dst: Sequence[int]
     return groups
 
 
-def reshape(x: te.Tensor, shape: Sequence[int]) -> te.Tensor:
-    """``x`` with a new shape of the same size (row-major order)."""
-    src = shape_of(x)
-    dst = tuple(int(d) for d in shape)
-    if prod(src) != prod(dst):
-        raise ValueError(f"reshape: cannot reshape {list(src)} to {list(dst)}")
-    if prod(src) == 0:
-        return te.compute(dst, lambda *i: const(0, x.dtype), name="reshape", tag=tag.INJECTIVE)
-    groups = _reshape_groups(src, dst)
+def _reshape_groups_dims(src: Sequence[Dim], dst: Sequence[Dim]
+                         ) -> list[tuple[list[int], list[int]]]:
+    """:func:`_reshape_groups` of shapes with run-time dimensions: the cuts are the running
+    products (of the dimensions that are not a static 1) that both shapes have, compared as
+    polynomials; an error when the whole products differ."""
+    si = [k for k, d in enumerate(src) if not is_const_dim(d, 1)]
+    di = [k for k, d in enumerate(dst) if not is_const_dim(d, 1)]
 
+    def prefixes(shape: Sequence[Dim], idx: list[int]) -> list[Dim]:
+        out: list[Dim] = []
+        acc: Dim = 1
+        for k in idx:
+            acc = dim_prod([acc, shape[k]])
+            out.append(acc)
+        return out
+
+    ps, pd = prefixes(src, si), prefixes(dst, di)
+    groups: list[tuple[list[int], list[int]]] = []
+    a = b = 0
+    for p in range(len(ps)):
+        q = next((q for q in range(b, len(pd)) if dim_equal(ps[p], pd[q])), None)
+        if q is None:
+            continue
+        groups.append((si[a:p + 1], di[b:q + 1]))
+        a, b = p + 1, q + 1
+    if a != len(si) or b != len(di):
+        raise ValueError(f"reshape: cannot reshape {shape_text(src)} to {shape_text(dst)} "
+                         f"(sizes not provably equal)")
+    return groups
+
+
+def reshape(x: te.Tensor, shape: Sequence[Dim]) -> te.Tensor:
+    """``x`` with a new shape of the same size (row-major order); dimensions may be run-time
+    sizes (index expressions) on either side."""
+    src = dims_of(x)
+    dst = tuple(as_dim(d) for d in shape)
+    if not (is_static(src) and is_static(dst)):
+        return _reshape_dims(x, src, dst)
+    if prod(src) != prod(dst):  # type: ignore[arg-type]
+        raise ValueError(f"reshape: cannot reshape {list(src)} to {list(dst)}")
+    if prod(src) == 0:  # type: ignore[arg-type]
+        return te.compute(dst, lambda *i: const(0, x.dtype), name="reshape", tag=tag.INJECTIVE)
+    groups = _reshape_groups(src, dst)  # type: ignore[arg-type]
+    return _reshape_by_groups(x, src, dst, groups)
+
+
+def _reshape_dims(x: te.Tensor, src: Sequence[Dim], dst: Sequence[Dim]) -> te.Tensor:
+    if any(_is_zero(d) for d in (*src, *dst)):
+        if not dim_equal(dim_prod(src), dim_prod(dst)):
+            raise ValueError(f"reshape: cannot reshape {shape_text(src)} to {shape_text(dst)}")
+        return te.compute(dst, lambda *i: const(0, x.dtype), name="reshape", tag=tag.INJECTIVE)
+    return _reshape_by_groups(x, src, dst, _reshape_groups_dims(src, dst))
+
+
+def _reshape_by_groups(x: te.Tensor, src: Sequence[Dim], dst: Sequence[Dim],
+                       groups: list[tuple[list[int], list[int]]]) -> te.Tensor:
+    """The reshape compute: each group of output indices raveled, then unraveled into the
+    group's input dimensions."""
     def body(*oi: Any) -> Expr:
         idx: list[Any] = [0] * len(src)
         for gs, gd in groups:
@@ -93,22 +176,25 @@ def reshape(x: te.Tensor, shape: Sequence[int]) -> te.Tensor:
 
 def flatten(x: te.Tensor, axis: int = 1) -> te.Tensor:
     """2-D: the dimensions before ``axis`` and from ``axis`` on."""
-    shape = shape_of(x)
+    shape = dims_of(x)
     a = axis + len(shape) if axis < 0 else axis
-    return reshape(x, (prod(shape[:a]), prod(shape[a:])))
+    return reshape(x, (dim_prod(shape[:a]), dim_prod(shape[a:])))
 
 
 def squeeze(x: te.Tensor, axes: Sequence[int] | None = None) -> te.Tensor:
-    """``x`` without the size-1 axes ``axes`` (all of them when None)."""
-    shape = shape_of(x)
+    """``x`` without the size-1 axes ``axes`` (all the static 1s when None)."""
+    shape = dims_of(x)
     drop = ({normalize_axis(a, len(shape)) for a in axes} if axes is not None
-            else {k for k, d in enumerate(shape) if d == 1})
+            else {k for k, d in enumerate(shape) if is_const_dim(d, 1)})
+    for k in drop:
+        if not is_static(shape[k]):
+            raise OpError(f"squeeze: axis {k} is a run-time size ({shape[k]}), not a static 1")
     return reshape(x, [d for k, d in enumerate(shape) if k not in drop])
 
 
 def unsqueeze(x: te.Tensor, axes: Sequence[int]) -> te.Tensor:
     """``x`` with size-1 axes inserted at ``axes`` (positions in the output)."""
-    shape = shape_of(x)
+    shape = dims_of(x)
     rank = len(shape) + len(axes)
     new = {normalize_axis(a, rank) for a in axes}
     it = iter(shape)
@@ -117,7 +203,7 @@ def unsqueeze(x: te.Tensor, axes: Sequence[int]) -> te.Tensor:
 
 def transpose(x: te.Tensor, perm: Sequence[int] | None = None) -> te.Tensor:
     """Axes permuted: output axis ``k`` is input axis ``perm[k]`` (reversed when None)."""
-    src = shape_of(x)
+    src = dims_of(x)
     p = ([normalize_axis(a, len(src)) for a in perm] if perm is not None
          else list(range(len(src)))[::-1])
 
@@ -134,31 +220,44 @@ def transpose(x: te.Tensor, perm: Sequence[int] | None = None) -> te.Tensor:
 # -- concat, split, slice -------------------------------------------------------------------------
 
 def concat(xs: Sequence[te.Tensor], axis: int = 0) -> te.Tensor:
-    """Join tensors along ``axis`` (a select chain; every branch reads in bounds)."""
-    shapes = [shape_of(t) for t in xs]
+    """Join tensors along ``axis`` (a select chain; every branch reads in bounds). Sizes along
+    ``axis`` may be run-time sizes (a part of run-time size is taken as possibly non-empty);
+    the other dimensions must be provably equal."""
+    shapes = [dims_of(t) for t in xs]
     a = normalize_axis(axis, len(shapes[0]))
-    parts = [(t, s[a]) for t, s in zip(xs, shapes) if s[a] > 0]
+    for s in shapes[1:]:
+        if len(s) != len(shapes[0]) or not all(
+                dim_equal(d, e) for k, (d, e) in enumerate(zip(s, shapes[0])) if k != a):
+            raise OpError(f"concat: shapes {[shape_text(s) for s in shapes]} differ off axis "
+                          f"{a}")
+    parts = [(t, s[a]) for t, s in zip(xs, shapes) if not is_static(s[a]) or s[a] > 0]
     if not parts:
         parts = [(xs[0], 0)]
     out_shape = list(shapes[0])
-    out_shape[a] = sum(s[a] for s in shapes)
-    offsets = []
-    acc = 0
+    total: Dim = 0
+    for s in shapes:
+        total = dim_add(total, s[a])
+    out_shape[a] = total
+    offsets: list[Dim] = []
+    acc: Dim = 0
     for _, n in parts:
         offsets.append(acc)
-        acc += n
+        acc = dim_add(acc, n)
 
     def body(*oi: Any) -> Expr:
         i = oi[a]
         result: Expr | None = None
-        for (t, n), off in reversed(list(zip(parts, offsets))):
+        for k, ((t, n), off) in reversed(list(enumerate(zip(parts, offsets)))):
             idx = list(oi)
-            local = add(i, -off) if off else i
-            lo = 0 if off else None
-            hi = n - 1 if off + n < out_shape[a] else None
+            if _is_zero(off):
+                local = i
+            else:
+                local = add(i, -off) if isinstance(off, int) else i - off
+            lo = 0 if not _is_zero(off) else None
+            hi = dim_sub(n, 1) if k < len(parts) - 1 else None
             idx[a] = clamp(local, lo, hi)
             value = read(t, idx)
-            result = value if result is None else tir.select(i < off + n, value, result)
+            result = value if result is None else tir.select(i < dim_add(off, n), value, result)
         assert result is not None
         return result
 
@@ -166,20 +265,79 @@ def concat(xs: Sequence[te.Tensor], axis: int = 0) -> te.Tensor:
                       attrs={"axis": a, "sizes": tuple(s[a] for s in shapes)})
 
 
-def strided_slice(x: te.Tensor, begin: Sequence[int], step: Sequence[int],
-                  out_shape: Sequence[int], name: str = "slice") -> te.Tensor:
-    """``out[i] = x[begin + i * step]`` per axis (normalized, in-range parameters)."""
+def strided_slice(x: te.Tensor, begin: Sequence[Dim], step: Sequence[int],
+                  out_shape: Sequence[Dim], name: str = "slice",
+                  clamp_axes: Sequence[int] = ()) -> te.Tensor:
+    """``out[i] = x[begin + i * step]`` per axis (normalized, in-range parameters; ``begin``
+    may hold run-time positions). The index on each of ``clamp_axes`` is clamped into the
+    axis (a bound the compiler cannot check)."""
+    dims = dims_of(x)
+
     def body(*oi: Any) -> Expr:
-        return read(x, [add(mul(i, s), b) for i, b, s in zip(oi, begin, step)])
+        idx = [_shift(mul(i, s), b) for i, b, s in zip(oi, begin, step)]
+        for k in clamp_axes:
+            idx[k] = clamp(idx[k], 0, dim_sub(dims[k], 1))
+        return read(x, idx)
 
     return te.compute(tuple(out_shape), body, name=name, tag=tag.INJECTIVE,
                       attrs={"begin": tuple(begin), "step": tuple(step)})
 
 
-def slice_onnx(x: te.Tensor, starts: Sequence[int], ends: Sequence[int],
+def _slice_bound(v: Any, dim: Dim, is_end: bool) -> Dim:
+    """A positive-step Slice bound on an axis of ``dim`` where the bound or the axis is a
+    run-time size: as a position in ``[0, dim]`` (module doc)."""
+    v = as_dim(v)
+    if not isinstance(v, int):
+        return v
+    if is_end and v >= _TO_THE_END:
+        return dim
+    if v < 0:
+        v = dim_add(dim, v) if not isinstance(dim, int) else max(v + dim, 0)
+    return min(v, dim) if isinstance(dim, int) and isinstance(v, int) else v
+
+
+def _slice_dims(x: te.Tensor, starts: Sequence[Any], ends: Sequence[Any],
+                axes: Sequence[int] | None, steps: Sequence[int] | None) -> te.Tensor:
+    """:func:`slice_onnx` where a bound or a sliced axis is a run-time size."""
+    shape = dims_of(x)
+    n = len(starts)
+    if len(ends) != n:
+        raise OpError(f"slice: starts and ends differ in length ({n}, {len(ends)})")
+    ax = list(range(n)) if axes is None else [normalize_axis(a, len(shape)) for a in axes]
+    st = [1] * n if steps is None else [int(v) for v in steps]
+    begin: list[Dim] = [0] * len(shape)
+    step = [1] * len(shape)
+    out: list[Dim] = list(shape)
+    clamped: list[int] = []
+    for start, end, a, sp in zip(starts, ends, ax, st):
+        dim = shape[a]
+        if is_static([as_dim(start), as_dim(end), dim]):
+            sl = slice_tuple((dim,), [int(as_dim(start))], [int(as_dim(end))], None, [sp])[0]
+            b, e, sp2 = sl.indices(dim)  # type: ignore[arg-type]
+            length = len(range(b, e, sp2))
+            begin[a], step[a], out[a] = (b if length else 0), sp2, length
+            continue
+        if sp <= 0:
+            raise OpError(f"slice: axis {a} has run-time bounds and step {sp}; only positive "
+                          f"steps are supported there")
+        b0 = _slice_bound(start, dim, False)
+        e0 = _slice_bound(end, dim, True)
+        length = dim_sub(e0, b0)
+        if sp > 1:
+            length = as_dim((tir.convert(length, "int64") + (sp - 1)) // sp)
+        begin[a], step[a], out[a] = b0, sp, length
+        if is_static(dim) and not is_static([as_dim(start), as_dim(end)]):
+            clamped.append(a)
+    return strided_slice(x, begin, step, out, clamp_axes=clamped)
+
+
+def slice_onnx(x: te.Tensor, starts: Sequence[Any], ends: Sequence[Any],
                axes: Sequence[int] | None = None, steps: Sequence[int] | None = None
                ) -> te.Tensor:
-    """ONNX Slice (negative indices count from the end, clamping, negative steps)."""
+    """ONNX Slice (negative indices count from the end, clamping, negative steps); run-time
+    bounds and axes as the module doc says."""
+    if not (is_static(dims_of(x)) and is_static([as_dim(v) for v in (*starts, *ends)])):
+        return _slice_dims(x, starts, ends, axes, steps)
     shape = shape_of(x)
     sls = slice_tuple(shape, list(starts), list(ends), list(axes) if axes is not None else None,
                       list(steps) if steps is not None else None)
@@ -193,33 +351,39 @@ def slice_onnx(x: te.Tensor, starts: Sequence[int], ends: Sequence[int],
     return strided_slice(x, begin, step, out)
 
 
-def split(x: te.Tensor, sizes: Sequence[int], axis: int = 0) -> list[te.Tensor]:
-    """Pieces of the given sizes along ``axis``."""
-    shape = shape_of(x)
+def split(x: te.Tensor, sizes: Sequence[Dim], axis: int = 0) -> list[te.Tensor]:
+    """Pieces of the given sizes along ``axis`` (sizes may be run-time expressions)."""
+    shape = dims_of(x)
     a = normalize_axis(axis, len(shape))
-    outs, off = [], 0
+    outs: list[te.Tensor] = []
+    off: Dim = 0
     for n in sizes:
-        begin = [0] * len(shape)
+        n = as_dim(n)
+        begin: list[Dim] = [0] * len(shape)
         begin[a] = off
         out_shape = list(shape)
         out_shape[a] = n
         outs.append(strided_slice(x, begin, [1] * len(shape), out_shape, name="split"))
-        off += n
+        off = dim_add(off, n)
     return outs
 
 
 # -- gathers -------------------------------------------------------------------------------------
 
-def _wrap_index(v: Expr, dim: int) -> Expr:
-    """A gathered index as int64, negative values counted from the end, clamped into range."""
+def _wrap_index(v: Expr, dim: Dim) -> Expr:
+    """A gathered index as int64, negative values counted from the end, clamped into range
+    (``dim`` may be a run-time size)."""
     v = cast(v, "int64")
     v = tir.select(v < 0, v + dim, v)
-    return clamp(v, 0, max(dim - 1, 0))
+    if isinstance(dim, int):
+        return clamp(v, 0, max(dim - 1, 0))
+    return clamp(v, 0, tir.max_(dim - 1, tir.const(0, "int64")))
 
 
 def take(data: te.Tensor, indices: te.Tensor, axis: int = 0) -> te.Tensor:
-    """ONNX Gather: entries of ``data`` along ``axis`` at ``indices``."""
-    dshape, ishape = shape_of(data), shape_of(indices)
+    """ONNX Gather: entries of ``data`` along ``axis`` at ``indices`` (an embedding lookup:
+    ``indices`` of shape ``(b, s)``; either shape may hold run-time sizes)."""
+    dshape, ishape = dims_of(data), dims_of(indices)
     a = normalize_axis(axis, len(dshape))
     q = len(ishape)
 
@@ -233,7 +397,7 @@ def take(data: te.Tensor, indices: te.Tensor, axis: int = 0) -> te.Tensor:
 
 def gather_elements(data: te.Tensor, indices: te.Tensor, axis: int = 0) -> te.Tensor:
     """``out[i] = data[i with axis replaced by indices[i]]``."""
-    dshape = shape_of(data)
+    dshape = dims_of(data)
     a = normalize_axis(axis, len(dshape))
 
     def body(*oi: Any) -> Expr:
@@ -241,15 +405,17 @@ def gather_elements(data: te.Tensor, indices: te.Tensor, axis: int = 0) -> te.Te
         idx[a] = _wrap_index(read(indices, oi), dshape[a])
         return data[tuple(idx)]
 
-    return te.compute(shape_of(indices), body, name="gather_elements", tag=tag.INJECTIVE,
+    return te.compute(dims_of(indices), body, name="gather_elements", tag=tag.INJECTIVE,
                       attrs={"axis": a})
 
 
 def gather_nd(data: te.Tensor, indices: te.Tensor, batch_dims: int = 0) -> te.Tensor:
     """Slices of ``data`` addressed by the last axis of ``indices`` (after ``batch_dims``)."""
-    dshape, ishape = shape_of(data), shape_of(indices)
+    dshape, ishape = dims_of(data), dims_of(indices)
     b = batch_dims
     m = ishape[-1]
+    if not isinstance(m, int):
+        raise OpError(f"gather_nd: the index depth {m} must be static")
     q = len(ishape)
     out_shape = ishape[:-1] + dshape[b + m:]
 
@@ -264,9 +430,10 @@ def gather_nd(data: te.Tensor, indices: te.Tensor, batch_dims: int = 0) -> te.Te
 
 # -- expand, tile, pad ----------------------------------------------------------------------------
 
-def expand(x: te.Tensor, shape: Sequence[int]) -> te.Tensor:
-    """``x`` broadcast (two-way, numpy rules) against ``shape``."""
-    out = broadcast_shape(shape_of(x), tuple(shape))
+def expand(x: te.Tensor, shape: Sequence[Dim]) -> te.Tensor:
+    """``x`` broadcast (two-way, numpy rules) against ``shape`` (which may hold run-time
+    sizes)."""
+    out = broadcast_shape(dims_of(x), tuple(as_dim(d) for d in shape))
     return te.compute(out, lambda *i: broadcast_read(x, i), name="expand", tag=tag.BROADCAST)
 
 
@@ -284,12 +451,26 @@ def tile(x: te.Tensor, repeats: Sequence[int]) -> te.Tensor:
                       tag=tag.INJECTIVE)
 
 
-def _reflect(src: Expr, n: int) -> Expr:
+def _reflect(src: Expr, n: Dim) -> Expr:
+    if not isinstance(n, int):
+        period = tir.max_(2 * (n - 1), tir.const(1, "int64"))  # n == 1: period 1, index 0
+        m = src % period
+        return tir.select(m < n, m, period - m)
     if n == 1:
         return tir.const(0)
     period = 2 * (n - 1)
     m = src % period
     return tir.select(m < n, m, period - m)
+
+
+def _pad_parts(b: Dim, a: Dim) -> tuple[Dim, Dim, Dim, Dim]:
+    """(crop before, crop after, growth before, growth after) of pad amounts (a run-time
+    amount is a growth)."""
+    crop_b = max(-b, 0) if isinstance(b, int) else 0
+    crop_a = max(-a, 0) if isinstance(a, int) else 0
+    grow_b = max(b, 0) if isinstance(b, int) else b
+    grow_a = max(a, 0) if isinstance(a, int) else a
+    return crop_b, crop_a, grow_b, grow_a
 
 
 def pad(x: te.Tensor, pad_before: Sequence[int], pad_after: Sequence[int] | None = None,
@@ -299,38 +480,39 @@ def pad(x: te.Tensor, pad_before: Sequence[int], pad_after: Sequence[int] | None
     ``mode``: ``constant`` (``pad_value``, a number or an expression), ``reflect``, ``edge`` or
     ``wrap`` (numpy's modes; reflect and wrap repeat periodically for wide pads). Tag
     ``"injective,pad"``, attrs ``pad_before``, ``pad_after``, ``mode``."""
-    shape = shape_of(x)
-    pb = [int(p) for p in pad_before]
-    pa = [int(p) for p in (pad_after if pad_after is not None else pad_before)]
-    out_shape = [d + b + a for d, b, a in zip(shape, pb, pa)]
+    shape = dims_of(x)
+    pb = [as_dim(p) for p in pad_before]
+    pa = [as_dim(p) for p in (pad_after if pad_after is not None else pad_before)]
+    out_shape = [dim_add(dim_add(d, b), a) for d, b, a in zip(shape, pb, pa)]
     value = pad_value if isinstance(pad_value, tir.PrimExpr) else const(pad_value, x.dtype)
 
     def body(*oi: Any) -> Expr:
         idx: list[Any] = []
         conds: list[Expr] = []
         for i, d, b, a in zip(oi, shape, pb, pa):
-            crop_b = max(-b, 0)
-            n = d - crop_b - max(-a, 0)  # size after cropping
-            grow_b, grow_a = max(b, 0), max(a, 0)
-            local = add(i, -grow_b)  # index into the cropped input
-            if grow_b == 0 and grow_a == 0:
-                idx.append(add(local, crop_b))
+            crop_b, crop_a, grow_b, grow_a = _pad_parts(b, a)
+            n = dim_sub(dim_sub(d, crop_b), crop_a)  # size after cropping
+            # index into the cropped input
+            local = add(i, -grow_b) if isinstance(grow_b, int) else i - grow_b
+            grows_b, grows_a = not _is_zero(grow_b), not _is_zero(grow_a)
+            if not grows_b and not grows_a:
+                idx.append(_shift(local, crop_b))
                 continue
             if mode == "constant":
-                if grow_b:
+                if grows_b:
                     conds.append(local >= 0)
-                if grow_a:
+                if grows_a:
                     conds.append(local < n)
-                src = clamp(local, 0 if grow_b else None, n - 1 if grow_a else None)
+                src = clamp(local, 0 if grows_b else None, dim_sub(n, 1) if grows_a else None)
             elif mode == "edge":
-                src = clamp(local, 0 if grow_b else None, n - 1 if grow_a else None)
+                src = clamp(local, 0 if grows_b else None, dim_sub(n, 1) if grows_a else None)
             elif mode == "reflect":
                 src = _reflect(local, n)
             elif mode == "wrap":
                 src = local % n
             else:
                 raise ValueError(f"pad: unknown mode {mode!r}")
-            idx.append(add(src, crop_b))
+            idx.append(_shift(src, crop_b))
         v = read(x, idx)
         if conds:
             return tir.select(tir.all_of(*conds), v, value)

@@ -72,12 +72,6 @@ class Guard:
     symbolic: bool
 
 
-def _conjuncts(cond: E.PrimExpr) -> list[E.PrimExpr]:
-    if isinstance(cond, E.And) and cond.lanes == 1:
-        return _conjuncts(cond.a) + _conjuncts(cond.b)
-    return [cond]
-
-
 def _bound_inside(node: Any) -> set[E.Var]:
     """Variables bound by loops, lets and ``Let`` expressions inside ``node``."""
     out: set[E.Var] = set()
@@ -160,7 +154,7 @@ class _GuardFinder:
 
     def cond(self, container: Any, cond: E.PrimExpr, inner: dict[E.Var, tuple[int, int]],
              lets: dict[E.Var, E.PrimExpr]) -> None:
-        for c in _conjuncts(cond):
+        for c in E.conjuncts(cond):
             g = self.guard(container, c, inner, lets)
             if g is not None:
                 self.guards.append(g)
@@ -238,7 +232,7 @@ class _DropGuards(IRMutator):
         self.drop = drop
 
     def kept(self, container: Any, cond: E.PrimExpr) -> list[E.PrimExpr] | None:
-        parts = _conjuncts(cond)
+        parts = E.conjuncts(cond)
         keep = [c for c in parts if (id(container), id(c)) not in self.drop]
         return None if len(keep) == len(parts) else keep
 

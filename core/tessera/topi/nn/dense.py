@@ -20,11 +20,14 @@ from tessera.ops.linalg import _einsum_parse
 from tessera.topi import tag
 from tessera.topi.registry import register_compute
 from tessera.topi.utils import (
+    Dim,
     broadcast_index,
     broadcast_read,
     broadcast_shape,
     cast,
     compute_dtype,
+    dim_equal,
+    dims_of,
     is_float,
     named_axes,
     read,
@@ -42,19 +45,22 @@ def matmul_general(a: te.Tensor, b: te.Tensor, transpose_a: bool = False,
     """numpy ``matmul`` of ``op(a)`` and ``op(b)`` (``op`` transposes the last two axes when
     its flag is set): 1-D operands are promoted and their axis dropped from the result, batch
     axes broadcast. ``a_term(value, row)`` / ``b_term(value, col)`` rewrite each operand
-    element after its cast (zero-point subtraction)."""
-    ashape, bshape = shape_of(a), shape_of(b)
+    element after its cast (zero-point subtraction). Any dimension may be a run-time size
+    (an index expression, :func:`dims_of`): the rows, the columns, the inner dimension (a
+    reduction of run-time length) and the batch axes; the inner dimensions must then be the
+    same expression."""
+    ashape, bshape = dims_of(a), dims_of(b)
     a_vec, b_vec = len(ashape) == 1, len(bshape) == 1
     am = (1, ashape[0]) if a_vec else ashape
     bm = (bshape[0], 1) if b_vec else bshape
     ta, tb = transpose_a and not a_vec, transpose_b and not b_vec
     m, ka = (am[-1], am[-2]) if ta else (am[-2], am[-1])
     kb, n = (bm[-1], bm[-2]) if tb else (bm[-2], bm[-1])
-    if ka != kb:
+    if not dim_equal(ka, kb):
         raise ValueError(f"matmul: inner dimensions differ: {list(ashape)} and {list(bshape)}")
     batch = broadcast_shape(am[:-2], bm[:-2])
     nb = len(batch)
-    out_shape: list[int] = [*batch] + ([] if a_vec else [m]) + ([] if b_vec else [n])
+    out_shape: list[Dim] = [*batch] + ([] if a_vec else [m]) + ([] if b_vec else [n])
     acc = out_dtype or a.dtype
     k = te.reduce_axis((0, ka), name="k")
 
@@ -210,14 +216,18 @@ def _einsum(inputs: list, attrs: dict, out_types: list) -> list[te.Tensor]:
     return [_cast_stage(y, out_types[0].dtype.value)]
 
 
-__all__ = ["batch_matmul", "dense", "einsum", "matmul", "matmul_general"]
+__all__ = ["batch_matmul", "dense", "einsum", "matmul", "matmul_general", "matmul_packed"]
 
 
 def matmul_packed(a: te.Tensor, bp: te.Tensor, out_dtype: str | None = None) -> te.Tensor:
     """``A (..., M, K) x B`` with ``B`` as column panels ``bp (N // nb, K, nb)``: the column
     ``j`` of B is ``bp[j // nb, :, j % nb]``; tag ``"dense"`` (``"batch_matmul"`` with batch
-    axes)."""
-    ashape, (panels, kdim, nb) = shape_of(a), shape_of(bp)
+    axes). The rows and batch axes of ``a`` may be run-time sizes (:func:`dims_of`); the
+    panels are a constant, so ``K`` and ``N`` are static."""
+    ashape, (panels, kdim, nb) = dims_of(a), shape_of(bp)
+    if not dim_equal(ashape[-1], kdim):
+        raise ValueError(f"matmul_packed: inner dimensions differ: {list(ashape)} and "
+                         f"{[panels, kdim, nb]}")
     acc = out_dtype or compute_dtype(a.dtype)
     nbatch = len(ashape) - 2
     k = te.reduce_axis((0, kdim), name="k")

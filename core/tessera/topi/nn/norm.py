@@ -8,6 +8,10 @@ the mean of squared deviations from the mean (two passes), and float16 is comput
 
 Batch normalization in inference mode folds its four parameters into a per-channel scale and
 shift (two tiny stages over the channels), so the output is one multiply-add per element.
+
+Layer, RMS, instance and mean-variance normalization take shapes with run-time sizes
+(:func:`~tessera.topi.utils.dims_of`): a symbolic number of rows, and a normalized axis of
+constant or run-time length (its element count is then computed at run time).
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from tessera.topi.utils import (
     clamp,
     compute_dtype,
     const,
+    dim_prod,
+    dims_of,
     normalize_axis,
     prod,
     read,
@@ -39,18 +45,27 @@ def _stage(shape: Sequence[Any], fn: Any, name: str, kind: str = tag.ELEMWISE) -
     return te.compute(shape, fn, name=name, tag=kind)
 
 
+def _per_element(v: Expr, count: Any) -> Expr:
+    """``v / count`` for a static count (a Python number) or a run-time one (an index
+    expression, converted to ``v``'s type)."""
+    if isinstance(count, tir.PrimExpr):
+        return v / cast(count, v.dtype)
+    return v / float(count)
+
+
 def moments(x: te.Tensor, axes: Sequence[int], acc: str) -> tuple[te.Tensor, te.Tensor]:
     """(mean, variance) of ``x`` over ``axes`` in ``acc``, both keeping the reduced axes."""
-    count = float(prod([shape_of(x)[a] for a in axes]))
+    n = dim_prod([dims_of(x)[a] for a in axes])
+    count: Any = float(n) if isinstance(n, int) else n
     s1 = reduce_compute(x, axes, True, "sum", acc_dtype=acc, name="sum")
-    mean = _stage(s1.shape, lambda *i: s1[i] / count, "mean", "elemwise,norm_mean")
+    mean = _stage(s1.shape, lambda *i: _per_element(s1[i], count), "mean", "elemwise,norm_mean")
 
     def sq(v: Expr, idx: list[Any]) -> Expr:
         d = v - mean[tuple(kept_index(idx, axes))]
         return d * d
 
     s2 = reduce_compute(x, axes, True, "sum", sq, acc, name="sum_sq")
-    var = _stage(s2.shape, lambda *i: s2[i] / count, "var", "elemwise,norm_var")
+    var = _stage(s2.shape, lambda *i: _per_element(s2[i], count), "var", "elemwise,norm_var")
     return mean, var
 
 
@@ -172,9 +187,10 @@ def rms_norm(x: te.Tensor, scale: te.Tensor, axis: int = -1, epsilon: float = 1e
     acc = compute_dtype(stash_dtype)
     a = normalize_axis(axis, x.ndim)
     axes = list(range(a, x.ndim))
-    count = float(prod(shape_of(x)[a:]))
+    n = dim_prod(dims_of(x)[a:])
+    count: Any = float(n) if isinstance(n, int) else n
     s = reduce_compute(x, axes, True, "sum", lambda v, idx: v * v, acc, name="sum_sq")
-    ms = _stage(s.shape, lambda *i: s[i] / count, "mean_sq", "elemwise,norm_mean")
+    ms = _stage(s.shape, lambda *i: _per_element(s[i], count), "mean_sq", "elemwise,norm_mean")
 
     def body(*i: Any) -> Expr:
         k = tuple(kept_index(i, axes))

@@ -5,6 +5,10 @@ Numerically stable, in four stages like the reference: the maximum along the axi
 (``"reduce,softmax_sum"``), and the normalization (``"softmax_output"``; log-softmax:
 ``x - max - log(sum)``, ``"log_softmax_output"``). The statistics keep the reduced axis as size
 1. Attrs: ``axis``. Computed in the input's type, float16 included, as the references do.
+
+Shapes may hold run-time sizes (:func:`~tessera.topi.utils.dims_of`): a symbolic number of
+rows, and a softmax axis of constant or run-time length. In the row form a run-time length
+``n`` gives ``n // lanes`` whole chunks and a tail of ``n % lanes`` (both run-time).
 """
 
 from __future__ import annotations
@@ -14,13 +18,13 @@ from typing import Any
 from tessera import te, tir
 from tessera.topi import reduction
 from tessera.topi.registry import register_compute
-from tessera.topi.utils import const, normalize_axis, shape_of
+from tessera.topi.utils import const, dims_of, normalize_axis
 
 Expr = tir.PrimExpr
 
 
 def _stats(x: te.Tensor, a: int, lanes: int = 0) -> tuple[te.Tensor, te.Tensor, Any]:
-    shape = shape_of(x)
+    shape = dims_of(x)
     if lanes and a == len(shape) - 1:
         return _row_stats(x, a, lanes)
     k1 = te.reduce_axis((0, shape[a]), name="k")
@@ -49,25 +53,31 @@ def _row_stats(x: te.Tensor, a: int, lanes: int) -> tuple[te.Tensor, te.Tensor, 
     condition), then the lanes and the row's last ``length % lanes`` elements combined
     (``"reduce,softmax_max"``, ``"reduce,softmax_sum"``). The sum adds in another order than
     :func:`_stats`'s (float rounding only)."""
-    shape = shape_of(x)
+    shape = dims_of(x)
     rows, length = tuple(shape[:-1]), shape[-1]
-    full = length // lanes
-    tail = length - full * lanes
+    if isinstance(length, int):
+        full: Any = length // lanes
+        tail: Any = length - full * lanes
+    else:  # run-time: whole chunks and a tail both known at run time only
+        full = length // lanes
+        tail = length % lanes
 
     def at(idx: Any, value: Any) -> tuple:
         return (*idx[:-1], value)
 
     def combined(part: te.Tensor, t: te.Tensor, row: tuple, r: Any) -> Expr:
         """Reduction index ``r`` of a combine: lane ``r``, then the tail's elements."""
-        if not tail:
+        if isinstance(tail, int) and not tail:
             return part[(*row, r)]
-        return tir.select(r < lanes, part[(*row, tir.min_(r, lanes - 1))],
-                          t[(*row, full * lanes + tir.max_(r - lanes, 0))])
+        pos = full * lanes + tir.max_(r - lanes, 0)
+        if not isinstance(tail, int):  # the tail may be empty: the branch not taken stays in
+            pos = tir.min_(pos, length - 1)  # the row (the loop partition drops the min)
+        return tir.select(r < lanes, part[(*row, tir.min_(r, lanes - 1))], t[(*row, pos)])
 
     k1 = te.reduce_axis((0, full), name="ko")
     mxl = te.compute((*rows, lanes), lambda *i: te.max(x[(*i[:-1], k1 * lanes + i[-1])], axis=k1),
                      name="softmax_max_lanes", tag="reduce,softmax_max_lanes", attrs={"axis": a})
-    j1 = te.reduce_axis((0, lanes + tail), name="j")
+    j1 = te.reduce_axis((0, tail + lanes), name="j")
     mx = te.compute((*rows, 1), lambda *i: te.max(combined(mxl, x, i[:-1], j1), axis=j1),
                     name="softmax_max", tag="reduce,softmax_max", attrs={"axis": a})
     e = te.compute(shape, lambda *i: tir.exp(x[i] - mx[at(i, 0)]), name="softmax_exp",
@@ -75,7 +85,7 @@ def _row_stats(x: te.Tensor, a: int, lanes: int) -> tuple[te.Tensor, te.Tensor, 
     k2 = te.reduce_axis((0, full), name="ko")
     sl = te.compute((*rows, lanes), lambda *i: te.sum(e[(*i[:-1], k2 * lanes + i[-1])], axis=k2),
                     name="softmax_sum_lanes", tag="reduce,softmax_sum_lanes", attrs={"axis": a})
-    j2 = te.reduce_axis((0, lanes + tail), name="j")
+    j2 = te.reduce_axis((0, tail + lanes), name="j")
     s = te.compute((*rows, 1), lambda *i: te.sum(combined(sl, e, i[:-1], j2), axis=j2),
                    name="softmax_sum", tag="reduce,softmax_sum", attrs={"axis": a})
     return mx, e, (s, at)
@@ -109,15 +119,16 @@ def log_softmax(x: te.Tensor, axis: int = -1, lanes: int = 0) -> te.Tensor:
 
 def row_softmax_computes(lanes: int, shortest: int) -> dict[str, Any]:
     """A backend's computes (``build_te(computes=...)``) of ``Softmax`` and ``LogSoftmax``
-    along a last axis of at least ``shortest`` float elements in the two-step row form with
-    ``lanes`` partial results (vectorisable reductions); None, the registry's form, for the
-    others."""
+    along a last axis of at least ``shortest`` float elements (or of run-time length) in the
+    two-step row form with ``lanes`` partial results (vectorisable reductions); None, the
+    registry's form, for the others."""
 
     def make(fn: Any) -> Any:
         def compute(inputs: list, attrs: dict, out_types: list) -> list[te.Tensor] | None:
             x = inputs[0]
             a = normalize_axis(attrs["axis"], x.ndim)
-            if a != x.ndim - 1 or shape_of(x)[a] < shortest or \
+            length = dims_of(x)[a]
+            if a != x.ndim - 1 or (isinstance(length, int) and length < shortest) or \
                     not str(x.dtype).startswith("float"):
                 return None
             return [fn(x, a, lanes)]

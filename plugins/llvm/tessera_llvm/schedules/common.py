@@ -1,15 +1,35 @@
 """Helpers every schedule template uses: walking a group's compute stages, the default
-injective schedule, and the CPU facts schedules read."""
+injective schedule, and the CPU facts schedules read.
+
+Run-time extents ("compile once, serve any size"). An axis whose extent is an expression of
+size variables is never assumed to divide anything: it is split by the fixed vector width
+with a guard (``te.lower`` guards the last, partial vector; the loop partition of the TIR
+pipeline peels it off, so the main loop is unguarded vector code), and it may be the parallel
+loop (a run-time trip count). Decisions that need a number (is the stage worth a parallel
+launch, how many leading axes to fuse for enough tasks) take each size variable at a
+*representative* value (:func:`representative`): its upper bound in the size bounds the group
+is scheduled with (:func:`representative_bounds`, ``schedule_group(size_bounds=...)``), else
+:data:`REPRESENTATIVE_SIZE`. Structural decisions (what divides, what is a channel block) read
+the exact extents (:func:`static_extents`, None where a run-time size). Workload keys name a
+run-time extent by its expression's text (:func:`workload_dims`), so keys stay hashable and
+JSON-friendly and a static workload's key is what it always was.
+"""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
 from tessera import te
+from tessera.ir.symbolic import current_dim_bounds
 from tessera.ops.layout import parse_layout
-from tessera.tir.expr import IntImm
+from tessera.tir.expr import IntImm, PrimExpr, Var
+from tessera.tir.functor import post_order_visit, substitute
+from tessera.tir.simplify import simplify
 
 from .config import ConfigSpace, ScheduleConfig, largest_divisor
 
@@ -59,8 +79,93 @@ compute_ops = te.compute_ops
 PARALLEL_MIN_ELEMS = [64, 4096, 16384, 65536, 1 << 20]
 
 
+#: The value a size variable without an upper bound is taken at for schedule decisions
+#: (module doc). The one place schedules read it.
+REPRESENTATIVE_SIZE = 128
+
+#: Size variable -> (low, high) of the group being scheduled (:func:`representative_bounds`).
+_BOUNDS: ContextVar[Mapping[Var, tuple[int | None, int | None]] | None] = ContextVar(
+    "tessera_llvm_size_bounds", default=None)
+
+
+@contextmanager
+def representative_bounds(bounds: Mapping[Var, tuple[int | None, int | None]] | None
+                          ) -> Iterator[None]:
+    """Within the block, size variables are represented by their upper bound in ``bounds``
+    (``PrimFunc.size_bounds``' form: var -> (low, high), None for an open side)."""
+    token = _BOUNDS.set(dict(bounds or {}))
+    try:
+        yield
+    finally:
+        _BOUNDS.reset(token)
+
+
+def representative_value(var: Var) -> int:
+    """The value size variable ``var`` is taken at: its upper bound when one is known (the
+    group's size bounds, else the graph's ``dim_bounds`` in scope), else
+    :data:`REPRESENTATIVE_SIZE` (at least its lower bound)."""
+    lo, hi = (_BOUNDS.get() or {}).get(var, (None, None))
+    if hi is None:  # the graph's declared bounds, by name (tessera.ir.symbolic.dim_bounds_scope)
+        lo, hi = current_dim_bounds().get(var.name, (lo, None))
+    if hi is not None:
+        return int(hi)
+    return max(int(lo or 0), REPRESENTATIVE_SIZE)
+
+
+def static_extent(extent: Any) -> int | None:
+    """An extent as an int, or None when it is a run-time size."""
+    if isinstance(extent, int):
+        return extent
+    return extent.value if isinstance(extent, IntImm) else None
+
+
+def representative(extent: Any) -> int:
+    """An extent as an int: itself when static, else its value with every size variable at
+    :func:`representative_value` (at least 1)."""
+    v = static_extent(extent)
+    if v is not None:
+        return v
+    free: dict[Var, PrimExpr] = {}
+
+    def visit(n: Any) -> None:
+        if type(n) is Var and n not in free:
+            free[n] = IntImm(representative_value(n), n.dtype)
+
+    post_order_visit(extent, visit)
+    folded = simplify(substitute(extent, free))
+    return max(folded.value, 1) if isinstance(folded, IntImm) else REPRESENTATIVE_SIZE
+
+
 def extents(op: te.ComputeOp) -> list[int]:
-    return [a.dom.extent.value if isinstance(a.dom.extent, IntImm) else 0 for a in op.axis]
+    """The extents of ``op``'s axes, a run-time one at its :func:`representative` value (for
+    size decisions; :func:`static_extents` for exact ones)."""
+    return [representative(a.dom.extent) for a in op.axis]
+
+
+def static_extents(op: te.ComputeOp) -> list[int | None]:
+    """The extents of ``op``'s axes, None where a run-time size."""
+    return [static_extent(a.dom.extent) for a in op.axis]
+
+
+def reduce_extents(op: te.ComputeOp) -> list[int]:
+    """The extents of ``op``'s reduce axes (run-time ones at their representative value)."""
+    return [representative(a.dom.extent) for a in op.reduce_axis]
+
+
+def workload_dim(extent: Any) -> int | str:
+    """An extent in a workload key: the int, or the run-time expression's text."""
+    v = static_extent(extent)
+    return v if v is not None else str(extent)
+
+
+def workload_dims(axes: Any) -> tuple[int | str, ...]:
+    """The extents of ``axes`` (iteration variables) for a workload key."""
+    return tuple(workload_dim(a.dom.extent) for a in axes)
+
+
+def is_symbolic(op: te.ComputeOp) -> bool:
+    """Whether an axis or a reduce axis of ``op`` has a run-time extent."""
+    return any(static_extent(a.dom.extent) is None for a in (*op.axis, *op.reduce_axis))
 
 
 def inline_injective(s: Any, outputs: list[te.Tensor], keep: set[int]) -> None:
@@ -101,9 +206,11 @@ def injective_space(op: te.ComputeOp, cpu: CPUInfo, template: str = "injective",
     inlined into it) reads channel-blocked data (NCHWc, that block) and writes plain rows
     (NCHW, or a reshape of it): it may be tiled as a transpose (``unblock_tile``)."""
     shape = extents(op)
-    unblock = unblock if len(shape) >= 3 and shape[1] % max(unblock, 1) == 0 and \
-        shape[1] > 1 and shape[-1] >= 16 else 0
-    key: tuple[Any, ...] = (tuple(shape), op.output(0).dtype)
+    exact = static_extents(op)
+    symbolic = any(v is None for v in exact)
+    unblock = unblock if not symbolic and len(shape) >= 3 and shape[1] % max(unblock, 1) == 0 \
+        and shape[1] > 1 and shape[-1] >= 16 else 0
+    key: tuple[Any, ...] = (workload_dims(op.axis), op.output(0).dtype)
     space = ConfigSpace(template, key + ((("unblock", unblock),) if unblock else ()))
     if unblock:
         space.define("unblock_block", [unblock], unblock,
@@ -114,10 +221,16 @@ def injective_space(op: te.ComputeOp, cpu: CPUInfo, template: str = "injective",
                      "in the L1 cache (0: row by row)")
     last = shape[-1] if shape else 1
     lanes = cpu.lanes_for(op.output(0).dtype)
-    vec = _default_vector(last, lanes)
-    space.define("vector_width", sorted({1, vec} | {d for d in (4, 8, 16, 32, 64)
-                                                   if d <= last and last % d == 0}), vec,
-                 "innermost split vectorized (divides the last dimension)")
+    if exact and exact[-1] is None:
+        # a run-time last axis: split by the vector width with a guard (module doc)
+        space.define("vector_width", sorted({1, lanes, 4, 8, 16, 32, 64}), lanes,
+                     "innermost split vectorized (a run-time last dimension: the last, "
+                     "partial vector guarded)")
+    else:
+        vec = _default_vector(last, lanes)
+        space.define("vector_width", sorted({1, vec} | {d for d in (4, 8, 16, 32, 64)
+                                                       if d <= last and last % d == 0}), vec,
+                     "innermost split vectorized (divides the last dimension)")
     space.define("parallel_min_elems", PARALLEL_MIN_ELEMS, 16384,
                  "smallest output that is worth a parallel launch")
     # read only where the output is parallel: at least parallel_min_elems elements
@@ -180,6 +293,9 @@ def schedule_injective_stage(s: Any, op: te.ComputeOp, cfg: ScheduleConfig) -> N
     shape = extents(op)
     total = math.prod(shape)
     vec = int(cfg.get("vector_width", 1))
+    if static_extent(axes[-1].dom.extent) is None:
+        _schedule_symbolic_last(stage, axes, shape, total, vec, cfg)
+        return
     if vec > 1 and shape[-1] % vec == 0:
         if vec < shape[-1]:
             outer_last, inner = stage.split(axes[-1], factor=vec)
@@ -194,15 +310,35 @@ def schedule_injective_stage(s: Any, op: te.ComputeOp, cfg: ScheduleConfig) -> N
         parallel_prefix(stage, outer_axes, outer_sizes, int(cfg.get("parallel_tasks", 8)))
 
 
+def _schedule_symbolic_last(stage: Any, axes: list[Any], shape: list[int], total: int,
+                            vec: int, cfg: ScheduleConfig) -> None:
+    """:func:`schedule_injective_stage` of a stage whose last axis is a run-time size: that axis
+    split by ``vec`` (guarded) and vectorized; the leading axes fused and parallel as for a
+    static stage, or, without leading axes, the loop over the vectors itself (its guard stays
+    linear in that loop, which the loop partition needs)."""
+    outer_axes, outer_sizes = axes[:-1], shape[:-1]
+    if vec > 1:
+        outer_last, inner = stage.split(axes[-1], factor=vec)
+        stage.vectorize(inner)
+        if not outer_axes:
+            outer_axes, outer_sizes = [outer_last], [-(-shape[-1] // vec)]
+    elif not outer_axes:
+        outer_axes, outer_sizes = axes, shape
+    if total >= int(cfg.get("parallel_min_elems", 16384)) and outer_axes:
+        parallel_prefix(stage, outer_axes, outer_sizes, int(cfg.get("parallel_tasks", 8)))
+
+
 def reduce_space(op: te.ComputeOp, cpu: CPUInfo) -> ConfigSpace:
     shape = extents(op)
-    space = ConfigSpace("reduce", (tuple(shape),
-                                   tuple(a.dom.extent.value for a in op.reduce_axis)))
+    exact = static_extents(op)
+    space = ConfigSpace("reduce", (workload_dims(op.axis), workload_dims(op.reduce_axis)))
     space.define("parallel_min_elems", PARALLEL_MIN_ELEMS, 16384,
                  "smallest reduction (output x reduced elements) worth a parallel launch")
     last = shape[-1] if shape else 1
     lanes = cpu.lanes_for(op.output(0).dtype)
-    rows = len(shape) > 1 and bool(op.reduce_axis) and last >= 4
+    # a run-time last axis stays scalar: a vector of it would need a guard inside the
+    # reduction
+    rows = len(shape) > 1 and bool(op.reduce_axis) and last >= 4 and exact[-1] is not None
     vec = _default_vector(last, lanes) if rows else 1
     space.define("row_vector", sorted({1, vec}), vec,
                  "reductions keeping a last output axis (channel windows, sums over channels): "
@@ -214,16 +350,17 @@ def schedule_reduce_stage(s: Any, op: te.ComputeOp, cfg: ScheduleConfig) -> None
     """Data-parallel axes fused and parallel when the work is big enough; reduction serial."""
     stage = s[op]
     axes = list(op.axis)
-    work = math.prod(extents(op)) * math.prod(a.dom.extent.value for a in op.reduce_axis)
+    work = math.prod(extents(op)) * math.prod(reduce_extents(op))
     shape = extents(op)
-    if shape and shape[-1] in (2, 4, 8, 16, 32) and len(axes) > 1:
+    exact = static_extents(op)
+    if exact and exact[-1] in (2, 4, 8, 16, 32) and len(axes) > 1:
         # a channel block (NCHWc pooling): reduce outside it, the block as one vector; a small
         # window unrolled; the row of outputs serial inside the parallel (n, c, h) loop, so
         # the loop indices need no division
         stage.reorder(*axes[:-1], *op.reduce_axis, axes[-1])
         stage.vectorize(axes[-1])
-        window = math.prod(a.dom.extent.value for a in op.reduce_axis)
-        if op.reduce_axis and window <= 16:
+        window = math.prod(reduce_extents(op))
+        if op.reduce_axis and window <= 16 and not is_symbolic(op):
             for r in op.reduce_axis:
                 stage.unroll(r)
         axes = axes[:-1]

@@ -5,6 +5,25 @@ Each ``mr x nr`` tile of the output is accumulated in registers (``mr`` rows unr
 columns as ``nr / lanes`` vectors), over the whole reduction; tiles are spread over threads by
 fusing the batch, row-tile and column-tile axes into one parallel axis. The epilogue (bias,
 activation, residual) runs when the tile is written out.
+
+Run-time extents ("compile once, serve any size": rows, columns, reduction or batch axes that
+are size variables). The register tile is fixed at compile time: ``mr`` rows from the register
+file (:meth:`CPUInfo.max_accumulators`: 12 rows of two vectors with 32 registers), ``nr``
+columns from the static column count (two vectors when the columns are a run-time size too).
+A symbolic axis split by its tile gives a loop of ``ceil(n / tile)`` tiles whose last one is
+guarded; the schedule marks that loop and :func:`specialize_tails` (run by the lowering between
+``te.lower`` and the TIR pipeline) splits it into the ``n // tile`` whole tiles, the static
+micro-kernel without guards, and a last tile without guards either: for rows, a switch over
+``n % mr`` to a copy of the micro-kernel for exactly that many rows; for columns, its vectors
+shifted back to end at ``n`` (a zero-padded local copy of ``b`` below one vector). A parallel
+loop over static tiles runs in the caller when the product, at its run-time sizes, is below
+``parallel_min_flops``. The axes of static extent (batch, column tiles) are
+fused into the parallel loop and the symbolic ones run inside it (their guards stay linear in
+one loop variable, which the partition needs); when the static axes give fewer tasks than
+threads, the outermost symbolic tile loop is the parallel one (run-time extent). A reduction
+of run-time length is a plain loop of that extent around the tile. Knob defaults are decided
+at :func:`representative` sizes (the bound of a run-time size when known, else
+:data:`~.common.REPRESENTATIVE_SIZE`).
 """
 
 from __future__ import annotations
@@ -13,11 +32,41 @@ import math
 from typing import Any
 
 from tessera import te
+from tessera.tir import expr as E
+from tessera.tir import stmt as S
+from tessera.tir.arith import to_poly
+from tessera.tir.buffer import Buffer
+from tessera.tir.functor import IRMutator, post_order_visit, rebuild, substitute
+from tessera.tir.transform._util import copy_with
 
-from .common import CPUInfo, extents
+from .common import (
+    REPRESENTATIVE_SIZE,
+    CPUInfo,
+    extents,
+    representative,
+    static_extent,
+    workload_dim,
+)
 from .config import ConfigSpace, ScheduleConfig, largest_divisor
 
 TAGS = ("dense", "matmul", "batch_matmul")
+
+
+def is_symbolic(mm: te.ComputeOp) -> bool:
+    """Whether an axis or the reduction of the product has a run-time extent."""
+    return any(static_extent(a.dom.extent) is None for a in (*mm.axis, *mm.reduce_axis))
+
+
+def _sizes(mm: te.ComputeOp) -> tuple[list[int | None], int | None]:
+    """The output extents and the reduction length, None where a run-time size."""
+    return ([static_extent(a.dom.extent) for a in mm.axis],
+            static_extent(mm.reduce_axis[0].dom.extent))
+
+
+def _rep_sizes(mm: te.ComputeOp) -> tuple[list[int], int]:
+    """:func:`_sizes` with every run-time size at :func:`representative`."""
+    return ([representative(a.dom.extent) for a in mm.axis],
+            representative(mm.reduce_axis[0].dom.extent))
 
 
 def find_dense(ops: list[te.ComputeOp]) -> te.ComputeOp | None:
@@ -28,6 +77,10 @@ def find_dense(ops: list[te.ComputeOp]) -> te.ComputeOp | None:
 
 
 def dense_space(mm: te.ComputeOp, cpu: CPUInfo) -> ConfigSpace:
+    """The knobs of a product's register tile, vector width, parallel launch and tile order
+    (:func:`symbolic_dense_space` where an extent is a run-time size)."""
+    if is_symbolic(mm):
+        return symbolic_dense_space(mm, cpu)
     shape = extents(mm)
     m, n = shape[-2], shape[-1]
     k = mm.reduce_axis[0].dom.extent.value
@@ -73,7 +126,64 @@ def dense_space(mm: te.ComputeOp, cpu: CPUInfo) -> ConfigSpace:
     return space
 
 
+def symbolic_dense_space(mm: te.ComputeOp, cpu: CPUInfo) -> ConfigSpace:
+    """:func:`dense_space` of a product with run-time extents (module doc): the register tile
+    from the register file and the static extents; the knobs that depend on the size taken at
+    :func:`representative` sizes. The workload names each run-time extent by its
+    expression."""
+    sizes, kdim = _sizes(mm)
+    m, n = sizes[-2], sizes[-1]
+    workload = (tuple(workload_dim(a.dom.extent) for a in mm.axis),
+                workload_dim(mm.reduce_axis[0].dom.extent))
+    space = ConfigSpace("dense", workload)
+    lanes = cpu.lanes_for(mm.output(0).dtype)
+    panel = int(mm.attrs.get("panel") or 1)
+    if n is None:
+        vec, nr_vecs = lanes, 2
+    else:
+        vec = next((v for v in (lanes, lanes // 2, lanes // 4) if v >= 4 and n % v == 0), 1)
+        nr_vecs = next((k for k in ((2,) if vec == lanes else (5, 4, 3, 2))
+                        if vec > 1 and n % (k * vec) == 0), 1)
+    nr = vec * nr_vecs
+    rows = min(24, cpu.max_accumulators(nr_vecs + 1)) // nr_vecs if vec > 1 else 8
+    if m is None:  # fixed by the register file (at most the rows' bound, when known)
+        mr = min(max(1, rows), 12, representative(mm.axis[-2].dom.extent))
+    else:
+        mr = min(largest_divisor(m, max(1, rows)), 12)
+    if m is not None and vec > 1 and mr * nr_vecs < 4 and n is not None:
+        # few static rows (see dense_space): more column vectors per tile
+        fits = [d for d in range(1, 9)
+                if (n // vec) % d == 0 and (d * vec) % panel == 0
+                and mr * d <= cpu.max_accumulators(d + 1)]
+        nr_vecs = max(fits, default=nr_vecs)
+        nr = vec * nr_vecs
+    if n is None:
+        nrs = {vec, 2 * vec, 4 * vec} if vec > 1 else {1, 4, 8, 16, 32}
+    else:
+        nrs = {d for d in (1, 4, 8, 16, 32, 48, 64) if n % d == 0}
+    space.define("nr", sorted(nrs | {nr}), nr,
+                 "output columns per register tile (a multiple of the vector width)")
+    mrs = range(1, 17) if m is None else [d for d in range(1, min(m, 16) + 1) if m % d == 0]
+    space.define("mr", sorted(set(mrs) | {mr}), mr, "output rows per register tile")
+    space.define("vector_width", [1, 4, 8, 16], vec if vec in (1, 4, 8, 16) else 1,
+                 "vector lanes of the column loop")
+    rep, _ = _rep_sizes(mm)
+    space.define("parallel_min_flops", [1 << 16, 1 << 18, 1 << 20], 1 << 18,
+                 "smallest product worth a parallel launch (run-time sizes taken at "
+                 f"{REPRESENTATIVE_SIZE})")
+    space.define("cols_outer", [False, True], rep[-1] > rep[-2], "column tiles outside row tiles")
+    tasks = math.prod(v for v in sizes[:-2] if v is not None)
+    tasks *= -(-n // nr) if n is not None else 1
+    tasks *= -(-m // mr) if m is not None else 1
+    space.define("parallel_rows", [False, True], tasks < cpu.num_threads,
+                 "the outermost tile loop of run-time extent is the parallel loop (else the "
+                 "static tile loops, fused)")
+    return space
+
+
 def schedule_dense(s: Any, mm: te.ComputeOp, out: te.ComputeOp, cfg: ScheduleConfig) -> None:
+    """Apply ``cfg`` (:func:`dense_space`) to the product ``mm`` whose tiles ``out`` (``mm``
+    itself, or its epilogue) writes."""
     mr, nr, vec = int(cfg["mr"]), int(cfg["nr"]), int(cfg["vector_width"])
     if nr % max(vec, 1):
         vec = 1
@@ -90,11 +200,18 @@ def schedule_dense(s: Any, mm: te.ComputeOp, out: te.ComputeOp, cfg: ScheduleCon
     ro, ri = ws.split(row, factor=mr)
     co, ci = ws.split(col, factor=nr)
     outer = [*batch, co, ro] if cfg.get("cols_outer") else [*batch, ro, co]
-    ws.reorder(*outer, ri, ci)
-    flops = 2 * math.prod(extents(mm)) * mm.reduce_axis[0].dom.extent.value
-    par = ws.fuse(*outer) if len(outer) > 1 else outer[0]
-    if flops >= int(cfg.get("parallel_min_flops", 1 << 18)):
-        ws.parallel(par)
+    if is_symbolic(mm):
+        if static_extent(row.dom.extent) is None:
+            ws.pragma(ro, TAIL_PRAGMA, ("rows", mr))
+        if static_extent(col.dom.extent) is None:
+            ws.pragma(co, TAIL_PRAGMA, ("cols", nr, vec))
+        par = _symbolic_outer(ws, outer, ri, ci, mm, cfg)
+    else:
+        ws.reorder(*outer, ri, ci)
+        flops = 2 * math.prod(extents(mm)) * mm.reduce_axis[0].dom.extent.value
+        par = ws.fuse(*outer) if len(outer) > 1 else outer[0]
+        if flops >= int(cfg.get("parallel_min_flops", 1 << 18)):
+            ws.parallel(par)
     if vec > 1:
         cio, cii = ws.split(ci, factor=vec)
         ws.vectorize(cii)
@@ -111,3 +228,584 @@ def schedule_dense(s: Any, mm: te.ComputeOp, out: te.ComputeOp, cfg: ScheduleCon
     else:
         cs.reorder(k, crow, ccol)
         cs.unroll(crow)
+
+
+def _symbolic_outer(ws: Any, outer: list[Any], ri: Any, ci: Any, mm: te.ComputeOp,
+                    cfg: ScheduleConfig) -> Any:
+    """Order the tile loops of a product with run-time extents (module doc): the loops of
+    static extent fused into one parallel loop, the loops of run-time extent inside it (or the
+    first of those outermost and parallel, with ``parallel_rows``); the loop the register tile
+    is computed at (the innermost tile loop) is returned."""
+    static = [a for a in outer if static_extent(a.dom.extent) is not None]
+    dynamic = [a for a in outer if static_extent(a.dom.extent) is None]
+    least = int(cfg.get("parallel_min_flops", 1 << 18))
+    if dynamic and (cfg.get("parallel_rows") or not static):
+        sizes, kdim = _rep_sizes(mm)
+        parallel = 2 * math.prod(sizes) * kdim >= least
+        ws.reorder(*dynamic[:1], *static, *dynamic[1:], ri, ci)
+        if parallel:
+            ws.parallel(dynamic[0])
+        loops = [*dynamic[:1], *static, *dynamic[1:]]
+        return loops[-1]
+    ws.reorder(*static, *dynamic, ri, ci)
+    fused = ws.fuse(*static) if len(static) > 1 else static[0]
+    # parallel where the product, at its run-time sizes, is worth a launch (specialize_tails)
+    work: E.PrimExpr = E.IntImm(2, "int64")
+    for extent in (*(a.dom.extent for a in mm.axis), mm.reduce_axis[0].dom.extent):
+        work = work * extent
+    ws.pragma(fused, PARALLEL_PRAGMA, (work, least))
+    ws.parallel(fused)
+    return dynamic[-1] if dynamic else fused
+
+
+# -- tails of run-time extents -------------------------------------------------------------------
+
+#: The ``For`` annotation (a TE pragma) that :func:`specialize_tails` acts on: ``(mode, tile)``
+#: on a loop over ``ceil(n / tile)`` tiles of a run-time extent ``n``.
+TAIL_PRAGMA = "tessera.dense_tail"
+#: The annotation of a parallel loop over static tiles whose product has run-time sizes:
+#: ``(work, least)``; :func:`specialize_tails` runs it serially when ``work`` (the product's
+#: operations, an expression of the sizes) is below ``least`` (``parallel_min_flops``).
+PARALLEL_PRAGMA = "tessera.dense_parallel"
+#: Marks the loops over run-time lanes that :class:`_HoistLanes` moves (removed by it).
+_LANES = "tessera.dense_lanes"
+
+
+def specialize_tails(func: S.PrimFunc) -> S.PrimFunc:
+    """Replace each tile loop the dense schedule marked (:data:`TAIL_PRAGMA`) over
+    ``ceil(n / f)`` tiles of a run-time extent ``n`` by its ``n // f`` whole tiles (their guards
+    always hold: the TIR pipeline drops them) and a last, partial tile without guards:
+
+    * ``"rows"``: one copy of the tile per remainder ``r = n % f`` in ``1 .. f - 1``, chosen
+      at run time (a switch), each computing exactly ``r`` rows: its row guards become
+      ``row < r`` with ``r`` a constant, which unrolling decides. A tail of 7 rows is then the
+      7-row micro-kernel of a static compile, not a 12-row one whose rows each test a guard
+      on every step of the reduction.
+    * ``"cols"``: where ``n >= f``, the last tile shifted back to end at ``n`` (its first
+      columns computed twice, with the same values): whole vectors, no guard depending on a
+      vector lane (which would make the vectorizer fall back to scalar code). Where
+      ``n < f``, the one tile, guarded.
+
+    Run on ``te.lower``'s loop nest, before the TIR pipeline; a marked loop of another shape
+    (not from ``0``, an extent that is not ``(n + f - 1) // f``) keeps its guards. Functions
+    without marks come back unchanged."""
+    found: list[S.For] = []
+    post_order_visit(func.body, lambda n: found.append(n) if isinstance(n, S.For)
+                     and TAIL_PRAGMA in n.annotations else None)
+    if not found:
+        return func
+    return func.with_body(_Tails(func).visit(func.body))
+
+
+def _tile_count_of(extent: E.PrimExpr, f: int) -> E.PrimExpr | None:
+    """``n`` where ``extent`` is ``(n + f - 1) // f``."""
+    if isinstance(extent, E.FloorDiv) and isinstance(extent.b, E.IntImm) and \
+            extent.b.value == f and isinstance(extent.a, E.Add) and \
+            isinstance(extent.a.b, E.IntImm) and extent.a.b.value == f - 1:
+        return extent.a.a
+    return None
+
+
+class _FreshAllocations(IRMutator):
+    """A new Buffer for every buffer allocated inside a copied statement (copies must not
+    allocate the same buffer: once hoisted, one would be nested in the other)."""
+
+    def __init__(self) -> None:
+        self.map: dict[int, Buffer] = {}
+
+    def visit_Allocate(self, s: S.Allocate) -> S.Stmt:
+        b = s.buffer
+        self.map[id(b)] = Buffer(b.name, b.shape, b.dtype, strides=b.strides, scope=b.scope,
+                                 elem_offset=b.elem_offset)
+        return S.Allocate(self.map[id(b)], self.visit(s.body))
+
+    def visit_BufferLoad(self, e: E.BufferLoad) -> E.PrimExpr:
+        new = self.generic_visit(e)
+        b = self.map.get(id(e.buffer))
+        return E.BufferLoad(b, new.indices) if b is not None else new
+
+    def visit_BufferStore(self, s: S.BufferStore) -> S.Stmt:
+        new = self.generic_visit(s)
+        b = self.map.get(id(s.buffer))
+        return S.BufferStore(b, new.value, new.indices) if b is not None else new
+
+
+def _copy(body: S.Stmt, vmap: dict[E.Var, Any]) -> S.Stmt:
+    return _FreshAllocations().visit(copy_with(body, vmap))
+
+
+def _uses(node: Any, var: E.Var) -> bool:
+    found = False
+
+    def f(n: Any) -> None:
+        nonlocal found
+        found = found or n is var
+
+    post_order_visit(node, f)
+    return found
+
+
+class _Conditions(IRMutator):
+    """Rewrites each conjunct of ``if``/``select`` conditions that uses ``var`` (every one when
+    ``var`` is None) with ``fn``;
+    conjuncts that become true are dropped, an ``if`` whose condition becomes true is its
+    body."""
+
+    def __init__(self, var: E.Var | None, fn: Any) -> None:
+        self.var, self.fn = var, fn
+
+    def cond(self, c: E.PrimExpr) -> E.PrimExpr:
+        parts = [self.fn(x) if self.var is None or _uses(x, self.var) else x
+                 for x in E.conjuncts(c)]
+        return E.all_of(*(x for x in parts if not (isinstance(x, E.IntImm) and x.value == 1)))
+
+    def visit_IfThenElse(self, s: S.IfThenElse) -> S.Stmt:
+        c = self.cond(s.condition)
+        then, other = self.visit(s.then_case), self.visit(s.else_case)
+        if isinstance(c, E.IntImm):
+            return then if c.value else (other or S.Evaluate(E.IntImm(0, "int32")))
+        return S.IfThenElse(c, then, other)
+
+    def visit_Select(self, e: E.Select) -> E.PrimExpr:
+        return E.Select(self.cond(e.condition), self.visit(e.true_value),
+                        self.visit(e.false_value))
+
+
+def _upper_limit(cond: E.PrimExpr, var: E.Var) -> E.PrimExpr | None:
+    """``k`` where the integer comparison ``cond`` is ``var < k`` (``k`` free of ``var``)."""
+    if not isinstance(cond, E.LT | E.LE | E.GT | E.GE) or not E.is_int(cond.a.dtype) or \
+            cond.a.lanes != 1:
+        return None
+    # as p < 0
+    if isinstance(cond, E.LT | E.LE):
+        p = to_poly(cond.a - cond.b)
+    else:
+        p = to_poly(cond.b - cond.a)
+    if isinstance(cond, E.LE | E.GE):
+        p.const -= 1
+    key = None
+    for k, (coef, atoms) in p.terms.items():
+        if any(_uses(a, var) for a in atoms):
+            if key is not None or coef != 1 or len(atoms) != 1 or atoms[0] is not var:
+                return None
+            key = k
+    if key is None:
+        return None
+    del p.terms[key]
+    return to_poly(E.IntImm(0, var.dtype) - p.to_expr()).to_expr()
+
+
+class _Shrink(IRMutator):
+    """``for i in range(c): [for ...:] if i < k && rest: body`` (an ``if`` without ``else``
+    that the loops lead to, nothing else in them) becomes ``for i in range(min(c, k)): [for
+    ...:] if rest: body``: for a constant ``k`` (any loop), or (``vector_lanes``) for a
+    vectorized loop and a run-time ``k``, which then runs serially (a vector needs a constant
+    number of lanes)."""
+
+    def __init__(self, vector_lanes: bool = False) -> None:
+        self.vector_lanes = vector_lanes
+
+    def visit_For(self, s: S.For) -> S.Stmt:
+        s = self.generic_visit(s)
+        if not isinstance(s.extent, E.IntImm) or not isinstance(s.min, E.IntImm) or \
+                s.min.value != 0:
+            return s
+        runtime = self.vector_lanes and s.kind == S.ForKind.VECTORIZED
+        chain: list[S.For] = [s]
+        node = s.body
+        while isinstance(node, S.For):
+            chain.append(node)
+            node = node.body
+        if not isinstance(node, S.IfThenElse) or node.else_case is not None:
+            return s
+        parts = E.conjuncts(node.condition)
+        inner_vars = [loop.loop_var for loop in chain[1:]]
+        for x in parts:
+            limit = _upper_limit(x, s.loop_var)
+            if limit is not None and not any(_uses(limit, v) for v in inner_vars) and \
+                    (runtime or isinstance(limit, E.IntImm)):
+                break
+        else:
+            return s
+        rest = [y for y in parts if y is not x]
+        inner: S.Stmt = node.then_case
+        if rest:
+            cond = rest[0]
+            for y in rest[1:]:
+                cond = E.And(cond, y)
+            inner = S.IfThenElse(cond, inner)
+        for loop in reversed(chain[1:]):
+            inner = S.For(loop.loop_var, loop.min, loop.extent, loop.kind, inner,
+                          loop.thread_tag, loop.annotations)
+        kind = s.kind
+        if isinstance(limit, E.IntImm):
+            if limit.value <= 0:
+                return S.Evaluate(E.IntImm(0, "int32"))
+            extent: E.PrimExpr = E.IntImm(min(s.extent.value, limit.value), s.extent.dtype)
+        else:
+            extent = E.min_(s.extent, E.max_(limit, E.IntImm(0, limit.dtype)))
+            kind = S.ForKind.SERIAL
+            return S.For(s.loop_var, s.min, extent, kind, inner, s.thread_tag,
+                         {**s.annotations, _LANES: True})
+        return S.For(s.loop_var, s.min, extent, kind, inner, s.thread_tag, s.annotations)
+
+
+def _has_tile_base(node: Any, var: E.Var, f: int) -> bool:
+    found = False
+
+    def visit(n: Any) -> None:
+        nonlocal found
+        found = found or (isinstance(n, E.Mul) and n.a is var and isinstance(n.b, E.IntImm)
+                          and n.b.value == f)
+
+    post_order_visit(node, visit)
+    return found
+
+
+class _ShiftColumns(IRMutator):
+    """The last column tile moved back so that it ends at ``n``, in each index that holds its
+    first column ``var * f``. With ``vectors`` (``nv``), the tile's first ``nv`` vectors
+    only (the loops over its vectors cut to ``nv``), starting at ``B = max(n - nv * vec, 0)``:
+    ``var * f`` becomes ``B`` and a vector's start ``x * vec`` becomes ``min(x * vec, n - vec -
+    B)`` (the identity when ``n >= nv * vec``; for ``vec <= n < nv * vec`` the last vector
+    ends at ``n``, overlapping the one before). Without (``nv`` None), the whole tile:
+    ``var * f`` becomes ``n - f``. Every guard conjunct on such an index holds then and is
+    dropped. ``ok`` is False when ``var`` occurs otherwise."""
+
+    def __init__(self, var: E.Var, f: int, n: E.PrimExpr, vec: int = 1,
+                 nv: int | None = None) -> None:
+        self.var, self.f, self.n, self.vec, self.nv, self.ok = var, f, n, vec, nv, True
+        #: the variables of the loops over the tile's vectors (``x`` of ``x * vec``)
+        self.vector_vars: set[E.Var] = set()
+
+    def index(self, e: E.PrimExpr) -> E.PrimExpr:
+        if not _has_tile_base(e, self.var, self.f):
+            return self.visit(e)
+        f, vec, n, var, nv = self.f, self.vec, self.n, self.var, self.nv
+        base = n - f if nv is None else E.max_(n - nv * vec, E.IntImm(0, n.dtype))
+
+        def fn(x: E.PrimExpr) -> E.PrimExpr:
+            if isinstance(x, E.Mul) and isinstance(x.b, E.IntImm):
+                if x.a is var and x.b.value == f:
+                    return base
+                if nv is not None and isinstance(x.a, E.Var) and x.b.value == vec:
+                    self.vector_vars.add(x.a)
+                    return E.min_(x, n - vec - base)
+            if isinstance(x, E.Var):
+                if x is var:
+                    self.ok = False
+                return x
+            return rebuild(x, fn)
+
+        return fn(e)
+
+    def visit_For(self, s: S.For) -> S.Stmt:
+        body = self.visit(s.body)
+        mn, ext = self.visit(s.min), self.visit(s.extent)
+        if self.nv is not None and s.loop_var in self.vector_vars and \
+                isinstance(ext, E.IntImm) and ext.value > self.nv:
+            ext = E.IntImm(self.nv, ext.dtype)
+        return S.For(s.loop_var, mn, ext, s.kind, body, s.thread_tag, s.annotations)
+
+    def visit_Var(self, e: E.Var) -> E.PrimExpr:
+        if e is self.var:
+            self.ok = False
+        return e
+
+    def visit_BufferLoad(self, e: E.BufferLoad) -> E.PrimExpr:
+        return E.BufferLoad(e.buffer, [self.index(i) for i in e.indices])
+
+    def visit_BufferStore(self, s: S.BufferStore) -> S.Stmt:
+        return S.BufferStore(s.buffer, self.visit(s.value), [self.index(i) for i in s.indices])
+
+    def cond(self, c: E.PrimExpr) -> E.PrimExpr | None:
+        parts = [self.visit(x) for x in E.conjuncts(c)
+                 if not _has_tile_base(x, self.var, self.f)]
+        return E.all_of(*parts) if parts else None
+
+    def visit_IfThenElse(self, s: S.IfThenElse) -> S.Stmt:
+        c = self.cond(s.condition)
+        then, other = self.visit(s.then_case), self.visit(s.else_case)
+        return then if c is None else S.IfThenElse(c, then, other)
+
+    def visit_Select(self, e: E.Select) -> E.PrimExpr:
+        c = self.cond(e.condition)
+        t, f = self.visit(e.true_value), self.visit(e.false_value)
+        return t if c is None else E.Select(c, t, f)
+
+
+def _and(parts: list[E.PrimExpr]) -> E.PrimExpr | None:
+    if not parts:
+        return None
+    out = parts[0]
+    for x in parts[1:]:
+        out = E.And(out, x)
+    return out
+
+
+class _PackPanel(IRMutator):
+    """The register tile of a matrix narrower than a vector (``n < vec`` columns). The zeros
+    of its accumulator go to every lane (a local tile: no guard). Its reduction nest ``for k:
+    for i: for x: for lane (vectorized): if col < n && rest: acc[i, x*vec + lane] += a[.., i,
+    k] * b[.., k, x*vec + lane]`` reads ``b`` from a local panel instead, zero-filled and then
+    copied from ``b`` where ``col < n`` (``n`` elements per step of ``k``): the tile's vector
+    code then needs no column guard and reads nothing past ``b``; the lanes past ``n``
+    accumulate zeros that nobody stores. Applies where the loops over the panel (those the
+    load of ``b`` uses) have constant extents."""
+
+    def visit_For(self, s: S.For) -> S.Stmt:
+        chain: list[S.For] = [s]
+        node = s.body
+        while isinstance(node, S.For):
+            chain.append(node)
+            node = node.body
+        out = self.packed(chain, node) if len(chain) >= 2 else None
+        return out if out is not None else rebuild(s, self.visit)
+
+    def packed(self, chain: list[S.For], node: Any) -> S.Stmt | None:
+        lane, k = chain[-1], chain[0]
+        if lane.kind != S.ForKind.VECTORIZED or not isinstance(node, S.IfThenElse) or \
+                node.else_case is not None or not isinstance(node.then_case, S.BufferStore):
+            return None
+        store = node.then_case
+        if store.buffer.scope != "local":
+            return None
+        guards = [c for c in E.conjuncts(node.condition) if _uses(c, lane.loop_var)]
+        rest = [c for c in E.conjuncts(node.condition) if not _uses(c, lane.loop_var)]
+        if not any(x.buffer.scope != "local" for x in nodes_of(store.value, E.BufferLoad)):
+            # the accumulator's zeros: every lane (the tile is local), no guard
+            inner: S.Stmt = store
+            if rest:
+                inner = S.IfThenElse(_and(rest), store)  # type: ignore[arg-type]
+            for f in reversed(chain):
+                inner = S.For(f.loop_var, f.min, f.extent, f.kind, inner, f.thread_tag,
+                              f.annotations)
+            return inner
+        loads = [x for x in nodes_of(store.value, E.BufferLoad)
+                 if x.buffer.scope != "local" and _uses(x.indices[-1], lane.loop_var)]
+        if len(loads) != 1 or not _uses(loads[0], k.loop_var):
+            return None
+        load = loads[0]
+        loops = [f for f in chain if _uses(load, f.loop_var)]
+        if not all(isinstance(f.extent, E.IntImm) and isinstance(f.min, E.IntImm)
+                   and f.min.value == 0 for f in loops):
+            return None
+        panel = Buffer(f"{load.buffer.name}_panel", [f.extent for f in loops], load.buffer.dtype,
+                       scope="local")
+
+        def nest(body_of: Any) -> S.Stmt:
+            fresh = {f.loop_var: E.Var(f.loop_var.name, f.loop_var.dtype) for f in loops}
+            inner = body_of([fresh[f.loop_var] for f in loops], fresh)
+            for f in reversed(loops):
+                kind = f.kind if f is lane or f.kind == S.ForKind.UNROLLED else S.ForKind.SERIAL
+                inner = S.For(fresh[f.loop_var], 0, f.extent, kind, inner)
+            return inner
+
+        zero = nest(lambda ix, _: S.BufferStore(panel, E.FloatImm(0.0, panel.dtype), ix))
+        copy = nest(lambda ix, fresh: S.IfThenElse(
+            substitute(_and(guards), fresh),
+            S.BufferStore(panel, substitute(load, fresh), ix)))
+        read = E.BufferLoad(panel, [f.loop_var for f in loops])
+        value = _ReplaceNode(load, read).visit(store.value)
+        inner = S.BufferStore(store.buffer, value, store.indices)
+        cond = _and(rest)
+        if cond is not None:
+            inner = S.IfThenElse(cond, inner)
+        for f in reversed(chain):
+            inner = S.For(f.loop_var, f.min, f.extent, f.kind, inner, f.thread_tag,
+                          f.annotations)
+        return S.Allocate(panel, S.seq(zero, _Shrink(vector_lanes=True).visit(copy), inner))
+
+
+class _CutLoops(IRMutator):
+    """The loops over ``loop_vars`` cut to at most ``count`` iterations."""
+
+    def __init__(self, loop_vars: set[E.Var], count: int) -> None:
+        self.loop_vars, self.count = loop_vars, count
+
+    def visit_For(self, s: S.For) -> S.Stmt:
+        body = self.visit(s.body)
+        ext = s.extent
+        if s.loop_var in self.loop_vars and isinstance(ext, E.IntImm) and ext.value > self.count:
+            ext = E.IntImm(self.count, ext.dtype)
+        return S.For(s.loop_var, s.min, ext, s.kind, body, s.thread_tag, s.annotations)
+
+
+class _ReplaceNode(IRMutator):
+    """Replaces one node (by identity)."""
+
+    def __init__(self, old: Any, new: Any) -> None:
+        self.old, self.new = old, new
+
+    def visit(self, node: Any) -> Any:
+        return self.new if node is self.old else super().visit(node)
+
+
+def nodes_of(node: Any, kind: type) -> list[Any]:
+    found: list[Any] = []
+    post_order_visit(node, lambda n: found.append(n) if isinstance(n, kind) else None)
+    return found
+
+
+class _HoistLanes(IRMutator):
+    """In a perfect loop nest ending in a store (or a guarded one), the loops :class:`_Shrink`
+    made serial (run-time lanes), with the loops their extents use, moved outermost: ``for k:
+    for i: for j in range(n): acc[i, j] += ..`` becomes ``for j in range(n): for k: for i:
+    ..``, so that the run-time loop is entered once per column rather than once per row and
+    step of ``k`` (the accumulator of a column then stays in a register over ``k``)."""
+
+    def visit_For(self, s: S.For) -> S.Stmt:
+        chain: list[S.For] = [s]
+        node = s.body
+        while isinstance(node, S.For):
+            chain.append(node)
+            node = node.body
+        marked = [loop for loop in chain if loop.annotations.get(_LANES)]
+        store = node.then_case if isinstance(node, S.IfThenElse) and node.else_case is None \
+            else node
+        if not marked or not isinstance(store, S.BufferStore):
+            return rebuild(s, self.visit)
+        front: list[S.For] = []
+        for loop in chain:
+            if loop in marked or any(_uses(m.extent, loop.loop_var) for m in marked):
+                front.append(loop)
+        order = front + [loop for loop in chain if loop not in front]
+        inner: S.Stmt = node
+        for loop in reversed(order):
+            inner = S.For(loop.loop_var, loop.min, loop.extent, loop.kind, inner,
+                          loop.thread_tag, {k: v for k, v in loop.annotations.items()
+                                            if k != _LANES})
+        return inner
+
+
+def _cancel(c: E.PrimExpr) -> E.PrimExpr:
+    """An integer comparison ``a < b`` (``<=``, ``>``, ``>=``) as ``a - b`` with like terms
+    collected on the left and its constant on the right (``q*12 + i < q*12 + 7`` is
+    ``i < 7``); a comparison that becomes constant is decided."""
+    ops = {E.LT: lambda x, y: x < y, E.LE: lambda x, y: x <= y,
+           E.GT: lambda x, y: x > y, E.GE: lambda x, y: x >= y}
+    op = ops.get(type(c))
+    if op is None or not E.is_int(c.a.dtype) or c.a.lanes != 1:
+        return c
+    p = to_poly(c.a - c.b)
+    k = p.const
+    p.const = 0
+    if p.is_const():
+        return E.IntImm(int(op(0, -k)), "bool")
+    return type(c)(p.to_expr(), E.IntImm(-k, c.a.dtype))
+
+
+class _Tails(IRMutator):
+    def __init__(self, func: S.PrimFunc) -> None:
+        self.size_vars = list(func.size_vars)
+
+    def visit_For(self, s: S.For) -> S.Stmt:
+        spec = s.annotations.get(TAIL_PRAGMA)
+        body = self.visit(s.body)  # inner marked loops first: their forms are copied along
+        notes = {k: v for k, v in s.annotations.items()
+                 if k not in (TAIL_PRAGMA, PARALLEL_PRAGMA)}
+        gate = s.annotations.get(PARALLEL_PRAGMA)
+        if gate is not None:
+            return self.gated(S.For(s.loop_var, s.min, s.extent, s.kind, body, s.thread_tag,
+                                    notes), *gate)
+        loop = S.For(s.loop_var, s.min, s.extent, s.kind, body, s.thread_tag, notes)
+        if spec is None:
+            return loop if body is not s.body or notes != s.annotations else s
+        mode, f = spec[0], spec[1]
+        n = _tile_count_of(s.extent, f)
+        if n is None or not (isinstance(s.min, E.IntImm) and s.min.value == 0):
+            return loop
+        if mode == "rows":
+            tail = self.rows_tail(s.loop_var, body, n, f)
+        elif mode == "cols":
+            tail = self.cols_tail(s.loop_var, body, n, f, int(spec[2]) if len(spec) > 2 else 1)
+        else:
+            return loop
+        whole = S.For(s.loop_var, 0, E.FloorDiv(n, E.IntImm(f, n.dtype)), s.kind, body,
+                      s.thread_tag, notes)
+        return S.seq(whole, tail)
+
+    def gated(self, s: S.For, work: E.PrimExpr, least: int) -> S.Stmt:
+        """The parallel loop ``s`` (a static extent ``T``) as ``T // c`` parallel tasks of
+        ``c`` iterations: ``c = 1`` where ``work >= least``, else ``c = T`` (one task, which
+        the thread pool runs in the calling thread without waking a worker)."""
+        if s.kind != S.ForKind.PARALLEL or not isinstance(s.extent, E.IntImm) or \
+                not (isinstance(s.min, E.IntImm) and s.min.value == 0):
+            return s
+        smallest = substitute(work, {v: 1 for v in self.size_vars})
+        smallest = to_poly(smallest).to_expr() if E.is_int(smallest.dtype) else smallest
+        if isinstance(smallest, E.IntImm) and smallest.value >= least:
+            return s  # worth a launch at every size
+        v, total = s.loop_var, s.extent
+        c = E.Var(f"{v.name}_chunk", v.dtype)
+        p = E.Var(f"{v.name}_task", v.dtype)
+        t = E.Var(f"{v.name}_step", v.dtype)
+        body = substitute(s.body, {v: p * c + t})
+        inner = S.For(t, 0, c, S.ForKind.SERIAL, body)
+        loop = S.For(p, 0, E.FloorDiv(total, c), S.ForKind.PARALLEL, inner, s.thread_tag,
+                     s.annotations)
+        chunk = E.Select(E.GE(work, E.IntImm(least, work.dtype)), E.IntImm(1, v.dtype), total)
+        return S.LetStmt(c, chunk, loop)
+
+    def rows_tail(self, v: E.Var, body: S.Stmt, n: E.PrimExpr, f: int) -> S.Stmt:
+        """The last tile of ``n % f`` rows: one copy per remainder ``r``, in which ``n`` is
+        ``q * f + r`` (``q = n // f``, the tile's index): each guard on the tile's rows,
+        ``q * f + i < n``, is rewritten as ``q * f + i - n + (n - q * f - r) < 0``, which
+        collects to ``i < r``."""
+        q = E.Var(f"{v.name}_last", v.dtype)
+        rem = E.FloorMod(n, E.IntImm(f, n.dtype))
+        chain: S.Stmt | None = None
+        for r in range(f - 1, 0, -1):
+            zero = n - (q * f + r)  # zero where this copy runs
+
+            def fix(c: E.PrimExpr, zero: E.PrimExpr = zero) -> E.PrimExpr:
+                if not isinstance(c, E.LT | E.LE | E.GT | E.GE) or not E.is_int(c.a.dtype):
+                    return c
+                return _cancel(type(c)(c.a - c.b + zero, E.IntImm(0, c.a.dtype)))
+
+            copy = _Shrink().visit(_Conditions(q, fix).visit(_copy(body, {v: q})))
+            chain = S.IfThenElse(E.EQ(rem, E.IntImm(r, n.dtype)), copy, chain)
+        assert chain is not None
+        return S.LetStmt(q, E.FloorDiv(n, E.IntImm(f, n.dtype)), chain)
+
+    def cols_tail(self, v: E.Var, body: S.Stmt, n: E.PrimExpr, f: int, vec: int) -> S.Stmt:
+        """The last, partial tile of ``r = n % f`` columns: its first ``ceil(r / vec)``
+        vectors, shifted back to end at ``n`` (a switch over the count; for ``vec <= n < f``
+        the vectors start at 0, the last one shifted back); for ``n < vec``, one vector of a
+        zero-padded local copy of ``b`` (:class:`_PackPanel`), ``n`` columns stored. Vectors
+        of ``vec`` lanes; with scalar columns (``vec`` 1), the tile shifted back for ``n >=
+        f``, the guarded tile otherwise."""
+        rem = E.FloorMod(n, E.IntImm(f, n.dtype))
+        idx = n.dtype
+
+        def last_tile() -> S.Stmt:
+            return S.IfThenElse(E.NE(rem, E.IntImm(0, idx)),
+                                _copy(body, {v: E.FloorDiv(n, E.IntImm(f, idx))}))
+
+        # n < vec: the tile's first vector only (its other vectors would hold no column)
+        probe = _ShiftColumns(v, f, n, vec, 1)
+        probe.visit(body)
+        first = _CutLoops(probe.vector_vars, 1).visit(body) if vec > 1 else body
+        small = _HoistLanes().visit(_Shrink(vector_lanes=True).visit(_PackPanel().visit(
+            _copy(first, {v: E.IntImm(0, v.dtype)}))))
+        if vec <= 1 or f % vec:
+            shift = _ShiftColumns(v, f, n)
+            shifted = shift.visit(body)
+            if not shift.ok:  # the tile index is used otherwise: the partial tile guarded
+                return last_tile()
+            return S.IfThenElse(E.NE(rem, E.IntImm(0, idx)), S.IfThenElse(
+                E.GE(n, E.IntImm(f, idx)), _copy(shifted, {}), small))
+        chain: S.Stmt | None = None
+        for nv in range(f // vec, 0, -1):
+            shift = _ShiftColumns(v, f, n, vec, nv)
+            shifted = shift.visit(body)
+            if not shift.ok:
+                return last_tile()
+            if chain is None:
+                chain = _copy(shifted, {})
+            else:
+                chain = S.IfThenElse(E.LE(rem, E.IntImm(nv * vec, idx)), _copy(shifted, {}),
+                                     chain)
+        assert chain is not None
+        return S.IfThenElse(E.NE(rem, E.IntImm(0, idx)), S.IfThenElse(
+            E.GE(n, E.IntImm(vec, idx)), chain, small))

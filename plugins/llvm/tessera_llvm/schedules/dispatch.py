@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from tessera import te
@@ -13,11 +14,13 @@ from tessera.kernel.schedule import (
     Template,
     pick,
 )
+from tessera.tir.expr import Var
 
 from .common import (
     CPUInfo,
     injective_space,
     reduce_space,
+    representative_bounds,
     schedule_injective_stage,
     schedule_reduce_stage,
     unblocking_block,
@@ -119,9 +122,15 @@ LLVM_SCHEDULES = ScheduleTable(
 
 
 def schedule_group(outputs: list[te.Tensor], cpu: CPUInfo,
-                   overrides: dict[str, dict[str, Any]] | None = None) -> GroupSchedule:
+                   overrides: dict[str, dict[str, Any]] | None = None,
+                   size_bounds: Mapping[Var, tuple[int | None, int | None]] | None = None
+                   ) -> GroupSchedule:
     """Create and apply the schedule of a group whose results are ``outputs``.
 
     ``overrides`` maps a workload key (:meth:`ScheduleConfig.key`) to knob values (from tuning
-    records); every other knob keeps its default."""
-    return LLVM_SCHEDULES.schedule_group(outputs, cpu, overrides)
+    records); every other knob keeps its default. ``size_bounds`` (size variable -> (low,
+    high), as ``PrimFunc.size_bounds``) gives the run-time sizes of a symbolic group the
+    values its schedule decisions take them at (their upper bounds; see
+    :mod:`.common`): pass the bounds the function is lowered with."""
+    with representative_bounds(size_bounds):
+        return LLVM_SCHEDULES.schedule_group(outputs, cpu, overrides)
