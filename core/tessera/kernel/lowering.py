@@ -56,10 +56,13 @@ def group_te(group: FusedGroup, computes: dict[str, Any] | None = None) -> Any:
     return build_te(group.nodes, inputs, group.outputs, computes=computes)
 
 
-def loop_nest(schedule: Any, gte: Any, name: str) -> PrimFunc:
+def loop_nest(schedule: Any, gte: Any, name: str,
+              size_bounds: dict[Any, tuple[int | None, int | None]] | None = None) -> PrimFunc:
     """The loop nest ``te.lower`` makes of a group's schedule (before any TIR pipeline), as a
-    function ``name`` of the group's placeholders and outputs."""
-    return te.lower(schedule, list(gte.placeholders) + list(gte.outputs), name)
+    function ``name`` of the group's placeholders and outputs; ``size_bounds`` (size variable
+    -> (low, high)) bounds the run-time sizes of a symbolic group."""
+    return te.lower(schedule, list(gte.placeholders) + list(gte.outputs), name,
+                    size_bounds=size_bounds)
 
 
 @contextmanager

@@ -272,6 +272,8 @@ def partition(fn: Function, backends: list[tuple[Backend, TargetKind]],
         body = Function(f"region{len(report.regions)}_{r.backend.name}",
                         {"backend": r.backend.name, "device": device,
                          "target": str(r.kind)})
+        if fn.attrs.get("dim_bounds"):  # the size variables' ranges, for symbolic regions
+            body.attrs["dim_bounds"] = dict(fn.attrs["dim_bounds"])
         mapping: dict[int, Value] = {}
         outer_inputs: list[Value] = []
         for n in nodes:

@@ -146,6 +146,8 @@ class Executor:
             region: np.zeros(len(names), dtype=np.int64)
             for region, names in plan.region_sizes.items()}
         self.size_names = plan.size_names
+        #: The sizes of the current call (:meth:`set_sizes`).
+        self.current_sizes: dict[str, int] = {}
         self._size_slots = [(self.sizes[region], [self.size_names.index(n) for n in names])
                             for region, names in plan.region_sizes.items()]
         self.calls: list[tuple[Step, Callable[[list[Any], list[Any]], None], list[Any],
@@ -214,15 +216,32 @@ class Executor:
         return runs
 
     def set_sizes(self, sizes: Any) -> None:
-        """Write a call's sizes (variable name -> int, for every name of :attr:`size_names`)
-        into the arrays the kernels of regions with run-time sizes read."""
+        """Set a call's sizes (variable name -> int, for every name of :attr:`size_names` and
+        of the symbolic tensors' types): the arrays the kernels of regions with run-time sizes
+        read, and the shapes of symbolic inputs and outputs."""
         values = [sizes[n] for n in self.size_names]
         for array, slots in self._size_slots:
             for k, slot in enumerate(slots):
                 array[k] = values[slot]
+        self.current_sizes = dict(sizes)
+
+    def _sized_view(self, name: str) -> np.ndarray:
+        """The part of a symbolic tensor's planned buffer the current sizes use, shaped."""
+        info = self.plan.tensors[name]
+        if not self.devices[info.device].host_memory:
+            raise RunError(f"tensor {name!r} of symbolic type {info.symbolic} lives on "
+                           f"{info.device}: run-time sizes are supported in host memory only")
+        shape = info.shape_at(self.current_sizes)
+        count = 1
+        for d in shape:
+            count *= d
+        return self.buffers[name].reshape(-1)[:count].reshape(shape)  # type: ignore[no-any-return]
 
     def set_input(self, name: str, array: np.ndarray) -> None:
         info = self.plan.tensors[name]
+        if info.symbolic is not None:
+            np.copyto(self._sized_view(name), array, casting="no")
+            return
         device = self.devices[info.device]
         if device.host_memory:
             device.copy_from_host(self.buffers[name], array)
@@ -332,6 +351,8 @@ class Executor:
         return io
 
     def _setter(self, name: str) -> Callable[[np.ndarray], None]:
+        if self.plan.tensors[name].symbolic is not None:
+            return functools.partial(self.set_input, name)
         device = self.devices[self.plan.tensors[name].device]
         if type(device).copy_from_host is CPUDevice.copy_from_host:  # numpy's copy, no frame
             return functools.partial(self.buffers[name].__setitem__, Ellipsis)
@@ -345,7 +366,7 @@ class Executor:
                                      copy=True)
         info = self.plan.tensors[name]
         device = self.devices[info.device]
-        if not device.host_memory:
+        if not device.host_memory or info.symbolic is not None:
             return functools.partial(self.get, name)
         if type(device).copy_to_host is CPUDevice.copy_to_host:  # numpy's copy, no frame
             return self.buffers[name].copy  # type: ignore[no-any-return]
@@ -367,6 +388,12 @@ class Executor:
             np.copyto(out, value, casting="no")
             return out
         info = self.plan.tensors[name]
+        if info.symbolic is not None:
+            view = self._sized_view(name)
+            if out is None:
+                return view.copy()
+            np.copyto(out, view, casting="no")
+            return out
         if out is None:
             out = np.empty(info.type.shape, dtype=info.type.dtype.numpy)
         device = self.devices[info.device]

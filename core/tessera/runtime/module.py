@@ -16,9 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from tessera.errors import RunError
+from tessera.errors import CompileError, RunError
 from tessera.ir.graph import Function
-from tessera.ir.symbolic import InputSpec
+from tessera.ir.symbolic import InputSpec, ShapeVars, check_bounds, dim_str, dim_vars
+from tessera.ir.types import TensorType
 from tessera.partition.report import PartitionReport
 from tessera.plugin.backend import Backend, CompiledRegion, CompileOptions
 from tessera.runtime.artifact import export_model
@@ -73,12 +74,35 @@ def _generated_caller(expected: list[tuple[str, np.dtype, tuple[int, ...]]],
     return scope["call"]  # type: ignore[no-any-return]
 
 
+def _shape_vars(types: Mapping[str, TensorType], bounds: Any) -> ShapeVars | None:
+    """The specs of a module's symbolic inputs (None when every input is static): each input
+    dimension an int or one size variable."""
+    if all(t.is_static for t in types.values()):
+        return None
+    specs = []
+    for name, t in types.items():
+        dims: list[int | str] = []
+        for d in t.shape:
+            if isinstance(d, int):
+                dims.append(d)
+                continue
+            (var,) = dim_vars(d) or ("",)
+            if dim_str(d) != var:
+                raise CompileError(f"input {name!r} has dimension {dim_str(d)}: an input's "
+                                   f"dimensions are sizes or single size variables")
+            dims.append(var)
+        specs.append(InputSpec(name, tuple(dims), t.dtype))
+    return ShapeVars(tuple(specs), check_bounds(dict(bounds or {})))
+
+
 @dataclass
 class _StepState:
     """A thread's step-by-step form: its execution state and the inputs it has set."""
 
     executor: Executor
     inputs_set: set[str] = field(default_factory=set)
+    #: a module with symbolic inputs: the arrays given, copied in when ``run()`` binds sizes
+    pending: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 class Module:
@@ -133,6 +157,11 @@ class Module:
         self.sequences = SequenceLayout.of(self.graph)
         if self.sequences is not None:
             self.output_names = self.sequences.output_names
+        #: For a module with symbolic inputs (``float32[batch, seq]``): the input specs and
+        #: the variables' bounds (the graph's ``dim_bounds``, which memory is planned at); each
+        #: call binds the variables from its arrays. None for a static module.
+        self.shape_vars: ShapeVars | None = _shape_vars(self.input_types,
+                                                        self.graph.attrs.get("dim_bounds"))
         self.plan = planned.plan
         self.memory = planned.memory
         self._devices = planned.devices
@@ -160,7 +189,10 @@ class Module:
     @property
     def input_specs(self) -> dict[str, InputSpec]:
         """Input name -> its shape and dtype, as :class:`~tessera.runtime.dynamic.DynamicModule`
-        and :class:`~tessera.runtime.staged.StagedModule` say theirs (fixed sizes here)."""
+        and :class:`~tessera.runtime.staged.StagedModule` say theirs (variable names for the
+        symbolic dimensions of a module with symbolic inputs)."""
+        if self.shape_vars is not None:
+            return {s.name: s for s in self.shape_vars.inputs}
         return {n: InputSpec(n, tuple(t.shape), t.dtype) for n, t in self.input_types.items()}
 
     @property
@@ -200,6 +232,11 @@ class Module:
         else:
             arrays = [(name, self.signature.check_input(name, value))]
         state = self._thread_state()
+        if self.shape_vars is not None:  # sizes are bound when run() has every input
+            for key, array in arrays:
+                state.pending[key] = np.array(array, copy=True)
+                state.inputs_set.add(key)
+            return
         for key, array in arrays:
             state.executor.set_input(key, array)
             state.inputs_set.add(key)
@@ -249,6 +286,12 @@ class Module:
         if self.sequences is not None:
             return self._run_sequences(inputs, feeds is not None, output_names)
         wanted = self.signature.wanted(output_names)
+        if self.shape_vars is not None and (inputs or feeds is not None):
+            arrays = self.signature.check_inputs(inputs)
+            with self.states.state() as executor:
+                self._set_sized_inputs(executor, arrays)
+                executor.run()
+                return {name: executor.get(tensor) for name, tensor in wanted}
         if inputs or feeds is not None:
             fast = self.cached_caller(tuple(inputs), None if output_names is None
                                       else tuple(output_names))
@@ -270,8 +313,19 @@ class Module:
             raise RunError(f"input(s) {', '.join(missing)} not set in this thread; call "
                            "set_input first (the step-by-step form is per thread), or pass "
                            "the inputs to run(feeds) or run(**inputs)")
+        if self.shape_vars is not None:
+            self._set_sized_inputs(state.executor, state.pending)
         state.executor.run()
         return None
+
+    def _set_sized_inputs(self, executor: Executor, arrays: Mapping[str, np.ndarray]) -> None:
+        """Bind a call's sizes from its arrays (every relation and bound checked: a
+        ``RunError`` names the input) and copy the arrays into the state."""
+        assert self.shape_vars is not None
+        sizes = self.shape_vars.bind(arrays)
+        executor.set_sizes(sizes)
+        for name, array in arrays.items():
+            executor.set_input(name, array)
 
     def caller(self, input_names: Sequence[str] | None = None,
                output_names: Sequence[str] | None = None) -> Callable[..., tuple[Any, ...]]:
@@ -289,6 +343,17 @@ class Module:
             raise RunError(f"caller(input_names=...): expected every input once "
                            f"({', '.join(self.input_types)}), got {', '.join(names) or 'none'}")
         wanted = self.signature.wanted(output_names)
+        if self.shape_vars is not None:
+            outs = [n for n, _ in wanted]
+
+            def call(*arrays: Any) -> tuple[Any, ...]:
+                if len(arrays) != len(names):
+                    raise RunError(f"expected {len(names)} inputs ({', '.join(names)}), got "
+                                   f"{len(arrays)}")
+                got = self.run(dict(zip(names, arrays)), output_names=outs)
+                assert got is not None
+                return tuple(got[n] for n in outs)
+            return call
         check = self.signature.check_input
         expected = [(n, np.dtype(self.input_types[n].dtype.numpy),
                      tuple(self.input_types[n].shape)) for n in names]

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tessera.errors import CompileError
+from tessera.errors import CompileError, TesseraError
 from tessera.ir.graph import COPY_OP
 from tessera.ir.types import TensorType
 from tessera.partition.partitioner import HOST
@@ -40,9 +41,21 @@ class Step:
 
 @dataclass
 class TensorInfo:
+    """A planned tensor: ``type`` is what memory is planned for (static); for a tensor of a
+    symbolic type, ``symbolic`` is that type and ``type`` its upper bound at the model's
+    ``dim_bounds`` (each call uses the first ``symbolic.evaluate(sizes)`` elements of the
+    planned buffer, row-major)."""
+
     name: str
     type: TensorType
     device: str
+    symbolic: TensorType | None = None
+
+    def shape_at(self, sizes: Mapping[str, int]) -> tuple[int, ...]:
+        """The tensor's shape for a call's sizes."""
+        if self.symbolic is None:
+            return self.type.shape
+        return self.symbolic.evaluate(sizes).shape
 
 
 @dataclass
@@ -89,12 +102,23 @@ def build_plan(partitioned: PartitionedGraph, compiled: dict[str, CompiledRegion
     locks: dict[str, threading.Lock] = {}
     region_sizes: dict[str, list[str]] = {}
 
+    bounds = dict(graph.attrs.get("dim_bounds") or {})
+
     def declare(name: str, type: TensorType, device: str) -> None:
         known = tensors.get(name)
-        if known is not None and (known.type != type or known.device != device):
-            raise CompileError(f"tensor {name!r} declared as {known.type} on {known.device} and "
-                               f"as {type} on {device}")
-        tensors[name] = TensorInfo(name, type, device)
+        if known is not None and ((known.symbolic or known.type) != type
+                                  or known.device != device):
+            raise CompileError(f"tensor {name!r} declared as {known.symbolic or known.type} "
+                               f"on {known.device} and as {type} on {device}")
+        if type.is_static:
+            tensors[name] = TensorInfo(name, type, device)
+            return
+        try:
+            planned = type.upper_bound(bounds)
+        except TesseraError as err:
+            raise CompileError(f"tensor {name!r} of type {type}: memory is planned at the "
+                               f"size variables' upper bounds (dim_bounds): {err}") from None
+        tensors[name] = TensorInfo(name, planned, device, symbolic=type)
 
     for v in graph.inputs:
         declare(v.name, v.type, HOST)
@@ -117,6 +141,7 @@ def build_plan(partitioned: PartitionedGraph, compiled: dict[str, CompiledRegion
             if k.workspace_bytes < 0:
                 raise CompileError(f"kernel {k.name} of backend {cr.backend} asks for "
                                    f"{k.workspace_bytes} workspace bytes")
+            concat = k.concat_offsets if not cr.size_names else None  # offsets of one size
             if k.workspace_bytes:  # planned like a tensor that lives during this step only
                 ws = workspace_name(k.name)
                 declare(ws, TensorType((k.workspace_bytes,), "uint8"), device)
@@ -126,7 +151,7 @@ def build_plan(partitioned: PartitionedGraph, compiled: dict[str, CompiledRegion
                     raise CompileError(f"kernel {k.name} of backend {cr.backend} uses tensor "
                                        f"{n!r} that its compiled region does not declare")
             steps.append(Step(k.name, cr.backend, k.op, ins, outs, k.fn, flops=k.flops,
-                              region=region, concat_offsets=k.concat_offsets))
+                              region=region, concat_offsets=concat))
         if cr.bind_sequence is not None and cr.kernels:
             sequences[region] = cr.bind_sequence
         if not cr.thread_safe:

@@ -53,6 +53,11 @@ class Signature:
         array = np.asarray(value)
         if array.dtype != t.dtype.numpy:
             raise RunError(f"input {name!r}: expected dtype {t.dtype}, got {array.dtype}")
+        if not t.is_static:  # the module binds and checks the sizes (ShapeVars)
+            if array.ndim != t.ndim:
+                raise RunError(f"input {name!r}: expected {t.ndim} dimensions ({t}), got "
+                               f"shape {list(array.shape)}")
+            return array
         if tuple(array.shape) != t.shape:
             raise RunError(f"input {name!r}: expected shape {list(t.shape)}, got "
                            f"{list(array.shape)}")

@@ -37,6 +37,7 @@ import numpy as np
 
 from tessera.errors import ArtifactError, CompileError, RunError, TargetError
 from tessera.ir.graph import Function, Node
+from tessera.ir.symbolic import eval_dim
 from tessera.ir.types import TensorType
 from tessera.plugin.artifact_files import CONSTANT_KEY, ArtifactFiles  # noqa: F401
 from tessera.plugin.backend import (
@@ -55,13 +56,14 @@ from tessera.topi.registry import has_compute, registered_ops, unsupported_reaso
 from . import parallel
 from .build import build_module
 from .cpu import cpu_info
-from .loader import check_object, load_object, pack_pointers
+from .loader import SizeSpec, check_object, load_object, pack_pointers
 from .loop_region import LoopRegionHandle, compile_with_loops, has_loops
 from .lowering import LoweredKernel, lower_region
 from .machine import known_cpu, missing_host_features
 from .native_loop import loop_refusal
 from .parallel import set_num_threads
 from .peak import measure_fma_peak
+from .schedules.common import REPRESENTATIVE_SIZE
 from .sequence import make_binder
 from .triple import check_triple, host_triple, is_foreign, triple_arch
 from .tuning import llvm_candidate, llvm_features
@@ -132,10 +134,48 @@ def _table_kernel(k: dict[str, Any], fn: Any) -> Kernel:
                   workspace_bytes=int(k.get("workspace", 0)))
 
 
+def _region_size_names(region: str, table: list[dict[str, Any]]) -> list[str]:
+    """The size variables a region's kernels take (every kernel of a symbolic region takes
+    them all, in one order: ``CompiledRegion.size_names``); [] for a static region."""
+    orders = {tuple(k["sizes"]["names"]) if "sizes" in k else () for k in table}
+    if len(orders) > 1:
+        raise ArtifactError(f"llvm region {region}: its kernels take different run-time sizes "
+                            f"({sorted(orders)}); a region's kernels take one sizes array")
+    return list(orders.pop()) if orders else []
+
+
 def _not_runnable(triple: str, what: str) -> RunError:
     return RunError(f"llvm {what}: compiled for {triple} ({triple_arch(triple)}), this host is "
                     f"{host_triple()}; export the module (Module.export) and run it on an "
                     f"{triple_arch(triple)} machine, or compile again without -mtriple")
+
+
+def _make_sized_kernel(lib: Any, k: dict[str, Any]) -> Kernel:
+    """A Kernel calling the native function of table entry ``k`` of a symbolic region: the
+    runtime calls it with the same lists of buffers and the same sizes array (rewritten before
+    each run) every time, so the pointers (the last to the sizes array) are packed once per
+    triple of them."""
+    call = lib.get(k["name"])
+    raw = call.raw
+    name = k["name"]
+    cache: dict[tuple[int, int, int], tuple[Any, ...]] = {}
+
+    def run(ins: list[Any], outs: list[Any], sizes: np.ndarray) -> None:
+        key = (id(ins), id(outs), id(sizes))
+        hit = cache.get(key)
+        ids = tuple(map(id, ins)) + tuple(map(id, outs))
+        if hit is None or hit[0] is not ins or hit[1] is not outs or hit[2] is not sizes \
+                or hit[3] != ids:
+            try:
+                packed = call.pack_shared(ins + outs, sizes)
+            except Exception as err:  # noqa: BLE001 - name the kernel
+                raise RunError(f"llvm kernel {name} ({k['op']}): {err}") from err
+            if len(cache) >= 8:
+                cache.clear()
+            hit = cache[key] = (ins, outs, sizes, ids, packed)
+        raw(hit[4])
+
+    return _table_kernel(k, run)
 
 
 def _make_kernel(lib: Any, k: dict[str, Any]) -> Kernel:
@@ -351,7 +391,9 @@ class LLVMBackend(Backend):
         t1 = time.perf_counter()
         built = build_module([k.func for k in lowered.kernels], region.name, mcpu=mcpu,
                              mattr=target.get("mattr"), triple=triple,
-                             progress=options.progress)
+                             progress=options.progress,
+                             size_specs={k.name: k.size_spec for k in lowered.kernels
+                                         if k.size_spec is not None})
         t2 = time.perf_counter()
         table = [self._entry(k, built.workspaces.get(k.name, 0)) for k in lowered.kernels]
         constants = {name: _aligned_copy(v.data) for name, v in lowered.constants.items()}
@@ -381,8 +423,16 @@ class LLVMBackend(Backend):
 
     @staticmethod
     def _entry(k: LoweredKernel, workspace: int) -> dict[str, Any]:
-        return {"name": k.name, "inputs": k.inputs, "outputs": k.outputs, "op": k.op,
-                "flops": k.flops, "template": k.template, "workspace": workspace}
+        flops = k.flops
+        if k.size_spec is not None:  # the work at the size bounds (the most a call does)
+            at = {n: hi if hi is not None else REPRESENTATIVE_SIZE
+                  for n, (_, hi) in zip(k.size_spec.names, k.size_spec.bounds)}
+            flops = eval_dim(flops, at)
+        entry = {"name": k.name, "inputs": k.inputs, "outputs": k.outputs, "op": k.op,
+                 "flops": int(flops), "template": k.template, "workspace": workspace}
+        if k.size_spec is not None:
+            entry["sizes"] = k.size_spec.to_json()
+        return entry
 
     def _assemble(self, region: Function, object_code: bytes, table: list[dict[str, Any]],
                   constants: dict[str, np.ndarray], tensors: dict[str, TensorType],
@@ -396,26 +446,31 @@ class LLVMBackend(Backend):
             return CompiledRegion(self.name, region, [_foreign_kernel(k, triple) for k in table],
                                   tensors, constants, info, handle=handle)
 
-        def param(n: str) -> tuple[str, int]:
+        def param(n: str) -> tuple[str, int | None]:
             if n in constants:
                 return str(constants[n].dtype), int(constants[n].size)
-            return str(tensors[n].dtype), tensors[n].size
+            t = tensors[n]  # a symbolic type: checked against each call's sizes
+            return str(t.dtype), t.size if t.is_static else None
 
         workspaces = {k["name"]: int(k.get("workspace", 0)) for k in table}
         signatures = {k["name"]: [param(n) for n in k["inputs"] + k["outputs"]]
                       + ([("uint8", workspaces[k["name"]])] if workspaces[k["name"]] else [])
                       for k in table}
+        specs = {k["name"]: SizeSpec.from_json(k["sizes"]) for k in table if "sizes" in k}
+        size_names = _region_size_names(region.name, table)
         lib = load_object(object_code, [k["name"] for k in table], mcpu=mcpu,
-                          signatures=signatures, workspaces=workspaces)
-        kernels = [_make_kernel(lib, k) for k in table]
+                          signatures=signatures, workspaces=workspaces, sizes=specs)
+        make = _make_sized_kernel if size_names else _make_kernel
+        kernels = [make(lib, k) for k in table]
         for kernel in kernels:  # the runtime may place a concat's inputs inside its output
-            if kernel.op == "Concat" and all(n in tensors for n in kernel.inputs):
+            if kernel.op == "Concat" and all(n in tensors and tensors[n].is_static
+                                             for n in [*kernel.inputs, *kernel.outputs]):
                 kernel.concat_offsets = contiguous_concat_offsets(
                     [tensors[n] for n in kernel.inputs], tensors[kernel.outputs[0]])
         handle.lib = lib
         return CompiledRegion(self.name, region, kernels, tensors, constants, info,
                               bind_sequence=make_binder([lib.get(k["name"]) for k in table]),
-                              handle=handle)
+                              handle=handle, size_names=size_names)
 
     # -- artifacts ------------------------------------------------------------------------
     def save(self, compiled: CompiledRegion) -> dict[str, bytes | np.ndarray]:

@@ -368,6 +368,13 @@ class KernelFunction:
             return []
         return self.size_spec.resolve(args, sizes, f"kernel {self.name}")
 
+    def _check_static(self, args: Sequence[Any], sizes: Sizes | None) -> None:
+        """The checks of a call to a kernel without run-time sizes."""
+        if sizes:
+            raise RunError(f"kernel {self.name} has no run-time sizes, got {sizes!r}")
+        if self.signature is not None:
+            self.check(args)
+
     def __call__(self, args: Sequence[Any], sizes: Sizes | None = None) -> None:
         """Call with numpy arrays (C-contiguous, the parameters' dtypes and sizes) or
         addresses, in parameter order (inputs, then outputs, then the workspace: when it is
@@ -376,10 +383,7 @@ class KernelFunction:
         from the arrays' shapes, and the arrays must have the sizes' element counts."""
         args = self._with_workspace(args)
         if self.size_spec is None:
-            if sizes:
-                raise RunError(f"kernel {self.name} has no run-time sizes, got {sizes!r}")
-            if self.signature is not None:
-                self.check(args)
+            self._check_static(args, sizes)
             self.raw(pack_pointers(args))
             return
         values = self.resolve_sizes(args, sizes)
@@ -394,15 +398,32 @@ class KernelFunction:
         with larger sizes, bind arrays allocated for the largest (the bounds)."""
         args = self._with_workspace(args)
         if self.size_spec is None:
-            if sizes:
-                raise RunError(f"kernel {self.name} has no run-time sizes, got {sizes!r}")
-            if self.signature is not None:
-                self.check(args)
+            self._check_static(args, sizes)
             return BoundCall(self, args, pack_pointers(args), None)
         values = self.resolve_sizes(args, sizes)
         self.check(args, values, exact=False)
         packed, table = pack_pointers(self._slots(args), sizes=values)
         return BoundCall(self, args, packed, table)
+
+    def pack_shared(self, args: Sequence[Any], sizes: np.ndarray) -> ctypes.Array:
+        """``args`` packed with a pointer to ``sizes`` itself: a caller-owned ``int64`` array
+        in ``size_vars`` order that the caller rewrites between calls (one array may serve
+        several kernels taking the same sizes). The buffers must hold what the largest sizes
+        need: they are checked at the upper bounds (at the values ``sizes`` holds now for a
+        size without one); the caller keeps each value within its bounds."""
+        spec = self.size_spec
+        if spec is None:
+            raise RunError(f"kernel {self.name} has no run-time sizes")
+        if not (isinstance(sizes, np.ndarray) and sizes.dtype == np.int64
+                and sizes.shape == (len(spec.names),) and sizes.flags.c_contiguous
+                and sizes.flags.writeable):
+            raise RunError(f"kernel {self.name}: the shared sizes must be a writable int64 "
+                           f"array of {len(spec.names)} values ({', '.join(spec.names)})")
+        values = [int(v) if hi is None else hi for v, (_, hi) in zip(sizes, spec.bounds)]
+        self.check(args, values, exact=False)
+        packed = _pack([*self._slots(args), sizes.ctypes.data])
+        packed._tessera_sizes = sizes  # type: ignore[attr-defined]  # keeps the sizes alive
+        return packed
 
     def call_addresses(self, addresses: Sequence[int], sizes: Sizes | None = None) -> None:
         """Call with the parameters' data pointers (and, for a symbolic kernel, its sizes:

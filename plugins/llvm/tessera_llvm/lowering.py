@@ -20,8 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from tessera.errors import TesseraError
+from tessera.errors import CompileError, TesseraError
 from tessera.ir.graph import Function, Node, Value
+from tessera.ir.symbolic import dim_bounds_scope, dim_var
 from tessera.ir.types import TensorType
 from tessera.kernel.alter_layout import alter_conv_layout
 from tessera.kernel.conv1d import conv1d_as_conv2d
@@ -40,6 +41,7 @@ from tessera.kernel.lowering import prepare_region as prepare_graph
 from tessera.kernel.pad_matmul import matmul_sizes, pad_matmul
 from tessera.ops.layout import pack_matmul_weight
 from tessera.progress import Progress
+from tessera.tir import expr as E
 from tessera.tir.heavy import heavy_work
 from tessera.tir.stmt import PrimFunc
 from tessera.tir.transform import lower_pipeline
@@ -47,11 +49,14 @@ from tessera.topi.from_graph import build_te
 from tessera.topi.nn.softmax import row_softmax_computes
 from tessera.topi.nn.winograd import conv_nchwc_winograd, winograd_weight_transform
 
+from .build import size_spec
+from .loader import SizeSpec
 from .prefetch import prefetch_next_slice
 from .schedules import schedule_group, winograd
 from .schedules.common import CPUInfo, compute_ops
 from .schedules.config import largest_divisor
 from .schedules.conv2d import conv_space, find_conv, tile_plan
+from .schedules.dense import specialize_tails
 
 
 @dataclass
@@ -72,6 +77,9 @@ class LoweredKernel:
     #: Every config the group's schedule read (their spaces, keys and whether records chose
     #: them).
     configs: list[Any] = field(default_factory=list)
+    #: The run-time sizes of a kernel of a symbolic region (its region's size variables, in
+    #: order, and its parameters' shapes over them); None for a static kernel.
+    size_spec: SizeSpec | None = None
 
 
 @dataclass
@@ -158,13 +166,22 @@ def matmul_padding(cpu: CPUInfo):  # noqa: ANN201 - a callable for the pass
     of them (never a batch-1 layer; 17 tokens -> 18 = 2 x 9); columns where the weight is a
     constant (padded once, at compile time) or there are two tiles' rows to reuse the padded
     copy; and only where padding adds at most 1/4 more work (scalar columns and one-row tiles
-    cost several times that)."""
+    cost several times that).
 
-    def select(node: Node) -> tuple[int, int] | None:
+    A run-time size (a symbolic graph type) is not padded: rows of run-time count are left to
+    the kernel (its last tile a micro-kernel of exactly the remaining rows; see
+    :mod:`tessera.kernel.pad_matmul`), and the static columns of such a product are padded
+    only where the weight is a constant."""
+
+    def select(node: Node) -> tuple[Any, Any] | None:
         sizes = matmul_sizes(node)
         if sizes is None:
             return None
         m, n, _ = sizes
+        if not isinstance(n, int):
+            return None  # run-time columns: the kernel shifts its last tile back
+        if not isinstance(m, int):
+            return _symbolic_rows(node, m, n)
         lanes = cpu.lanes_for(node.outputs[0].type.dtype.value)
         tile = max(4, min(12, min(24, cpu.max_accumulators(3)) // 2))
         rows, cols = m, n
@@ -179,6 +196,17 @@ def matmul_padding(cpu: CPUInfo):  # noqa: ANN201 - a callable for the pass
         if (rows, cols) == (m, n) or 4 * (rows * cols - m * n) > m * n:
             return None
         return rows, cols
+
+    def _symbolic_rows(node: Node, m: Any, n: int) -> tuple[Any, int] | None:
+        lanes = cpu.lanes_for(node.outputs[0].type.dtype.value)
+        narrowest = min(8, lanes)
+        b = node.inputs[1]
+        if n >= 2 * lanes and not any(n % v == 0 for v in (lanes, lanes // 2)
+                                      if v >= narrowest) and b is not None and b.is_constant:
+            cols = -(-n // lanes) * lanes
+            if 4 * (cols - n) <= n:
+                return m, cols
+        return None
 
     return select
 
@@ -328,10 +356,15 @@ def winograd_nodes(nodes: list[Node], gte: Any, cpu: CPUInfo,
     return out
 
 
+#: Size variable -> (low, high): the ranges of a symbolic region's run-time sizes.
+SizeBounds = dict[E.Var, tuple[int | None, int | None]]
+
+
 def _scheduled(group: Any, name: str, cpu: CPUInfo,
-               overrides: dict[str, dict[str, Any]] | None) -> tuple[Any, Any, PrimFunc]:
+               overrides: dict[str, dict[str, Any]] | None,
+               size_bounds: SizeBounds | None = None) -> tuple[Any, Any, PrimFunc]:
     """The group's tensor expression, its schedule and the loop nest ``te.lower`` makes of
-    it (before the TIR pipeline)."""
+    it (before the TIR pipeline); ``size_bounds`` for a group with run-time sizes."""
     computes = row_softmax_computes(cpu.vector_lanes, 2 * cpu.vector_lanes)
     gte = group_te(group, computes)
     wino = winograd_nodes(group.nodes, gte, cpu, overrides)
@@ -339,8 +372,8 @@ def _scheduled(group: Any, name: str, cpu: CPUInfo,
         inputs = [v for v in group.inputs if not v.is_constant]
         gte = build_te(wino, inputs, group.outputs,
                        computes={**computes, "ConvNCHWc": conv_nchwc_winograd})
-    sched = schedule_group(list(gte.outputs), cpu, overrides)
-    return gte, sched, loop_nest(sched.schedule, gte, name)
+    sched = schedule_group(list(gte.outputs), cpu, overrides, size_bounds=size_bounds)
+    return gte, sched, loop_nest(sched.schedule, gte, name, size_bounds)
 
 
 def scheduled_loop_nest(group: Any, name: str, cpu: CPUInfo,
@@ -353,19 +386,38 @@ def scheduled_loop_nest(group: Any, name: str, cpu: CPUInfo,
     raise AssertionError("unreachable")  # pragma: no cover - for type checkers
 
 
+def _with_region_sizes(prim: PrimFunc, order: list[E.Var], bounds: SizeBounds) -> PrimFunc:
+    """``prim`` taking all of its region's size variables, in the region's order (one sizes
+    array serves every kernel of the region)."""
+    extra = [v.name for v in prim.size_vars if v not in order]
+    if extra:
+        raise CompileError(f"llvm kernel {prim.name}: its loops use size variables "
+                           f"{', '.join(extra)} that its region's types do not name")
+    return PrimFunc(prim.name, prim.params, prim.body, prim.attrs, order,
+                    {v: b for v, b in bounds.items() if v in order})
+
+
 @heavy_work
 def lower_group(group: Any, name: str, cpu: CPUInfo,
-                overrides: dict[str, dict[str, Any]] | None = None
-                ) -> tuple[LoweredKernel, list[Value]]:
+                overrides: dict[str, dict[str, Any]] | None = None,
+                size_order: list[E.Var] | None = None,
+                size_bounds: SizeBounds | None = None) -> tuple[LoweredKernel, list[Value]]:
     """One fused group scheduled (with ``overrides``) and lowered to a TIR function named
-    ``name``; the kernel and the group's constant inputs."""
+    ``name``; the kernel and the group's constant inputs. A group of a symbolic region takes
+    the region's size variables (``size_order``, with their ``size_bounds``) at run time."""
+    spec = None
     with lowering_errors("llvm", group, keep=(TesseraError,)):
-        gte, sched, prim = _scheduled(group, name, cpu, overrides)
-        prim = lower_pipeline(prim)
+        gte, sched, prim = _scheduled(group, name, cpu, overrides, size_bounds)
+        if size_order:
+            prim = _with_region_sizes(prim, size_order, size_bounds or {})
+            spec = size_spec(prim)  # of the nest: the pipeline flattens the buffers
+        # the tails of matrix products with run-time extents (a no-op for other kernels)
+        prim = lower_pipeline(specialize_tails(prim))
         plan = sched.prefetch
         if plan is not None:
             prim = prefetch_next_slice(prim, *plan)
-    kernel = LoweredKernel(name=name, func=prim, **group_facts(group, gte, sched))
+    kernel = LoweredKernel(name=name, func=prim, size_spec=spec,
+                           **group_facts(group, gte, sched))
     return kernel, [v for v in gte.inputs if v.is_constant]
 
 
@@ -373,12 +425,32 @@ def lower_group(group: Any, name: str, cpu: CPUInfo,
 _group_text = group_text
 
 
+def region_sizes(region: Function) -> tuple[list[E.Var], SizeBounds]:
+    """A symbolic region's size variables (``Function.used_size_variables``, as TIR
+    variables) and their ranges (the graph's ``dim_bounds``); ``([], {})`` for a static one."""
+    if not region.is_symbolic:
+        return [], {}
+    order = [dim_var(n) for n in region.used_size_variables]
+    declared = region.attrs.get("dim_bounds") or {}
+    bounds: SizeBounds = {}
+    for v in order:
+        lo, hi = declared.get(v.name, (None, None))
+        bounds[v] = (None if lo is None else int(lo), None if hi is None else int(hi))
+    return order, bounds
+
+
 def lower_region(region: Function, cpu: CPUInfo, opt_level: int = 3,
                  overrides: dict[str, dict[str, Any]] | None = None,
                  prefix: str = "", progress: Progress | None = None) -> LoweredRegion:
     """Lower every node of ``region`` (all of which have topi computes), reporting each fused
-    group to ``progress`` (phase :data:`LOWER_PHASE`)."""
+    group to ``progress`` (phase :data:`LOWER_PHASE`). The kernels of a symbolic region take
+    its size variables at run time (:func:`region_sizes`, ``LoweredKernel.size_spec``)."""
+    order, bounds = region_sizes(region)
     func, groups = prepare_region(region, cpu, opt_level)
-    kernels, constants = lower_groups(
-        groups, lambda group, name: lower_group(group, name, cpu, overrides), prefix, progress)
+
+    def lower(group: Any, name: str) -> tuple[LoweredKernel, list[Value]]:
+        with dim_bounds_scope(region.attrs.get("dim_bounds")):
+            return lower_group(group, name, cpu, overrides, order or None, bounds or None)
+
+    kernels, constants = lower_groups(groups, lower, prefix, progress)
     return LoweredRegion(func, kernels, constants)

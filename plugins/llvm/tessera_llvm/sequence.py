@@ -24,6 +24,7 @@ import ctypes
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 from llvmlite import ir
 
 from tessera.errors import RunError
@@ -72,12 +73,15 @@ class KernelSequence:
     The buffers (numpy arrays or addresses) are checked against each kernel's parameters and
     their pointers packed once; the arrays stay referenced so their memory outlives the
     sequence. ``sizes`` gives each symbolic kernel's sizes (None, or None for a kernel:
-    derived from its arrays); :attr:`size_arrays` holds, per kernel, the writable ``int64``
-    array its sizes are read from (None for a static kernel)."""
+    derived from its arrays); or ``shared_sizes``, one caller-owned ``int64`` array every
+    symbolic kernel reads its sizes from (they must take the same size variables in the same
+    order; see :meth:`KernelFunction.pack_shared`). :attr:`size_arrays` holds, per kernel, the
+    writable ``int64`` array its sizes are read from (None for a static kernel)."""
 
     def __init__(self, kernels: Sequence[KernelFunction],
                  buffers: Sequence[Sequence[Any]],
-                 sizes: Sequence[Sizes | None] | None = None) -> None:
+                 sizes: Sequence[Sizes | None] | None = None,
+                 shared_sizes: np.ndarray | None = None) -> None:
         if len(kernels) != len(buffers):
             raise RunError(f"a kernel sequence of {len(kernels)} kernels got "
                            f"{len(buffers)} buffer lists")
@@ -90,6 +94,10 @@ class KernelSequence:
         for k, (fn, args) in enumerate(zip(kernels, buffers)):
             args = list(args)
             given = sizes[k] if sizes is not None else None
+            if fn.is_symbolic and shared_sizes is not None and given is None:
+                packed.append(fn.pack_shared(args, shared_sizes))
+                self.size_arrays.append(shared_sizes)
+                continue
             if fn.is_symbolic:
                 bound = fn.bind(args, given)
                 bound_calls.append(bound)
@@ -122,13 +130,15 @@ def make_binder(kernels: Sequence[KernelFunction]
                 ) -> Callable[[list[tuple[list[Any], list[Any]]]], Callable[[], None]]:
     """The ``CompiledRegion.bind_sequence`` of a region whose kernels are ``kernels``: given
     each kernel's (inputs, outputs), in order, a call that runs them all (skipping the kernels
-    given None: their work is done by the runtime)."""
+    given None: their work is done by the runtime). A region with run-time sizes is bound
+    with its sizes array too, which every kernel reads (``CompiledRegion.size_names``)."""
     kernels = list(kernels)
 
-    def bind(calls: list[tuple[list[Any], list[Any]] | None]) -> Callable[[], None]:
+    def bind(calls: list[tuple[list[Any], list[Any]] | None],
+             sizes: np.ndarray | None = None) -> Callable[[], None]:
         if len(calls) != len(kernels):
             raise RunError(f"a region of {len(kernels)} kernels got {len(calls)} buffer lists")
         kept = [(k, list(c[0]) + list(c[1])) for k, c in zip(kernels, calls) if c is not None]
-        return KernelSequence([k for k, _ in kept], [b for _, b in kept])
+        return KernelSequence([k for k, _ in kept], [b for _, b in kept], shared_sizes=sizes)
 
     return bind

@@ -4,10 +4,16 @@ per node.
 It is the fallback for nodes no other backend claims and the oracle other backends are tested
 against. Its kernels call the registry's reference implementations and write into the buffers the
 runtime planned.
+
+A region with symbolic shapes compiles once for every size: the region takes its size
+variables at run time (``CompiledRegion.size_names``), and each kernel evaluates its node's
+types and size-expression attributes at the call's sizes and runs on the leading part of each
+planned buffer (planned at the variables' bounds), shaped for those sizes.
 """
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 from typing import Any
 
@@ -16,6 +22,8 @@ import numpy as np
 from tessera.backends.reference.blas import BLAS_THREADS
 from tessera.errors import RunError
 from tessera.ir.graph import Function, Node
+from tessera.ir.symbolic import has_dim_expr, substitute
+from tessera.ir.types import TensorType
 from tessera.ops.registry import all_ops, get_schema
 from tessera.plugin.backend import (
     Backend,
@@ -26,6 +34,51 @@ from tessera.plugin.backend import (
 )
 from tessera.plugin.patterns import Pattern
 from tessera.plugin.target import TargetKind
+
+
+def _sized_kernel(node: Node, names: list[str]) -> Kernel:
+    """The kernel of ``node`` in a region with run-time sizes (see the module doc)."""
+    ins_t = [v.type for v in node.inputs if v is not None]
+    outs_t = [v.type for v in node.outputs]
+    static = _node_kernel(node)
+    if all(t.is_static for t in ins_t + outs_t) and \
+            not any(has_dim_expr(a) for a in node.attrs.values() if not isinstance(a, Function)):
+        static_fn = static.fn
+
+        def run_static(ins: list[Any], outs: list[Any], sizes: Any) -> None:
+            static_fn(ins, outs)
+        static.fn = run_static
+        return static
+    schema = get_schema(node.op)
+    n_in = len(node.inputs)
+    present = [i for i, v in enumerate(node.inputs) if v is not None]
+    name, op, attrs = node.name, node.op, dict(node.attrs)
+
+    def view(buf: np.ndarray, t: TensorType, values: dict[str, int]) -> np.ndarray:
+        shape = t.evaluate(values).shape if not t.is_static else t.shape
+        return buf.reshape(-1)[:math.prod(shape)].reshape(shape)
+
+    def run(ins: list[Any], outs: list[Any], sizes: Any) -> None:
+        values = {n: int(v) for n, v in zip(names, sizes)}
+        args: list[Any] = [None] * n_in
+        for i, buf, t in zip(present, ins, ins_t):
+            args[i] = view(buf, t, values)
+        at = {k: (a if isinstance(a, Function) else substitute(a, values))
+              for k, a in attrs.items()}
+        try:
+            results = schema.evaluate(args, at)
+        except Exception as e:  # noqa: BLE001 - report which node failed
+            raise RunError(f"node {name} ({op}) failed in the reference backend at "
+                           f"{values}: {type(e).__name__}: {e}") from e
+        for out, t, res in zip(outs, outs_t, results):
+            target = view(out, t, values)
+            if target.shape != res.shape:
+                raise RunError(f"node {name} ({op}) produced shape {list(res.shape)}, its "
+                               f"type {t} says {list(target.shape)} at {values}")
+            np.copyto(target, res, casting="unsafe")
+
+    return Kernel(name=node.name, fn=run, inputs=static.inputs, outputs=static.outputs,
+                  op=node.op)
 
 
 def _node_kernel(node: Node) -> Kernel:
@@ -63,15 +116,15 @@ def _node_kernel(node: Node) -> Kernel:
 def _sequence_binder(kernels: list[Kernel]) -> Any:
     """``CompiledRegion.bind_sequence``: the region's kernels in order in one call, with numpy's
     BLAS threads limited meanwhile (:mod:`.blas`); kernels given None are skipped (the runtime
-    does their work)."""
+    does their work). A region with run-time sizes is bound with its sizes array too."""
 
-    def bind(calls: list[tuple[list[Any], list[Any]] | None]) -> Any:
-        bound = [(k.fn, c[0], c[1]) for k, c in zip(kernels, calls) if c is not None]
+    def bind(calls: list[tuple[list[Any], list[Any]] | None], *sizes: Any) -> Any:
+        bound = [(k.fn, c[0], c[1], *sizes) for k, c in zip(kernels, calls) if c is not None]
 
         def run() -> None:
             with BLAS_THREADS:
-                for fn, ins, outs in bound:
-                    fn(ins, outs)
+                for fn, *args in bound:
+                    fn(*args)
 
         return run
 
@@ -100,7 +153,9 @@ class ReferenceBackend(Backend):
 
     def compile(self, region: Function, target: TargetKind,
                 options: CompileOptions) -> CompiledRegion:
-        kernels = [_node_kernel(node) for node in region.nodes]
+        names = region.used_size_variables if region.is_symbolic else []
+        kernels = [_sized_kernel(node, names) if names else _node_kernel(node)
+                   for node in region.nodes]
         constants = {v.name: v.data for v in region.constants()}
         tensors = {v.name: v.type for v in region.inputs}
         for node in region.nodes:
@@ -108,7 +163,7 @@ class ReferenceBackend(Backend):
                 tensors[out.name] = out.type
         return CompiledRegion(self.name, region, kernels, tensors, constants,
                               {"kernels": len(kernels)},
-                              bind_sequence=_sequence_binder(kernels))
+                              bind_sequence=_sequence_binder(kernels), size_names=names)
 
     def host_threads(self) -> str | None:
         return BLAS_THREADS.describe()
