@@ -7,14 +7,16 @@ backends.
   (:mod:`.conv_match`); ``tessera.passes.<name>`` re-exports each;
 * the lowering chain (:mod:`.lowering`): region -> prepared graph -> fused groups -> TE
   computes -> a schedule per group -> TIR, with the backend's rewrites, computes, schedule
-  table and TIR pipeline passed in;
+  table and TIR pipeline passed in, and the structural key under which identical groups
+  share one kernel (:mod:`.group_key`);
 * the group-schedule dispatch (:mod:`.schedule`): a backend's table of templates, tried in
   order, and the configs they read;
 * flop counting (:mod:`.flops`) and the tuner's prepared-region cache and loop-nest features
   (:mod:`.tuning`).
 
-(The function ``fuse_ops`` is imported from :mod:`tessera.kernel.fuse_ops`; the package does
-not re-export it, so that the name keeps meaning the module.) A backend keeps its schedules,
+(The functions ``fuse_ops`` and ``group_key`` are imported from their modules,
+:mod:`tessera.kernel.fuse_ops` and :mod:`tessera.kernel.group_key`; the package does not
+re-export them, so that the names keep meaning the modules.) A backend keeps its schedules,
 its TIR pipeline, its code generator and its device code.
 """
 

@@ -11,8 +11,10 @@ passed in.
 
 :func:`lower_groups` walks the groups in execution order, names their kernels, reports each
 one to the compile's progress and collects the constants the kernels read; a failure names
-the group (:func:`lowering_errors`). :func:`group_facts` is what every lowered group reports
-(inputs, outputs, ops, flops, schedule template and configs).
+the group (:func:`lowering_errors`). A backend that passes ``share`` lowers each set of
+structurally identical groups (:mod:`tessera.kernel.group_key`: the layers of a transformer)
+once and makes the others' kernels from the first one's. :func:`group_facts` is what every
+lowered group reports (inputs, outputs, ops, flops, schedule template and configs).
 """
 
 from __future__ import annotations
@@ -25,13 +27,14 @@ from tessera import te
 from tessera.ir.graph import Function, Value
 from tessera.kernel.flops import group_flops
 from tessera.kernel.fuse_ops import FusedGroup, fuse_ops
+from tessera.kernel.group_key import group_key
 from tessera.progress import Progress
 from tessera.tir.heavy import heavy_work
 from tessera.tir.stmt import PrimFunc
 from tessera.topi.from_graph import build_te, group_error, kernel_names
 
-__all__ = ["LOWER_PHASE", "group_facts", "group_te", "group_text", "loop_nest", "lower_groups",
-           "lowering_errors", "prepare_region"]
+__all__ = ["LOWER_PHASE", "Share", "group_facts", "group_te", "group_text", "loop_nest",
+           "lower_groups", "lowering_errors", "prepare_region"]
 
 #: The progress phase of :func:`lower_groups`: one unit per fused group lowered to TIR.
 LOWER_PHASE = "lowering fused groups"
@@ -95,20 +98,38 @@ def group_text(item: tuple[FusedGroup, str]) -> str:
     return f"{item[0].name} ({ops if len(ops) <= 40 else ops[:37] + '...'})"
 
 
+#: ``share(first, group, name)``: the kernel ``name`` of ``group`` made from the kernel
+#: ``first`` of an identical group (equal :func:`~tessera.kernel.group_key.group_key`), with
+#: the constants it reads (as ``lower`` returns them); None to lower ``group`` after all.
+Share = Callable[[K, FusedGroup, str], "tuple[K, list[Value]] | None"]
+
+
 @heavy_work
 def lower_groups(groups: list[FusedGroup], lower: Callable[[FusedGroup, str],
                                                            tuple[K, list[Value]]],
                  prefix: str = "", progress: Progress | None = None,
-                 describe: Callable[[tuple[FusedGroup, str]], str] = group_text
-                 ) -> tuple[list[K], dict[str, Value]]:
+                 describe: Callable[[tuple[FusedGroup, str]], str] = group_text,
+                 share: Share[K] | None = None) -> tuple[list[K], dict[str, Value]]:
     """Each group lowered by ``lower(group, kernel_name)`` (which returns the kernel and the
     constants it reads), in order, reported to ``progress`` (phase :data:`LOWER_PHASE`,
-    ``describe`` naming the group under way); the kernels and the constants by name."""
+    ``describe`` naming the group under way); the kernels and the constants by name.
+
+    With ``share``, a group structurally identical to an earlier one (the same
+    :func:`~tessera.kernel.group_key.group_key`, never None) is not lowered: ``share(first
+    kernel, group, name)`` makes its kernel from the first one's (a backend's alias of the
+    same code), unless it returns None."""
     kernels: list[K] = []
     constants: dict[str, Value] = {}
+    firsts: dict[str, K] = {}
     named = list(zip(groups, kernel_names(groups, prefix)))
     for group, name in (progress or Progress()).track(named, LOWER_PHASE, describe):
-        kernel, consts = lower(group, name)
+        key = group_key(group) if share is not None else None
+        made = None
+        if share is not None and key is not None and key in firsts:
+            made = share(firsts[key], group, name)
+        kernel, consts = made if made is not None else lower(group, name)
+        if key is not None:
+            firsts.setdefault(key, kernel)
         kernels.append(kernel)
         constants.update((v.name, v) for v in consts)
     return kernels, constants

@@ -21,8 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import llvmlite.binding as llvm
+from llvmlite import ir
 
-from tessera.errors import RunError
+from tessera.errors import CompileError, RunError
 from tessera.progress import Progress
 from tessera.tir import expr as E
 from tessera.tir import size_expr
@@ -141,7 +142,8 @@ def size_spec(func: PrimFunc) -> SizeSpec | None:
 def build_module(funcs: list[PrimFunc], name: str, mcpu: str | None = None,
                  mattr: str | None = None, triple: str | None = None,
                  progress: Progress | None = None,
-                 size_specs: dict[str, SizeSpec] | None = None) -> BuiltModule:
+                 size_specs: dict[str, SizeSpec] | None = None,
+                 aliases: dict[str, str] | None = None) -> BuiltModule:
     """Generate, optimise and compile ``funcs`` into one object file (for ``triple``, the
     host's by default; the data layout is the target machine's).
 
@@ -154,15 +156,21 @@ def build_module(funcs: list[PrimFunc], name: str, mcpu: str | None = None,
     ``size_specs`` overrides the :class:`~tessera_llvm.loader.SizeSpec` of symbolic functions
     by name: the TIR pipeline flattens buffers, so a spec made with :func:`size_spec` from the
     function before lowering keeps the dimensions (sizes are then derived from each dimension
-    of an array of the original shape, not only from element counts)."""
+    of an array of the original shape, not only from element counts).
+
+    ``aliases`` (alias name -> function name) exports more names for functions of ``funcs``:
+    each an LLVM alias of its function (the same machine code under a second symbol), listed
+    in ``function_names``, ``signatures``, ``workspaces`` and ``size_specs`` like its
+    function."""
     progress = progress or Progress()
+    aliases = dict(aliases or {})
     tm = target_machine(mcpu, mattr, triple)
     cpu_name, features = cpu_and_features(mcpu, mattr, triple)
     gen = CodeGenerator(name, tm.triple, str(tm.target_data))
     for f in progress.track(funcs, IR_PHASE, lambda f: f.name):
         gen.add_function(f)
     module = gen.finalize()
-    source = str(module)
+    source = str(module) + _alias_lines(module, aliases)
     with LLVM_LOCK:
         progress.update(LLVM_PHASE, 0, 2, f"optimizing {len(funcs)} function(s) (O3)")
         mod = compile_ir(source, tm)
@@ -170,13 +178,33 @@ def build_module(funcs: list[PrimFunc], name: str, mcpu: str | None = None,
         obj = tm.emit_object(mod)
         progress.update(LLVM_PHASE, 2, 2)
         optimized = str(mod)
-    return BuiltModule(name=name, function_names=list(gen.function_names), object_code=obj,
-                       llvm_ir=optimized, source_ir=source, mcpu=mcpu, mattr=mattr,
-                       triple=triple, cpu_name=cpu_name, features=features,
-                       signatures={f.name: _signature(f, gen.workspace_bytes[f.name])
-                                   for f in funcs},
-                       workspaces=dict(gen.workspace_bytes),
-                       size_specs=_size_specs(funcs, size_specs or {}))
+    signatures = {f.name: _signature(f, gen.workspace_bytes[f.name]) for f in funcs}
+    workspaces = dict(gen.workspace_bytes)
+    specs = _size_specs(funcs, size_specs or {})
+    for alias, target in aliases.items():
+        signatures[alias] = signatures[target]
+        workspaces[alias] = workspaces[target]
+        if target in specs:
+            specs[alias] = specs[target]
+    return BuiltModule(name=name, function_names=[*gen.function_names, *aliases],
+                       object_code=obj, llvm_ir=optimized, source_ir=source, mcpu=mcpu,
+                       mattr=mattr, triple=triple, cpu_name=cpu_name, features=features,
+                       signatures=signatures, workspaces=workspaces, size_specs=specs)
+
+
+def _alias_lines(module: ir.Module, aliases: dict[str, str]) -> str:
+    """The IR of ``aliases`` (alias name -> function name) of functions of ``module``, one
+    external alias each (``llvmlite.ir`` has no aliases of its own)."""
+    lines = []
+    for alias, target in aliases.items():
+        fn = module.globals.get(target)
+        if not isinstance(fn, ir.Function) or fn.is_declaration:
+            raise CompileError(f"llvm build: alias {alias!r} names {target!r}, which is not a "
+                               "function defined in the module")
+        if alias in module.globals or alias in aliases.values():
+            raise CompileError(f"llvm build: alias {alias!r} is already a name in the module")
+        lines.append(f'@"{alias}" = alias {fn.function_type}, {fn.type} @"{target}"')
+    return "".join(line + "\n" for line in lines)
 
 
 def _size_specs(funcs: list[PrimFunc], given: dict[str, SizeSpec]) -> dict[str, SizeSpec]:

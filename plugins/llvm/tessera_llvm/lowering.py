@@ -7,7 +7,9 @@ FuseOps, each fused group's tensor expression from the topi computes (a Winograd
 where its config says so), the group's schedule from the CPU's table
 (:data:`~tessera_llvm.schedules.dispatch.LLVM_SCHEDULES`), ``te.lower`` and the TIR pass
 pipeline (with weight prefetching). The result lists one :class:`LoweredKernel` per group, in
-execution order.
+execution order. Structurally identical groups (a transformer's layers;
+:mod:`tessera.kernel.group_key`) are lowered once: the kernels of the others name the first
+one's function (``alias_of``), which the build exports under their names too.
 """
 
 from __future__ import annotations
@@ -80,6 +82,10 @@ class LoweredKernel:
     #: The run-time sizes of a kernel of a symbolic region (its region's size variables, in
     #: order, and its parameters' shapes over them); None for a static kernel.
     size_spec: SizeSpec | None = None
+    #: The kernel whose code this one runs (its group is structurally identical: see
+    #: :func:`share_kernel`), None for a kernel with code of its own; ``func`` is then that
+    #: kernel's function, and this kernel's symbol an alias of it.
+    alias_of: str | None = None
 
 
 @dataclass
@@ -360,11 +366,9 @@ def winograd_nodes(nodes: list[Node], gte: Any, cpu: CPUInfo,
 SizeBounds = dict[E.Var, tuple[int | None, int | None]]
 
 
-def _scheduled(group: Any, name: str, cpu: CPUInfo,
-               overrides: dict[str, dict[str, Any]] | None,
-               size_bounds: SizeBounds | None = None) -> tuple[Any, Any, PrimFunc]:
-    """The group's tensor expression, its schedule and the loop nest ``te.lower`` makes of
-    it (before the TIR pipeline); ``size_bounds`` for a group with run-time sizes."""
+def _group_te(group: Any, cpu: CPUInfo, overrides: dict[str, dict[str, Any]] | None) -> Any:
+    """The group's tensor expression: the topi computes with the CPU's row softmax, its
+    convolution by Winograd where its config says so."""
     computes = row_softmax_computes(cpu.vector_lanes, 2 * cpu.vector_lanes)
     gte = group_te(group, computes)
     wino = winograd_nodes(group.nodes, gte, cpu, overrides)
@@ -372,6 +376,15 @@ def _scheduled(group: Any, name: str, cpu: CPUInfo,
         inputs = [v for v in group.inputs if not v.is_constant]
         gte = build_te(wino, inputs, group.outputs,
                        computes={**computes, "ConvNCHWc": conv_nchwc_winograd})
+    return gte
+
+
+def _scheduled(group: Any, name: str, cpu: CPUInfo,
+               overrides: dict[str, dict[str, Any]] | None,
+               size_bounds: SizeBounds | None = None) -> tuple[Any, Any, PrimFunc]:
+    """The group's tensor expression, its schedule and the loop nest ``te.lower`` makes of
+    it (before the TIR pipeline); ``size_bounds`` for a group with run-time sizes."""
+    gte = _group_te(group, cpu, overrides)
     sched = schedule_group(list(gte.outputs), cpu, overrides, size_bounds=size_bounds)
     return gte, sched, loop_nest(sched.schedule, gte, name, size_bounds)
 
@@ -421,6 +434,31 @@ def lower_group(group: Any, name: str, cpu: CPUInfo,
     return kernel, [v for v in gte.inputs if v.is_constant]
 
 
+def share_kernel(first: LoweredKernel, group: Any, name: str, cpu: CPUInfo,
+                 overrides: dict[str, dict[str, Any]] | None = None
+                 ) -> tuple[LoweredKernel, list[Value]] | None:
+    """The kernel ``name`` of ``group``, structurally identical to the group ``first`` was
+    lowered from (:func:`tessera.kernel.group_key.group_key`), running ``first``'s code: its
+    parameters are this group's values in the order ``lower_group`` gives them (the group's
+    tensor expression is built again, cheaply, for that order and for the constants it reads:
+    a Winograd convolution reads its own transformed weights), its symbol an alias of
+    ``first``'s function. None (lower the group itself) when the parameters disagree."""
+    with lowering_errors("llvm", group, keep=(TesseraError,)):
+        gte = _group_te(group, cpu, overrides)
+    params = [*gte.inputs, *group.outputs]
+    if len(params) != len(first.func.params) or any(
+            v.type.dtype.value != p.dtype for v, p in zip(params, first.func.params)):
+        return None
+    target = first.alias_of or first.name
+    kernel = LoweredKernel(name=name, func=first.func, inputs=[v.name for v in gte.inputs],
+                           outputs=[v.name for v in group.outputs], op=first.op,
+                           flops=first.flops, template=first.template,
+                           config=dict(first.config), key=first.key,
+                           configs=list(first.configs), size_spec=first.size_spec,
+                           alias_of=target)
+    return kernel, [v for v in gte.inputs if v.is_constant]
+
+
 #: A group under way, for progress reports (:func:`tessera.kernel.lowering.group_text`).
 _group_text = group_text
 
@@ -441,10 +479,14 @@ def region_sizes(region: Function) -> tuple[list[E.Var], SizeBounds]:
 
 def lower_region(region: Function, cpu: CPUInfo, opt_level: int = 3,
                  overrides: dict[str, dict[str, Any]] | None = None,
-                 prefix: str = "", progress: Progress | None = None) -> LoweredRegion:
+                 prefix: str = "", progress: Progress | None = None,
+                 share_groups: bool = True) -> LoweredRegion:
     """Lower every node of ``region`` (all of which have topi computes), reporting each fused
     group to ``progress`` (phase :data:`LOWER_PHASE`). The kernels of a symbolic region take
-    its size variables at run time (:func:`region_sizes`, ``LoweredKernel.size_spec``)."""
+    its size variables at run time (:func:`region_sizes`, ``LoweredKernel.size_spec``).
+    Structurally identical groups are lowered once (unless ``share_groups`` is false): the
+    kernels of the others run the first one's code (:func:`share_kernel`,
+    ``LoweredKernel.alias_of``)."""
     order, bounds = region_sizes(region)
     func, groups = prepare_region(region, cpu, opt_level)
 
@@ -452,5 +494,11 @@ def lower_region(region: Function, cpu: CPUInfo, opt_level: int = 3,
         with dim_bounds_scope(region.attrs.get("dim_bounds")):
             return lower_group(group, name, cpu, overrides, order or None, bounds or None)
 
-    kernels, constants = lower_groups(groups, lower, prefix, progress)
+    def share(first: LoweredKernel, group: Any, name: str
+              ) -> tuple[LoweredKernel, list[Value]] | None:
+        with dim_bounds_scope(region.attrs.get("dim_bounds")):
+            return share_kernel(first, group, name, cpu, overrides)
+
+    kernels, constants = lower_groups(groups, lower, prefix, progress,
+                                      share=share if share_groups else None)
     return LoweredRegion(func, kernels, constants)
