@@ -18,11 +18,14 @@ Traces (``--traces``):
   batch 1 at sides 96, 128, 160, 192, 224 and 256 px.
 
 Engines (``--engines``): ``ort`` (onnxruntime), ``tessera`` (``tessera.compile`` with its
-defaults), ``tessera-bg`` (``background_compile=True``: new sizes compile in the background
-while calls at them are evaluated). Models are exported in a child process (this one never
-imports torch). ``--load N`` runs N CPU-bound neighbour processes throughout (a busy machine).
+defaults: one module for every size, compiled once, its kernels reading the sizes at run
+time), ``tessera-per-size`` (``shape_mode="specialize"``: a module compiled per size on first
+use), ``tessera-bg`` (per size, ``background_compile=True``: new sizes compile in the
+background while calls at them are evaluated). Models are exported in a child process (this
+one never imports torch). ``--load N`` runs N CPU-bound neighbour processes throughout (a busy
+machine).
 
-    python benchmarks/serving.py                                    # every trace, ~10 minutes
+    python benchmarks/serving.py                                    # every trace
     python benchmarks/serving.py --traces text128 --engines ort,tessera-bg
     python benchmarks/serving.py --traces text128 --requests 12 --load 1
 """
@@ -188,8 +191,11 @@ def open_engine(engine: str, path: Path, threads: int, target: str) -> Callable[
     kwargs: dict[str, Any] = {}
     if engine == "tessera-bg":
         kwargs["background_compile"] = True
+    elif engine == "tessera-per-size":
+        kwargs["shape_mode"] = "specialize"
     elif engine != "tessera":
-        raise SystemExit(f"unknown engine {engine!r}: expected ort, tessera, tessera-bg")
+        raise SystemExit(f"unknown engine {engine!r}: expected ort, tessera, "
+                         f"tessera-per-size, tessera-bg")
     mod = tessera.compile(str(path), target, **kwargs)
     return lambda feeds: mod.run(**feeds)[mod.output_names[0]]
 

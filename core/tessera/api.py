@@ -15,10 +15,15 @@ import onnx
 
 from tessera.config import CompileConfig, merge_config
 from tessera.errors import ArtifactError, CompileError, PluginCompileError, TesseraError
+from tessera.frontend.onnx.dim_bounds import model_dim_bounds
 from tessera.frontend.onnx.importer import ModelSource, check_onnx_model, import_onnx
 from tessera.frontend.onnx.importer import load_model as load_onnx
 from tessera.frontend.onnx.input_specs import model_input_specs
-from tessera.frontend.onnx.symbolic_eval import bounds_conflicts, relations_check
+from tessera.frontend.onnx.symbolic_eval import (
+    bounds_conflicts,
+    relations_check,
+    relations_source,
+)
 from tessera.frontend.onnx.symbolic_shapes import model_symbolic
 from tessera.ir.graph import Function
 from tessera.ir.symbolic import InputSpec, ShapeVars, check_bounds, is_static
@@ -80,6 +85,10 @@ def compile(model: ModelSource | Function, target: str | None = "auto",
         if staged is not None:
             return staged
         if cfg.specialize or not all(is_static(s.dims) for s in specs):
+            if _shape_mode(cfg) == "symbolic":
+                module = _compile_symbolic(proto, specs, target, cfg)
+                if module is not None:
+                    return module
             return _compile_dynamic(proto, specs, target, cfg)
         if cfg.dim_bounds or cfg.symbolic_dims:
             raise CompileError("dim_bounds and symbolic_dims are about the variables of "
@@ -89,13 +98,88 @@ def compile(model: ModelSource | Function, target: str | None = "auto",
         cfg = dataclasses.replace(cfg, input_shapes={s.name: list(s.dims) for s in specs})
     elif cfg.specialize or cfg.dim_bounds or cfg.symbolic_dims:
         raise CompileError("specialize, dim_bounds and symbolic_dims are for ONNX models "
-                           "with symbolic input dimensions; a Tessera Function's shapes are fixed")
+                           "with symbolic input dimensions; a Tessera Function's shapes and "
+                           "bounds are its own (import_onnx(symbolic=True, dim_bounds=...))")
     return _compile_static(model, target, cfg)
 
 
+#: The settings of a dynamic module (they choose ``shape_mode="specialize"`` under "auto").
+#: Tuning records too: they are per size (a dynamic module applies each at the nearest
+#: tuned size); a symbolic module's kernels do not take them per size bucket yet.
+_DYNAMIC_SETTINGS = ("specialize", "symbolic_dims", "background_compile", "tuning_records")
+
+
+def _shape_mode(cfg: CompileConfig) -> str:
+    """``"symbolic"`` or ``"specialize"``: how a model with symbolic inputs compiles."""
+    mode = cfg.shape_mode
+    if mode not in ("auto", "symbolic", "specialize"):
+        raise CompileError(f"shape_mode: expected \"auto\", \"symbolic\" or "
+                           f"\"specialize\", got {mode!r}")
+    dynamic = [name for name in _DYNAMIC_SETTINGS if getattr(cfg, name)]
+    if cfg.max_specializations != CompileConfig.max_specializations:
+        dynamic.append("max_specializations")
+    if mode == "symbolic" and dynamic:
+        raise CompileError(f"shape_mode=\"symbolic\" compiles one module for every size; "
+                           f"{', '.join(dynamic)} set(s) up per-size compiles "
+                           f"(shape_mode=\"specialize\")")
+    if mode == "auto":
+        return "specialize" if dynamic else "symbolic"
+    return mode
+
+
+def _compile_symbolic(proto: onnx.ModelProto, specs: tuple[InputSpec, ...],
+                      target: str | None, cfg: CompileConfig) -> Module | None:
+    """:func:`compile` of a model with symbolic inputs into one module for every size within
+    its bounds (:func:`model_dim_bounds`), or None under ``shape_mode="auto"`` when the
+    target cannot take it (a backend of the target, or one its regions fall back to, without
+    ``symbolic_extents``; a failed symbolic compile also warns)."""
+    required = cfg.shape_mode == "symbolic"
+    static = [b.name for b, _ in resolve_target(target) if not b.symbolic_extents]
+    if static:  # a static accelerator gets its regions at fixed sizes, one module per size
+        if required:
+            raise CompileError(f"shape_mode=\"symbolic\": the target's backends "
+                               f"{', '.join(static)} compile fixed shapes only "
+                               f"(Backend.symbolic_extents); use shape_mode=\"specialize\"")
+        return None
+    say = ProgressPrinter(cfg.progress)
+    try:
+        bounds, notes, relations = model_dim_bounds(proto, specs, cfg.dim_bounds,
+                                                    cfg.freeze_inputs)
+    except TesseraError as e:
+        raise CompileError(str(e)) from None
+    for v, (lo, hi) in bounds.items():
+        say(f"size variable {v}: {lo} <= {v} <= {hi} ({notes[v]})")
+    for conflict in bounds_conflicts(relations, check_bounds(cfg.dim_bounds)):
+        warnings.warn(f"dim_bounds admit sizes the model cannot take: {conflict}",
+                      RuntimeWarning, stacklevel=3)
+    settings = dataclasses.replace(cfg, input_shapes=None, freeze_inputs=None,
+                                   dim_bounds=None, shape_mode="auto")
+    try:
+        say("importing the ONNX model with symbolic shapes")
+        fn = import_onnx(proto, {s.name: list(s.dims) for s in specs}, cfg.freeze_inputs,
+                         symbolic=True, dim_bounds=bounds)
+        fn.attrs["dim_bound_notes"] = notes
+        fn.attrs["size_relations"] = relations_source(relations)  # checked per call
+        return _compile_static(fn, target, settings, static_fallback=not required)
+    except _StaticOnly:
+        return None
+    except TesseraError as e:
+        if required:
+            raise
+        warnings.warn(f"compiling one module for every size failed ({e}); compiling per "
+                      f"size instead (shape_mode=\"specialize\")", RuntimeWarning, stacklevel=3)
+        return None
+
+
+class _StaticOnly(CompileError):
+    """A region with symbolic shapes went to a backend that compiles static ones only."""
+
+
 def _compile_static(model: ModelSource | Function, target: str | None,
-                    cfg: CompileConfig) -> Module:
-    """:func:`compile` of a model whose inputs have fixed shapes."""
+                    cfg: CompileConfig, static_fallback: bool = False) -> Module:
+    """:func:`compile` of a model whose inputs have fixed shapes, or of a symbolic function
+    (one module for every size) when the backends its regions go to take symbolic extents
+    (else a CompileError, of the private type ``_StaticOnly`` with ``static_fallback``)."""
     say = ProgressPrinter(cfg.progress)
     backends = resolve_target(target)
     history = cfg.tuning_records
@@ -117,6 +201,7 @@ def _compile_static(model: ModelSource | Function, target: str | None,
                              devices=dict(cfg.devices or {}),
                              subgraphs=subgraph_compiler(target, cfg))
     used = _used_backends(backends, fallbacks)
+    _check_symbolic_regions(result, used, _StaticOnly if static_fallback else CompileError)
     compiled = compile_regions(result, used, options, say)
     if history is not None:
         history.warn_skipped()  # one warning for every record not used
@@ -325,6 +410,17 @@ def _import_and_partition(model: ModelSource | Function,
     target_text = ", ".join(str(k) for _, k in backends)
     say(f"partitioning {len(fn.nodes)} nodes for {target_text}")
     return partition(fn, backends, fallbacks, target_text)
+
+
+def _check_symbolic_regions(partitioned: PartitionedGraph, backends: dict[str, Backend],
+                            error: type[CompileError]) -> None:
+    """Refuse regions with symbolic shapes for backends without ``symbolic_extents``."""
+    static = [f"{r.name} ({r.backend})" for r in partitioned.regions
+              if r.body.is_symbolic and not backends[r.backend].symbolic_extents]
+    if static:
+        raise error(f"regions {', '.join(static)} have symbolic shapes, and their backends "
+                    f"compile fixed shapes only (Backend.symbolic_extents): compile the "
+                    f"ONNX model with shape_mode=\"specialize\" (a module per size)")
 
 
 def _used_backends(backends: list[tuple[Backend, TargetKind]],

@@ -34,9 +34,21 @@ class CompileConfig:
 
     - ``input_shapes``: input name -> shape, fixing or naming the inputs' dimensions: each
       an int (fixed), a variable name (``{"input_ids": ["batch", 128]}``), or None (the
-      model's own). With a variable left, ``compile`` returns a
-      :class:`~tessera.runtime.dynamic.DynamicModule`, which runs at any size.
-    - ``dim_bounds``: variable -> ``(low, high)``: the sizes a dynamic module accepts.
+      model's own). With a variable left, the model compiles as ``shape_mode`` says.
+    - ``shape_mode``: how a model whose inputs keep symbolic dimensions compiles.
+      ``"symbolic"``: once, into one :class:`~tessera.runtime.module.Module` for every size
+      within ``dim_bounds`` (its kernels take the sizes at run time; every backend that gets
+      a region with symbolic shapes must take run-time extents, ``Backend.symbolic_extents``).
+      ``"specialize"``: a :class:`~tessera.runtime.dynamic.DynamicModule`, which compiles the
+      model per size on first use (``specialize``, ``symbolic_dims``, ``background_compile``
+      and ``max_specializations`` are its settings). ``"auto"`` (default): symbolic when the
+      target's backends and the model allow it, else specialize (with a warning when the
+      symbolic compile failed); any of the dynamic module's settings, or tuning records
+      (they are per size), chooses specialize.
+    - ``dim_bounds``: variable -> ``(low, high)``: the sizes a symbolic or dynamic module
+      accepts; a symbolic module plans its memory at the upper bounds. A variable left out
+      takes the bound the model implies, else a default
+      (:mod:`tessera.frontend.onnx.dim_bounds`; ``Module.dim_bound_notes`` says which).
     - ``specialize``: input shapes (each a mapping like ``input_shapes``, every dimension an
       int) a dynamic module compiles at once rather than on first use (and exports).
     - ``symbolic_dims``: variables a dynamic module does not specialise on, because they
@@ -69,6 +81,7 @@ class CompileConfig:
     """
 
     input_shapes: Mapping[str, Sequence[int | str | None]] | None = None
+    shape_mode: str = "auto"
     dim_bounds: Mapping[str, Sequence[int]] | None = None
     specialize: Sequence[Mapping[str, Sequence[int]]] | None = None
     max_specializations: int = 8

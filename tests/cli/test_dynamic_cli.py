@@ -77,10 +77,16 @@ def test_input_shapes_may_name_variables(symbolic_model: Path, tmp_path: Path,
 
 def test_inspect_compile_shows_a_specialisation(symbolic_model: Path,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["inspect", str(symbolic_model), "--target", "ref", "--compile"]) == 0
+    assert main(["inspect", str(symbolic_model), "--target", "ref", "--compile",
+                 "--shape-mode", "specialize"]) == 0
     captured = capsys.readouterr()
     assert "symbolic dimensions taken as 1 (batch=1, seq=1)" in captured.err
     assert "x float32[1,1,4]" in captured.out
+    # by default one module for every size, shown as such
+    assert main(["inspect", str(symbolic_model), "--target", "ref", "--compile"]) == 0
+    captured = capsys.readouterr()
+    assert "one module for every size" in captured.err
+    assert "compiled once for every size" in captured.out
 
 
 def test_symbolic_dims_flag_is_kept_in_the_tar(symbolic_model: Path, tmp_path: Path,

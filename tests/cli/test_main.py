@@ -113,14 +113,14 @@ def test_compile_options_reach_tessera_compile(tmp_path: Path) -> None:
                       "disabled_passes": ["Canonicalize", "SimplifyInference",
                                           "DeadCodeElimination"], "dump_ir": "dumps",
                       "dump_code": "ll,tir", "dump_dir": "dumps", "dim_bounds": None,
-                      "specialize": None, "symbolic_dims": None}
+                      "specialize": None, "symbolic_dims": None, "shape_mode": "auto"}
     np.testing.assert_array_equal(frozen["mask"], np.ones((1, 3), np.float32))
     defaults = compile_kwargs(build_parser().parse_args(["compile", "model.onnx"]))
     assert defaults == {"target": "auto", "input_shapes": None, "opt_level": 3,
                         "tuning_records": None, "pass_config": None, "disabled_passes": None,
                         "freeze_inputs": None, "dump_ir": None, "dump_code": None,
                         "dump_dir": ".", "dim_bounds": None, "specialize": None,
-                        "symbolic_dims": None}
+                        "symbolic_dims": None, "shape_mode": "auto"}
 
 
 def test_compile_default_output_name(tiny_model: Path, tmp_path: Path,

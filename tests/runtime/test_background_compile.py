@@ -111,7 +111,7 @@ def test_a_failed_background_compile_is_the_next_calls_error() -> None:
 
 
 def test_off_by_default_and_switchable() -> None:
-    mod = tessera.compile(_model(), "ref")
+    mod = tessera.compile(_model(), "ref", shape_mode="specialize")
     assert mod.background_compile is False
     mod.run(x=_x(1, 2))
     assert mod.cache_info().compiles == 1 and mod.cache_info().evaluated == 0

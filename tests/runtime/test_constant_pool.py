@@ -34,7 +34,7 @@ def _host_constants(module: tessera.Module) -> list[np.ndarray]:
 @pytest.mark.skipif("llvm" not in get_backends(), reason="needs tessera-llvm (64-byte aligned "
                     "weights: the reference backend's land wherever malloc puts them)")
 def test_specialisations_share_their_weights() -> None:
-    mod = tessera.compile(_model(), "llvm")
+    mod = tessera.compile(_model(), "llvm", shape_mode="specialize")
     a, b = mod.specialize(batch=1), mod.specialize(batch=5)
     ca, cb = _host_constants(a), _host_constants(b)
     assert ca and all(any(x is y for y in ca) for x in cb)  # b holds a's arrays

@@ -88,14 +88,21 @@ def _want(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> np.ndarray:
     return sess.run(None, feeds)[0]
 
 
-@pytest.fixture(scope="module", params=_targets())
-def compiled(request: pytest.FixtureRequest) -> DynamicModule:
-    mod = tessera.compile(_encoder(), request.param)
-    assert isinstance(mod, DynamicModule)
+#: The two ways a model with symbolic inputs compiles (``shape_mode``).
+MODES = ("symbolic", "specialize")
+
+
+@pytest.fixture(scope="module", params=[(t, m) for t in _targets() for m in MODES],
+                ids=lambda p: f"{p[0]}-{p[1]}")
+def compiled(request: pytest.FixtureRequest) -> Module | DynamicModule:
+    target, mode = request.param
+    mod = tessera.compile(_encoder(), target, shape_mode=mode)
+    assert isinstance(mod, Module if mode == "symbolic" else DynamicModule)
     return mod
 
 
-def test_compiles_without_input_shapes_and_matches_onnxruntime(compiled: DynamicModule) -> None:
+def test_compiles_without_input_shapes_and_matches_onnxruntime(
+        compiled: Module | DynamicModule) -> None:
     assert [str(s) for s in compiled.input_specs.values()] == \
         ["x: float32[batch, seq, 16]", "mask: float32[batch, seq]"]
     for batch, seq in SIZES:
@@ -103,13 +110,14 @@ def test_compiles_without_input_shapes_and_matches_onnxruntime(compiled: Dynamic
         got = compiled.run(feeds)["y"]
         assert got.shape == (batch, seq * 8)
         np.testing.assert_allclose(got, _want(_encoder(), feeds), rtol=1e-5, atol=1e-5)
-    info = compiled.cache_info()
-    assert info.compiles >= len(SIZES)
-    assert {(s["batch"], s["seq"]) for s in info.cached} >= set(SIZES)
+    if isinstance(compiled, DynamicModule):
+        info = compiled.cache_info()
+        assert info.compiles >= len(SIZES)
+        assert {(s["batch"], s["seq"]) for s in info.cached} >= set(SIZES)
 
 
 def test_wrong_sizes_are_clear_errors_and_the_module_keeps_working(
-        compiled: DynamicModule) -> None:
+        compiled: Module | DynamicModule) -> None:
     good = _feeds(2, 5)
     with pytest.raises(RunError, match=r"input 'mask': dimension 1 is 6, but 'seq' is 5 "
                                        r"\(input 'x' dimension 1\)"):
@@ -154,7 +162,7 @@ def test_cache_counts_hits_and_evicts_the_least_recently_used() -> None:
 
 
 def test_threads_meeting_a_new_size_compile_it_once() -> None:
-    mod = tessera.compile(_encoder(), "ref")
+    mod = tessera.compile(_encoder(), "ref", shape_mode="specialize")
     sizes = [(2, 4), (3, 9)] * 4
     feeds = [_feeds(b, s, seed=i) for i, (b, s) in enumerate(sizes)]
     results: list[np.ndarray | None] = [None] * len(sizes)
@@ -175,8 +183,9 @@ def test_threads_meeting_a_new_size_compile_it_once() -> None:
     assert info.compiles == 2 and info.hits == len(sizes) - 2
 
 
-def test_step_by_step_form_is_per_thread() -> None:
-    mod = tessera.compile(_encoder(), "ref")
+@pytest.mark.parametrize("mode", MODES)
+def test_step_by_step_form_is_per_thread(mode: str) -> None:
+    mod = tessera.compile(_encoder(), "ref", shape_mode=mode)
     feeds = _feeds(2, 3)
     for name, value in feeds.items():
         mod.set_input(name, value)
@@ -199,8 +208,10 @@ def test_step_by_step_form_is_per_thread() -> None:
     assert seen and "not set in this thread" in str(seen[0])
 
 
-def test_bounds_are_checked_at_compile_and_at_run() -> None:
-    mod = tessera.compile(_encoder(), "ref", dim_bounds={"batch": (1, 4), "seq": (1, 32)})
+@pytest.mark.parametrize("mode", MODES)
+def test_bounds_are_checked_at_compile_and_at_run(mode: str) -> None:
+    mod = tessera.compile(_encoder(), "ref", dim_bounds={"batch": (1, 4), "seq": (1, 32)},
+                          shape_mode=mode)
     mod.run(_feeds(4, 32))
     with pytest.raises(RunError, match=r"input 'x': dimension 1 \('seq'\) is 33, outside its "
                                        r"bounds 1 <= seq <= 32"):
@@ -213,7 +224,7 @@ def test_bounds_are_checked_at_compile_and_at_run() -> None:
 
 def test_input_shapes_fix_some_dimensions_and_leave_others() -> None:
     mod = tessera.compile(_encoder(), "ref", input_shapes={"x": [2, None, D], "mask": [2, "?"]})
-    assert isinstance(mod, DynamicModule) and mod.variables == ["seq"]
+    assert mod.variables == ["seq"]
     np.testing.assert_allclose(mod.run(_feeds(2, 5))["y"], _want(_encoder(), _feeds(2, 5)),
                                rtol=1e-5, atol=1e-5)
     with pytest.raises(RunError, match="dimension 0 must be 2"):
@@ -239,17 +250,20 @@ def test_input_specs_name_anonymous_dimensions_and_check_input_shapes() -> None:
     assert mod.variables == ["x[0]", "seq", "mask[0]"]
 
 
-def test_a_size_the_model_cannot_take_is_a_run_error_naming_it() -> None:
+@pytest.mark.parametrize("mode", MODES)
+def test_a_size_the_model_cannot_take_is_a_run_error_naming_it(mode: str) -> None:
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 4])
     shape = numpy_helper.from_array(np.array([-1, 4], np.int64), "shape")
     model = helper.make_model(
         helper.make_graph([helper.make_node("Reshape", ["x", "shape"], ["y"])], "g", [x], [y],
                           [shape]), opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    mod = tessera.compile(model, "ref")
+    mod = tessera.compile(model, "llvm" if "llvm" in _targets() else "ref", shape_mode=mode)
     assert mod.run(x=np.arange(8, dtype=np.float32))["y"].shape == (2, 4)
-    with pytest.raises(RunError, match="compiling the model for n=6 failed"):
+    with pytest.raises(RunError, match=r"n=6.*node 'y' \(Reshape\): the data's n elements "
+                                       r"must fill the new shape \[\(n // 4\), 4\]; here n = 6"):
         mod.run(x=np.arange(6, dtype=np.float32))
+    assert mod.run(x=np.arange(12, dtype=np.float32))["y"].shape == (3, 4)
 
 
 @pytest.mark.parametrize("target", _targets())
@@ -271,7 +285,8 @@ def test_artifact_keeps_specializations_and_compiles_new_sizes(tmp_path, target:
 
 
 def test_tampered_dynamic_artifact_is_refused(tmp_path) -> None:
-    path = tessera.compile(_encoder(), "ref").export(tmp_path / "dynamic.tar")
+    path = tessera.compile(_encoder(), "ref", shape_mode="specialize").export(
+        tmp_path / "dynamic.tar")
     with tarfile.open(path) as tar:
         members = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}  # type: ignore
     members["model.onnx"] = members["model.onnx"][:-1] + b"\x00"
@@ -305,7 +320,7 @@ def test_relations_the_nodes_need_are_checked_before_compiling() -> None:
         [helper.make_tensor_value_info("s", TensorProto.FLOAT, ["batch", None]),
          helper.make_tensor_value_info("c", TensorProto.FLOAT, ["batch", None])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    mod = tessera.compile(model, "ref")
+    mod = tessera.compile(model, "ref", shape_mode="specialize")
     rng = np.random.default_rng(0)
 
     def run(b: int, n: int, m: int, rows: int) -> dict[str, np.ndarray]:
@@ -343,8 +358,8 @@ def test_bounds_the_model_cannot_take_are_said_at_compile() -> None:
         mod.run(x=np.ones(5, np.float32))
     np.testing.assert_array_equal(mod.run(x=np.ones(3, np.float32))["y"], [1, 2, 3])
     with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        tessera.compile(model, "ref", dim_bounds={"seq": (1, 4)})  # within: nothing to say
+        warnings.simplefilter("error")  # within: nothing to say
+        tessera.compile(model, "ref", dim_bounds={"seq": (1, 4)}, shape_mode="specialize")
 
 
 def test_bind_fast_path_agrees_with_the_checks() -> None:

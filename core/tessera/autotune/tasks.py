@@ -107,7 +107,7 @@ def static_module(module: Any) -> Any:
                                f"nodes ({module.host_text()}), and what follows them compiles "
                                f"per shape at run time: there is no fixed-shape part to tune")
         return static_module(module.stage1)
-    if isinstance(module, DynamicModule):
+    if isinstance(module, DynamicModule) or getattr(module, "shape_vars", None) is not None:
         raise TesseraError(f"the model has symbolic input dimensions "
                            f"({module.shape_vars.describe()}); tune it at a size it runs at: "
                            f"give every dimension in input_shapes (CLI: --input-shapes), a "

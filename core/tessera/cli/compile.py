@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 #: Flags that only matter when a model is compiled (ignored, with a warning, for a .tar).
 COMPILE_FLAGS = ("target", "input_shapes", "opt_level", "pass_config", "disabled_pass",
                  "freeze_input", "tuning_records", "dump_ir", "quantize", "dump_code",
-                 "dim_bounds", "specialize", "symbolic_dims")
+                 "dim_bounds", "specialize", "symbolic_dims", "shape_mode")
 
 #: The graph passes ``--pass-config`` and ``--disabled-pass`` name.
 PASS_NAMES = sorted({p.name for p in default_passes(3)})
@@ -63,6 +63,10 @@ def add_compile_options(parser: argparse.ArgumentParser, title: str = "compile o
     group.add_argument("--dim-bounds", default=None, metavar="BOUNDS",
                        help="the sizes symbolic dimensions may take, e.g. "
                             "\"batch=1..64,seq=1..512\"")
+    group.add_argument("--shape-mode", default=None, choices=("auto", "symbolic", "specialize"),
+                       help="a model with symbolic dimensions: \"symbolic\" compiles it once "
+                            "for every size within --dim-bounds, \"specialize\" per size on "
+                            "first use; default auto: symbolic when the target takes it")
     group.add_argument("--symbolic-dims", action="append", default=None, metavar="A,B",
                        help="for a model with symbolic dimensions: variables not to compile "
                             "per size, because nearly every call changes them (a decoder's "
@@ -123,6 +127,7 @@ def compile_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "dim_bounds": parse_dim_bounds(args.dim_bounds) if args.dim_bounds else None,
         "specialize": [_fixed_shapes(text) for text in args.specialize or []] or None,
         "symbolic_dims": parse_name_list(getattr(args, "symbolic_dims", None)) or None,
+        "shape_mode": getattr(args, "shape_mode", None) or "auto",
     }
 
 
@@ -245,6 +250,10 @@ def summary(module: AnyModule) -> str:
     lines = [f"target:  {module.target}",
              f"inputs:  {inputs}",
              f"outputs: {', '.join(module.output_names)}"]
+    if getattr(module, "shape_vars", None) is not None:  # one module for every size
+        lines[1:3] = [f"inputs:  {module.shape_vars.describe()}",
+                      f"outputs: {module.describe_outputs()}",
+                      "sizes:   compiled once for every size within the bounds"]
     timings = list(getattr(module, "pass_timings", None) or [])
     if timings:
         total = sum(ms for _, ms in timings)

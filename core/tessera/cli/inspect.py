@@ -40,6 +40,7 @@ from tessera.cli.shapes import ArgumentError
 from tessera.ir.symbolic import ShapeVars
 from tessera.ir.types import human_bytes
 from tessera.runtime.dynamic import DynamicModule
+from tessera.runtime.module import Module
 from tessera.runtime.partitioned import PartitionedModel
 from tessera.runtime.staged import StagedModule
 
@@ -135,6 +136,10 @@ def _inspected(args: argparse.Namespace) -> Module | StagedModule | PartitionedM
     path = check_model_file(args.model)
     if args.compile or args.dump_code or args.tuning_records or is_artifact(path):
         module = load_or_compile(args.model, args)
+        if isinstance(module, Module) and module.shape_vars is not None:
+            progress(f"symbolic shapes: outputs {module.describe_outputs()}; one module for "
+                     f"every size ({module.shape_vars.describe()})")
+            return module
         if not isinstance(module, DynamicModule):
             return module
         progress(f"symbolic shapes: outputs {module.describe_outputs()}")

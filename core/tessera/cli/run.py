@@ -141,8 +141,8 @@ def gather_inputs(module: Any, args: argparse.Namespace,
             inputs[name] = given[name]
             continue
         if not all(isinstance(d, int) for d in spec.dims):
-            raise ArgumentError(f"input {spec} has symbolic dimensions: give it with --inputs "
-                                f"(--fill-mode needs a size)")
+            raise ArgumentError(f"{args.model} has symbolic input shapes: input {spec}; give "
+                                f"it with --inputs (--fill-mode needs a size)")
         if args.inputs is not None:
             progress(f"input {name!r} not in {args.inputs}; using --fill-mode "
                      f"{args.fill_mode}")

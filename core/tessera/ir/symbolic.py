@@ -114,6 +114,9 @@ class ShapeVars:
 
     inputs: tuple[InputSpec, ...]
     bounds: Mapping[str, tuple[int, int]]
+    #: where each bound comes from (``"given (dim_bounds)"``, ``"from the model (...)"``),
+    #: for the error of a call beyond it
+    notes: Mapping[str, str] = field(default_factory=dict, compare=False)
     #: every variable, in the order of first appearance (set by ``__post_init__``)
     _order: tuple[str, ...] = field(init=False, repr=False, compare=False, default=())
     #: :meth:`bind` for a call that breaks nothing, as generated code (``__post_init__``)
@@ -144,7 +147,7 @@ class ShapeVars:
         return f"{text}; {bounds}" if bounds else text
 
     def __reduce__(self) -> tuple[Any, ...]:  # the generated bind is not pickled: remade
-        return (ShapeVars, (self.inputs, dict(self.bounds)))
+        return (ShapeVars, (self.inputs, dict(self.bounds), dict(self.notes)))
 
     def _generated_bind(self) -> Any:
         """:meth:`bind` as straight-line code that returns None at the first check that
@@ -207,8 +210,10 @@ class ShapeVars:
                     continue
                 lo, hi = self.bounds.get(dim, (0, None))  # type: ignore[assignment]
                 if n < lo or (hi is not None and n > hi):
+                    note = (f" ({self.notes[dim]}; a module for other sizes is compiled "
+                            f"with dim_bounds)" if dim in self.notes else "")
                     raise RunError(f"input {spec.name!r}: dimension {i} ({dim!r}) is {n}, "
-                                   f"outside its bounds {lo} <= {dim} <= {hi}")
+                                   f"outside its bounds {lo} <= {dim} <= {hi}{note}")
                 sizes[dim] = n
                 origin[dim] = f"input {spec.name!r} dimension {i}"
         return sizes

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import ArtifactError
+from tessera.ir.symbolic import dim_from_json, dim_to_json
 from tessera.ir.types import TensorType
 from tessera.plugin.backend import Backend, CompiledRegion
 
@@ -94,7 +95,8 @@ class ArtifactFiles:
         meta: dict[str, Any] = {"format": artifact_format(backend)}
         meta.update((key, _sha256(files[name])) for key, name in self.hashes.items())
         meta.update(table)
-        meta["tensors"] = {k: [list(t.shape), str(t.dtype)] for k, t in tensors.items()}
+        meta["tensors"] = {k: [[dim_to_json(d) for d in t.shape], str(t.dtype)]
+                           for k, t in tensors.items()}  # size expressions as JSON
         saved: dict[str, bytes | np.ndarray] = {
             CONSTANT_KEY + k: np.asarray(v) for k, v in constants.items()}
         saved.update(files)
@@ -145,5 +147,6 @@ class ArtifactFiles:
                                         f"match the hash {self.table} records")
             constants = {k[len(CONSTANT_KEY):]: copy(v) for k, v in files.items()
                          if k.startswith(CONSTANT_KEY) and isinstance(v, np.ndarray)}
-            tensors = {k: TensorType(tuple(s), d) for k, (s, d) in meta["tensors"].items()}
+            tensors = {k: TensorType(tuple(dim_from_json(x) for x in s), d)
+                       for k, (s, d) in meta["tensors"].items()}
         return SavedFiles(meta, binaries, constants, tensors)  # type: ignore[arg-type]

@@ -243,6 +243,11 @@ class Backend(ABC):
     #: on load by default (:meth:`accepts_artifact`); change it when ``load`` can no longer
     #: read what an earlier release saved.
     artifact_version: str = "1"
+    #: Whether ``compile`` takes regions with symbolic shapes (types whose dimensions are
+    #: expressions over the model's size variables) and returns kernels that read the sizes
+    #: at run time (``CompiledRegion.size_names``). A backend that does not gets only static
+    #: regions: a symbolic model compiled for it is specialised per size (``shape_mode``).
+    symbolic_extents: bool = False
 
     def available(self) -> str | None:
         """None when the backend can run here, else the reason it cannot (shown to users)."""

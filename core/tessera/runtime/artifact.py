@@ -53,6 +53,7 @@ from tessera.ir.cast import is_low_precision
 from tessera.ir.graph import Function
 from tessera.ir.serialize import FORMAT_VERSION as GRAPH_FORMAT
 from tessera.ir.serialize import from_json, function_to_dict
+from tessera.ir.symbolic import dim_str
 from tessera.ir.types import DType
 from tessera.partition.regions import PartitionedGraph
 from tessera.partition.report import CopyInfo, PartitionReport, RegionInfo
@@ -227,7 +228,8 @@ def artifact_members(model: CompiledModel) -> dict[str, bytes]:
         "tessera_version": __version__,
         "target": model.target,
         "plugins": plugins,
-        "inputs": [{"name": n, "shape": list(t.shape), "dtype": t.dtype.value}
+        "inputs": [{"name": n, "shape": [d if isinstance(d, int) else dim_str(d)
+                                         for d in t.shape], "dtype": t.dtype.value}
                    for n, t in model.input_types.items()],
         "outputs": [{"name": n} for n in model.output_names],
         "options": {"opt_level": options.opt_level,

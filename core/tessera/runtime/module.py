@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import CompileError, RunError
+from tessera.frontend.onnx.symbolic_eval import source_check
 from tessera.ir.graph import Function
 from tessera.ir.symbolic import InputSpec, ShapeVars, check_bounds, dim_str, dim_vars
 from tessera.ir.types import TensorType
@@ -74,7 +75,8 @@ def _generated_caller(expected: list[tuple[str, np.dtype, tuple[int, ...]]],
     return scope["call"]  # type: ignore[no-any-return]
 
 
-def _shape_vars(types: Mapping[str, TensorType], bounds: Any) -> ShapeVars | None:
+def _shape_vars(types: Mapping[str, TensorType], bounds: Any,
+                notes: Mapping[str, str] | None = None) -> ShapeVars | None:
     """The specs of a module's symbolic inputs (None when every input is static): each input
     dimension an int or one size variable."""
     if all(t.is_static for t in types.values()):
@@ -92,7 +94,7 @@ def _shape_vars(types: Mapping[str, TensorType], bounds: Any) -> ShapeVars | Non
                                    f"dimensions are sizes or single size variables")
             dims.append(var)
         specs.append(InputSpec(name, tuple(dims), t.dtype))
-    return ShapeVars(tuple(specs), check_bounds(dict(bounds or {})))
+    return ShapeVars(tuple(specs), check_bounds(dict(bounds or {})), dict(notes or {}))
 
 
 @dataclass
@@ -160,8 +162,11 @@ class Module:
         #: For a module with symbolic inputs (``float32[batch, seq]``): the input specs and
         #: the variables' bounds (the graph's ``dim_bounds``, which memory is planned at); each
         #: call binds the variables from its arrays. None for a static module.
-        self.shape_vars: ShapeVars | None = _shape_vars(self.input_types,
-                                                        self.graph.attrs.get("dim_bounds"))
+        self.shape_vars: ShapeVars | None = _shape_vars(
+            self.input_types, self.graph.attrs.get("dim_bounds"),
+            self.graph.attrs.get("dim_bound_notes"))
+        #: the relations between sizes the model needs, checked per call (symbolic modules)
+        self._size_check = source_check(self.graph.attrs.get("size_relations") or [])
         self.plan = planned.plan
         self.memory = planned.memory
         self._devices = planned.devices
@@ -194,6 +199,26 @@ class Module:
         if self.shape_vars is not None:
             return {s.name: s for s in self.shape_vars.inputs}
         return {n: InputSpec(n, tuple(t.shape), t.dtype) for n, t in self.input_types.items()}
+
+    @property
+    def variables(self) -> list[str]:
+        """The size variables of the inputs' symbolic dimensions, in order (empty for a
+        static module)."""
+        return self.shape_vars.variables if self.shape_vars is not None else []
+
+    def describe_outputs(self) -> str:
+        """``y[batch, seq, 3]``: the outputs' shapes over the size variables (as a
+        :class:`~tessera.runtime.dynamic.DynamicModule` describes its own)."""
+        outs = {v.name: v.type for v in self.graph.outputs}
+        return ", ".join(f"{n}[{', '.join(dim_str(d) for d in outs[t].shape)}]"
+                         if t in outs else f"{n}[?]"
+                         for n, t in zip(self.output_names, self.signature.output_tensors))
+
+    @property
+    def dim_bound_notes(self) -> dict[str, str]:
+        """For a module with symbolic inputs compiled from ONNX: where each size variable's
+        bounds come from (given, implied by the model, or the default); else empty."""
+        return dict(self.graph.attrs.get("dim_bound_notes") or {})
 
     @property
     def missing_devices(self) -> str | None:
@@ -254,9 +279,15 @@ class Module:
                     name, lambda k: executor.get(self.signature.output_tensor(k)))
             index = name
         tensor = self.signature.output_tensor(index)
+        executor = self._thread_state().executor
+        if out is not None and self.shape_vars is not None:  # this call's shape
+            value = executor.get(tensor)
+            self.signature.check_out(index, out, tuple(value.shape))
+            np.copyto(out, value)
+            return out
         if out is not None:
             self.signature.check_out(index, out)
-        return self._thread_state().executor.get(tensor, out)
+        return executor.get(tensor, out)
 
     def _output_name(self, index: int) -> str:
         if not 0 <= index < len(self.output_names):
@@ -323,6 +354,11 @@ class Module:
         ``RunError`` names the input) and copy the arrays into the state."""
         assert self.shape_vars is not None
         sizes = self.shape_vars.bind(arrays)
+        if self._size_check is not None:
+            broken = self._size_check(sizes)
+            if broken is not None:
+                raise RunError(f"sizes {ShapeVars.text(sizes)}: the model cannot take them "
+                               f"({broken})")
         executor.set_sizes(sizes)
         for name, array in arrays.items():
             executor.set_input(name, array)

@@ -53,10 +53,7 @@ class Signature:
         array = np.asarray(value)
         if array.dtype != t.dtype.numpy:
             raise RunError(f"input {name!r}: expected dtype {t.dtype}, got {array.dtype}")
-        if not t.is_static:  # the module binds and checks the sizes (ShapeVars)
-            if array.ndim != t.ndim:
-                raise RunError(f"input {name!r}: expected {t.ndim} dimensions ({t}), got "
-                               f"shape {list(array.shape)}")
+        if not t.is_static:  # the module binds and checks the sizes and rank (ShapeVars)
             return array
         if tuple(array.shape) != t.shape:
             raise RunError(f"input {name!r}: expected shape {list(t.shape)}, got "
@@ -112,13 +109,15 @@ class Signature:
                            f"{', '.join(self.output_names)}")
         return [(n, self.output_tensors[self.output_names.index(n)]) for n in output_names]
 
-    def check_out(self, index: int | str, out: Any) -> None:
+    def check_out(self, index: int | str, out: Any,
+                  shape: tuple[int, ...] | None = None) -> None:
         """Refuse an ``out`` array that is not a writable C-contiguous array of the output's
-        shape and dtype."""
+        shape (``shape``: this call's, for an output of symbolic shape) and dtype."""
         layout = self.output_layouts[self._position(index)]
         if layout is None:
             raise RunError(f"output {index!r} is not a planned tensor of the module")
-        shape, dtype = layout
+        planned, dtype = layout
+        shape = planned if shape is None else shape
         if not isinstance(out, np.ndarray) or out.dtype != dtype or \
                 tuple(out.shape) != tuple(shape) or not out.flags.c_contiguous or \
                 not out.flags.writeable:

@@ -356,6 +356,11 @@ class StagedModule(StepForm):
         lines.append(f"  on the host, per call: {', '.join(node_text(n) for n in plan.host)}")
         if self.rest is None:
             lines.append("  rest: none (the host nodes make the remaining outputs)")
+        elif isinstance(self.rest, Module):
+            sizes = self.rest.shape_vars
+            lines.append(f"  rest ({len(plan.rest.graph.node) if plan.rest else 0} ONNX nodes): "
+                         f"Module, compiled once for every size"
+                         f"{'' if sizes is None else f' ({sizes.describe()})'}")
         else:
             stats = _stats(self.rest)
             count = stats.specializations if isinstance(stats, StagedStats) else _cached(stats)

@@ -29,6 +29,7 @@ from typing import Any
 from tessera import te, tir
 from tessera.errors import OpError
 from tessera.ops.tensor import slice_tuple
+from tessera.tir.functor import post_order_visit
 from tessera.topi import tag
 from tessera.topi.registry import register_compute
 from tessera.topi.utils import (
@@ -106,7 +107,9 @@ def _reshape_groups_dims(src: Sequence[Dim], dst: Sequence[Dim]
                          ) -> list[tuple[list[int], list[int]]]:
     """:func:`_reshape_groups` of shapes with run-time dimensions: the cuts are the running
     products (of the dimensions that are not a static 1) that both shapes have, compared as
-    polynomials; an error when the whole products differ."""
+    polynomials. When the whole products are not provably equal (``[n] -> [n // 4, 4]``),
+    the dimensions after the last common cut form one group: a flat index over them, valid
+    when the sizes agree, which the module checks per call (the importer's relations)."""
     si = [k for k, d in enumerate(src) if not is_const_dim(d, 1)]
     di = [k for k, d in enumerate(dst) if not is_const_dim(d, 1)]
 
@@ -128,9 +131,23 @@ def _reshape_groups_dims(src: Sequence[Dim], dst: Sequence[Dim]
         groups.append((si[a:p + 1], di[b:q + 1]))
         a, b = p + 1, q + 1
     if a != len(si) or b != len(di):
-        raise ValueError(f"reshape: cannot reshape {shape_text(src)} to {shape_text(dst)} "
-                         f"(sizes not provably equal)")
+        rest_src, rest_dst = [src[k] for k in si[a:]], [dst[k] for k in di[b:]]
+        names_src, names_dst = _var_names(rest_src), _var_names(rest_dst)
+        if not rest_src or not rest_dst or not names_src or names_src != names_dst:
+            raise ValueError(f"reshape: cannot reshape {shape_text(src)} to "
+                             f"{shape_text(dst)} (sizes not provably equal)")
+        groups.append((si[a:], di[b:]))  # the same variables on both sides: n -> [n // 4, 4]
     return groups
+
+
+def _var_names(dims: Sequence[Dim]) -> set[str]:
+    """The size variables the dimensions read."""
+    names: set[str] = set()
+    for d in dims:
+        if isinstance(d, tir.PrimExpr):
+            post_order_visit(d, lambda e: names.add(e.name)
+                                 if isinstance(e, tir.Var) else None)
+    return names
 
 
 def reshape(x: te.Tensor, shape: Sequence[Dim]) -> te.Tensor:

@@ -4,10 +4,13 @@
 and, as a backend of the target, every ``Loop`` whose whole body it runs: the body is compiled
 here and its iterations run by one native call (:mod:`.native_loop`, :mod:`.loop_region`).
 ``compile`` lowers a region (:mod:`.lowering`: NCHWc layout, FuseOps, computes, default
-schedules, TIR passes), generates one LLVM module for all its kernels (:mod:`.codegen`),
-optimises it for the host CPU or ``-mcpu`` and emits object code (:mod:`.build`), then links the
-object code in memory (:mod:`.loader`). It reports its progress on ``options.progress``: each
-fused group lowered, each function's IR generated, then LLVM's optimisation and emission.
+schedules, TIR passes; structurally identical groups lowered once, the others' kernels
+aliases of the first one's function: ``alias_of`` in the kernel table, counted in
+``info["shared_kernels"]``), generates one LLVM module for all its kernels
+(:mod:`.codegen`), optimises it for the host CPU or ``-mcpu`` and emits object code
+(:mod:`.build`), then links the object code in memory (:mod:`.loader`). It reports its
+progress on ``options.progress``: each fused group lowered, each function's IR generated,
+then LLVM's optimisation and emission.
 Each kernel is a native function; parallel loops run on the process-wide native thread pool
 (:mod:`.parallel`).
 
@@ -227,6 +230,24 @@ def _dump(options: CompileOptions, name: str, kinds: set[str], built: Any,
     return written
 
 
+#: Ops whose llvm schedules take static spatial sizes only (their layouts and register tiles
+#: are chosen from them): a region with run-time heights or widths through them is refused.
+_STATIC_ONLY_OPS = frozenset({"Conv", "ConvTranspose", "MaxPool", "AveragePool",
+                              "GlobalAveragePool", "GlobalMaxPool", "LpPool", "Resize"})
+
+
+def _check_symbolic_ops(region: Function) -> None:
+    """A CompileError naming the first node of a symbolic region whose op the llvm schedules
+    do not take at run-time sizes yet."""
+    for node in region.nodes:
+        if node.op in _STATIC_ONLY_OPS and any(  # a spatial axis (2, 3, ...) of run-time size
+                not isinstance(d, int) for v in [*node.inputs, *node.outputs]
+                if v is not None for d in v.type.shape[2:]):
+            raise CompileError(f"llvm: node {node.name} ({node.op}): convolutions, pooling "
+                               f"and resizing over run-time sizes are not supported yet "
+                               f"(compile the model per size: shape_mode=\"specialize\")")
+
+
 class LLVMBackend(Backend):
     """Native CPU kernels generated with llvmlite."""
 
@@ -243,6 +264,7 @@ class LLVMBackend(Backend):
     }
     code_forms = ("ll", "asm", "tir")
     artifact_version = str(ARTIFACT_FORMAT)
+    symbolic_extents = True
 
     def available(self) -> str | None:
         try:
@@ -376,6 +398,8 @@ class LLVMBackend(Backend):
             if reason is not None:
                 raise CompileError(f"llvm: node {node.name} ({node.op}) has no CPU compute: "
                                    f"{reason}")
+        if region.is_symbolic:
+            _check_symbolic_ops(region)
         threads = self._threads(target)
         triple = target.get("mtriple") or None
         if triple is not None:
@@ -389,11 +413,14 @@ class LLVMBackend(Backend):
         lowered = lower_region(region, cpu, options.opt_level, overrides=overrides,
                                prefix=f"{region.name}_", progress=options.progress)
         t1 = time.perf_counter()
-        built = build_module([k.func for k in lowered.kernels], region.name, mcpu=mcpu,
+        own = [k for k in lowered.kernels if k.alias_of is None]
+        aliases = {k.name: k.alias_of for k in lowered.kernels if k.alias_of is not None}
+        built = build_module([k.func for k in own], region.name, mcpu=mcpu,
                              mattr=target.get("mattr"), triple=triple,
                              progress=options.progress,
-                             size_specs={k.name: k.size_spec for k in lowered.kernels
-                                         if k.size_spec is not None})
+                             size_specs={k.name: k.size_spec for k in own
+                                         if k.size_spec is not None},
+                             aliases=aliases)
         t2 = time.perf_counter()
         table = [self._entry(k, built.workspaces.get(k.name, 0)) for k in lowered.kernels]
         constants = {name: _aligned_copy(v.data) for name, v in lowered.constants.items()}
@@ -417,8 +444,7 @@ class LLVMBackend(Backend):
         dump = options.extra.get("dump_code")
         if dump:
             kinds = set(dump) if not isinstance(dump, str) else set(dump.split(","))
-            compiled.info["dumped"] = _dump(options, region.name, kinds, built,
-                                            lowered.kernels)
+            compiled.info["dumped"] = _dump(options, region.name, kinds, built, own)
         return compiled
 
     @staticmethod
@@ -432,6 +458,8 @@ class LLVMBackend(Backend):
                  "flops": int(flops), "template": k.template, "workspace": workspace}
         if k.size_spec is not None:
             entry["sizes"] = k.size_spec.to_json()
+        if k.alias_of is not None:  # its symbol an alias of that kernel's function
+            entry["alias_of"] = k.alias_of
         return entry
 
     def _assemble(self, region: Function, object_code: bytes, table: list[dict[str, Any]],
@@ -440,7 +468,8 @@ class LLVMBackend(Backend):
                   cpu_name: str = "", features: str = "") -> CompiledRegion:
         """The CompiledRegion of linked object code; for another architecture's code (a
         foreign ``triple``) one whose kernels raise RunError, which can still be saved."""
-        info: dict[str, Any] = {"kernels": len(table), "mcpu": mcpu or cpu_name or "host"}
+        info: dict[str, Any] = {"kernels": len(table), "mcpu": mcpu or cpu_name or "host",
+                                "shared_kernels": sum(1 for k in table if k.get("alias_of"))}
         handle = LLVMHandle(object_code, table, mcpu, mattr, triple, cpu_name, features)
         if triple is not None and is_foreign(triple):
             return CompiledRegion(self.name, region, [_foreign_kernel(k, triple) for k in table],

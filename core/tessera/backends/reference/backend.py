@@ -147,6 +147,7 @@ class ReferenceBackend(Backend):
     name = "ref"
     device = "cpu"
     default_rank = 0
+    symbolic_extents = True
 
     def claims(self, target: TargetKind) -> list[Pattern]:
         return list(_all_op_patterns())

@@ -500,14 +500,14 @@ def import_onnx(model: ModelSource, input_shapes: Mapping[str, Sequence[Any]] | 
                                        bounds)
     with dim_bounds_scope(bounds):
         convert_nodes(fn, Scope(fn, env), nodes, opsets, symbolic=inference)
-    if symbolic:
-        prune_shape_values(fn)
     values = []
     for vi in g.output:
         if vi.name not in env:
             raise ModelImportError(f"graph output {vi.name!r} is not produced by any node")
         values.append(env[vi.name])
     fn.outputs, names, out_lengths = flatten(values, [vi.name for vi in g.output])
+    if symbolic:  # after the outputs are known: a shape the model returns stays
+        prune_shape_values(fn)
     _name_outputs(fn, names)
     fn.attrs["output_names"] = names
     if lengths:

@@ -13,8 +13,8 @@ from tessera.frontend.onnx.symbolic_shapes import Relation
 from tessera.tir import expr as E
 from tessera.tir.functor import post_order_visit
 
-__all__ = ["bounds_conflicts", "relations_check", "to_python",
-           "uses_any_var", "variables_of"]
+__all__ = ["bounds_conflicts", "relations_check", "relations_source", "source_check",
+           "to_python", "uses_any_var", "variables_of"]
 
 
 def variables_of(e: E.PrimExpr) -> set[str]:
@@ -73,22 +73,30 @@ def to_python(e: E.PrimExpr) -> str:
     raise TypeError(f"no Python form for {type(e).__name__}")
 
 
-def relations_check(relations: Sequence[Relation]
-                    ) -> Callable[[Mapping[str, int]], str | None] | None:
-    """One function of the variables' sizes that returns None when every relation holds, else
-    a message naming the first broken one (its node, what it needs, the sizes it got); None
-    when there is nothing to check. Relations it cannot write are left out."""
-    usable = []
+def relations_source(relations: Sequence[Relation]) -> list[dict[str, Any]]:
+    """The relations as plain data a module keeps (and an artifact stores): per relation its
+    condition as Python source over the sizes (``check``), its node and text, and the sizes
+    an error shows (``[text, source]`` pairs). Relations it cannot write are left out."""
+    out = []
     for r in relations:
         try:
-            usable.append((r, to_python(r.condition)))
+            out.append({"check": to_python(r.condition), "node": r.node, "text": r.text,
+                        "sizes": [[str(e), to_python(e)] for e in r.sizes if uses_any_var(e)]})
         except TypeError:
             continue
-    if not usable:
+    return out
+
+
+def source_check(items: Sequence[Mapping[str, Any]]
+                 ) -> Callable[[Mapping[str, int]], str | None] | None:
+    """One function of the variables' sizes that returns None when every relation of
+    ``items`` (:func:`relations_source`) holds, else a message naming the first broken one
+    (its node, what it needs, the sizes it got); None when there is nothing to check."""
+    if not items:
         return None
     lines = ["def check(s):"]
-    for i, (_, src) in enumerate(usable):
-        lines.append(f"    if not {src}:")
+    for i, item in enumerate(items):
+        lines.append(f"    if not {item['check']}:")
         lines.append(f"        return {i}")
     lines.append("    return None")
     scope: dict[str, Any] = {}
@@ -99,8 +107,14 @@ def relations_check(relations: Sequence[Relation]
         broken = check(sizes)
         if broken is None:
             return None
-        relation = usable[broken][0]
-        got = ", ".join(f"{e} = {eval(to_python(e), {'s': sizes})}"  # noqa: S307
-                        for e in relation.sizes if uses_any_var(e))
-        return f"node {relation.node}: {relation.text}; here {got}"
+        item = items[broken]
+        got = ", ".join(f"{text} = {eval(src, {'s': sizes})}"  # noqa: S307
+                        for text, src in item["sizes"])
+        return f"node {item['node']}: {item['text']}; here {got}"
     return run
+
+
+def relations_check(relations: Sequence[Relation]
+                    ) -> Callable[[Mapping[str, int]], str | None] | None:
+    """:func:`source_check` of the relations."""
+    return source_check(relations_source(relations))

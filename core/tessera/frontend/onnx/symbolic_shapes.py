@@ -608,6 +608,14 @@ class _Inference:
         if None in dims:
             dims[dims.index(None)] = self._quotient(list(x.shape),
                                                     [d for d in dims if d is not None])
+        count_in, count_out = _imm(1), _imm(1)
+        for d in x.shape:
+            count_in = count_in * d
+        for d in dims:
+            count_out = count_out * d  # type: ignore[operator]
+        count_in, count_out = self.s(count_in), self.s(count_out)
+        self.relate(E.eq(count_in, count_out), f"the data's {count_in} elements must fill the "
+                    f"new shape [{', '.join(map(str, dims))}]", count_in, count_out)
         out = SymValue(tuple(dims))  # type: ignore[arg-type]
         return SymValue(out.shape, x.contents if _const_shape(out.shape) is not None else None)
 

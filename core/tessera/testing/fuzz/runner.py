@@ -28,6 +28,7 @@ import onnx
 
 import tessera
 from tessera.errors import TesseraError
+from tessera.ir.types import TensorType
 from tessera.plugin.manager import resolve_target
 from tessera.runtime.dynamic import DynamicModule
 from tessera.testing.fuzz.mutators import Mutant, make_mutant, model_names
@@ -128,7 +129,11 @@ def run_one(mutant: Mutant, target: str, index: int) -> tuple[str, str]:
         # a mutant with symbolic input dimensions runs at size 2 for each of them
         mod = compiled.specialize(**dict.fromkeys(compiled.variables, 2)) \
             if isinstance(compiled, DynamicModule) else compiled
-        inputs = random_inputs(mod.input_types, np.random.default_rng(index))
+        types = mod.input_types
+        if getattr(mod, "shape_vars", None) is not None:  # one module for every size: at 2
+            shapes = mod.shape_vars.shapes(dict.fromkeys(mod.variables, 2))
+            types = {n: TensorType(tuple(shapes[n]), t.dtype) for n, t in types.items()}
+        inputs = random_inputs(types, np.random.default_rng(index))
         if inputs is None:
             return "ok", "compiled; inputs too large to run"
         mod.run(**inputs)

@@ -1,8 +1,11 @@
 """The kit's check that a backend runs models with symbolic dimensions.
 
-The core hands every backend static shapes: a model whose inputs keep symbolic dimensions
-(``x: float32[batch, seq, 8]``) is compiled once per input size it meets, on first use, and
-kept in a bounded cache (:mod:`tessera.runtime.dynamic`); with ``symbolic_dims`` its parts
+A backend that takes symbolic extents (``Backend.symbolic_extents``) gets regions whose
+types keep the model's size variables, and a model with symbolic dimensions (``x:
+float32[batch, seq, 8]``) compiles once into one module for every size: the check then
+requires that one compile and runs it at every size. Any other backend gets static shapes:
+the model is compiled once per input size it meets, on first use, and kept in a bounded cache
+(:mod:`tessera.runtime.dynamic`); with ``symbolic_dims`` its parts
 whose shapes do not depend on those variables are compiled once and the rest is evaluated
 per call (:mod:`tessera.runtime.split`). A backend needs nothing of its own for either, but
 it must be right at every size it is compiled for, and its regions must work as the
@@ -25,11 +28,12 @@ from onnx.reference import ReferenceEvaluator
 
 from tessera.api import compile as compile_model
 from tessera.api import partition_model
-from tessera.errors import RunError, TesseraError
+from tessera.errors import CompileError, RunError, TesseraError
 from tessera.plugin import contract
 from tessera.plugin.manager import resolve_target
 from tessera.plugin.target import Target
 from tessera.runtime.dynamic import DynamicModule
+from tessera.runtime.module import Module
 from tessera.testing.kit.symbolic_models import (
     PAST,
     SIZES,
@@ -56,16 +60,26 @@ class SymbolicModelCheck:
     split: bool
     sizes: tuple[str, ...]
     nodes: tuple[int, ...]
-    #: the dynamic module's cache after the runs (per-size models; 0 for a split plan)
+    #: the dynamic module's cache after the runs (per-size models; 0 for a split plan; 1
+    #: compile and no hits for a module of every size)
     compiles: int = 0
     hits: int = 0
+    #: compiled once into a module for every size (the target's backends take symbolic
+    #: extents, ``Backend.symbolic_extents``)
+    symbolic: bool = False
+    #: why a backend that takes symbolic extents refused the model's one compile (a
+    #: CompileError's message: an op its schedules take at fixed sizes only); it was then
+    #: checked per size
+    refused: str = ""
 
     def __str__(self) -> str:
         if self.split:
             return (f"{self.model}: {self.nodes[0]} nodes in a split plan's compiled parts "
                     f"({'; '.join(self.sizes)})")
+        how = ("one compile for every size" if self.symbolic else
+               f"{self.compiles} compiles, {self.hits} hits")
         return (f"{self.model}: ran {', '.join(map(str, self.nodes))} nodes at "
-                f"{'; '.join(self.sizes)} ({self.compiles} compiles, {self.hits} hits)")
+                f"{'; '.join(self.sizes)} ({how})")
 
 
 @dataclass(frozen=True)
@@ -166,9 +180,20 @@ def _check(model: SymbolicModel, target: str, name: str, rng: np.random.Generato
             f"{target}: {model.name}: expected one split plan for every size, got {len(plans)}"
         ran = sum(dict(s.backend_nodes).get(name, 0) for s in plans[0][1].segments())
         return SymbolicModelCheck(model.name, True, sizes, (ran,))
-    mod = compile_model(model.model, target)
-    assert isinstance(mod, DynamicModule), \
-        f"{model.name}: expected a dynamic module, got {type(mod).__name__}"
+    mod: Module | DynamicModule | None = None
+    refused = ""
+    if _takes_symbolic_extents(target):  # one compile for every size, or a clear refusal
+        try:
+            mod = compile_model(model.model, target, shape_mode="symbolic")
+        except CompileError as e:
+            refused = str(e)
+        assert mod is None or (isinstance(mod, Module) and mod.shape_vars is not None), \
+            (f"{target}: {model.name}: the target's backends take symbolic extents, so one "
+             f"module should serve every size; got {type(mod).__name__}")
+    if mod is None:
+        mod = compile_model(model.model, target, shape_mode="specialize")
+        assert isinstance(mod, DynamicModule), \
+            f"{model.name}: expected a dynamic module, got {type(mod).__name__}"
     for size, text in zip(model.sizes, sizes):
         feeds = model.inputs_at(size, rng)
         want = reference.run(None, feeds)
@@ -183,11 +208,23 @@ def _check(model: SymbolicModel, target: str, name: str, rng: np.random.Generato
         else:
             raise AssertionError(f"{target}: {model.name}: inputs whose sizes break the "
                                  f"model's relations ran without a RunError")
+    if isinstance(mod, Module):
+        ran = mod.partition_report().backend_counts().get(name, 0)
+        return SymbolicModelCheck(model.name, False, sizes, (ran,) * len(model.sizes), 1, 0,
+                                  symbolic=True)
+    assert isinstance(mod, DynamicModule)
     modules = mod.specializations()
     nodes = tuple(next((m.partition_report().backend_counts().get(name, 0)
                         for s, m in modules if _at(s, size)), 0) for size in model.sizes)
     info = mod.cache_info()
-    return SymbolicModelCheck(model.name, False, sizes, nodes, info.compiles, info.hits)
+    return SymbolicModelCheck(model.name, False, sizes, nodes, info.compiles, info.hits,
+                              refused=refused)
+
+
+def _takes_symbolic_extents(target: str) -> bool:
+    """Whether every backend of ``target`` takes symbolic extents (the model then compiles
+    once for every size)."""
+    return all(backend.symbolic_extents for backend, _ in resolve_target(target))
 
 
 def _at(specialised: Mapping[str, int], size: Mapping[str, int]) -> bool:
