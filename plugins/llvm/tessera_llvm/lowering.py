@@ -15,6 +15,7 @@ one's function (``alias_of``), which the build exports under their names too.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import warnings
 from dataclasses import dataclass, field
@@ -450,12 +451,8 @@ def share_kernel(first: LoweredKernel, group: Any, name: str, cpu: CPUInfo,
             v.type.dtype.value != p.dtype for v, p in zip(params, first.func.params)):
         return None
     target = first.alias_of or first.name
-    kernel = LoweredKernel(name=name, func=first.func, inputs=[v.name for v in gte.inputs],
-                           outputs=[v.name for v in group.outputs], op=first.op,
-                           flops=first.flops, template=first.template,
-                           config=dict(first.config), key=first.key,
-                           configs=list(first.configs), size_spec=first.size_spec,
-                           alias_of=target)
+    kernel = dataclasses.replace(first, name=name, inputs=[v.name for v in gte.inputs],
+                                 outputs=[v.name for v in group.outputs], alias_of=target)
     return kernel, [v for v in gte.inputs if v.is_constant]
 
 

@@ -42,12 +42,14 @@ def _kernels() -> list[tir.PrimFunc]:
     return [saxpy, act]
 
 
-def _check(lib: loader.Library, rng: np.random.Generator) -> None:
+def _check(lib: loader.Library, rng: np.random.Generator,
+           names: tuple[str, str] = ("saxpy", "act")) -> None:
+    """The two kernels of :func:`_kernels`, called by ``names`` (their symbols or aliases)."""
     a, b = rng.standard_normal(100).astype("float32"), rng.standard_normal(100).astype("float32")
     c = np.zeros(100, "float32")
-    lib.get("saxpy")([a, b, c])
+    lib.get(names[0])([a, b, c])
     np.testing.assert_allclose(c, a * 2.5 + b, rtol=1e-6, atol=1e-6)
-    lib.get("act")([a, c])
+    lib.get(names[1])([a, c])
     np.testing.assert_allclose(c, np.tanh(a) + 1 / (1 + np.exp(-a)), rtol=2e-6, atol=1e-7)
 
 
