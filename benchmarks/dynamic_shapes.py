@@ -3,10 +3,13 @@
 Every model of :mod:`tessera.testing.hf_zoo` (``--models``), exported by TorchScript with
 symbolic ``batch`` (every input's axis 0) and ``seq`` (token inputs' axis 1), in a child
 process (this one never imports torch). Per model, Tessera compiles it for ``--target``
-without ``input_shapes`` (a :class:`~tessera.runtime.dynamic.DynamicModule`), then at each
-``--sizes`` (batch x seq) runs it and checks it against onnxruntime on the same file, and times:
+without ``input_shapes`` (with its defaults: one :class:`~tessera.runtime.module.Module` whose
+kernels take the sizes at run time, ``kind`` ``sym``; or, where a backend of the target cannot,
+a per-size :class:`~tessera.runtime.dynamic.DynamicModule`, ``kind`` ``per-size``;
+``--shape-mode`` chooses), then at each ``--sizes`` (batch x seq) runs it and checks it against
+onnxruntime on the same file, and times:
 
-- ``first``: the first call at that size (it compiles the specialisation);
+- ``first``: the first call at that size (a per-size module compiles the specialisation);
 - ``dyn`` and ``static``: the median latency through the dynamic module and of a module
   compiled statically for that size (``input_shapes``), measured alternately; ``dyn/st``
   their ratio; ``ort`` onnxruntime's median and ``st/ort``;
@@ -14,6 +17,7 @@ without ``input_shapes`` (a :class:`~tessera.runtime.dynamic.DynamicModule`), th
 
     python benchmarks/dynamic_shapes.py
     python benchmarks/dynamic_shapes.py --models bert,vit --sizes 1x7,3x32,8x64 --size small
+    python benchmarks/dynamic_shapes.py --shape-mode specialize   # the per-size modules
 """
 
 from __future__ import annotations
@@ -48,7 +52,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default=DEFAULT_MODELS)
     ap.add_argument("--size", default="small", choices=("small", "realistic"))
-    ap.add_argument("--sizes", default="1x7,3x32,8x64", help="batch x seq, comma-separated")
+    ap.add_argument("--sizes", default="1x7,3x32,8x64,1x128,1x384",
+                    help="batch x seq, comma-separated")
+    ap.add_argument("--shape-mode", default="auto", choices=("auto", "symbolic", "specialize"))
     ap.add_argument("--target", default="llvm")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=20)
@@ -63,8 +69,8 @@ def main() -> int:
     sizes = [tuple(int(n) for n in s.split("x")) for s in args.sizes.split(",")]
     print(f"machine: {cpu_name()}, {os.cpu_count()} CPUs; target {args.target}; "
           f"{args.threads} threads for Tessera and onnxruntime; zoo size {args.size}")
-    print(f"{'model':<16} {'batch x seq':>11} {'relerr':>8} {'first s':>8} {'dyn ms':>8} "
-          f"{'static ms':>9} {'dyn/st':>6} {'ort ms':>8} {'st/ort':>6}")
+    print(f"{'model':<16} {'kind':>8} {'batch x seq':>11} {'relerr':>8} {'first s':>8} "
+          f"{'dyn ms':>8} {'static ms':>9} {'dyn/st':>6} {'ort ms':>8} {'st/ort':>6}")
     ratios, compile_ratios = [], []
     for name in args.models.split(","):
         try:
@@ -76,11 +82,12 @@ def main() -> int:
         sess = ort_session(model, args.threads)
         start = time.perf_counter()
         try:
-            dyn = tessera.compile(str(path), args.target)
+            dyn = tessera.compile(str(path), args.target, shape_mode=args.shape_mode)
         except Exception as e:  # noqa: BLE001 - one line per model
             print(f"{name:<16} compile failed: {type(e).__name__}: {str(e).splitlines()[0]}")
             continue
         dyn_compile = time.perf_counter() - start
+        kind = "per-size" if hasattr(dyn, "cache_info") else "sym"
         static_compile = None
         for batch, seq in sizes:
             feeds = hf_zoo.inputs(name, args.size, batch=batch, seq=seq)
@@ -110,13 +117,13 @@ def main() -> int:
                 time.sleep(SETTLE_S)
             d, s, o = min(dyn_ms), min(static_ms), min(ort_ms)
             ratios.append(d / s)
-            print(f"{name:<16} {label:>11} {err:8.1e} {first:8.2f} {d:8.3f} {s:9.3f} "
+            print(f"{name:<16} {kind:>8} {label:>11} {err:8.1e} {first:8.2f} {d:8.3f} {s:9.3f} "
                   f"{d / s:6.2f} {o:8.3f} {s / o:6.2f}", flush=True)
         if static_compile:
             compile_ratios.append(dyn_compile / static_compile)
-            print(f"{name:<16} compile: dynamic {dyn_compile:.2f} s, one static "
-                  f"{static_compile:.2f} s (cmp/st {dyn_compile / static_compile:.2f}); "
-                  f"{dyn.cache_info()}")
+            cached = f"; {dyn.cache_info()}" if kind == "per-size" else ""
+            print(f"{name:<16} compile: {kind} {dyn_compile:.2f} s, one static "
+                  f"{static_compile:.2f} s (cmp/st {dyn_compile / static_compile:.2f}){cached}")
     if ratios:
         print(f"geomean dyn/static {geomean(ratios):.3f} (max {max(ratios):.3f}); "
               f"compile geomean dyn/static {geomean(compile_ratios):.3f}")

@@ -29,6 +29,7 @@ and everything is synchronous.
 
 from __future__ import annotations
 
+import mmap
 import time
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager, nullcontext
@@ -87,6 +88,14 @@ class Device(ABC):
     @abstractmethod
     def allocate(self, nbytes: int) -> Any:
         """A new arena of at least ``nbytes`` bytes, aligned to :attr:`alignment`."""
+
+    def allocate_sparse(self, nbytes: int) -> Any:
+        """An arena as :meth:`allocate` gives, of which each run uses only a part: a symbolic
+        module's, planned at its size bounds, each call touching what its sizes need. A device
+        whose memory is committed lazily commits it in small pages here (so a short request
+        neither faults in nor keeps resident a huge page per tensor); by default
+        :meth:`allocate`."""
+        return self.allocate(nbytes)
 
     def free(self, arena: Any) -> None:  # noqa: B027 - garbage-collected memory needs nothing
         """Release an arena from :meth:`allocate` (called once, when the execution state that
@@ -165,6 +174,16 @@ class CPUDevice(Device):
         raw = np.empty(max(nbytes, 1) + self.alignment, dtype=np.uint8)
         start = (-raw.ctypes.data) % self.alignment
         return raw[start:start + max(nbytes, 1)]
+
+    def allocate_sparse(self, nbytes: int) -> np.ndarray:
+        # anonymous memory, page-aligned and zero-filled on first touch, in 4 KiB pages:
+        # numpy asks for transparent huge pages on large arrays, and a huge-page fault (with
+        # compaction) cost about 3 ms each in a symbolic encoder's first call, one per tensor
+        size = max(nbytes, 1)
+        region = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        if hasattr(mmap, "MADV_NOHUGEPAGE"):
+            region.madvise(mmap.MADV_NOHUGEPAGE)
+        return np.frombuffer(region, dtype=np.uint8, count=size)
 
     def view(self, arena: np.ndarray, offset: int, type: TensorType) -> np.ndarray:
         chunk = arena[offset:offset + type.nbytes]

@@ -129,7 +129,10 @@ class Executor:
         self.streams: dict[str, Any] = {}
         self._finalizer = weakref.finalize(self, _release, devices, self.arenas, self.streams)
         for dev, dp in memory.devices.items():
-            self.arenas[dev] = devices[dev].allocate(dp.total_bytes)
+            # a symbolic module's arena is planned at the bounds; each call uses a part
+            allocate = (devices[dev].allocate_sparse if plan.region_sizes
+                        else devices[dev].allocate)
+            self.arenas[dev] = allocate(dp.total_bytes)
         for dev, device in devices.items():
             stream = device.create_stream()
             if stream is not None:

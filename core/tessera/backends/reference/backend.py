@@ -154,6 +154,7 @@ class ReferenceBackend(Backend):
 
     def compile(self, region: Function, target: TargetKind,
                 options: CompileOptions) -> CompiledRegion:
+        BLAS_THREADS.prepare()
         names = region.used_size_variables if region.is_symbolic else []
         kernels = [_sized_kernel(node, names) if names else _node_kernel(node)
                    for node in region.nodes]

@@ -42,6 +42,14 @@ class BlasLimit:
         self._controller: Any = None
         self._limiter: Any = None
 
+    def prepare(self) -> None:
+        """Find the BLAS pools now (importing threadpoolctl and scanning the process's
+        libraries takes milliseconds, more without bytecode caches): called at compile time so
+        that a module's first run does not pay it."""
+        with self._lock:
+            if configured_threads() and self._controller is None:
+                self._controller = _controller()
+
     def __enter__(self) -> BlasLimit:
         with self._lock:
             self._inside += 1
