@@ -41,7 +41,7 @@ from tessera_llvm.schedules.dense import (
 )
 
 RNG = np.random.default_rng(2024)
-SIZES = [1, 7, 8, 9, 29, 64, 128, 200]
+SIZES = [1, 2, 3, 5, 7, 8, 9, 11, 12, 13, 29, 64, 128, 200]
 #: The CPU the schedules are made for: AVX-512's 16 lanes and 32 registers, 2 threads (the
 #: code runs on any x86-64 host with AVX-512 or not: LLVM legalises the vectors).
 CPU = CPUInfo(vector_lanes=16, num_threads=2, vector_registers=32)
@@ -206,26 +206,26 @@ def remainders(func: S.PrimFunc, tile: int) -> list[int]:
 
 
 def test_dense_tiles_are_vector_micro_kernels(funcs) -> None:
-    """The whole 12-row tiles and each of the 11 last tiles (one per remainder of s / 12):
-    a reduction loop over k of 2 vector loads of W and one vector FMA per row and vector,
-    without a guard; the parallel loop over the 64 column panels is never gated (even one
-    row is 2 MFLOP)."""
+    """The whole 12-row tiles, the last tile shifted back to end at s (s >= 12) and, for
+    s < 12, tiles of 8, 4, 2 or 1 rows (at row 0 and ending at s): a reduction loop over k
+    of 2 vector loads of W and one vector FMA per row and vector, without a guard; the
+    parallel loop over the 64 column panels is never gated (even one row is 2 MFLOP)."""
     nest, func = funcs["ffn_in"]
     assert [v.name for v in func.size_vars] == ["s"]
     assert any(TAIL_PRAGMA in f.annotations for f in nodes(nest.body, S.For))
-    assert remainders(func, 12) == list(range(1, 12))
+    assert remainders(func, 12) == []  # no copy per remainder
     loops = k_loops(func)
-    assert len(loops) == 12  # the whole tiles, then the tails of 1 .. 11 rows
+    assert len(loops) == 6
     rows = [len(vector_stores(k)) // 2 for k in loops]
-    assert rows == [12, *range(1, 12)]
+    assert rows == [12, 12, 8, 4, 2, 1]
     for k in loops:
         assert not nodes(k, S.IfThenElse) and not nodes(k, E.Select)
         assert len({str(x.indices[-1]) for x in vector_loads(k, "W")}) == 2
         assert isinstance(k.extent, E.IntImm) and k.extent.value == HIDDEN
     par = [f for f in nodes(func.body, S.For) if f.kind == S.ForKind.PARALLEL]
     assert len(par) == 1 and isinstance(par[0].extent, E.IntImm) and par[0].extent.value == 64
-    assert not nodes(func.body, S.LetStmt) or all(
-        not isinstance(x.value, E.Select) for x in nodes(func.body, S.LetStmt))
+    # not gated: no chunk of the parallel loop chosen at run time
+    assert not [x for x in nodes(func.body, S.LetStmt) if x.var.name.endswith("_chunk")]
     assert not any(TAIL_PRAGMA in f.annotations or PARALLEL_PRAGMA in f.annotations
                    for f in nodes(func.body, S.For))
 
@@ -234,22 +234,24 @@ def test_scores_tiles_shift_columns_back(funcs) -> None:
     """Run-time rows and columns: every register tile is vector code without a guard in its
     reduction: the whole column tiles, the last tile's vectors shifted back to end at s (one
     vector when s % 32 <= 16, else two), and, for a matrix narrower than a vector (s < 16),
-    one vector reading a zero-padded local copy of K^T's s columns."""
+    one vector reading a zero-padded local copy of K^T's s columns. Rows as for a dense
+    layer: whole tiles, the last one shifted back, or (s < 12) tiles of 8, 4, 2 or 1 rows,
+    where s < 16 columns leave only the padded vector."""
     _, func = funcs["scores"]
-    assert remainders(func, 12) == list(range(1, 12))
+    assert remainders(func, 12) == []
     tiles = [k for k in k_loops(func)
              if any(s.buffer.name.endswith("_local") for s in nodes(k, S.BufferStore))]
-    # per row remainder (the whole rows and 11 tails): 4 column variants
-    assert len(tiles) == 4 * 12
+    # the whole and the shifted rows: 4 column variants each; the small row tiles: 1
+    assert len(tiles) == 4 * 2 + 4
     for k in tiles:
         assert vector_stores(k) and not nodes(k, S.IfThenElse)
     padded = [k for k in tiles if vector_loads(k, "KT_panel")]
-    assert len(padded) == 12 and all(not vector_loads(k, "KT") for k in padded)
-    # one vector where the remainder fits one, two otherwise: 12 rows x (1, 2, 1 padded) and
-    # the whole tiles' 2
+    assert len(padded) == 6 and all(not vector_loads(k, "KT") for k in padded)
+    assert sorted(len(vector_stores(k)) for k in padded) == [1, 2, 4, 8, 12, 12]
+    # one vector where the remainder fits one, two otherwise: 2 row forms x (2, 1, 2)
     vectors = sorted(len({str(x.indices[-1]) for x in vector_loads(k, "KT")}) for k in tiles
                      if k not in padded)
-    assert vectors == [1] * 12 + [2] * 24
+    assert vectors == [1] * 2 + [2] * 4
     # the copy into the panel: s columns, k inside (no vector lane loop around a scalar)
     copies = [s for s in nodes(func.body, S.BufferStore) if s.buffer.name == "KT_panel"
               and not isinstance(s.indices[-1], E.Ramp)]
@@ -263,8 +265,8 @@ def test_context_reduction_of_run_time_length(funcs) -> None:
     for k in k_loops(func):
         assert isinstance(k.extent, E.Var) and k.extent.name == "s"
         assert vector_stores(k) and not nodes(k, S.IfThenElse)
-    gate = [x for x in nodes(func.body, S.LetStmt) if isinstance(x.value, E.Select)]
-    assert len(gate) == 1
+    gate = [x for x in nodes(func.body, S.LetStmt) if x.var.name.endswith("_chunk")]
+    assert len(gate) == 1 and isinstance(gate[0].value, E.Select)
     total = gate[0].value.false_value
     assert isinstance(total, E.IntImm) and total.value == HEADS * (HEAD // 32)
     (par,) = [f for f in nodes(func.body, S.For) if f.kind == S.ForKind.PARALLEL]
@@ -392,20 +394,20 @@ def test_graph_lowering_of_a_dense_layer() -> None:
 
 
 def test_rows_that_are_an_expression_of_sizes() -> None:
-    """Rows ``h * s`` (a batch of sequences flattened): the last tile is still one exact
-    micro-kernel per remainder of ``h * s`` by 12."""
+    """Rows ``h * s`` (a batch of sequences flattened): the last tile is still unguarded
+    micro-kernels (the whole tile shifted back, or tiles of 8, 4, 2 or 1 rows)."""
     h, s = tir.Var("h"), tir.Var("s")
     x = te.placeholder((h * s, 64), name="X")
     w = te.placeholder((2, 64, 32), name="W")
     tensors = [x, w, matmul_packed(x, w, "float32")]
     nest, func = lowered(tensors, "flat_rows")
-    assert remainders(func, 12) == list(range(1, 12))
+    assert [len(vector_stores(k)) // 2 for k in k_loops(func)] == [12, 12, 8, 4, 2, 1]
     for k in k_loops(func):
         assert vector_stores(k) and not nodes(k, S.IfThenElse)
     fn = build_module([func], "flat_rows", size_specs={"flat_rows": size_spec(nest)}
                       ).load().get("flat_rows")
     wd = rand(64, 64)
-    for heads, length in [(1, 1), (2, 7), (3, 5), (4, 31)]:
+    for heads, length in [(1, 1), (1, 2), (2, 7), (3, 5), (4, 31), (1, 11), (5, 5)]:
         xs = rand(heads * length, 64)
         out = np.full((heads * length, 64), np.nan, np.float32)
         fn([xs, pack_matmul_weight(wd, 32), out], sizes={"h": heads, "s": length})

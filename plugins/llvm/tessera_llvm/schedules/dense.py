@@ -13,8 +13,9 @@ columns from the static column count (two vectors when the columns are a run-tim
 A symbolic axis split by its tile gives a loop of ``ceil(n / tile)`` tiles whose last one is
 guarded; the schedule marks that loop and :func:`specialize_tails` (run by the lowering between
 ``te.lower`` and the TIR pipeline) splits it into the ``n // tile`` whole tiles, the static
-micro-kernel without guards, and a last tile without guards either: for rows, a switch over
-``n % mr`` to a copy of the micro-kernel for exactly that many rows; for columns, its vectors
+micro-kernel without guards, and a last tile without guards either: for rows, the whole tile
+shifted back to end at ``n`` (or, below one tile, at most two tiles of a power-of-two number
+of rows: ``log2(mr)`` copies of the micro-kernel, not one per remainder); for columns, its vectors
 shifted back to end at ``n`` (a zero-padded local copy of ``b`` below one vector). A parallel
 loop over static tiles runs in the caller when the product, at its run-time sizes, is below
 ``parallel_min_flops``. The axes of static extent (batch, column tiles) are
@@ -469,20 +470,45 @@ class _ShiftColumns(IRMutator):
     ``var * f`` becomes ``B`` and a vector's start ``x * vec`` becomes ``min(x * vec, n - vec -
     B)`` (the identity when ``n >= nv * vec``; for ``vec <= n < nv * vec`` the last vector
     ends at ``n``, overlapping the one before). Without (``nv`` None), the whole tile:
-    ``var * f`` becomes ``n - f``. Every guard conjunct on such an index holds then and is
-    dropped. ``ok`` is False when ``var`` occurs otherwise."""
+    ``var * f`` becomes ``n - f``. With ``base`` and ``rows`` (a row tile: ``rows`` of its
+    rows from row ``base``, :meth:`_Tails.rows_tail`), ``var * f`` becomes ``base``. Every
+    guard conjunct on such an index holds then and is dropped. ``ok`` is False when ``var``
+    occurs otherwise."""
 
     def __init__(self, var: E.Var, f: int, n: E.PrimExpr, vec: int = 1,
-                 nv: int | None = None) -> None:
+                 nv: int | None = None, base: E.PrimExpr | None = None,
+                 rows: int | None = None) -> None:
         self.var, self.f, self.n, self.vec, self.nv, self.ok = var, f, n, vec, nv, True
         #: the variables of the loops over the tile's vectors (``x`` of ``x * vec``)
         self.vector_vars: set[E.Var] = set()
+        #: ``base`` and ``rows`` (rows of a tile, ``nv`` None): ``var * f`` becomes ``base``
+        #: and the loops over the tile's rows (of extent ``f``, whose variable ``x`` an index
+        #: holds as ``var * f + x``) run ``rows`` times; the caller makes sure those rows
+        #: are below ``n``
+        self.base, self.rows = base, rows
+        self.row_vars: set[E.Var] = set()
+
+    def _note_rows(self, e: E.PrimExpr) -> None:
+        p = to_poly(e)
+        step = next((coef for coef, atoms in p.terms.values()
+                     if len(atoms) == 1 and atoms[0] is self.var), None)
+        if step is None:
+            return
+        for coef, atoms in p.terms.values():
+            if len(atoms) == 1 and isinstance(atoms[0], E.Var) and atoms[0] is not self.var \
+                    and coef * self.f == step:
+                self.row_vars.add(atoms[0])
 
     def index(self, e: E.PrimExpr) -> E.PrimExpr:
         if not _has_tile_base(e, self.var, self.f):
             return self.visit(e)
         f, vec, n, var, nv = self.f, self.vec, self.n, self.var, self.nv
-        base = n - f if nv is None else E.max_(n - nv * vec, E.IntImm(0, n.dtype))
+        if self.rows is not None:
+            self._note_rows(e)
+        if self.base is not None:
+            base = self.base
+        else:
+            base = n - f if nv is None else E.max_(n - nv * vec, E.IntImm(0, n.dtype))
 
         def fn(x: E.PrimExpr) -> E.PrimExpr:
             if isinstance(x, E.Mul) and isinstance(x.b, E.IntImm):
@@ -505,6 +531,9 @@ class _ShiftColumns(IRMutator):
         if self.nv is not None and s.loop_var in self.vector_vars and \
                 isinstance(ext, E.IntImm) and ext.value > self.nv:
             ext = E.IntImm(self.nv, ext.dtype)
+        if self.rows is not None and s.loop_var in self.row_vars and \
+                isinstance(ext, E.IntImm) and ext.value == self.f:
+            ext = E.IntImm(self.rows, ext.dtype)
         return S.For(s.loop_var, mn, ext, s.kind, body, s.thread_tag, s.annotations)
 
     def visit_Var(self, e: E.Var) -> E.PrimExpr:
@@ -748,6 +777,61 @@ class _Tails(IRMutator):
         return S.LetStmt(c, chunk, loop)
 
     def rows_tail(self, v: E.Var, body: S.Stmt, n: E.PrimExpr, f: int) -> S.Stmt:
+        """The last tile of ``r = n % f`` rows, in few copies of the tile, none guarded: for
+        ``n >= f``, the whole tile shifted back to end at ``n`` (rows of the tile before it
+        computed again, with the same values); for ``n < f``, at most two tiles of ``h`` rows
+        (``h`` a power of two): the largest not above ``n`` at row 0, then, for the ``m``
+        rows left, the smallest not below ``m``, ending at ``n`` (11 rows: 8 and 4). That is
+        ``1 + log2(f)`` copies where one per remainder (:meth:`exact_rows_tail`, kept where
+        the tile index occurs otherwise than as its first row) were ``f - 1``: a product
+        whose rows and columns both have run-time sizes had 48 copies of its micro-kernel,
+        and a symbolic encoder's compile spent most of its time in LLVM optimising them."""
+        idx = n.dtype
+        whole = _ShiftColumns(v, f, n)
+        shifted = whole.visit(body)
+        if not whole.ok:
+            return self.exact_rows_tail(v, body, n, f)
+        heights = [1 << i for i in range(max(f - 1, 1).bit_length()) if 1 << i < f]
+
+        def const(x: int) -> E.PrimExpr:
+            return E.IntImm(x, idx)
+
+        def pick(m: E.PrimExpr, up: bool) -> E.PrimExpr:
+            # the largest height <= m (up: the smallest >= m), for 1 <= m < f
+            order = heights if up else heights[::-1]
+            out: E.PrimExpr = const(order[-1])
+            for h in order[-2::-1]:
+                out = E.Select(E.LE(m, const(h)) if up else E.GE(m, const(h)), const(h), out)
+            return out
+
+        t = E.Var(f"{v.name}_part", v.dtype)
+        first, left = E.Var(f"{v.name}_first", idx), E.Var(f"{v.name}_left", idx)
+        second = E.Var(f"{v.name}_second", idx)
+        height, base = E.Var(f"{v.name}_rows", idx), E.Var(f"{v.name}_base", idx)
+        chain: S.Stmt | None = None
+        for h in heights:
+            part = _ShiftColumns(v, f, n, base=base, rows=h)
+            tile = part.visit(body)
+            if not part.ok:
+                return self.exact_rows_tail(v, body, n, f)
+            chain = _copy(tile, {}) if chain is None else S.IfThenElse(
+                E.EQ(height, const(h)), _copy(tile, {}), chain)
+        small: S.Stmt | None = None
+        if chain is not None:
+            is_first = E.EQ(t, E.IntImm(0, t.dtype))
+            body_t = S.LetStmt(height, E.Select(is_first, first, second), S.LetStmt(
+                base, E.Select(is_first, const(0), n - second), chain))
+            count = E.Select(E.GT(left, const(0)), E.IntImm(2, t.dtype), E.IntImm(1, t.dtype))
+            small = S.LetStmt(first, pick(n, up=False), S.LetStmt(
+                left, n - first, S.LetStmt(second, pick(E.max_(left, const(1)), up=True),
+                                           S.For(t, 0, count, S.ForKind.SERIAL, body_t))))
+        rem = E.FloorMod(n, const(f))
+        last = _copy(shifted, {})
+        if small is not None:
+            last = S.IfThenElse(E.GE(n, const(f)), last, small)
+        return S.IfThenElse(E.NE(rem, const(0)), last)
+
+    def exact_rows_tail(self, v: E.Var, body: S.Stmt, n: E.PrimExpr, f: int) -> S.Stmt:
         """The last tile of ``n % f`` rows: one copy per remainder ``r``, in which ``n`` is
         ``q * f + r`` (``q = n // f``, the tile's index): each guard on the tile's rows,
         ``q * f + i < n``, is rewritten as ``q * f + i - n + (n - q * f - r) < 0``, which
