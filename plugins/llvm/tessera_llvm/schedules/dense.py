@@ -745,7 +745,10 @@ class _Tails(IRMutator):
         if n is None or not (isinstance(s.min, E.IntImm) and s.min.value == 0):
             return loop
         if mode == "rows":
-            tail = self.rows_tail(s.loop_var, body, n, f)
+            rows = self.rows(s, body, n, f, notes)
+            if rows is not None:
+                return rows
+            tail = self.exact_rows_tail(s.loop_var, body, n, f)
         elif mode == "cols":
             tail = self.cols_tail(s.loop_var, body, n, f, int(spec[2]) if len(spec) > 2 else 1)
         else:
@@ -776,25 +779,29 @@ class _Tails(IRMutator):
         chunk = E.Select(E.GE(work, E.IntImm(least, work.dtype)), E.IntImm(1, v.dtype), total)
         return S.LetStmt(c, chunk, loop)
 
-    def rows_tail(self, v: E.Var, body: S.Stmt, n: E.PrimExpr, f: int) -> S.Stmt:
-        """The last tile of ``r = n % f`` rows, in few copies of the tile, none guarded: for
-        ``n >= f``, the whole tile shifted back to end at ``n`` (rows of the tile before it
-        computed again, with the same values); for ``n < f``, at most two tiles of ``h`` rows
-        (``h`` a power of two): the largest not above ``n`` at row 0, then, for the ``m``
-        rows left, the smallest not below ``m``, ending at ``n`` (11 rows: 8 and 4). That is
-        ``1 + log2(f)`` copies where one per remainder (:meth:`exact_rows_tail`, kept where
-        the tile index occurs otherwise than as its first row) were ``f - 1``: a product
-        whose rows and columns both have run-time sizes had 48 copies of its micro-kernel,
-        and a symbolic encoder's compile spent most of its time in LLVM optimising them."""
-        idx = n.dtype
-        whole = _ShiftColumns(v, f, n)
-        shifted = whole.visit(body)
-        if not whole.ok:
-            return self.exact_rows_tail(v, body, n, f)
-        heights = [1 << i for i in range(max(f - 1, 1).bit_length()) if 1 << i < f]
+    def rows(self, s: S.For, body: S.Stmt, n: E.PrimExpr, f: int,
+             notes: dict[str, Any]) -> S.Stmt | None:
+        """The loop ``s`` over the ``ceil(n / f)`` row tiles of a run-time extent ``n``, in
+        few copies of the tile, none guarded: for ``n >= f``, the same loop with each tile's
+        first row ``min(i * f, n - f)`` (the last tile shifted back to end at ``n``: rows of
+        the tile before it computed again, with the same values); for ``n < f``, at most two
+        tiles of ``h`` rows (``h`` a power of two): the largest not above ``n`` at row 0,
+        then, for the ``m`` rows left, the smallest not below ``m``, ending at ``n`` (11
+        rows: 8 and 4). That is ``1 + log2(f)`` copies where one per remainder
+        (:meth:`exact_rows_tail`, kept where the tile index occurs otherwise than as its first
+        row: None here) were ``f``: a product whose rows and columns both have run-time sizes
+        had 48 copies of its micro-kernel, and a symbolic encoder's compile spent most of its
+        time in LLVM optimising them."""
+        v, idx = s.loop_var, n.dtype
 
         def const(x: int) -> E.PrimExpr:
             return E.IntImm(x, idx)
+
+        clamped = _ShiftColumns(v, f, n, base=E.min_(v * E.IntImm(f, v.dtype), n - const(f)))
+        tiles = clamped.visit(body)
+        if not clamped.ok:
+            return None
+        heights = [1 << i for i in range(max(f - 1, 1).bit_length()) if 1 << i < f]
 
         def pick(m: E.PrimExpr, up: bool) -> E.PrimExpr:
             # the largest height <= m (up: the smallest >= m), for 1 <= m < f
@@ -813,23 +820,20 @@ class _Tails(IRMutator):
             part = _ShiftColumns(v, f, n, base=base, rows=h)
             tile = part.visit(body)
             if not part.ok:
-                return self.exact_rows_tail(v, body, n, f)
+                return None
             chain = _copy(tile, {}) if chain is None else S.IfThenElse(
                 E.EQ(height, const(h)), _copy(tile, {}), chain)
-        small: S.Stmt | None = None
-        if chain is not None:
-            is_first = E.EQ(t, E.IntImm(0, t.dtype))
-            body_t = S.LetStmt(height, E.Select(is_first, first, second), S.LetStmt(
-                base, E.Select(is_first, const(0), n - second), chain))
-            count = E.Select(E.GT(left, const(0)), E.IntImm(2, t.dtype), E.IntImm(1, t.dtype))
-            small = S.LetStmt(first, pick(n, up=False), S.LetStmt(
-                left, n - first, S.LetStmt(second, pick(E.max_(left, const(1)), up=True),
-                                           S.For(t, 0, count, S.ForKind.SERIAL, body_t))))
-        rem = E.FloorMod(n, const(f))
-        last = _copy(shifted, {})
-        if small is not None:
-            last = S.IfThenElse(E.GE(n, const(f)), last, small)
-        return S.IfThenElse(E.NE(rem, const(0)), last)
+        loop = S.For(v, 0, s.extent, s.kind, tiles, s.thread_tag, notes)
+        if chain is None:  # one-row tiles: no tile is partial
+            return loop
+        is_first = E.EQ(t, E.IntImm(0, t.dtype))
+        body_t = S.LetStmt(height, E.Select(is_first, first, second), S.LetStmt(
+            base, E.Select(is_first, const(0), n - second), chain))
+        count = E.Select(E.GT(left, const(0)), E.IntImm(2, t.dtype), E.IntImm(1, t.dtype))
+        small = S.LetStmt(first, pick(n, up=False), S.LetStmt(
+            left, n - first, S.LetStmt(second, pick(E.max_(left, const(1)), up=True),
+                                       S.For(t, 0, count, S.ForKind.SERIAL, body_t))))
+        return S.IfThenElse(E.GE(n, const(f)), loop, S.IfThenElse(E.GT(n, const(0)), small))
 
     def exact_rows_tail(self, v: E.Var, body: S.Stmt, n: E.PrimExpr, f: int) -> S.Stmt:
         """The last tile of ``n % f`` rows: one copy per remainder ``r``, in which ``n`` is
