@@ -4,18 +4,20 @@ The Llama-style decoders of :mod:`tessera.testing.kv_decoder` (``small``: two la
 64, where a token costs calls rather than arithmetic; ``realistic``: four layers of width 512
 and a vocabulary of 8192, 20 M parameters), exported by TorchScript and by dynamo in a child
 process (this one never imports torch). Tessera compiles each file once without input
-shapes, with the cache length left open (``symbolic_dims=["past", "total"]``: split
-execution), and generates ``--tokens`` greedy tokens after a four-token prompt; onnxruntime
-runs the same file. Printed per model and exporter:
+shapes (``--modes``: ``one``, its default: one module whose kernels take the cache length at
+run time; ``split``: ``symbolic_dims=["past", "total"]``, split execution with a plan per
+length pattern), and generates ``--tokens`` greedy tokens after a four-token prompt;
+onnxruntime runs the same file. Printed per model, exporter and mode:
 
-- ``compile s``: the ``compile()`` call; ``plans s``: the two split plans (the prompt's
-  length, then one-token steps), made by the first steps;
+- ``compile s``: the ``compile()`` call; ``plans s``: the first two steps (the prompt, then
+  a one-token step: where the split mode makes its two plans);
 - ``token ms``: the median time of a one-token step, Tessera and onnxruntime, measured in
   alternating rounds (the best round's median each); their ratio;
 - whether the two runtimes chose the same tokens.
 
     python benchmarks/generation.py
     python benchmarks/generation.py --sizes realistic --tokens 64 --target llvm
+    python benchmarks/generation.py --sizes realistic --exporters torchscript --modes one
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ def export(size: str, exporter: str) -> Path:
     return Path(proc.stdout.strip().splitlines()[-1])
 
 
-def measure(size: str, exporter: str, args: argparse.Namespace) -> None:
+def measure(size: str, exporter: str, mode: str, args: argparse.Namespace) -> None:
     """One decoder's row: compile, the plans, per-token medians in alternating rounds."""
     import onnx
 
@@ -52,7 +54,12 @@ def measure(size: str, exporter: str, args: argparse.Namespace) -> None:
     path = export(size, exporter)
     sess = ort_session(onnx.load(str(path)), args.threads)
     start = time.perf_counter()
-    mod = tessera.compile(str(path), args.target, symbolic_dims=["past", "total"])
+    if mode == "split":
+        mod = tessera.compile(str(path), args.target, symbolic_dims=["past", "total"])
+    elif mode == "one":
+        mod = tessera.compile(str(path), args.target)
+    else:
+        raise SystemExit(f"unknown mode {mode!r}: expected one or split")
     compiled = time.perf_counter() - start
 
     def generate(run, times: list[float]) -> list[int]:
@@ -78,10 +85,12 @@ def measure(size: str, exporter: str, args: argparse.Namespace) -> None:
         their_tokens = generate(theirs, times)
         ort_ms.append(statistics.median(times[1:]) * 1e3)
     t, o = min(tessera_ms), min(ort_ms)
-    print(f"{size:<10} {exporter:<11} {compiled:9.2f} {plans:8.2f} {t:10.3f} {o:8.3f} "
-          f"{t / o:6.2f}  {'same' if our_tokens == their_tokens else 'DIFFERENT'}", flush=True)
-    for sizes, plan in mod.split_plans():
-        print(f"{'':<22} plan for {sizes}: {plan.describe()}")
+    kind = type(mod).__name__
+    print(f"{size:<10} {exporter:<11} {mode:<5} {compiled:9.2f} {plans:8.2f} {t:10.3f} "
+          f"{o:8.3f} {t / o:6.2f}  {'same' if our_tokens == their_tokens else 'DIFFERENT'} "
+          f"({kind})", flush=True)
+    for sizes, plan in (mod.split_plans() if hasattr(mod, "split_plans") else []):
+        print(f"{'':<28} plan for {sizes}: {plan.describe()}")
 
 
 def main() -> int:
@@ -89,6 +98,7 @@ def main() -> int:
     ap.add_argument("--sizes", default="small,realistic")
     ap.add_argument("--exporters", default="torchscript,dynamo")
     ap.add_argument("--target", default="llvm")
+    ap.add_argument("--modes", default="one,split")
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
@@ -97,11 +107,12 @@ def main() -> int:
     print(f"machine: {cpu_name()}, {os.cpu_count()} CPUs; target {args.target}; "
           f"{args.threads} threads for Tessera and onnxruntime; {args.tokens} tokens after a "
           f"{len(PROMPT)}-token prompt")
-    print(f"{'decoder':<10} {'exporter':<11} {'compile s':>9} {'plans s':>8} {'tessera ms':>10} "
-          f"{'ort ms':>8} {'ratio':>6}  tokens")
+    print(f"{'decoder':<10} {'exporter':<11} {'mode':<5} {'compile s':>9} {'plans s':>8} "
+          f"{'tessera ms':>10} {'ort ms':>8} {'ratio':>6}  tokens")
     for size in args.sizes.split(","):
         for exporter in args.exporters.split(","):
-            measure(size, exporter, args)
+            for mode in args.modes.split(","):
+                measure(size, exporter, mode, args)
     return 0
 
 
