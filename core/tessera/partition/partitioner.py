@@ -26,8 +26,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from tessera.errors import PartitionError
+from tessera.errors import PartitionError, TesseraError
 from tessera.ir.graph import COPY_OP, REGION_OP, Function, Node, Value
+from tessera.ir.symbolic import dim_str
+from tessera.ir.types import TensorType
 from tessera.partition.regions import DeviceCopy, PartitionedGraph, Region
 from tessera.partition.report import CopyInfo, PartitionReport, RegionInfo
 from tessera.partition.views import place_views
@@ -259,7 +261,7 @@ def partition(fn: Function, backends: list[tuple[Backend, TargetKind]],
             top.append(Node(COPY_OP, name, [tv], [out], {"src": dev, "dst": device}))
             steps.append(DeviceCopy(name, tv.name, out.name, out.type, dev, device))
             copies[key] = out
-            report.copies.append(CopyInfo(v.name, dev, device, v.type.nbytes))
+            report.copies.append(CopyInfo(v.name, dev, device, _copy_bytes(v.type, fn)))
         return copies[key]
 
     # regions in dependency order: a region runs after every region it reads from
@@ -317,6 +319,18 @@ def partition(fn: Function, backends: list[tuple[Backend, TargetKind]],
                                          [v.name for v in region_outs]))
     top.outputs = [on_device(v, HOST) if not v.is_constant else v for v in fn.outputs]
     return PartitionedGraph(top, steps, report)
+
+
+def _copy_bytes(t: TensorType, fn: Function) -> int | str:
+    """The bytes a device copy of type ``t`` moves: a symbolic type's at the size variables'
+    upper bounds (``dim_bounds``: the planned buffer the runtime copies), or its size
+    expression's text where a variable has no bound (the report stays plain data)."""
+    if t.is_static:
+        return int(t.nbytes)
+    try:
+        return int(t.upper_bound(fn.attrs.get("dim_bounds") or {}).nbytes)
+    except TesseraError:
+        return dim_str(t.nbytes)
 
 
 def declined_nodes(fn: Function, backends: list[tuple[Backend, TargetKind]],

@@ -25,7 +25,9 @@ class CopyInfo:
     value: str
     src: str
     dst: str
-    nbytes: int
+    #: a symbolic value's at its size variables' upper bounds (its expression's text when
+    #: one has no bound)
+    nbytes: int | str
 
 
 @dataclass

@@ -15,6 +15,18 @@ own, sm_90 without one), ``-max_threads_per_block=N`` (default 1024; schedules n
 
 Artifacts keep the CUDA C (``kernels.cu``), the cubin (``kernels.cubin``), the kernel table and
 the constants, so ``tessera.load`` loads the cubin without compiling again.
+
+Run-time extents (``symbolic_extents``). A region whose graph types keep size variables (a
+model compiled once for every size, ``shape_mode="auto"`` or ``"symbolic"``) is lowered with
+fixed tiles and guarded tails (:mod:`.schedules.common`); every kernel of it takes the region's
+size variables as ``long long`` parameters (``CompiledRegion.size_names``, one sizes array the
+runtime writes before each run), and each launch's grid and block are encoded size expressions
+(the table entries' ``"sizes"``) evaluated on the host per call. Its CUDA graphs are made per
+set of sizes (a few kept, :mod:`.graphs`), and its artifacts keep the encoded launches, so a
+loaded one runs at every size too. Ops the schedules take at fixed sizes only (convolutions,
+pooling, resizing: :data:`STATIC_ONLY_OPS`) with a run-time extent are refused at compile time
+with a CompileError naming the node (:func:`check_symbolic_ops`), so ``shape_mode="auto"``
+compiles the model per size instead.
 """
 
 from __future__ import annotations
@@ -29,6 +41,7 @@ import numpy as np
 
 from tessera.errors import ArtifactError, CompileError, RunError, TargetError
 from tessera.ir.graph import Function, Node
+from tessera.ir.symbolic import eval_dim as eval_graph_dim
 from tessera.ir.types import TensorType
 from tessera.plugin.artifact_files import CONSTANT_KEY, ArtifactFiles  # noqa: F401
 from tessera.plugin.backend import Backend, CompiledRegion, CompileOptions, Kernel
@@ -70,6 +83,27 @@ def node_unsupported(node: Node) -> str | None:
     return None
 
 
+#: Ops whose cuda schedules take static extents only (their tiles are divisors of the
+#: extents): a symbolic region where one of their tensors has a run-time dimension is refused.
+STATIC_ONLY_OPS = frozenset({"Conv", "ConvTranspose", "ConvInteger", "QLinearConv", "MaxPool",
+                             "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "LpPool",
+                             "GlobalLpPool", "MaxRoiPool", "RoiAlign", "MaxUnpool", "Resize",
+                             "Upsample", "Col2Im", "DeformConv"})
+
+
+def check_symbolic_ops(region: Function) -> None:
+    """A CompileError naming the first node of a symbolic region whose op the cuda schedules
+    do not take at run-time sizes (:data:`STATIC_ONLY_OPS` with a tensor of run-time
+    shape)."""
+    for node in region.nodes:
+        if node.op in STATIC_ONLY_OPS and any(
+                not isinstance(d, int) for v in [*node.inputs, *node.outputs]
+                if v is not None for d in v.type.shape):
+            raise CompileError(f"cuda: node {node.name} ({node.op}): convolutions, pooling "
+                               f"and resizing over run-time sizes are not supported (compile "
+                               f"the model per size: shape_mode=\"specialize\")")
+
+
 @lru_cache(maxsize=1)
 def _patterns() -> tuple[Pattern, ...]:
     return tuple(Pattern(op, check=lambda n: node_unsupported(n) is None)
@@ -87,6 +121,15 @@ class BuiltRegion:
     table: list[dict[str, Any]] = field(default_factory=list)
 
 
+def _flops_at_bounds(flops: Any, func: Any) -> int:
+    """A group's operations as an int: a symbolic count at the upper bounds of its function's
+    size variables (the most a call does)."""
+    if isinstance(flops, int | np.integer):
+        return int(flops)
+    return eval_graph_dim(flops, {v.name: int(hi) for v, (_lo, hi) in func.size_bounds.items()
+                                  if hi is not None})
+
+
 def _table(lowered: LoweredRegion) -> list[dict[str, Any]]:
     """The kernel table: per fused group its device kernels' launches (grid, block and where
     each parameter comes from); a group with run-time extents also has ``"sizes"`` (see
@@ -95,7 +138,8 @@ def _table(lowered: LoweredRegion) -> list[dict[str, Any]]:
     for g in lowered.groups:
         entry: dict[str, Any] = {
             "name": g.name, "inputs": g.inputs, "outputs": g.outputs, "op": g.op,
-            "flops": g.flops, "template": g.template, "config": g.config,
+            "flops": _flops_at_bounds(g.flops, g.kernels.func), "template": g.template,
+            "config": g.config,
             "workspace": g.kernels.workspace_bytes,
             "launches": [{"kernel": k.name,
                           "grid": list(k.grid_dims if k.is_symbolic else k.launch.grid),
@@ -123,6 +167,16 @@ def table_sizes(func: Any) -> dict[str, Any] | None:
         except CompileError:
             shapes.append(None)
     return {"names": [v.name for v in func.size_vars], "shapes": shapes}
+
+
+def _region_size_names(region: str, table: list[dict[str, Any]]) -> list[str]:
+    """The size variables a region's kernels take (every group of a symbolic region takes
+    them all, in one order: ``CompiledRegion.size_names``); [] for a static region."""
+    orders = {tuple(k["sizes"]["names"]) if "sizes" in k else () for k in table}
+    if len(orders) > 1:
+        raise ArtifactError(f"cuda region {region}: its kernels take different run-time sizes "
+                            f"({sorted(orders)}); a region's kernels take one sizes array")
+    return list(orders.pop()) if orders else []
 
 
 def _param_ref(group: Any, name: str) -> list[Any]:
@@ -172,6 +226,8 @@ def build_region(region: Function, target: TargetKind, options: CompileOptions,
         reason = node_unsupported(node)
         if reason is not None:
             raise CompileError(f"cuda: {reason}")
+    if region.is_symbolic:
+        check_symbolic_ops(region)
     gpu = gpu or gpu_info(target)
     lowered = lower_region(region, gpu, options.opt_level, prefix=f"{region.name}_",
                            fast_math=_fast_math(target),
@@ -220,7 +276,7 @@ def _unloaded_kernel(entry: dict[str, Any], why: str) -> Kernel:
     module has no execution state while its device is missing); if anything does, it says
     why."""
 
-    def run(ins: list[Any], outs: list[Any]) -> None:
+    def run(ins: list[Any], outs: list[Any], sizes: Any = None) -> None:
         raise RunError(f"{why}: export the module and load it on a machine with the GPU")
 
     return Kernel(name=entry["name"], fn=run, inputs=list(entry["inputs"]),
@@ -242,6 +298,7 @@ class CUDABackend(Backend):
     }
     code_forms = ("cu", "ptx", "tir")
     artifact_version = str(ARTIFACT_FORMAT)
+    symbolic_extents = True
 
     def available(self) -> str | None:
         missing = nvrtc_missing()
@@ -279,6 +336,9 @@ class CUDABackend(Backend):
                          options: CompileOptions) -> Any:
         """The fused group ``kernel`` built with the knobs ``overrides`` and bound to
         buffers of its own on the GPU (:mod:`.tuning`); without a GPU a RunError."""
+        if region.is_symbolic:
+            raise CompileError(f"cuda: region {region.name} has run-time sizes; its kernels "
+                               f"are tuned at fixed sizes (tune the model with input shapes)")
         device = self.device_instance(options)
         missing = device.missing()
         if missing is not None:
@@ -334,6 +394,7 @@ class CUDABackend(Backend):
     def _assemble(self, region: Function, device: CUDADevice, source: str, cubin: bytes,
                   arch: str, table: list[dict[str, Any]], constants: dict[str, np.ndarray],
                   tensors: dict[str, TensorType]) -> CompiledRegion:
+        size_names = _region_size_names(region.name, table)
         missing = device.missing()
         if missing is not None:
             # cross-compiled (-arch named, no GPU here): nothing is loaded; the module refuses
@@ -343,7 +404,7 @@ class CUDABackend(Backend):
                 self.name, region, [_unloaded_kernel(e, why) for e in table], tensors,
                 {k: CudaBuffer(0, TensorType.of(v)) for k, v in constants.items()},
                 {"kernels": len(table), "device": device.key, "loaded": False},
-                handle=CUDAHandle(source, cubin, arch, table, constants))
+                handle=CUDAHandle(source, cubin, arch, table, constants), size_names=size_names)
         names = [x["kernel"] for e in table for x in e["launches"]]
         module = LoadedModule.load(device, cubin, names)
         made = [make_group_kernel(module, e) for e in table]
@@ -351,9 +412,11 @@ class CUDABackend(Backend):
         on_device = {k: device.from_host(v) for k, v in constants.items()}
         handle = CUDAHandle(source, cubin, arch, table, constants, module)
         info: dict[str, Any] = {"kernels": len(table), "device": device.key}
+        if size_names:
+            info["run_time_sizes"] = list(size_names)
         binder = make_graph_binder(device, [g for _, g in made], region.name, info)
         return CompiledRegion(self.name, region, kernels, tensors, on_device, info,
-                              bind_sequence=binder, handle=handle)
+                              bind_sequence=binder, handle=handle, size_names=size_names)
 
     # -- artifacts ------------------------------------------------------------------------
     def save(self, compiled: CompiledRegion) -> dict[str, bytes | np.ndarray]:

@@ -40,7 +40,11 @@ from tessera.plugin.backend import Kernel
 from .codegen import Dim, eval_dim, size_values
 from .driver import CUDADevice, LaunchArgs, LoadedModule, _check, launch
 
-__all__ = ["GroupLaunches", "graphs_enabled", "make_graph_binder", "make_group_kernel"]
+__all__ = ["SIZED_GRAPHS", "GroupLaunches", "SizedRun", "graphs_enabled", "make_graph_binder",
+           "make_group_kernel"]
+
+#: CUDA graphs a region with run-time sizes keeps per execution state (one per set of sizes).
+SIZED_GRAPHS = 8
 
 #: One device kernel launch: (function, grid, block, parameter references, name).
 Launch = tuple[Any, tuple[int, ...], tuple[int, ...], list[Any], str]
@@ -277,19 +281,52 @@ class DirectRun:
             launch(self.device, function, grid, block, a, name)
 
 
+class SizedRun:
+    """The bound sequence of a region with run-time sizes: per run, the sequence bound for the
+    current values of ``sizes`` (the runtime's array, rewritten before each run), made by
+    ``make(values)`` on the first run at those values; the :data:`SIZED_GRAPHS` most recently
+    used are kept (an evicted CUDA graph is destroyed)."""
+
+    def __init__(self, make: Callable[[tuple[int, ...]], Callable[[], None]],
+                 sizes: Any) -> None:
+        self.make = make
+        self.sizes = sizes
+        self.bound: dict[tuple[int, ...], Callable[[], None]] = {}
+
+    def __call__(self) -> None:
+        key = tuple(int(v) for v in self.sizes)
+        run = self.bound.pop(key, None)
+        if run is None:
+            run = self.make(key)
+            while len(self.bound) >= SIZED_GRAPHS:
+                old = self.bound.pop(next(iter(self.bound)))
+                if isinstance(old, GraphRun):  # after its launches on this stream finished
+                    old.device.synchronize()
+                    old.destroy()
+        self.bound[key] = run  # most recently used last
+        run()
+
+
 def make_graph_binder(device: CUDADevice, groups: list[GroupLaunches], region: str = "",
                       info: dict[str, Any] | None = None) -> Callable[..., Any]:
     """The ``bind_sequence`` of region ``region`` whose kernels are ``groups``, in order; it
     records in ``info`` whether the region runs as a graph."""
     info = info if info is not None else {}
 
-    def bind(calls: list[tuple[list[Any], list[Any]] | None]) -> Callable[[], None]:
+    def bind(calls: list[tuple[list[Any], list[Any]] | None],
+             sizes: Any = None) -> Callable[[], None]:
+        if sizes is not None:  # a region with run-time sizes: its array, read per run
+            return SizedRun(lambda values: bind_at(calls, values), sizes)
+        return bind_at(calls, None)
+
+    def bind_at(calls: list[tuple[list[Any], list[Any]] | None],
+                sizes: Sequence[int] | None) -> Callable[[], None]:
         plan: list[Planned] = []
         for group, call in zip(groups, calls):
             if call is None:
                 continue
             ins, outs = call
-            plan.extend(group.plan(ins, outs))
+            plan.extend(group.plan(ins, outs, sizes if group.is_symbolic else None))
         why = graphs_enabled()
         if why is None:
             try:

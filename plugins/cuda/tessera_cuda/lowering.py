@@ -7,6 +7,13 @@ computes (the cuda backend's own for some ops, :data:`~tessera_cuda.computes.CUD
 applies the group's cuda schedule (:data:`~tessera_cuda.schedules.CUDA_SCHEDULES`), lowers it
 through :func:`~tessera_cuda.pipeline.gpu_pipeline` and generates its kernels into one CUDA C
 translation unit (:class:`~tessera_cuda.codegen.CudaSource`). Nothing here needs a GPU.
+
+A region whose graph types keep size variables (``Function.is_symbolic``: compiled once for
+every size) is lowered with its ``dim_bounds`` in scope; every group function takes all of the
+region's size variables (:func:`region_sizes`, ``Function.used_size_variables``, in that
+order: one sizes array serves every kernel of the region) as ``PrimFunc.size_vars`` with their
+bounds, which the code generator makes ``long long`` kernel parameters and evaluates the
+launch shapes of on the host per call.
 """
 
 from __future__ import annotations
@@ -14,7 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from tessera.errors import CompileError
 from tessera.ir.graph import Function, Value
+from tessera.ir.symbolic import dim_bounds_scope, dim_var
 from tessera.kernel.flops import group_flops
 from tessera.kernel.lowering import (
     group_facts,
@@ -25,6 +34,7 @@ from tessera.kernel.lowering import (
     prepare_region,
 )
 from tessera.progress import Progress
+from tessera.tir import expr as E
 from tessera.tir.gpu_verifier import GPULimits
 from tessera.tir.stmt import PrimFunc
 from tessera.tir.transform import Pipeline
@@ -35,7 +45,11 @@ from .computes import CUDA_COMPUTES
 from .pipeline import gpu_pipeline
 from .schedules import GPUInfo, schedule_group
 
-__all__ = ["LoweredGroup", "LoweredRegion", "group_flops", "lower_group_tir", "lower_region"]
+__all__ = ["LoweredGroup", "LoweredRegion", "SizeBounds", "group_flops", "lower_group_tir",
+           "lower_region", "region_sizes"]
+
+#: Size variable -> (low, high): the ranges of a symbolic region's run-time sizes.
+SizeBounds = dict[E.Var, tuple[int | None, int | None]]
 
 
 @dataclass
@@ -64,6 +78,8 @@ class LoweredRegion:
     groups: list[LoweredGroup]
     constants: dict[str, Value]
     source: CudaSource
+    #: The size variables every group function takes, in order (empty: a static region).
+    size_names: list[str] = field(default_factory=list)
 
     @property
     def tir(self) -> str:
@@ -75,18 +91,51 @@ def _limits(gpu: GPUInfo) -> GPULimits:
                      max_shared_bytes=gpu.max_shared_bytes, warp_size=gpu.warp_size)
 
 
+def region_sizes(region: Function) -> tuple[list[E.Var], SizeBounds]:
+    """A symbolic region's size variables (``Function.used_size_variables``, as TIR
+    variables) and their ranges (the graph's ``dim_bounds``); ``([], {})`` for a static
+    one."""
+    if not region.is_symbolic:
+        return [], {}
+    order = [dim_var(n) for n in region.used_size_variables]
+    declared = region.attrs.get("dim_bounds") or {}
+    bounds: SizeBounds = {}
+    for v in order:
+        lo, hi = declared.get(v.name, (None, None))
+        bounds[v] = (None if lo is None else int(lo), None if hi is None else int(hi))
+    return order, bounds
+
+
+def _with_region_sizes(prim: PrimFunc, order: list[E.Var], bounds: SizeBounds) -> PrimFunc:
+    """``prim`` taking all of its region's size variables, in the region's order."""
+    extra = [v.name for v in prim.size_vars if v not in order]
+    if extra:
+        raise CompileError(f"cuda kernel {prim.name}: its loops use size variables "
+                           f"{', '.join(extra)} that its region's types do not name")
+    return PrimFunc(prim.name, prim.params, prim.body, prim.attrs, order,
+                    {v: b for v, b in bounds.items() if v in order})
+
+
 def lower_group_tir(group: Any, name: str, gpu: GPUInfo,
                     overrides: dict[str, dict[str, Any]] | None = None,
-                    pipeline: Pipeline | None = None, passes: bool = True
-                    ) -> tuple[PrimFunc, Any, Any]:
+                    pipeline: Pipeline | None = None, passes: bool = True,
+                    size_order: list[E.Var] | None = None,
+                    size_bounds: SizeBounds | None = None) -> tuple[PrimFunc, Any, Any]:
     """One fused group scheduled (with ``overrides``) and lowered through the cuda TIR
     pipeline (``pipeline``, by default :func:`gpu_pipeline`; none with ``passes=False``: the
     loop nest ``te.lower`` makes, what the tuner featurises) to a function named ``name``
-    (no CUDA C yet); with its tensor expression and schedule."""
+    (no CUDA C yet); with its tensor expression and schedule. A group of a symbolic region
+    takes the region's size variables (``size_order``, with their ``size_bounds``)."""
     with lowering_errors("cuda", group):
         gte = group_te(group, CUDA_COMPUTES)
         sched = schedule_group(list(gte.outputs), gpu, overrides)
-        prim = loop_nest(sched.schedule, gte, name)
+        prim = loop_nest(sched.schedule, gte, name, size_bounds or None)
+        if size_order:
+            prim = _with_region_sizes(prim, size_order, size_bounds or {})
+        elif prim.size_vars:
+            raise CompileError(f"cuda kernel {name}: its loops use run-time sizes "
+                               f"({', '.join(v.name for v in prim.size_vars)}) but its "
+                               f"region is static")
         if passes:
             prim = (pipeline or gpu_pipeline()).run(prim)
     return prim, gte, sched
@@ -98,12 +147,18 @@ def lower_region(region: Function, gpu: GPUInfo, opt_level: int = 3, prefix: str
                  progress: Progress | None = None) -> LoweredRegion:
     """Lower every node of ``region`` (all of which have topi computes) to CUDA C, reporting
     each fused group to ``progress``."""
-    func, groups = prepare_region(region, opt_level)
+    order, bounds = region_sizes(region)
+    dim_bounds = region.attrs.get("dim_bounds")
+    with dim_bounds_scope(dim_bounds):
+        func, groups = prepare_region(region, opt_level)
     source = CudaSource(fast_math=fast_math, limits=_limits(gpu))
     pipeline = gpu_pipeline()
 
     def lower(group: Any, name: str) -> tuple[LoweredGroup, list[Value]]:
-        prim, gte, sched = lower_group_tir(group, name, gpu, overrides, pipeline)
+        with dim_bounds_scope(dim_bounds):
+            prim, gte, sched = lower_group_tir(group, name, gpu, overrides, pipeline,
+                                               size_order=order or None,
+                                               size_bounds=bounds or None)
         try:
             kernels = source.add(prim)
         except Exception as err:  # noqa: BLE001 - name the group that failed
@@ -113,4 +168,4 @@ def lower_region(region: Function, gpu: GPUInfo, opt_level: int = 3, prefix: str
 
     lowered, constants = lower_groups(groups, lower, prefix, progress,
                                       describe=lambda item: item[0].name)
-    return LoweredRegion(func, lowered, constants, source)
+    return LoweredRegion(func, lowered, constants, source, [v.name for v in order])

@@ -9,6 +9,12 @@ between the phases that share a block's ``shared`` memory
 (:func:`~tessera.tir.transform.thread_sync.thread_sync`) and the IR verifier. The GPU verifier
 (thread extents, shared memory and register budgets) runs per kernel in the code generator,
 which splits a function into kernels first.
+
+No loop partitioning at the guards of run-time extents: on the GPU those guards depend on the
+thread index (the last, partial tile of a block), so a partitioned loop would have bounds that
+differ between the threads of a block, and a barrier inside it (the shared tiles of a matrix
+product over a run-time reduction) would deadlock; the guards stay (one comparison per
+element).
 """
 
 from __future__ import annotations
@@ -59,9 +65,9 @@ def hoist_shared(func: S.PrimFunc) -> S.PrimFunc:
 
 
 def gpu_pipeline() -> Pipeline:
-    """simplify, remove_redundant_checks, flatten_buffers, vectorize (4 lanes), simplify_again,
-    hoist_shared, thread_sync, verify."""
+    """simplify, remove_redundant_checks, flatten_buffers, vectorize (4 lanes, no loop
+    partitioning), simplify_again, hoist_shared, thread_sync, verify."""
     base = default_pipeline({"vectorize": True, "max_lanes": 4, "unroll": False,
-                             "storage_rewrite": False})
+                             "storage_rewrite": False, "loop_partition": False})
     return base.insert_before("verify", "hoist_shared", hoist_shared) \
         .insert_before("verify", "thread_sync", thread_sync)

@@ -154,7 +154,7 @@ def test_symbolic_shapes_specialise_and_split_on_the_gpu() -> None:
         [w, numpy_helper.from_array(np.array([1], np.int64), "one")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     want = ReferenceEvaluator(model)
-    for options in ({}, {"symbolic_dims": ["past"]}):
+    for options in ({"shape_mode": "specialize"}, {"symbolic_dims": ["past"]}):
         mod = tessera.compile(model, target="cuda", **options)
         for batch, past in ((1, 3), (2, 7), (1, 0), (2, 7)):
             feeds = {"x": rng.standard_normal((batch, 1, 16)).astype(np.float32),

@@ -32,6 +32,7 @@ from .common import (
     block_reduce_space,
     elementwise_space,
     reduce_extent,
+    same_extents,
     schedule_block_reduce,
     schedule_elementwise,
 )
@@ -46,7 +47,7 @@ def _pick(space: Any, overrides: dict[str, dict[str, Any]] | None) -> ScheduleCo
 
 
 def _same_axes(a: te.ComputeOp, b: te.ComputeOp) -> bool:
-    return [int(x.dom.extent.value) for x in a.axis] == [int(x.dom.extent.value) for x in b.axis]
+    return same_extents(a, b)
 
 
 def _with_epilogue(ctx: GroupContext, main: te.ComputeOp) -> bool:

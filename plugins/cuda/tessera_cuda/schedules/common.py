@@ -1,5 +1,17 @@
 """What every cuda schedule template uses: the device facts schedules read, walking a group's
-stages, and the thread-per-element schedules of injective and reduction stages."""
+stages, and the thread-per-element schedules of injective and reduction stages.
+
+Run-time extents (a region compiled once for every size: its graph types keep size
+variables). An axis whose extent is an expression of size variables is never assumed to
+divide anything: it is split by fixed factors (threads per block, a tile) with a guard on the
+last, partial block (``te.lower`` emits it), so a kernel's block is a fixed shape and its grid
+the ceiling division of a size expression, evaluated on the host per call. Decisions that
+need a number (how many threads share a reduction, how large a tile) take each size variable
+at a *representative* value (:func:`representative`: its upper bound in the graph's
+``dim_bounds`` in scope, else :data:`REPRESENTATIVE_SIZE`); vector accesses need a static
+innermost extent. Workload keys name a run-time extent by its expression's text
+(:func:`workload_dims`).
+"""
 
 from __future__ import annotations
 
@@ -8,8 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from tessera import te
+from tessera.ir.symbolic import current_dim_bounds
 from tessera.plugin.space import ConfigSpace, ScheduleConfig
-from tessera.tir.expr import IntImm
+from tessera.tir.expr import IntImm, PrimExpr, Var
+from tessera.tir.functor import post_order_visit, substitute
+from tessera.tir.simplify import simplify
 
 BLOCK_X = te.thread_axis("blockIdx.x")
 BLOCK_Y = te.thread_axis("blockIdx.y")
@@ -33,8 +48,72 @@ class GPUInfo:
     arch: str = "sm_90"
 
 
+#: The value a size variable without an upper bound is taken at for schedule decisions.
+REPRESENTATIVE_SIZE = 128
+
+
+def static_extent(extent: Any) -> int | None:
+    """An extent as an int, or None when it is a run-time size."""
+    if isinstance(extent, int):
+        return extent
+    return int(extent.value) if isinstance(extent, IntImm) else None
+
+
+def representative(extent: Any) -> int:
+    """An extent as an int: itself when static, else its value with every size variable at
+    its upper bound in the graph's ``dim_bounds`` in scope (else :data:`REPRESENTATIVE_SIZE`),
+    at least 1."""
+    v = static_extent(extent)
+    if v is not None:
+        return v
+    bounds = current_dim_bounds()
+    free: dict[Var, PrimExpr] = {}
+
+    def visit(n: Any) -> None:
+        if type(n) is Var and n not in free:
+            lo, hi = bounds.get(n.name, (None, None))
+            value = int(hi) if hi is not None else max(int(lo or 0), REPRESENTATIVE_SIZE)
+            free[n] = IntImm(value, n.dtype)
+
+    post_order_visit(extent, visit)
+    folded = simplify(substitute(extent, free))
+    return max(int(folded.value), 1) if isinstance(folded, IntImm) else REPRESENTATIVE_SIZE
+
+
+def is_symbolic(op: te.ComputeOp) -> bool:
+    """Whether an axis or a reduce axis of ``op`` has a run-time extent."""
+    return any(static_extent(a.dom.extent) is None for a in (*op.axis, *op.reduce_axis))
+
+
+def workload_dims(axes: Any) -> tuple[int | str, ...]:
+    """The extents of ``axes`` for a workload key: ints, a run-time one as its text."""
+    out: list[int | str] = []
+    for a in axes:
+        v = static_extent(a.dom.extent)
+        out.append(v if v is not None else str(a.dom.extent))
+    return tuple(out)
+
+
+def same_extents(a: te.ComputeOp, b: te.ComputeOp) -> bool:
+    """Whether two stages have the same data axes (run-time extents compared as
+    expressions)."""
+    if len(a.axis) != len(b.axis):
+        return False
+    for x, y in zip(a.axis, b.axis):
+        sx, sy = static_extent(x.dom.extent), static_extent(y.dom.extent)
+        if sx is not None or sy is not None:
+            if sx != sy:
+                return False
+            continue
+        diff = simplify(x.dom.extent - y.dom.extent)
+        if not (isinstance(diff, IntImm) and int(diff.value) == 0):
+            return False
+    return True
+
+
 def extents(op: te.ComputeOp) -> list[int]:
-    return [int(ax.dom.extent.value) for ax in op.axis]
+    """The extents of ``op``'s axes, a run-time one at its :func:`representative` value."""
+    return [representative(ax.dom.extent) for ax in op.axis]
 
 
 compute_ops = te.compute_ops
@@ -51,10 +130,12 @@ VECTOR_DTYPES = ("float32", "int32", "uint32")
 def vector_lanes(op: te.ComputeOp) -> list[int]:
     """The lanes an injective stage can compute per thread with vector accesses: 2 and 4
     where its innermost extent is a multiple and its type 4 bytes wide."""
-    ext = extents(op)
-    if op.reduce_axis or not ext or str(op.output(0).dtype) not in VECTOR_DTYPES:
+    if op.reduce_axis or not op.axis or str(op.output(0).dtype) not in VECTOR_DTYPES:
         return [1]
-    return [1] + [v for v in (2, 4) if ext[-1] % v == 0]
+    last = static_extent(op.axis[-1].dom.extent)
+    if last is None:  # a run-time innermost extent: one element per thread, guarded
+        return [1]
+    return [1] + [v for v in (2, 4) if last % v == 0]
 
 
 def elementwise_space(op: te.ComputeOp, gpu: GPUInfo, template: str,
@@ -66,7 +147,7 @@ def elementwise_space(op: te.ComputeOp, gpu: GPUInfo, template: str,
     the device for any tensor over a few hundred thousand elements. ``vectors=False``: one
     element per thread (an epilogue that computes its reduction in a register)."""
     total = math.prod(extents(op)) or 1
-    space = ConfigSpace(template, (tuple(extents(op)), str(op.output(0).dtype), op.tag))
+    space = ConfigSpace(template, (workload_dims(op.axis), str(op.output(0).dtype), op.tag))
     lanes = vector_lanes(op) if vectors else [1]
     vec = space.define("vector", lanes, lanes[-1],
                        "consecutive elements per thread, read and written as one vector")
@@ -119,7 +200,7 @@ BLOCK_REDUCE_MIN = 32
 
 def reduce_extent(op: te.ComputeOp) -> int:
     """How many values each output element of reduction ``op`` combines."""
-    return math.prod(int(r.dom.extent.value) for r in op.reduce_axis)
+    return math.prod(representative(r.dom.extent) for r in op.reduce_axis)
 
 
 def block_reduce_space(op: te.ComputeOp, gpu: GPUInfo) -> ConfigSpace:
@@ -127,8 +208,10 @@ def block_reduce_space(op: te.ComputeOp, gpu: GPUInfo) -> ConfigSpace:
     element's reduction. Default: the reduction's length rounded up to a power of two, at most
     256 (each thread combines a few values in a register before the block's tree)."""
     k = reduce_extent(op)
-    space = ConfigSpace("cuda_block_reduce", (tuple(extents(op)), k, str(op.output(0).dtype),
-                                              op.tag))
+    red = workload_dims(op.reduce_axis)
+    space = ConfigSpace("cuda_block_reduce",
+                        (workload_dims(op.axis), k if all(isinstance(x, int) for x in red)
+                         else red, str(op.output(0).dtype), op.tag))
     cands = [t for t in (32, 64, 128, 256, 512, 1024) if t <= gpu.max_threads_per_block]
     want = 1 << max(0, (k - 1).bit_length())
     default = max(t for t in cands if t <= max(min(want, 256), cands[0]))

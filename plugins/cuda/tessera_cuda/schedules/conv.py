@@ -16,6 +16,11 @@ shared memory. Each input value read from shared memory serves ``toc`` products 
 Every tile size divides its axis (the knobs offer divisors only), so no block has a partial
 tile: the shared regions keep their size at the edges and no guard is needed. The fused
 epilogue (bias, activation, residual) is the output stage, computed from the register tile.
+
+The tiles are chosen from divisors of static extents: a convolution with a run-time extent
+(a region compiled for every size) is not this template's (:func:`find_conv` passes it by);
+the cuda backend refuses such convolutions before lowering
+(:func:`tessera_cuda.backend.check_symbolic_ops`).
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from typing import Any
 from tessera import te
 from tessera.plugin.space import ConfigSpace, ScheduleConfig
 
-from .common import BLOCK_X, BLOCK_Y, BLOCK_Z, THREAD_X, THREAD_Y, GPUInfo, extents
+from .common import BLOCK_X, BLOCK_Y, BLOCK_Z, THREAD_X, THREAD_Y, GPUInfo, extents, is_symbolic
 from .dense import cooperative_fetch
 
 TAGS = ("conv2d_nchw",)
@@ -39,10 +44,11 @@ def _divisors(n: int, cap: int) -> list[int]:
 
 
 def find_conv(ops: list[te.ComputeOp]) -> te.ComputeOp | None:
-    """The group's 2-D one-group convolution, when it has a float type and a 4-D output."""
+    """The group's 2-D one-group convolution, when it has a float type, a 4-D output and
+    static extents."""
     for op in ops:
         if op.tag in TAGS and len(op.axis) == 4 and len(op.reduce_axis) == 3 and \
-                str(op.output(0).dtype) == "float32":
+                str(op.output(0).dtype) == "float32" and not is_symbolic(op):
             return op
     return None
 

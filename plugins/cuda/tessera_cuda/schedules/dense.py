@@ -19,7 +19,18 @@ from typing import Any
 from tessera import te
 from tessera.plugin.space import ConfigSpace, ScheduleConfig
 
-from .common import BLOCK_X, BLOCK_Y, BLOCK_Z, THREAD_X, THREAD_Y, GPUInfo, extents
+from .common import (
+    BLOCK_X,
+    BLOCK_Y,
+    BLOCK_Z,
+    THREAD_X,
+    THREAD_Y,
+    GPUInfo,
+    extents,
+    representative,
+    static_extent,
+    workload_dims,
+)
 
 TAGS = ("dense", "matmul", "batch_matmul")
 
@@ -43,8 +54,9 @@ def _threads_for(n: int, tile: int, cap: int) -> int:
 def dense_space(mm: te.ComputeOp, gpu: GPUInfo) -> ConfigSpace:
     shape = extents(mm)
     m, n = shape[-2], shape[-1]
-    k = int(mm.reduce_axis[0].dom.extent.value)
-    space = ConfigSpace("cuda_dense", (tuple(shape), k, str(mm.output(0).dtype)))
+    k = representative(mm.reduce_axis[0].dom.extent)
+    space = ConfigSpace("cuda_dense", (workload_dims(mm.axis), *workload_dims(mm.reduce_axis),
+                                       str(mm.output(0).dtype)))
     tm = space.define("tm", [1, 2, 4, 8], 4 if m >= 64 else 2 if m >= 16 else 1,
                       "rows of the output per thread (register tile)")
     tn = space.define("tn", [1, 2, 4, 8], 4 if n >= 64 else 1,
@@ -60,10 +72,11 @@ def schedule_dense(s: Any, mm: te.ComputeOp, last: te.ComputeOp, cfg: ScheduleCo
     """Schedule product ``mm`` and its epilogue, whose output stage is ``last`` (``mm``
     itself when there is none; it must have ``mm``'s shape)."""
     tm, tn, ty, tx, bk = (int(cfg[x]) for x in ("tm", "tn", "ty", "tx", "bk"))
-    shape = extents(mm)
-    # the thread loops' real extents (a tile wider than the matrix is cut to it)
-    ty_real = -(-min(shape[-2], tm * ty) // tm)
-    tx_real = -(-min(shape[-1], tn * tx) // tn)
+    rows, cols = (static_extent(a.dom.extent) for a in mm.axis[-2:])
+    # the thread loops' real extents (a tile wider than the matrix is cut to it; a run-time
+    # extent is split by the whole tile, its last one guarded)
+    ty_real = -(-min(rows, tm * ty) // tm) if rows is not None else ty
+    tx_real = -(-min(cols, tn * tx) // tn) if cols is not None else tx
     if last is mm:
         local = s.cache_write(mm.output(0), "local")
         out = s[mm.output(0)]
