@@ -180,10 +180,11 @@ def test_probe_fallback_fits_ops_without_a_rule() -> None:
     padded = g.op("Pad", x, None, pads=[1, 2, 3, 4], mode="constant")
     assert str(tiled.type) == "float32[2*batch, 3*seq]"
     assert str(padded.type) == "float32[batch + 4, seq + 6]"
-    y = g.add_input("y", TensorType((1, 1, S), DType.float32))
-    with pytest.raises(OpError, match=r"node maxpool \(MaxPool\): cannot infer output types "
-                                      r"symbolically .*no dimension expression fits"):
-        g.op("MaxPool", y, kernel_shape=[3], strides=[2])
+    y = g.add_input("y", TensorType((1, 1, S), DType.uint8))
+    w = g.constant(np.ones((1, 1, 3), np.uint8), "w")
+    with pytest.raises(OpError, match=r"node convinteger \(ConvInteger\): cannot infer output "
+                                      r"types symbolically .*no dimension expression fits"):
+        g.op("ConvInteger", y, w, strides=[2])
 
 
 def test_symbolic_errors_name_the_node_and_op() -> None:

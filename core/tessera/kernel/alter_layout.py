@@ -45,6 +45,7 @@ import numpy as np
 
 from tessera.errors import OpError, PassError
 from tessera.ir.graph import Function, Node, Value
+from tessera.ir.symbolic import shapes_equal
 from tessera.ir.types import TensorType
 from tessera.kernel.conv_match import constant_weight_conv
 from tessera.ops.layout import blocked_shape, layout_name, pack_conv_weight, pack_nchwc
@@ -265,7 +266,7 @@ class _LayoutRewriter:
             out = self.emit("PoolNCHWc", [b], attrs, node.name, f"{y.name}_nchw{c}c")
         elif (has_op(node.op) and node.op not in _NOT_AGNOSTIC
               and get_schema(node.op).pattern <= OpPattern.ELEMWISE
-              and y.type.shape == x.type.shape
+              and shapes_equal(y.type.shape, x.type.shape)
               and all(v is None or v.type.size == 1 for v in node.inputs[1:])):
             out = self.emit(node.op, [b, *(self.nchw(v) for v in node.inputs[1:])],
                             node.attrs, node.name, f"{y.name}_nchw{c}c")
@@ -317,7 +318,8 @@ class _LayoutRewriter:
         if len(shape) != 4:
             return False
         blocks = [self.blocked[id(v)][1] for v in node.inputs
-                  if v is not None and v.type.shape == shape and id(v) in self.blocked]
+                  if v is not None and shapes_equal(v.type.shape, shape)
+                  and id(v) in self.blocked]
         c = next((blk for blk in blocks if blk is not None), None)
         if c is None or shape[1] % c:
             return False
@@ -326,7 +328,7 @@ class _LayoutRewriter:
         for v in node.inputs:
             if v is None:
                 plan.append(("none", None))
-            elif v.type.shape == shape:
+            elif shapes_equal(v.type.shape, shape):
                 plan.append(("full", v))
             elif v.type.size == 1 and v.type.ndim <= 4:
                 plan.append(("scalar", v))
@@ -351,7 +353,7 @@ class _LayoutRewriter:
             got = schema.infer_types(node.name, types, node.attrs)
         except OpError:
             return False
-        if got[0].shape != bshape:
+        if not shapes_equal(got[0].shape, bshape):  # run-time sizes: not by identity
             return False
         inputs: list[Value | None] = []
         for kind, v in plan:

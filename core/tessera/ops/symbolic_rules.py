@@ -43,7 +43,10 @@ from tessera.ops import (  # noqa: F401
     nn,
     tensor,
 )
+from tessera.ops import conv as _conv  # noqa: F401
+from tessera.ops import layout as _layout  # noqa: F401
 from tessera.ops import norm as _norm  # noqa: F401
+from tessera.ops import pool as _pool  # noqa: F401
 from tessera.ops import reduce as _reduce
 from tessera.ops import shape as _shape
 from tessera.ops.registry import normalize_axis
@@ -325,3 +328,92 @@ def range_(*, start: Any, limit: Any, delta: Any, dtype: Any) -> list[Shape]:
 @register_symbolic("ConstantOfShape")
 def constant_of_shape(*, shape: list[Any], value: Any) -> list[Shape]:
     return [tuple(normalize_dim(d) for d in shape)]
+
+
+# -- windows (convolutions, pooling) over run-time spatial sizes --------------------------------
+
+def window_dims(spatial: Sequence[ShapeDim], kernel: Sequence[int], strides: Sequence[int] | None,
+                pads: Sequence[int] | None, dilations: Sequence[int] | None,
+                op: str) -> list[ShapeDim]:
+    """The output sizes of a window op (a convolution, or a pool without ``ceil_mode``):
+    ``(d + pad_begin + pad_end - span) // stride + 1`` per spatial size, an expression where
+    the size is one."""
+    n = len(spatial)
+    s = list(strides) if strides else [1] * n
+    p = list(pads) if pads else [0] * (2 * n)
+    dl = list(dilations) if dilations else [1] * n
+    if len(kernel) != n or len(s) != n or len(p) != 2 * n or len(dl) != n:
+        raise OpError(f"{op}: kernel {list(kernel)}, strides {s}, pads {p} and dilations {dl} "
+                      f"do not fit {n} spatial dims")
+    out: list[ShapeDim] = []
+    for i, d in enumerate(spatial):
+        rest = p[i] + p[i + n] - (kernel[i] - 1) * dl[i] - 1
+        if isinstance(d, int):
+            size = (d + rest) // s[i] + 1
+            if size <= 0:
+                raise OpError(f"{op}: spatial size {d} gives an empty output")
+            out.append(size)
+        else:
+            out.append(normalize_dim((d + rest) // s[i] + 1 if s[i] > 1 else d + (rest + 1)))
+    return out
+
+
+@register_symbolic("Conv")
+def conv(x: TensorType, w: TensorType, b: TensorType | None = None, *,
+         kernel_shape: list[int] | None, strides: list[int] | None, pads: list[int] | None,
+         dilations: list[int] | None, group: int, **attrs: Any) -> list[Shape]:
+    kernel = [int(k) for k in w.shape[2:]]
+    return [(x.shape[0], w.shape[0], *window_dims(x.shape[2:], kernel, strides, pads,
+                                                  dilations, "Conv"))]
+
+
+@register_symbolic("ConvNCHWc")
+def conv_nchwc(x: TensorType, w: TensorType, b: TensorType | None = None, *,
+               strides: list[int] | None, pads: list[int] | None,
+               dilations: list[int] | None, **attrs: Any) -> list[Shape]:
+    kernel = [int(k) for k in w.shape[2:4]]
+    oh, ow = window_dims(x.shape[2:4], kernel, strides, pads, dilations, "ConvNCHWc")
+    return [(x.shape[0], w.shape[0], oh, ow, w.shape[5])]
+
+
+def _pool_dims(x: TensorType, kernel_shape: list[int], strides: list[int] | None,
+               pads: list[int] | None, dilations: list[int] | None, ceil_mode: int,
+               op: str, spatial: int) -> list[ShapeDim]:
+    if ceil_mode and not all(isinstance(d, int) for d in x.shape[2:2 + spatial]):
+        raise OpError(f"{op}: ceil_mode over run-time spatial sizes is not supported")
+    return window_dims(x.shape[2:2 + spatial], kernel_shape, strides, pads, dilations, op)
+
+
+@register_symbolic("MaxPool", "AveragePool", "LpPool")
+def pool(x: TensorType, *, kernel_shape: list[int], strides: list[int] | None,
+         pads: list[int] | None, dilations: list[int] | None, ceil_mode: int,
+         **attrs: Any) -> list[Shape]:
+    out = (*x.shape[:2], *_pool_dims(x, kernel_shape, strides, pads, dilations, ceil_mode,
+                                     "Pool", x.ndim - 2))
+    return [out, out]
+
+
+@register_symbolic("PoolNCHWc")
+def pool_nchwc(x: TensorType, *, global_pool: int, kernel_shape: list[int] | None,
+               strides: list[int] | None, pads: list[int] | None,
+               dilations: list[int] | None, ceil_mode: int, **attrs: Any) -> list[Shape]:
+    if global_pool:
+        return [(x.shape[0], x.shape[1], 1, 1, x.shape[4])]
+    if kernel_shape is None:
+        raise OpError("PoolNCHWc: kernel_shape is required unless global_pool is set")
+    oh, ow = _pool_dims(x, kernel_shape, strides, pads, dilations, ceil_mode, "PoolNCHWc", 2)
+    return [(x.shape[0], x.shape[1], oh, ow, x.shape[4])]
+
+
+@register_symbolic("GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool")
+def global_pool(x: TensorType, **attrs: Any) -> list[Shape]:
+    return [(*x.shape[:2], *([1] * (x.ndim - 2)))]
+
+
+@register_symbolic("LayoutTransform")
+def layout_transform(x: TensorType, *, src_layout: str, dst_layout: str,
+                     channels: int) -> list[Shape]:
+    """Only the channels are blocked: the static rule, which keeps the other dimensions."""
+    y = _layout._layout_transform_infer(x, src_layout=src_layout, dst_layout=dst_layout,
+                                        channels=channels)
+    return [y.shape]

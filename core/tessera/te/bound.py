@@ -257,6 +257,11 @@ class _IntervalEval:
 
     def e_FloorMod(self, e: E.FloorMod) -> Interval | None:
         c, a = self._divisor(e), self.eval(e.a)
+        low = _const_bound(e.b, {})[0] if c is None and not self.uses_relaxed(e.b) else None
+        if low is not None and low >= 0:
+            # by a run-time size (never negative; a zero divisor has no result to bound):
+            # the fused loop of a symbolic axis, ``f % h``, is in [0, h - 1]
+            return Interval(E.IntImm(0, e.dtype), simplify_index(e.b - E.IntImm(1, e.dtype)))
         if c is None or a is None:
             return None
         lo, hi = simplify_index(a.lo), simplify_index(a.hi)
@@ -791,6 +796,9 @@ def _fit_symbolic(lo: E.PrimExpr, extent: int, size: E.PrimExpr,
     smaller than the tile), ``end`` is ``size`` and the stage guards its rows against it
     rather than shifting the tile back (a tile larger than the dimension could not fit)."""
     low, _ = _const_bound(lo, bounds)
+    if low is None:  # ``f % h`` of a fused run-time axis: its interval knows it is >= 0
+        start = eval_interval(lo, bounds)
+        low = _const_bound(start.lo, bounds)[0] if start is not None else None
     if low is None or low < 0:
         lo = _smax(lo, E.IntImm(0, lo.dtype))
     # the largest start over the loops' (symbolic) ranges: a row loop i < n gives lo <= n - 1

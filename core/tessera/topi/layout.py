@@ -16,7 +16,7 @@ from tessera import te, tir
 from tessera.errors import OpError
 from tessera.ops.layout import check_kept_channels, parse_layout
 from tessera.topi.registry import register_compute
-from tessera.topi.utils import add, mul, shape_of
+from tessera.topi.utils import add, dims_of, mul
 
 
 def layout_transform(x: te.Tensor, src_layout: str, dst_layout: str,
@@ -24,7 +24,7 @@ def layout_transform(x: te.Tensor, src_layout: str, dst_layout: str,
     """``x`` (in ``src_layout``) rearranged into ``dst_layout``; to NCHW, ``channels`` (when
     not 0) keeps that many leading channels."""
     src, dst = parse_layout(src_layout), parse_layout(dst_layout)
-    shape = shape_of(x)
+    shape = dims_of(x)  # the channels are static; batch, height and width may be run-time
     if (src is None) != (len(shape) == 4) or len(shape) not in (4, 5):
         raise ValueError(f"layout_transform: input {list(shape)} does not have layout "
                          f"{src_layout}")

@@ -230,10 +230,11 @@ def _dump(options: CompileOptions, name: str, kinds: set[str], built: Any,
     return written
 
 
-#: Ops whose llvm schedules take static spatial sizes only (their layouts and register tiles
-#: are chosen from them): a region with run-time heights or widths through them is refused.
-_STATIC_ONLY_OPS = frozenset({"Conv", "ConvTranspose", "MaxPool", "AveragePool",
-                              "GlobalAveragePool", "GlobalMaxPool", "LpPool", "Resize"})
+#: Ops whose llvm computes and schedules take static spatial sizes only: a region with run-time
+#: heights or widths through them is refused. (Conv, MaxPool, AveragePool and the global pools
+#: take run-time batch, height and width: their schedules keep fixed register tiles and
+#: specialise the last, partial tile of a row; never Winograd.)
+_STATIC_ONLY_OPS = frozenset({"ConvTranspose", "LpPool", "Resize"})
 
 
 def _check_symbolic_ops(region: Function) -> None:
@@ -243,9 +244,10 @@ def _check_symbolic_ops(region: Function) -> None:
         if node.op in _STATIC_ONLY_OPS and any(  # a spatial axis (2, 3, ...) of run-time size
                 not isinstance(d, int) for v in [*node.inputs, *node.outputs]
                 if v is not None for d in v.type.shape[2:]):
-            raise CompileError(f"llvm: node {node.name} ({node.op}): convolutions, pooling "
-                               f"and resizing over run-time sizes are not supported yet "
-                               f"(compile the model per size: shape_mode=\"specialize\")")
+            raise CompileError(f"llvm: node {node.name} ({node.op}): transposed convolutions, "
+                               f"Lp pooling and resizing over run-time sizes are not "
+                               f"supported yet (compile the model per size: "
+                               f"shape_mode=\"specialize\")")
 
 
 class LLVMBackend(Backend):

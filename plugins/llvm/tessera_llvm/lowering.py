@@ -58,7 +58,7 @@ from .prefetch import prefetch_next_slice
 from .schedules import schedule_group, winograd
 from .schedules.common import CPUInfo, compute_ops
 from .schedules.config import largest_divisor
-from .schedules.conv2d import conv_space, find_conv, tile_plan
+from .schedules.conv2d import conv_space, find_conv, specialize_width_tails, tile_plan
 from .schedules.dense import specialize_tails
 
 
@@ -283,8 +283,9 @@ def choose_conv_tiling(func: Function, cpu: CPUInfo) -> None:
     (:func:`~tessera_llvm.schedules.conv2d.tile_plan`): their compute is then written over
     flattened pixels (the ConvNCHWc attribute ``flat_spatial``)."""
     for node in func.nodes:
-        if node.op != "ConvNCHWc":
-            continue
+        if node.op != "ConvNCHWc" or not all(isinstance(d, int)
+                                             for d in node.outputs[0].type.shape):
+            continue  # run-time sizes: row tiles (a flat tile would divide by the width)
         _, occ, oh, ow, ob = (int(d) for d in node.outputs[0].type.shape)
         w = node.inputs[1].type.shape
         depthwise = int(node.attrs.get("group", 1) or 1) > 1 and int(w[1]) * int(w[4]) == 1
@@ -425,8 +426,9 @@ def lower_group(group: Any, name: str, cpu: CPUInfo,
         if size_order:
             prim = _with_region_sizes(prim, size_order, size_bounds or {})
             spec = size_spec(prim)  # of the nest: the pipeline flattens the buffers
-        # the tails of matrix products with run-time extents (a no-op for other kernels)
-        prim = lower_pipeline(specialize_tails(prim))
+        # the tails of matrix products and convolutions with run-time extents (no-ops for
+        # other kernels)
+        prim = lower_pipeline(specialize_width_tails(specialize_tails(prim)))
         plan = sched.prefetch
         if plan is not None:
             prim = prefetch_next_slice(prim, *plan)

@@ -26,7 +26,19 @@ from tessera.ops.spatial import conv_output_shape
 from tessera.topi import tag
 from tessera.topi.registry import register_compute
 from tessera.topi.transform import pad
-from tessera.topi.utils import add, cast, compute_dtype, mul, named_axes, read, shape_of
+from tessera.topi.utils import (
+    Dim,
+    add,
+    as_dim,
+    cast,
+    compute_dtype,
+    dims_of,
+    is_static,
+    mul,
+    named_axes,
+    read,
+    shape_of,
+)
 
 Expr = tir.PrimExpr
 
@@ -57,6 +69,27 @@ def expand_pads(pads: int | Sequence[int], n: int) -> list[int]:
     return p
 
 
+def conv_output_dims(in_spatial: Sequence[Dim], kernel: Sequence[int], strides: Sequence[int],
+                     pads: Sequence[int], dilation: Sequence[int]) -> list[Dim]:
+    """:func:`~tessera.ops.spatial.conv_output_shape` over spatial sizes that may be run-time
+    ones (index expressions): ``(d + pad_begin + pad_end - span + stride) // stride`` (no
+    division for stride 1). A static size keeps the checked computation."""
+    if is_static(in_spatial):
+        return conv_output_shape(in_spatial, kernel, strides, pads, dilation)
+    n = len(in_spatial)
+    out: list[Dim] = []
+    for i, d in enumerate(in_spatial):
+        lo, hi = pads[i], pads[i + n]
+        if isinstance(d, int):
+            out.extend(conv_output_shape([d], [kernel[i]], [strides[i]], [lo, hi], [dilation[i]]))
+            continue
+        span = (kernel[i] - 1) * dilation[i] + 1
+        s = strides[i]  # (size - span) // s + 1 as (size - span + s) // s: the graph's form
+        size = as_dim(tir.convert(d, "int64") + (lo + hi - span + s))
+        out.append(size if s == 1 else as_dim(tir.convert(size, "int64") // s))
+    return out
+
+
 def conv_nchw(data: te.Tensor, kernel: te.Tensor, strides: int | Sequence[int] = 1,
               pads: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1,
               groups: int = 1, out_dtype: str | None = None,
@@ -70,7 +103,7 @@ def conv_nchw(data: te.Tensor, kernel: te.Tensor, strides: int | Sequence[int] =
     convolutions ``data_zero`` (an expression of the data's type) is the padding value and is
     subtracted from every data element, and ``kernel_zero(oc)`` from every weight of output
     channel ``oc``; both subtractions happen in ``out_dtype``."""
-    dshape, kshape = shape_of(data), shape_of(kernel)
+    dshape, kshape = dims_of(data), shape_of(kernel)
     n = len(dshape) - 2
     if n not in _SPATIAL_NAMES or len(kshape) != n + 2:
         raise ValueError(f"conv_nchw: data {list(dshape)} and kernel {list(kshape)} must have "
@@ -85,7 +118,7 @@ def conv_nchw(data: te.Tensor, kernel: te.Tensor, strides: int | Sequence[int] =
         raise ValueError(f"conv_nchw: kernel {list(kshape)} with groups {groups} does not fit "
                          f"data {list(dshape)}")
     acc = out_dtype or data.dtype
-    out_sp = conv_output_shape(dshape[2:], ksize, s, p, d)
+    out_sp = conv_output_dims(dshape[2:], ksize, s, p, d)
     depthwise = groups > 1 and icg == 1 and groups == channels
     multiplier = out_channels // groups
     padded = data
@@ -176,7 +209,7 @@ def conv2d_NCHWc(data: te.Tensor, kernel: te.Tensor, strides: int | Sequence[int
     reduce over ``ry``, ``rx`` only (tag ``depthwise_conv2d_NCHWc``), reading
     ``data[n, oc_chunk, ih, iw, ob]`` when the blocks agree and the multiplier is 1. Attrs as
     :func:`conv_nchw` plus ``ic_bn``, ``oc_bn``, ``data_block`` (cd)."""
-    dshape, kshape = shape_of(data), shape_of(kernel)
+    dshape, kshape = dims_of(data), shape_of(kernel)  # batch, height, width: maybe run-time
     if len(dshape) != 5 or len(kshape) != 6:
         raise ValueError(f"conv2d_NCHWc: data {list(dshape)} must be 5-D and kernel "
                          f"{list(kshape)} 6-D")
@@ -193,7 +226,7 @@ def conv2d_NCHWc(data: te.Tensor, kernel: te.Tensor, strides: int | Sequence[int
     d = expand_param(dilation, 2, "dilation")
     p = expand_pads(pads, 2)
     acc = out_dtype or data.dtype
-    oh, ow = conv_output_shape(dshape[2:4], [kh, kw], s, p, d)
+    oh, ow = conv_output_dims(dshape[2:4], [kh, kw], s, p, d)
     padded = data
     if any(p):
         padded = pad(data, [0, 0, p[0], p[1], 0], [0, 0, p[2], p[3], 0], 0, name="data_pad")
@@ -205,9 +238,9 @@ def conv2d_NCHWc(data: te.Tensor, kernel: te.Tensor, strides: int | Sequence[int
         def sub(n: Any, c: Any, y: Any, x: Any, b: Any) -> Expr:
             return data[n, c, mul(y, s0), mul(x, s1), b]
 
-        padded = te.compute((batch, c_chunks, (dshape[2] - 1) // s0 + 1,
-                             (dshape[3] - 1) // s1 + 1, cd), sub, name="data_strided",
-                            tag="injective,pad")
+        padded = te.compute((batch, c_chunks, *conv_output_dims(dshape[2:4], [1, 1], s,
+                                                                 [0, 0, 0, 0], [1, 1]), cd),
+                            sub, name="data_strided", tag="injective,pad")
         s = [1, 1]
     depthwise = icg == 1 and groups > 1
     ry = te.reduce_axis((0, kh), name="ry")
@@ -321,5 +354,5 @@ def _conv_nchwc(inputs: list, attrs: dict, out_types: list) -> list[te.Tensor]:
     return [y]
 
 
-__all__ = ["bias_add", "conv2d_NCHWc", "conv2d_nchw", "conv_nchw", "expand_pads",
-           "expand_param"]
+__all__ = ["bias_add", "conv2d_NCHWc", "conv2d_nchw", "conv_nchw", "conv_output_dims",
+           "expand_pads", "expand_param"]

@@ -18,19 +18,28 @@ from typing import Any
 from tessera import te, tir
 from tessera.ops.pool import pool_output_shape
 from tessera.topi import reduction, tag
+from tessera.topi.nn.conv2d import conv_output_dims
 from tessera.topi.registry import register_compute
 from tessera.topi.transform import pad
-from tessera.topi.utils import add, cast, compute_dtype, const, mul, shape_of
+from tessera.topi.utils import Dim, add, cast, compute_dtype, const, dims_of, is_static, mul
 
 Expr = tir.PrimExpr
 _NAMES = ["rz", "ry", "rx"]
 
 
-def _geometry(in_sp: Sequence[int], kernel: Sequence[int], strides: Sequence[int],
+def _geometry(in_sp: Sequence[Dim], kernel: Sequence[int], strides: Sequence[int],
               pads: Sequence[int], dilation: Sequence[int], ceil_mode: bool
-              ) -> tuple[list[int], list[int]]:
-    """(output size, applied pads [begins.., ends..]) as the references compute them."""
+              ) -> tuple[list[Dim], list[int]]:
+    """(output size, applied pads [begins.., ends..]) as the references compute them. Over
+    run-time sizes (without ``ceil_mode``, whose last window depends on the size) the
+    output sizes are expressions and the pads the declared ones (every window then ends
+    within them)."""
     n = len(in_sp)
+    if not is_static(in_sp):
+        if ceil_mode:
+            raise ValueError("pooling with ceil_mode over run-time spatial sizes is not "
+                             "supported")
+        return conv_output_dims(in_sp, kernel, strides, pads, dilation), list(pads)
     out = pool_output_shape(in_sp, kernel, strides, pads, dilation, int(ceil_mode))
     end = []
     for i in range(n):
@@ -43,10 +52,16 @@ def _lowest(dtype: str) -> Expr:
     return tir.min_value(dtype)
 
 
-def _window_count(o: Expr, size: int, k: int, s: int, d: int, lo: int, hi: int) -> Expr | int:
+def _window_count(o: Expr, size: Dim, k: int, s: int, d: int, lo: int, hi: Dim,
+                  within: bool = False) -> Expr | int:
     """How many of the ``k`` taps ``o * s + j * d`` (padded coordinates) of window ``o`` fall in
-    ``[lo, hi)``, for outputs ``0 .. size - 1``: an int when it is the same for all."""
-    if lo <= 0 and (size - 1) * s + (k - 1) * d < hi:
+    ``[lo, hi)``, for outputs ``0 .. size - 1``: an int when it is the same for all.
+    ``within``: every window is known to end before ``hi`` (the caller's proof, for run-time
+    sizes)."""
+    if isinstance(size, int) and isinstance(hi, int):
+        if lo <= 0 and (size - 1) * s + (k - 1) * d < hi:
+            return k
+    elif lo <= 0 and within:
         return k
     start = mul(o, s)
     if d == 1:
@@ -67,7 +82,7 @@ def pool(data: te.Tensor, kernel: Sequence[int], strides: Sequence[int] | None =
 
     ``mode`` is ``"max"``, ``"avg"`` or ``"lp"`` (``p``-norm). ``pads`` are begins then ends.
     float16 sums are accumulated in float32."""
-    shape = shape_of(data)
+    shape = dims_of(data)
     axes = list(spatial_axes) if spatial_axes is not None else list(range(2, len(shape)))
     n = len(axes)
     kernel = list(kernel)
@@ -130,7 +145,10 @@ def pool(data: te.Tensor, kernel: Sequence[int], strides: Sequence[int] | None =
                 lo, hi = 0, in_sp[k] + declared[k] + declared[k + n]
             else:
                 lo, hi = declared[k], declared[k] + in_sp[k]
-            c = _window_count(oi[a], out_sp[k], kernel[k], s[k], d[k], lo, hi)
+            # floor mode: the last window ends within the end pad, so within ``hi`` when
+            # that pad counts (or there is none)
+            within = not ceil_mode and (count_include_pad or declared[k + n] == 0)
+            c = _window_count(oi[a], out_sp[k], kernel[k], s[k], d[k], lo, hi, within)
             count = c * count if isinstance(count, int) and isinstance(c, int) else count * c
         divisor = const(count, acc) if isinstance(count, int) else cast(count, acc)
         return cast(sums[oi] / divisor, data.dtype)
@@ -142,7 +160,7 @@ def pool(data: te.Tensor, kernel: Sequence[int], strides: Sequence[int] | None =
 def global_pool(data: te.Tensor, mode: str = "max", p: int = 2,
                 spatial_axes: Sequence[int] | None = None) -> te.Tensor:
     """Max, average or Lp over every spatial axis (kept as size 1)."""
-    shape = shape_of(data)
+    shape = dims_of(data)
     axes = list(spatial_axes) if spatial_axes is not None else list(range(2, len(shape)))
     if mode == "max":
         return reduction.max(data, axes, keepdims=True)
@@ -217,7 +235,7 @@ def _pool_nchwc_supports(node: Any) -> str | None:
 def _pool_nchwc(inputs: list, attrs: dict, out_types: list) -> list[te.Tensor]:
     x = inputs[0]
     mode = attrs.get("mode", "max")
-    layout = f"NCHW{shape_of(x)[4]}c"
+    layout = f"NCHW{dims_of(x)[4]}c"
     if attrs.get("global_pool", 0):
         return [global_pool(x, mode, spatial_axes=[2, 3])]
     return [pool(x, attrs["kernel_shape"], attrs.get("strides"), attrs.get("pads"),

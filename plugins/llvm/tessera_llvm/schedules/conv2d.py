@@ -23,10 +23,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from tessera import te
+from tessera.tir import expr as E
+from tessera.tir import stmt as S
+from tessera.tir.arith import to_poly
+from tessera.tir.buffer import Buffer
 from tessera.tir.expr import bits
+from tessera.tir.functor import IRMutator, post_order_visit, rebuild
+from tessera.tir.transform._util import copy_with
 
 from . import winograd
-from .common import CPUInfo, extents
+from .common import CPUInfo, extents, static_extent, workload_dims
 from .config import ConfigSpace, ScheduleConfig, divisors, largest_divisor
 
 TAG = "conv2d_NCHWc"
@@ -149,7 +155,11 @@ def conv_space(conv: te.ComputeOp, cpu: CPUInfo) -> ConfigSpace:
     knobs then have an effect only with ``template=direct`` (:func:`schedule_conv` and
     :func:`prefetch_plan` read them, :func:`~.winograd.schedule_winograd` none of them: it
     pads in parallel always), the Winograd knobs only with ``template=winograd``; and
-    ``tile_group`` only with ``flat_tiles`` (row tiles are never grouped)."""
+    ``tile_group`` only with ``flat_tiles`` (row tiles are never grouped).
+
+    A convolution with run-time extents has the knobs of :func:`symbolic_conv_space`."""
+    if is_symbolic(conv):
+        return symbolic_conv_space(conv, cpu)
     n, occ, oh, ow, ob = out_extents(conv)
     red = _reduce_extents(conv)
     space = ConfigSpace(TAG, ((n, occ, oh, ow, ob), tuple(red.values()),
@@ -216,6 +226,261 @@ def conv_space(conv: te.ComputeOp, cpu: CPUInfo) -> ConfigSpace:
     return space
 
 
+# -- run-time extents ---------------------------------------------------------------------------
+
+def is_symbolic(conv: te.ComputeOp) -> bool:
+    """Whether an output axis of the convolution (batch, height, width) is a run-time size."""
+    return any(static_extent(a.dom.extent) is None for a in conv.axis)
+
+
+def symbolic_conv_space(conv: te.ComputeOp, cpu: CPUInfo) -> ConfigSpace:
+    """The knobs of a blocked convolution over run-time sizes (batch, height, width; the
+    channels and the kernel are static): row tiles only (a flat tile divides by the width),
+    no Winograd, no cache blocking or weight prefetching. The register tile is
+    :func:`tile_plan`'s row tile at the :func:`~.common.representative` sizes (the bounds, when
+    known); over a run-time width its column count is the register file's limit (at most the
+    width's bound): a fixed tile whose last, partial one :func:`schedule_conv` leaves to
+    :func:`specialize_width_tails` (one copy of the tile per remainder, no guards)."""
+    n, occ, oh, ow, ob = extents(conv)
+    red = _reduce_extents(conv)
+    space = ConfigSpace(TAG, (workload_dims(conv.axis), tuple(red.values()),
+                              conv.attrs.get("strides")))
+    depthwise = conv.tag != TAG
+    dtype = conv.output(0).dtype
+    plan = tile_plan(occ, oh, ow, ob, dtype, cpu, depthwise, _block_weight_bytes(conv))
+    oc_tile, reg_n = plan.row_oc_tile, plan.row_n
+    if static_extent(conv.axis[3].dom.extent) is None:
+        weights = oc_tile * max(1, -(-ob // cpu.lanes_for(dtype)))
+        limit = cpu.max_accumulators(weights + 1, cap=CONV_MAX_ACCUMULATORS) // weights
+        reg_n = max(1, min(limit, ow))
+    space.define("reg_n", sorted({d for d in (1, 2, 4, 6, 8, 12, 16) if d <= max(ow, reg_n)}
+                                 | {reg_n}), reg_n,
+                 "output columns per register tile (a run-time width: its last, partial tile "
+                 "one copy per remainder)")
+    space.define("flat_tiles", [False], False, "register tiles of consecutive pixels (never "
+                 "over run-time sizes)")
+    space.define("oc_tile", [d for d in (1, 2, 4) if occ % d == 0], oc_tile,
+                 "output-channel blocks per register tile (they share each input broadcast)")
+    space.define("unroll_kw", [False, True] if not depthwise and red.get("kw", 1) > 1
+                 else [False], False, "unroll the kernel-column loop")
+    space.define("pad_parallel", [True, False] if any(conv.attrs.get("pads") or ()) else [True],
+                 True, "materialise padding with a parallel loop")
+    return space
+
+
+def _schedule_symbolic(s: Any, conv: te.ComputeOp, out: te.ComputeOp, cfg: ScheduleConfig,
+                       pad: te.ComputeOp | None) -> None:
+    """:func:`schedule_conv` over run-time sizes: per image (a serial loop over the batch),
+    the output-channel tiles and rows fused into the parallel loop (a run-time extent; the
+    rows inside, so a task's weights serve consecutive rows), each row in tiles of ``reg_n``
+    columns (the loop over them marked for :func:`specialize_width_tails` where the width is
+    a run-time size), the register tile as for static sizes."""
+    reg_n = int(cfg["reg_n"])
+    if pad is not None:
+        ps = s[pad]
+        pax = list(pad.axis)
+        fused = ps.fuse(*pax[:3])
+        if cfg.get("pad_parallel", True):
+            ps.parallel(fused)
+        if static_extent(pad.axis[-1].dom.extent) in (4, 8, 16, 32, 64):
+            ps.vectorize(pax[-1])
+    if out is conv:
+        acc = s.cache_write(conv.output(0), "local").op
+        writer = conv
+    else:
+        acc = conv
+        writer = out
+        s[conv].set_scope("local")
+    ws = s[writer]
+    n, occ, oh, ow, ob = writer.axis
+    oc_tile = int(cfg.get("oc_tile", 1))
+    tile_o, tile_i = ws.split(ow, factor=reg_n)
+    if static_extent(ow.dom.extent) is None:
+        ws.pragma(tile_o, WIDTH_TAIL_PRAGMA, (reg_n, ow.dom.extent))
+    if oc_tile > 1:
+        occo, occi = ws.split(occ, factor=oc_tile)
+        ws.reorder(n, occo, oh, tile_o, occi, tile_i, ob)
+    else:
+        occo = occ
+        ws.reorder(n, occ, oh, tile_o, tile_i, ob)
+    par = ws.fuse(occo, oh)
+    ws.parallel(par)
+    ws.vectorize(ob)
+    cs = s[acc]
+    cs.compute_at(ws, tile_o)
+    cocc, cow, cob = acc.axis[1], acc.axis[-2], acc.axis[-1]
+    roles = _reduce_axes(acc)
+    kh, kw = roles["kh"], roles["kw"]
+    icc = roles.get("icc")
+    if icc is None:  # depthwise
+        cs.reorder(kh, kw, cow, cob)
+    elif cfg.get("unroll_kw", False):
+        cs.reorder(icc, kh, roles["ib"], kw, cocc, cow, cob)
+        cs.unroll(kw)
+    else:
+        cs.reorder(icc, kh, kw, roles["ib"], cocc, cow, cob)
+    if oc_tile > 1:
+        cs.unroll(cocc)
+    cs.unroll(cow)
+    cs.vectorize(cob)
+
+
+#: The ``For`` annotation (a TE pragma) of the loop over a row's column tiles where the width
+#: is a run-time size: ``(f, n)``, the tile's width and the row's (an expression of sizes).
+WIDTH_TAIL_PRAGMA = "tessera.conv_width_tail"
+
+
+def specialize_width_tails(func: S.PrimFunc) -> S.PrimFunc:
+    """Replace each loop over the ``ceil(n / f)`` column tiles of a run-time width ``n`` that
+    :func:`schedule_conv` marked (:data:`WIDTH_TAIL_PRAGMA`) by its ``n // f`` whole tiles
+    (their guards always hold: the TIR pipeline drops them) and the last, partial tile as one
+    copy per remainder ``r = n % f`` in ``1 .. f - 1``, chosen at run time: in the copy for
+    ``r``, with ``q = n // f`` the tile's index, each guard on the tile's columns, ``q * f +
+    i < n``, is rewritten as ``q * f + i - n + (n - q * f - r) < 0``, which collects to ``i <
+    r`` (a constant comparison that unrolling decides). Every column a tile computes is in the
+    row (none is computed twice: an epilogue may read what the output overwrites).
+
+    Run on ``te.lower``'s loop nest, before the TIR pipeline; a guard whose width is not the
+    mark's expression keeps its run-time test. Functions without marks come back unchanged."""
+    found: list[S.For] = []
+    post_order_visit(func.body, lambda n: found.append(n) if isinstance(n, S.For)
+                     and WIDTH_TAIL_PRAGMA in n.annotations else None)
+    if not found:
+        return func
+    return func.with_body(_WidthTails().visit(func.body))
+
+
+class _WidthTails(IRMutator):
+    def visit_For(self, s: S.For) -> S.Stmt:
+        spec = s.annotations.get(WIDTH_TAIL_PRAGMA)
+        if spec is None:
+            return rebuild(s, self.visit)
+        body = self.visit(s.body)
+        notes = {k: v for k, v in s.annotations.items() if k != WIDTH_TAIL_PRAGMA}
+        f, n = int(spec[0]), spec[1]
+        v = s.loop_var
+        if not (isinstance(s.min, E.IntImm) and s.min.value == 0) or f < 2:
+            return S.For(v, s.min, s.extent, s.kind, body, s.thread_tag, notes)
+        n = E.cast(v.dtype, n) if n.dtype != v.dtype else n
+        tiles = E.FloorDiv(n, E.IntImm(f, n.dtype))
+        whole = S.For(v, E.IntImm(0, v.dtype), tiles, s.kind, body, s.thread_tag, notes)
+        q = E.Var(f"{v.name}_last", v.dtype)
+        rem = E.FloorMod(n, E.IntImm(f, n.dtype))
+        chain: S.Stmt | None = None
+        for r in range(f - 1, 0, -1):
+            zero = n - (q * f + r)  # zero where this copy runs
+            copy = _Guards(q, zero).visit(_FreshAllocations().visit(copy_with(body, {v: q})))
+            chain = S.IfThenElse(E.EQ(rem, E.IntImm(r, n.dtype)), copy, chain)
+        assert chain is not None
+        return S.seq(whole, S.LetStmt(q, tiles, chain))
+
+
+class _Guards(IRMutator):
+    """Each integer comparison conjunct of ``if``/``select`` conditions that uses ``var``
+    with ``zero`` added to its left side and its terms collected (a comparison that becomes
+    constant is decided; true conjuncts are dropped, an ``if`` that becomes true is its
+    body, one that becomes false its ``else``)."""
+
+    def __init__(self, var: E.Var, zero: E.PrimExpr) -> None:
+        self.var, self.zero = var, zero
+
+    def uses(self, node: Any) -> bool:
+        found = False
+
+        def f(n: Any) -> None:
+            nonlocal found
+            found = found or n is self.var
+
+        post_order_visit(node, f)
+        return found
+
+    def fix(self, c: E.PrimExpr) -> E.PrimExpr:
+        ops = {E.LT: lambda x, y: x < y, E.LE: lambda x, y: x <= y,
+               E.GT: lambda x, y: x > y, E.GE: lambda x, y: x >= y}
+        op = ops.get(type(c))
+        if op is None or not self.uses(c) or not E.is_int(c.a.dtype) or c.a.lanes != 1:
+            return c
+        zero = self.zero if self.zero.dtype == c.a.dtype else E.cast(c.a.dtype, self.zero)
+        p = to_poly(c.a - c.b + zero)
+        k = p.const
+        p.const = 0
+        if p.is_const():
+            return E.IntImm(int(op(0, -k)), "bool")
+        return type(c)(p.to_expr(), E.IntImm(-k, c.a.dtype))
+
+    def cond(self, c: E.PrimExpr) -> E.PrimExpr:
+        parts = [self.fix(x) for x in E.conjuncts(c)]
+        if any(isinstance(x, E.IntImm) and not x.value for x in parts):
+            return E.IntImm(0, "bool")
+        return E.all_of(*(x for x in parts if not (isinstance(x, E.IntImm) and x.value)))
+
+    def visit_IfThenElse(self, s: S.IfThenElse) -> S.Stmt:
+        c = self.cond(s.condition)
+        then, other = self.visit(s.then_case), self.visit(s.else_case)
+        if isinstance(c, E.IntImm):
+            return then if c.value else (other or S.Evaluate(E.IntImm(0, "int32")))
+        return S.IfThenElse(c, then, other)
+
+    def visit_For(self, s: S.For) -> S.Stmt:
+        """``for i in range(c): [for ...:] if i < k && rest: body`` (``k`` a constant, the
+        inner loops' bodies nothing but the ``if``) runs ``min(c, k)`` times, guarded by
+        ``rest`` only (the partial tile's columns written out)."""
+        s = rebuild(s, self.visit)
+        chain = [s]
+        node = s.body
+        while isinstance(node, S.For):
+            chain.append(node)
+            node = node.body
+        if not (isinstance(node, S.IfThenElse) and node.else_case is None
+                and isinstance(s.extent, E.IntImm) and isinstance(s.min, E.IntImm)
+                and s.min.value == 0):
+            return s
+        parts = E.conjuncts(node.condition)
+        limit = next((x for x in parts if isinstance(x, E.LT) and x.a is s.loop_var
+                      and isinstance(x.b, E.IntImm)), None)
+        if limit is None:
+            return s
+        rest = [y for y in parts if y is not limit]
+        inner: S.Stmt = node.then_case if not rest else S.IfThenElse(E.all_of(*rest),
+                                                                    node.then_case)
+        for loop in reversed(chain[1:]):
+            inner = S.For(loop.loop_var, loop.min, loop.extent, loop.kind, inner,
+                          loop.thread_tag, loop.annotations)
+        extent = E.IntImm(max(0, min(s.extent.value, limit.b.value)), s.extent.dtype)
+        return S.For(s.loop_var, s.min, extent, s.kind, inner, s.thread_tag, s.annotations)
+
+    def visit_Select(self, e: E.Select) -> E.PrimExpr:
+        c = self.cond(e.condition)
+        t, f = self.visit(e.true_value), self.visit(e.false_value)
+        if isinstance(c, E.IntImm):
+            return t if c.value else f
+        return E.Select(c, t, f)
+
+
+class _FreshAllocations(IRMutator):
+    """A new Buffer for every buffer allocated inside a copied statement (two copies must not
+    allocate the same buffer)."""
+
+    def __init__(self) -> None:
+        self.map: dict[int, Buffer] = {}
+
+    def visit_Allocate(self, s: S.Allocate) -> S.Stmt:
+        b = s.buffer
+        self.map[id(b)] = Buffer(b.name, b.shape, b.dtype, strides=b.strides, scope=b.scope,
+                                 elem_offset=b.elem_offset)
+        return S.Allocate(self.map[id(b)], self.visit(s.body))
+
+    def visit_BufferLoad(self, e: E.BufferLoad) -> E.PrimExpr:
+        new = self.generic_visit(e)
+        b = self.map.get(id(e.buffer))
+        return E.BufferLoad(b, new.indices) if b is not None else new
+
+    def visit_BufferStore(self, s: S.BufferStore) -> S.Stmt:
+        new = self.generic_visit(s)
+        b = self.map.get(id(s.buffer))
+        return S.BufferStore(b, new.value, new.indices) if b is not None else new
+
+
 def find_conv(ops: list[te.ComputeOp]) -> te.ComputeOp | None:
     for op in ops:
         if op.tag in TAGS:
@@ -262,6 +527,9 @@ def schedule_conv(s: Any, conv: te.ComputeOp, out: te.ComputeOp, cfg: ScheduleCo
                   pad: te.ComputeOp | None) -> None:
     """Apply the schedule: ``out`` is the last stage of the epilogue (``conv`` itself when
     there is none)."""
+    if is_symbolic(conv):
+        _schedule_symbolic(s, conv, out, cfg, pad)
+        return
     reg_n = int(cfg["reg_n"])
     if pad is not None:
         ps = s[pad]
