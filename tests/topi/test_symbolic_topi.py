@@ -404,3 +404,53 @@ def test_build_te_with_run_time_shapes() -> None:
     bad = Value("bad", TensorType((2, s, 9), "float32"))
     with pytest.raises(CompileError, match="compute gives"):
         build_te([Node("Add", "add", [x, b], [bad], {})], [x], [bad])
+
+
+# -- values from the sizes alone (tessera.topi.size_values) ------------------------------------
+
+def _size_node(op: str, attrs: dict, out: TensorType) -> Node:
+    from tessera.ops.registry import get_schema
+
+    filled = {k: a.default for k, a in get_schema(op).attrs.items()}
+    filled.update(attrs)
+    return Node(op, f"{op.lower()}0", [], [Value("out", out)], filled)
+
+
+@pytest.mark.parametrize("case", ["Range", "ShapeValues", "ConstantOfShape"])
+def test_size_value_computes(case: str) -> None:
+    """``Range`` (``seq + 3`` down to 3, step -2, int32), ``ShapeValues`` (``[[2 * seq, b],
+    [7, seq - 1]]``) and ``ConstantOfShape`` (``[b, seq]`` of int64 5) built from size
+    expressions, run by the interpreter at several sizes against numpy."""
+    s, b = dim_var("seq"), dim_var("b")
+    if case == "Range":
+        out = TensorType(((s + 1) // 2,), "int32")
+        node = _size_node("Range", {"start": s + 3, "limit": 3, "delta": -2, "dtype": "int32"},
+                          out)
+    elif case == "ShapeValues":
+        out = TensorType((2, 2), "int64")
+        node = _size_node("ShapeValues", {"values": [s * 2, b, 7, s - 1], "shape": [2, 2]},
+                          out)
+    else:
+        out = TensorType((b, s), "int64")
+        node = _size_node("ConstantOfShape", {"shape": [b, s],
+                                              "value": np.array([5], np.int64)}, out)
+    group = build_te([node], [], node.outputs)
+    kernel = Kernel([], group.outputs)
+    for seq in SIZES:
+        names = {v.name for v in kernel.func.size_vars}
+        (got,) = kernel(**{k: v for k, v in {"seq": seq, "b": 3}.items() if k in names})
+        if case == "Range":
+            want = np.arange(seq + 3, 3, -2, dtype=np.int32)
+        elif case == "ShapeValues":
+            want = np.array([[2 * seq, 3], [7, seq - 1]], np.int64)
+        else:
+            want = np.full((3, seq), 5, np.int64)
+        close(got, want)
+
+
+def test_size_value_computes_refuse_float_ranges() -> None:
+    from tessera.topi.registry import unsupported_reason
+
+    node = _size_node("Range", {"start": 0.5, "limit": dim_var("seq"), "delta": 1,
+                                "dtype": "float32"}, TensorType((dim_var("seq"),), "float32"))
+    assert "must be integers" in (unsupported_reason(node) or "")

@@ -114,6 +114,10 @@ class BoundIO(NamedTuple):
 _Run = tuple[Step, Any, list[Any], list[Any], "Callable[[], None] | None"]
 
 
+#: Bindings of the sizes whose tensor views an execution state keeps.
+VIEW_CACHE = 16
+
+
 class Executor:
     """Holds one arena per device and the bound calls: ``run()`` is a loop over them.
 
@@ -151,6 +155,10 @@ class Executor:
         self.size_names = plan.size_names
         #: The sizes of the current call (:meth:`set_sizes`).
         self.current_sizes: dict[str, int] = {}
+        #: Views of symbolic tensors (:meth:`_sized_view`) per binding of the sizes, the
+        #: current binding's in ``_views``.
+        self._views_by_sizes: dict[tuple[tuple[str, int], ...], dict[str, np.ndarray]] = {}
+        self._views: dict[str, np.ndarray] = {}
         self._size_slots = [(self.sizes[region], [self.size_names.index(n) for n in names])
                             for region, names in plan.region_sizes.items()]
         self.calls: list[tuple[Step, Callable[[list[Any], list[Any]], None], list[Any],
@@ -227,9 +235,24 @@ class Executor:
             for k, slot in enumerate(slots):
                 array[k] = values[slot]
         self.current_sizes = dict(sizes)
+        key = tuple(sorted(self.current_sizes.items()))
+        views = self._views_by_sizes.get(key)
+        if views is None:
+            if len(self._views_by_sizes) >= VIEW_CACHE:
+                self._views_by_sizes.pop(next(iter(self._views_by_sizes)))
+            views = self._views_by_sizes[key] = {}
+        self._views = views
 
     def _sized_view(self, name: str) -> np.ndarray:
-        """The part of a symbolic tensor's planned buffer the current sizes use, shaped."""
+        """The part of a symbolic tensor's planned buffer the current sizes use, shaped (kept
+        per binding: a service calls at few sizes)."""
+        view = self._views.get(name)
+        if view is not None:
+            return view
+        view = self._views[name] = self._make_sized_view(name)
+        return view
+
+    def _make_sized_view(self, name: str) -> np.ndarray:
         info = self.plan.tensors[name]
         if not self.devices[info.device].host_memory:
             raise RunError(f"tensor {name!r} of symbolic type {info.symbolic} lives on "

@@ -17,6 +17,7 @@ from tessera.topi import (
     nn,
     reduction,
     registry,
+    size_values,
     tag,
     transform,
 )
@@ -32,6 +33,7 @@ from tessera.topi.registry import (
 __all__ = [
     "GroupTE", "bitcast", "broadcast", "build_te", "compute_for", "elemwise", "has_compute",
     "image", "layout",
-    "nn", "reduction", "register_compute", "registered_ops", "registry", "tag", "transform",
+    "nn", "reduction", "register_compute", "registered_ops", "registry", "size_values", "tag",
+    "transform",
     "unsupported_reason",
 ]

@@ -53,6 +53,8 @@ def _sized_kernel(node: Node, names: list[str]) -> Kernel:
     n_in = len(node.inputs)
     present = [i for i, v in enumerate(node.inputs) if v is not None]
     name, op, attrs = node.name, node.op, dict(node.attrs)
+    if not present:  # a function of the sizes alone (Range, ShapeValues, ConstantOfShape)
+        return _sizes_only_kernel(node, names, static)
 
     def view(buf: np.ndarray, t: TensorType, values: dict[str, int]) -> np.ndarray:
         shape = t.evaluate(values).shape if not t.is_static else t.shape
@@ -76,6 +78,52 @@ def _sized_kernel(node: Node, names: list[str]) -> Kernel:
                 raise RunError(f"node {name} ({op}) produced shape {list(res.shape)}, its "
                                f"type {t} says {list(target.shape)} at {values}")
             np.copyto(target, res, casting="unsafe")
+
+    return Kernel(name=node.name, fn=run, inputs=static.inputs, outputs=static.outputs,
+                  op=node.op)
+
+
+#: Size bindings whose outputs a sizes-only kernel keeps (per execution state's buffers).
+SIZES_ONLY_CACHE = 64
+
+
+def _sizes_only_kernel(node: Node, names: list[str], static: Kernel) -> Kernel:
+    """The kernel of a node without inputs whose attributes hold size expressions: its
+    outputs depend on the sizes alone, so they are computed once per binding (and per
+    execution state's output buffers) and copied in on later calls with the same sizes (a
+    service calls at few sizes; the reference evaluation cost tens of microseconds a call)."""
+    schema = get_schema(node.op)
+    outs_t = [v.type for v in node.outputs]
+    name, op, attrs = node.name, node.op, dict(node.attrs)
+    cache: dict[tuple[Any, ...], list[tuple[np.ndarray, np.ndarray]]] = {}
+
+    def compute(outs: list[Any], values: dict[str, int]) -> list[tuple[np.ndarray, np.ndarray]]:
+        at = {k: substitute(a, values) for k, a in attrs.items()}
+        try:
+            results = schema.evaluate([], at)
+        except Exception as e:  # noqa: BLE001 - report which node failed
+            raise RunError(f"node {name} ({op}) failed in the reference backend at "
+                           f"{values}: {type(e).__name__}: {e}") from e
+        pairs = []
+        for out, t, res in zip(outs, outs_t, results):
+            shape = t.evaluate(values).shape if not t.is_static else t.shape
+            target = out.reshape(-1)[:math.prod(shape)].reshape(shape)
+            if target.shape != res.shape:
+                raise RunError(f"node {name} ({op}) produced shape {list(res.shape)}, its "
+                               f"type {t} says {list(target.shape)} at {values}")
+            pairs.append((target, np.array(res, dtype=target.dtype)))
+        return pairs
+
+    def run(ins: list[Any], outs: list[Any], sizes: Any) -> None:
+        key = (*(int(v) for v in sizes), *(id(o) for o in outs))
+        pairs = cache.get(key)
+        if pairs is None:
+            pairs = compute(outs, {n: int(v) for n, v in zip(names, sizes)})
+            if len(cache) >= SIZES_ONLY_CACHE:
+                cache.pop(next(iter(cache)), None)
+            cache[key] = pairs  # the views keep their buffers alive: ids stay unique
+        for target, value in pairs:
+            np.copyto(target, value)
 
     return Kernel(name=node.name, fn=run, inputs=static.inputs, outputs=static.outputs,
                   op=node.op)
@@ -113,10 +161,17 @@ def _node_kernel(node: Node) -> Kernel:
                   outputs=[v.name for v in node.outputs], op=node.op, concat_offsets=offsets)
 
 
+#: Ops whose reference kernels never call numpy's BLAS: a region of only these runs without
+#: the thread limit (whose enter and exit cost microseconds a call).
+_NO_BLAS_OPS = frozenset({"Range", "ShapeValues", "Shape", "Size", "ConstantOfShape"})
+
+
 def _sequence_binder(kernels: list[Kernel]) -> Any:
     """``CompiledRegion.bind_sequence``: the region's kernels in order in one call, with numpy's
-    BLAS threads limited meanwhile (:mod:`.blas`); kernels given None are skipped (the runtime
-    does their work). A region with run-time sizes is bound with its sizes array too."""
+    BLAS threads limited meanwhile (:mod:`.blas`) unless none of them can use it; kernels given
+    None are skipped (the runtime does their work). A region with run-time sizes is bound
+    with its sizes array too."""
+    limit = any(k.op not in _NO_BLAS_OPS for k in kernels)
 
     def bind(calls: list[tuple[list[Any], list[Any]] | None], *sizes: Any) -> Any:
         bound = [(k.fn, c[0], c[1], *sizes) for k, c in zip(kernels, calls) if c is not None]
@@ -126,7 +181,11 @@ def _sequence_binder(kernels: list[Kernel]) -> Any:
                 for fn, *args in bound:
                     fn(*args)
 
-        return run
+        def run_unlimited() -> None:
+            for fn, *args in bound:
+                fn(*args)
+
+        return run if limit else run_unlimited
 
     return bind
 
