@@ -100,6 +100,26 @@ def context(s: Any, heads: Any = HEADS) -> Case:
     return [p, v, y], inputs, lambda a, b: a @ b
 
 
+def causal_scores(s: Any, heads: Any = HEADS) -> Case:
+    """``Q @ K^T`` with a causal mask fused into its epilogue (``j <= i`` else -1e4): a
+    condition on the tile's rows and columns that is not a bound check, so moving the last
+    tiles must evaluate it at the moved rows and columns."""
+    q = te.placeholder((heads, s, HEAD), name="Q")
+    kt = te.placeholder((heads, HEAD, s), name="KT")
+    y = batch_matmul(q, kt, out_dtype="float32")
+    out = te.compute(y.shape, lambda h, i, j: tir.Select(
+        j <= i, y[h, i, j], tir.const(-1e4, "float32")), name="masked", tag="broadcast")
+
+    def inputs(n: int) -> list[np.ndarray]:
+        return [rand(HEADS, n, HEAD), rand(HEADS, HEAD, n)]
+
+    def ref(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        n = a.shape[1]
+        return np.where(np.tril(np.ones((n, n), bool)), a @ b, np.float32(-1e4))
+
+    return [q, kt, out], inputs, ref
+
+
 def lowered(tensors: list[te.Tensor], name: str) -> tuple[S.PrimFunc, S.PrimFunc]:
     """The group's loop nest (``te.lower``) and the function the llvm lowering compiles."""
     sched = schedule_group([tensors[-1]], CPU)
@@ -110,6 +130,7 @@ def lowered(tensors: list[te.Tensor], name: str) -> tuple[S.PrimFunc, S.PrimFunc
 
 S_VAR, H_VAR = tir.Var("s"), tir.Var("h")
 CASES: dict[str, Case] = {"ffn_in": ffn_in(S_VAR), "scores": scores(S_VAR),
+                          "causal": causal_scores(S_VAR),
                           "context": context(S_VAR), "context_heads": context(S_VAR, H_VAR)}
 
 
@@ -134,7 +155,7 @@ def check(got: np.ndarray, want: np.ndarray, what: str) -> None:
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * scale, err_msg=what)
 
 
-@pytest.mark.parametrize("name", ["ffn_in", "scores", "context"])
+@pytest.mark.parametrize("name", ["ffn_in", "scores", "causal", "context"])
 def test_one_function_serves_every_length(lib, name: str) -> None:
     _, inputs, ref = CASES[name]
     fn = lib.get(name)

@@ -547,9 +547,18 @@ class _ShiftColumns(IRMutator):
     def visit_BufferStore(self, s: S.BufferStore) -> S.Stmt:
         return S.BufferStore(s.buffer, self.visit(s.value), [self.index(i) for i in s.indices])
 
+    def _is_guard(self, x: E.PrimExpr) -> bool:
+        """Whether the conjunct ``x`` is the tile's bound check, ``var * f + .. < n``, which
+        holds wherever the moved tile is."""
+        return isinstance(x, E.LT) and _has_tile_base(x.a, self.var, self.f) and \
+            not _has_tile_base(x.b, self.var, self.f) and E.is_int(x.b.dtype) and \
+            to_poly(x.b - self.n).is_const() and to_poly(x.b - self.n).const == 0
+
     def cond(self, c: E.PrimExpr) -> E.PrimExpr | None:
-        parts = [self.visit(x) for x in E.conjuncts(c)
-                 if not _has_tile_base(x, self.var, self.f)]
+        # the bound checks are dropped; any other condition on the tile's rows or columns
+        # (a causal mask fused into the epilogue: col <= row) is evaluated at the moved ones
+        parts = [self.index(x) if _has_tile_base(x, self.var, self.f) else self.visit(x)
+                 for x in E.conjuncts(c) if not self._is_guard(x)]
         return E.all_of(*parts) if parts else None
 
     def visit_IfThenElse(self, s: S.IfThenElse) -> S.Stmt:
