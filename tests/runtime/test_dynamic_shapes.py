@@ -389,3 +389,38 @@ def test_bind_fast_path_agrees_with_the_checks() -> None:
             sv.bind(arrays)
     again = pickle.loads(pickle.dumps(sv))  # the generated code is made again, not pickled
     assert again == sv and again.bind(ok) == sv.bind(ok)
+
+
+def test_a_table_sliced_by_the_length_bounds_it_and_compiles_once() -> None:
+    """``positions[:, :seq]`` of a constant table of 16 (CLIP's text tower) added to a
+    ``[batch, seq, 4]`` input: the model implies ``seq <= 16``, the Slice's rule simplifies
+    ``min(seq, 16)`` to ``seq`` with that bound, and is checked within it (not at a probe
+    size past it): one symbolic module, right at every length up to 16."""
+    rng = np.random.default_rng(3)
+    table = rng.standard_normal((1, 16, 4)).astype(np.float32)
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Gather", ["shape", "one"], ["seq"], axis=0),
+        helper.make_node("Unsqueeze", ["seq", "axes0"], ["end"]),
+        helper.make_node("Slice", ["table", "zero1", "end", "one1"], ["pos"]),
+        helper.make_node("Add", ["x", "pos"], ["y"]),
+    ]
+    inits = [numpy_helper.from_array(table, "table"),
+             numpy_helper.from_array(np.array(1, np.int64), "one"),
+             numpy_helper.from_array(np.array([0], np.int64), "axes0"),
+             numpy_helper.from_array(np.array([0], np.int64), "zero1"),
+             numpy_helper.from_array(np.array([1], np.int64), "one1")]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 4])
+    model = helper.make_model(helper.make_graph(nodes, "table", [x], [y], inits),
+                              opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback to per-size compiles
+        mod = tessera.compile(model, "ref")
+    assert isinstance(mod, Module)
+    assert "16" in mod.dim_bound_notes["seq"]
+    for batch, seq in [(1, 1), (2, 9), (3, 16)]:
+        xs = rng.standard_normal((batch, seq, 4)).astype(np.float32)
+        np.testing.assert_allclose(mod.run(x=xs)["y"], xs + table[:, :seq], rtol=1e-6)
+    with pytest.raises(RunError, match="seq"):
+        mod.run(x=np.zeros((1, 17, 4), np.float32))

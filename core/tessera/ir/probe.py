@@ -47,6 +47,21 @@ def probe_sizes(names: Sequence[str], base: int = 48, step: int = 16) -> dict[st
     return {n: base + step * i for i, n in enumerate(sorted(names))}
 
 
+def rule_probe_sizes(names: Sequence[str]) -> dict[str, int]:
+    """The point a symbolic rule is checked at: :func:`probe_sizes`, with a variable whose
+    known upper bound (:func:`~tessera.ir.symbolic.dim_bounds_scope`) is below its value
+    taken at the bound instead (less its index among the variables, to keep the values
+    distinct): the rule may have simplified with the bounds (``min(seq, 16)`` is ``seq``
+    where ``seq <= 16``), so beyond them it need not agree with the op's inference."""
+    sizes = probe_sizes(names)
+    bounds = _sym.current_dim_bounds()
+    for i, n in enumerate(sorted(names)):
+        lo, hi = bounds.get(n, (0, None))
+        if hi is not None and sizes[n] > hi and hi - i >= max(lo, 1):
+            sizes[n] = hi - i
+    return sizes
+
+
 def _variables(types: Sequence[TensorType | None], attrs: Mapping[str, Any]) -> list[str]:
     names: set[str] = set()
     for t in types:
@@ -91,7 +106,7 @@ def _by_rule(schema: OpSchema, node: str, types: list[TensorType | None],
     assert schema.symbolic_infer is not None
     result = schema.symbolic_infer(*types, **attrs)
     shapes = [result] if isinstance(result, tuple) else list(result)
-    sizes = probe_sizes(names)
+    sizes = rule_probe_sizes(names)
     static = _at(schema, node, types, attrs, sizes)
     if len(shapes) < len(static):
         raise OpError(f"the symbolic rule gives {len(shapes)} outputs, the op {len(static)}")
