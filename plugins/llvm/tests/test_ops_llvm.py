@@ -64,9 +64,12 @@ def test_float_to_integer_cast_saturates(src: str) -> None:
 
 
 def test_every_claimed_op_is_covered() -> None:
-    """Each op with a topi compute (what the backend claims) is in some family above."""
+    """Each op with a topi compute (what the backend claims) is in some family above, but
+    the ops whose values come from the sizes alone (a static graph folds them: they run in
+    symbolic graphs only, checked in test_size_values.py)."""
     covered: set[str] = set()
     for make in FAMILIES.values():
         covered |= {c.op for c in make()}
-    missing = sorted(set(registered_ops()) - covered - {"TestOnlyWrongType"})
+    sizes_only = {"Range", "ShapeValues", "ConstantOfShape"}
+    missing = sorted(set(registered_ops()) - covered - {"TestOnlyWrongType"} - sizes_only)
     assert not missing, missing
