@@ -227,8 +227,8 @@ def remainders(func: S.PrimFunc, tile: int) -> list[int]:
 
 
 def test_dense_tiles_are_vector_micro_kernels(funcs) -> None:
-    """The 12-row tiles, the last one shifted back to end at s (s >= 12), and, for s < 12,
-    tiles of 8, 4, 2 or 1 rows (at row 0 and ending at s): a reduction loop over k
+    """The whole 12-row tiles, then the s % 12 rows left in at most two tiles of 8, 4, 2 or
+    1 rows (where the whole tiles end, and ending at s): a reduction loop over k
     of 2 vector loads of W and one vector FMA per row and vector, without a guard; the
     parallel loop over the 64 column panels is never gated (even one row is 2 MFLOP)."""
     nest, func = funcs["ffn_in"]
@@ -256,23 +256,23 @@ def test_scores_tiles_shift_columns_back(funcs) -> None:
     reduction: the whole column tiles, the last tile's vectors shifted back to end at s (one
     vector when s % 32 <= 16, else two), and, for a matrix narrower than a vector (s < 16),
     one vector reading a zero-padded local copy of K^T's s columns. Rows as for a dense
-    layer: whole tiles, the last one shifted back, or (s < 12) tiles of 8, 4, 2 or 1 rows,
-    where s < 16 columns leave only the padded vector."""
+    layer: whole tiles, then tiles of 8, 4, 2 or 1 rows for the rest, each with the column
+    forms."""
     _, func = funcs["scores"]
     assert remainders(func, 12) == []
     tiles = [k for k in k_loops(func)
              if any(s.buffer.name.endswith("_local") for s in nodes(k, S.BufferStore))]
-    # the 12-row tiles: 4 column variants; the small row tiles: 1
-    assert len(tiles) == 4 + 4
+    # the 12-row tiles and the 8, 4, 2 and 1-row ones: 4 column forms each
+    assert len(tiles) == 4 * 5
     for k in tiles:
         assert vector_stores(k) and not nodes(k, S.IfThenElse)
     padded = [k for k in tiles if vector_loads(k, "KT_panel")]
     assert len(padded) == 5 and all(not vector_loads(k, "KT") for k in padded)
     assert sorted(len(vector_stores(k)) for k in padded) == [1, 2, 4, 8, 12]
-    # one vector where the remainder fits one, two otherwise: (2, 1, 2)
+    # one vector where the remainder fits one, two otherwise: (2, 1, 2) per row form
     vectors = sorted(len({str(x.indices[-1]) for x in vector_loads(k, "KT")}) for k in tiles
                      if k not in padded)
-    assert vectors == [1, 2, 2]
+    assert vectors == [1] * 5 + [2] * 10
     # the copy into the panel: s columns, k inside (no vector lane loop around a scalar)
     copies = [s for s in nodes(func.body, S.BufferStore) if s.buffer.name == "KT_panel"
               and not isinstance(s.indices[-1], E.Ramp)]
@@ -348,7 +348,7 @@ def test_symbolic_dense_space() -> None:
 
 def test_parallel_rows_schedule() -> None:
     """With ``parallel_rows`` the loop over row tiles is the parallel one (a run-time
-    extent, ``ceil(s / 12)``): every tile runs in parallel, the last one shifted back."""
+    extent, ``s // 12``): the whole tiles run in parallel, the rows left after them."""
     tensors, inputs, ref = scores(tir.Var("s"), heads=1)
     cpu = CPUInfo(vector_lanes=16, num_threads=8, vector_registers=32)
     sched = schedule_group([tensors[-1]], cpu)

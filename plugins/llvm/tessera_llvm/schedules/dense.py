@@ -13,9 +13,9 @@ columns from the static column count (two vectors when the columns are a run-tim
 A symbolic axis split by its tile gives a loop of ``ceil(n / tile)`` tiles whose last one is
 guarded; the schedule marks that loop and :func:`specialize_tails` (run by the lowering between
 ``te.lower`` and the TIR pipeline) splits it into the ``n // tile`` whole tiles, the static
-micro-kernel without guards, and a last tile without guards either: for rows, the whole tile
-shifted back to end at ``n`` (or, below one tile, at most two tiles of a power-of-two number
-of rows: ``log2(mr)`` copies of the micro-kernel, not one per remainder); for columns, its vectors
+micro-kernel without guards, and a last tile without guards either: for rows, the ``n % mr``
+rows left in at most two tiles of a power-of-two number of rows (``log2(mr)`` copies of the
+micro-kernel, not one per remainder); for columns, its vectors
 shifted back to end at ``n`` (a zero-padded local copy of ``b`` below one vector). A parallel
 loop over static tiles runs in the caller when the product, at its run-time sizes, is below
 ``parallel_min_flops``. The axes of static extent (batch, column tiles) are
@@ -791,26 +791,25 @@ class _Tails(IRMutator):
     def rows(self, s: S.For, body: S.Stmt, n: E.PrimExpr, f: int,
              notes: dict[str, Any]) -> S.Stmt | None:
         """The loop ``s`` over the ``ceil(n / f)`` row tiles of a run-time extent ``n``, in
-        few copies of the tile, none guarded: for ``n >= f``, the same loop with each tile's
-        first row ``min(i * f, n - f)`` (the last tile shifted back to end at ``n``: rows of
-        the tile before it computed again, with the same values); for ``n < f``, at most two
-        tiles of ``h`` rows (``h`` a power of two): the largest not above ``n`` at row 0,
-        then, for the ``m`` rows left, the smallest not below ``m``, ending at ``n`` (11
-        rows: 8 and 4). That is ``1 + log2(f)`` copies where one per remainder
-        (:meth:`exact_rows_tail`, kept where the tile index occurs otherwise than as its first
-        row: None here) were ``f``: a product whose rows and columns both have run-time sizes
-        had 48 copies of its micro-kernel, and a symbolic encoder's compile spent most of its
-        time in LLVM optimising them."""
+        few copies of the tile, none guarded: the ``n // f`` whole tiles, then the ``r = n %
+        f`` rows left in at most two tiles of ``h`` rows (``h`` a power of two): the largest
+        not above ``r`` where the whole tiles end, then, for the ``m`` rows left, the smallest
+        not below ``m``, ending at ``n`` (11 rows: 8, then 4 of which one is computed again,
+        with the same value). That is ``1 + log2(f)`` copies where one per remainder
+        (:meth:`exact_rows_tail`, kept where the tile index occurs otherwise than as its
+        first row: None here) were ``f``: a product whose rows and columns both have run-time
+        sizes had 48 copies of its micro-kernel, and a symbolic encoder's compile spent most
+        of its time in LLVM optimising them. (Shifting the whole last tile back instead
+        computes up to ``f - 1`` rows twice: 24 rows for 13.)"""
         v, idx = s.loop_var, n.dtype
 
         def const(x: int) -> E.PrimExpr:
             return E.IntImm(x, idx)
 
-        clamped = _ShiftColumns(v, f, n, base=E.min_(v * E.IntImm(f, v.dtype), n - const(f)))
-        tiles = clamped.visit(body)
-        if not clamped.ok:
-            return None
         heights = [1 << i for i in range(max(f - 1, 1).bit_length()) if 1 << i < f]
+        whole = S.For(v, 0, E.FloorDiv(n, const(f)), s.kind, body, s.thread_tag, notes)
+        if not heights:  # one-row tiles: no tile is partial
+            return whole
 
         def pick(m: E.PrimExpr, up: bool) -> E.PrimExpr:
             # the largest height <= m (up: the smallest >= m), for 1 <= m < f
@@ -821,8 +820,8 @@ class _Tails(IRMutator):
             return out
 
         t = E.Var(f"{v.name}_part", v.dtype)
-        first, left = E.Var(f"{v.name}_first", idx), E.Var(f"{v.name}_left", idx)
-        second = E.Var(f"{v.name}_second", idx)
+        rem, first = E.Var(f"{v.name}_rem", idx), E.Var(f"{v.name}_first", idx)
+        left, second = E.Var(f"{v.name}_left", idx), E.Var(f"{v.name}_second", idx)
         height, base = E.Var(f"{v.name}_rows", idx), E.Var(f"{v.name}_base", idx)
         chain: S.Stmt | None = None
         for h in heights:
@@ -832,17 +831,17 @@ class _Tails(IRMutator):
                 return None
             chain = _copy(tile, {}) if chain is None else S.IfThenElse(
                 E.EQ(height, const(h)), _copy(tile, {}), chain)
-        loop = S.For(v, 0, s.extent, s.kind, tiles, s.thread_tag, notes)
-        if chain is None:  # one-row tiles: no tile is partial
-            return loop
+        assert chain is not None
         is_first = E.EQ(t, E.IntImm(0, t.dtype))
         body_t = S.LetStmt(height, E.Select(is_first, first, second), S.LetStmt(
-            base, E.Select(is_first, const(0), n - second), chain))
+            base, E.Select(is_first, n - rem, n - second), chain))
         count = E.Select(E.GT(left, const(0)), E.IntImm(2, t.dtype), E.IntImm(1, t.dtype))
-        small = S.LetStmt(first, pick(n, up=False), S.LetStmt(
-            left, n - first, S.LetStmt(second, pick(E.max_(left, const(1)), up=True),
-                                       S.For(t, 0, count, S.ForKind.SERIAL, body_t))))
-        return S.IfThenElse(E.GE(n, const(f)), loop, S.IfThenElse(E.GT(n, const(0)), small))
+        tail = S.LetStmt(first, pick(rem, up=False), S.LetStmt(
+            left, rem - first, S.LetStmt(second, pick(E.max_(left, const(1)), up=True),
+                                         S.For(t, 0, count, S.ForKind.SERIAL, body_t))))
+        tail = S.LetStmt(rem, E.FloorMod(n, const(f)),
+                         S.IfThenElse(E.GT(rem, const(0)), tail))
+        return S.seq(whole, tail)
 
     def exact_rows_tail(self, v: E.Var, body: S.Stmt, n: E.PrimExpr, f: int) -> S.Stmt:
         """The last tile of ``n % f`` rows: one copy per remainder ``r``, in which ``n`` is
