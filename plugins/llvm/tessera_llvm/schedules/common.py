@@ -242,6 +242,31 @@ def injective_space(op: te.ComputeOp, cpu: CPUInfo, template: str = "injective",
     return space
 
 
+#: The annotation (a TE pragma) of a parallel loop whose stage has run-time extents:
+#: ``(work, least)``; :func:`~.dense.specialize_tails` makes it one task (run by the caller,
+#: no worker woken) at the sizes where ``work`` (an expression of the sizes: the stage's
+#: elements, or its products' operations) is below ``least``.
+PARALLEL_PRAGMA = "tessera.dense_parallel"
+
+
+def gate_parallel(stage: Any, loop: Any, op: te.ComputeOp, least: int,
+                  with_reduction: bool = False) -> None:
+    """Annotate the parallel ``loop`` of ``op``'s stage when ``op`` has run-time extents
+    (:data:`PARALLEL_PRAGMA`): its work (the output's elements, times the reduction's with
+    ``with_reduction``) decides at run time whether the loop is worth a parallel launch,
+    where a static stage decides at compile time (a symbolic stage is parallel at its
+    representative sizes: at a request of 5 tokens, 9 layer norms each woke the workers for
+    microseconds of work)."""
+    if not is_symbolic(op):
+        return
+    work: Any = IntImm(1, "int64")
+    axes = [*op.axis, *(op.reduce_axis if with_reduction else [])]
+    for a in axes:
+        ext = a.dom.extent
+        work = work * (IntImm(ext, "int64") if isinstance(ext, int) else ext)
+    stage.pragma(loop, PARALLEL_PRAGMA, (work, int(least)))
+
+
 def parallel_prefix(stage: Any, axes: list[Any], sizes: list[int], tasks: int) -> Any:
     """Fuse the fewest leading ``axes`` whose product reaches ``tasks`` and mark the result
     parallel (the remaining axes stay plain loops, free of div/mod)."""
@@ -294,7 +319,7 @@ def schedule_injective_stage(s: Any, op: te.ComputeOp, cfg: ScheduleConfig) -> N
     total = math.prod(shape)
     vec = int(cfg.get("vector_width", 1))
     if static_extent(axes[-1].dom.extent) is None:
-        _schedule_symbolic_last(stage, axes, shape, total, vec, cfg)
+        _schedule_symbolic_last(stage, op, axes, shape, total, vec, cfg)
         return
     if vec > 1 and shape[-1] % vec == 0:
         if vec < shape[-1]:
@@ -307,11 +332,13 @@ def schedule_injective_stage(s: Any, op: te.ComputeOp, cfg: ScheduleConfig) -> N
     else:
         outer_axes, outer_sizes = axes, shape
     if total >= int(cfg.get("parallel_min_elems", 16384)) and outer_axes:
-        parallel_prefix(stage, outer_axes, outer_sizes, int(cfg.get("parallel_tasks", 8)))
+        fused = parallel_prefix(stage, outer_axes, outer_sizes,
+                                int(cfg.get("parallel_tasks", 8)))
+        gate_parallel(stage, fused, op, int(cfg.get("parallel_min_elems", 16384)))
 
 
-def _schedule_symbolic_last(stage: Any, axes: list[Any], shape: list[int], total: int,
-                            vec: int, cfg: ScheduleConfig) -> None:
+def _schedule_symbolic_last(stage: Any, op: te.ComputeOp, axes: list[Any], shape: list[int],
+                            total: int, vec: int, cfg: ScheduleConfig) -> None:
     """:func:`schedule_injective_stage` of a stage whose last axis is a run-time size: that axis
     split by ``vec`` (guarded) and vectorized; the leading axes fused and parallel as for a
     static stage, or, without leading axes, the loop over the vectors itself (its guard stays
@@ -325,7 +352,9 @@ def _schedule_symbolic_last(stage: Any, axes: list[Any], shape: list[int], total
     elif not outer_axes:
         outer_axes, outer_sizes = axes, shape
     if total >= int(cfg.get("parallel_min_elems", 16384)) and outer_axes:
-        parallel_prefix(stage, outer_axes, outer_sizes, int(cfg.get("parallel_tasks", 8)))
+        fused = parallel_prefix(stage, outer_axes, outer_sizes,
+                                int(cfg.get("parallel_tasks", 8)))
+        gate_parallel(stage, fused, op, int(cfg.get("parallel_min_elems", 16384)))
 
 
 def reduce_space(op: te.ComputeOp, cpu: CPUInfo) -> ConfigSpace:
@@ -383,3 +412,5 @@ def schedule_reduce_stage(s: Any, op: te.ComputeOp, cfg: ScheduleConfig) -> None
             extents(op)) > 1:
         fused = stage.fuse(*axes) if len(axes) > 1 else axes[0]
         stage.parallel(fused)
+        gate_parallel(stage, fused, op, int(cfg.get("parallel_min_elems", 16384)),
+                      with_reduction=True)

@@ -41,6 +41,7 @@ from tessera.tir.functor import IRMutator, post_order_visit, rebuild, substitute
 from tessera.tir.transform._util import copy_with
 
 from .common import (
+    PARALLEL_PRAGMA,
     REPRESENTATIVE_SIZE,
     CPUInfo,
     extents,
@@ -264,10 +265,6 @@ def _symbolic_outer(ws: Any, outer: list[Any], ri: Any, ci: Any, mm: te.ComputeO
 #: The ``For`` annotation (a TE pragma) that :func:`specialize_tails` acts on: ``(mode, tile)``
 #: on a loop over ``ceil(n / tile)`` tiles of a run-time extent ``n``.
 TAIL_PRAGMA = "tessera.dense_tail"
-#: The annotation of a parallel loop over static tiles whose product has run-time sizes:
-#: ``(work, least)``; :func:`specialize_tails` runs it serially when ``work`` (the product's
-#: operations, an expression of the sizes) is below ``least`` (``parallel_min_flops``).
-PARALLEL_PRAGMA = "tessera.dense_parallel"
 #: Marks the loops over run-time lanes that :class:`_HoistLanes` moves (removed by it).
 _LANES = "tessera.dense_lanes"
 
@@ -291,8 +288,8 @@ def specialize_tails(func: S.PrimFunc) -> S.PrimFunc:
     (not from ``0``, an extent that is not ``(n + f - 1) // f``) keeps its guards. Functions
     without marks come back unchanged."""
     found: list[S.For] = []
-    post_order_visit(func.body, lambda n: found.append(n) if isinstance(n, S.For)
-                     and TAIL_PRAGMA in n.annotations else None)
+    post_order_visit(func.body, lambda n: found.append(n) if isinstance(n, S.For) and (
+        TAIL_PRAGMA in n.annotations or PARALLEL_PRAGMA in n.annotations) else None)
     if not found:
         return func
     return func.with_body(_Tails(func).visit(func.body))
@@ -767,10 +764,11 @@ class _Tails(IRMutator):
         return S.seq(whole, tail)
 
     def gated(self, s: S.For, work: E.PrimExpr, least: int) -> S.Stmt:
-        """The parallel loop ``s`` (a static extent ``T``) as ``T // c`` parallel tasks of
-        ``c`` iterations: ``c = 1`` where ``work >= least``, else ``c = T`` (one task, which
-        the thread pool runs in the calling thread without waking a worker)."""
-        if s.kind != S.ForKind.PARALLEL or not isinstance(s.extent, E.IntImm) or \
+        """The parallel loop ``s`` (extent ``T``, static or a run-time size) as ``T // c``
+        parallel tasks of ``c`` iterations: ``c = 1`` where ``work >= least``, else ``c =
+        max(T, 1)`` (one task, which the thread pool runs in the calling thread without
+        waking a worker)."""
+        if s.kind != S.ForKind.PARALLEL or not E.is_int(s.extent.dtype) or \
                 not (isinstance(s.min, E.IntImm) and s.min.value == 0):
             return s
         smallest = substitute(work, {v: 1 for v in self.size_vars})
@@ -785,7 +783,8 @@ class _Tails(IRMutator):
         inner = S.For(t, 0, c, S.ForKind.SERIAL, body)
         loop = S.For(p, 0, E.FloorDiv(total, c), S.ForKind.PARALLEL, inner, s.thread_tag,
                      s.annotations)
-        chunk = E.Select(E.GE(work, E.IntImm(least, work.dtype)), E.IntImm(1, v.dtype), total)
+        whole = total if isinstance(total, E.IntImm) else E.max_(total, E.IntImm(1, v.dtype))
+        chunk = E.Select(E.GE(work, E.IntImm(least, work.dtype)), E.IntImm(1, v.dtype), whole)
         return S.LetStmt(c, chunk, loop)
 
     def rows(self, s: S.For, body: S.Stmt, n: E.PrimExpr, f: int,

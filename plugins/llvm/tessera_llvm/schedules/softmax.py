@@ -22,7 +22,7 @@ from typing import Any
 from tessera import te
 from tessera.kernel.schedule import GroupContext
 
-from .common import extents, static_extent, workload_dims
+from .common import extents, gate_parallel, static_extent, workload_dims
 from .config import ConfigSpace
 
 #: Tags of the row form's stages, in the order they are computed within a row.
@@ -105,6 +105,7 @@ def schedule_softmax(ctx: GroupContext, out: te.ComputeOp) -> None:
             stage.vectorize(axes[-1])
     if math.prod(shape) >= int(cfg["parallel_min_elems"]) and math.prod(shape[:-1]) > 1:
         stage.parallel(par)
+        gate_parallel(stage, par, out, int(cfg["parallel_min_elems"]))
     by_tag = {}
     for op in ctx.ops:
         names = op.tag.split(",")
