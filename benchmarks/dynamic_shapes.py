@@ -55,6 +55,9 @@ def main() -> int:
     ap.add_argument("--sizes", default="1x7,3x32,8x64,1x128,1x384",
                     help="batch x seq, comma-separated")
     ap.add_argument("--shape-mode", default="auto", choices=("auto", "symbolic", "specialize"))
+    ap.add_argument("--dim-bounds", default="",
+                    help="upper bounds of the size variables, e.g. batch=8,seq=512 (default: "
+                         "what each model implies, else tessera's default)")
     ap.add_argument("--target", default="llvm")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=20)
@@ -82,7 +85,10 @@ def main() -> int:
         sess = ort_session(model, args.threads)
         start = time.perf_counter()
         try:
-            dyn = tessera.compile(str(path), args.target, shape_mode=args.shape_mode)
+            bounds = {k: (0, int(v)) for k, v in
+                      (item.split("=") for item in args.dim_bounds.split(",") if item)}
+            dyn = tessera.compile(str(path), args.target, shape_mode=args.shape_mode,
+                                  **({"dim_bounds": bounds} if bounds else {}))
         except Exception as e:  # noqa: BLE001 - one line per model
             print(f"{name:<16} compile failed: {type(e).__name__}: {str(e).splitlines()[0]}")
             continue
