@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import onnx
+import onnx.numpy_helper
 import pytest
 from onnx import TensorProto, helper
 
@@ -113,3 +114,40 @@ def test_compiling_a_reference_region_finds_the_blas_pools(
     assert found == [1]
     mod.run(x=np.ones((3, 8), np.float32))
     assert found == [1]  # not again at the first run
+
+
+def test_sizes_only_outputs_are_right_from_many_threads_at_many_sizes() -> None:
+    """The reference backend keeps a sizes-only node's outputs per binding (and per execution
+    state): threads calling one module at interleaved sizes each get their own size's."""
+    import threading
+
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Gather", ["shape", "one"], ["n"], axis=0),
+             helper.make_node("Range", ["zero", "n", "one"], ["pos"]),
+             helper.make_node("Cast", ["pos"], ["posf"], to=TensorProto.FLOAT),
+             helper.make_node("Add", ["x", "posf"], ["y"])]
+    inits = [onnx.numpy_helper.from_array(np.array(v, np.int64), k)
+             for k, v in (("zero", 0), ("one", 1))]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, "n"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, "n"])
+    model = helper.make_model(helper.make_graph(nodes, "pos", [x], [y], inits),
+                              opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    mod = tessera.compile(model, "ref", dim_bounds={"n": (0, 200)})
+    assert isinstance(mod, Module)
+    errors: list[str] = []
+
+    def worker(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        for _ in range(60):
+            n = int(rng.integers(0, 201))
+            xs = rng.standard_normal((2, n)).astype(np.float32)
+            got = mod.run(x=xs)["y"]
+            if not np.array_equal(got, xs + np.arange(n, dtype=np.float32)):
+                errors.append(f"n={n}")
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:5]

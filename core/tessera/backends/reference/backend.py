@@ -14,6 +14,7 @@ planned buffer (planned at the variables' bounds), shaped for those sizes.
 from __future__ import annotations
 
 import math
+import threading
 from functools import lru_cache
 from typing import Any
 
@@ -96,6 +97,7 @@ def _sizes_only_kernel(node: Node, names: list[str], static: Kernel) -> Kernel:
     outs_t = [v.type for v in node.outputs]
     name, op, attrs = node.name, node.op, dict(node.attrs)
     cache: dict[tuple[Any, ...], list[tuple[np.ndarray, np.ndarray]]] = {}
+    lock = threading.Lock()  # execution states of several threads share the kernel
 
     def compute(outs: list[Any], values: dict[str, int]) -> list[tuple[np.ndarray, np.ndarray]]:
         at = {k: substitute(a, values) for k, a in attrs.items()}
@@ -119,9 +121,10 @@ def _sizes_only_kernel(node: Node, names: list[str], static: Kernel) -> Kernel:
         pairs = cache.get(key)
         if pairs is None:
             pairs = compute(outs, {n: int(v) for n, v in zip(names, sizes)})
-            if len(cache) >= SIZES_ONLY_CACHE:
-                cache.pop(next(iter(cache)), None)
-            cache[key] = pairs  # the views keep their buffers alive: ids stay unique
+            with lock:
+                if len(cache) >= SIZES_ONLY_CACHE:
+                    cache.pop(next(iter(cache)), None)
+                cache[key] = pairs  # the views keep their buffers alive: ids stay unique
         for target, value in pairs:
             np.copyto(target, value)
 
