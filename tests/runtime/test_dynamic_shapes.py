@@ -424,3 +424,26 @@ def test_a_table_sliced_by_the_length_bounds_it_and_compiles_once() -> None:
         np.testing.assert_allclose(mod.run(x=xs)["y"], xs + table[:, :seq], rtol=1e-6)
     with pytest.raises(RunError, match="seq"):
         mod.run(x=np.zeros((1, 17, 4), np.float32))
+
+
+@pytest.mark.parametrize("target", _targets())
+def test_a_static_window_pool_in_ceil_mode_over_a_run_time_batch(target: str) -> None:
+    """EfficientNet's exported pooler: AveragePool with ``ceil_mode`` and a kernel wider than
+    its 2 x 2 input (one window) over a symbolic batch: the spatial sizes are static, so the
+    op's own (ceil-mode) rule gives them; one module, as onnxruntime at several batches."""
+    node = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[5, 5], strides=[5, 5],
+                            ceil_mode=1, count_include_pad=1, pads=[0, 0, 0, 0])
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 2, 2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3, 1, 1])
+    model = helper.make_model(helper.make_graph([node], "pool", [x], [y]),
+                              opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mod = tessera.compile(model, target)
+    assert isinstance(mod, Module)
+    rng = np.random.default_rng(8)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for batch in (1, 2, 5):
+        xs = rng.standard_normal((batch, 3, 2, 2)).astype(np.float32)
+        np.testing.assert_allclose(mod.run(x=xs)["y"], sess.run(None, {"x": xs})[0],
+                                   rtol=1e-5, atol=1e-6)

@@ -379,9 +379,15 @@ def conv_nchwc(x: TensorType, w: TensorType, b: TensorType | None = None, *,
 def _pool_dims(x: TensorType, kernel_shape: list[int], strides: list[int] | None,
                pads: list[int] | None, dilations: list[int] | None, ceil_mode: int,
                op: str, spatial: int) -> list[ShapeDim]:
-    if ceil_mode and not all(isinstance(d, int) for d in x.shape[2:2 + spatial]):
+    dims = x.shape[2:2 + spatial]
+    if all(isinstance(d, int) for d in dims):  # static windows (a run-time batch only)
+        n = len(dims)
+        return list(_pool.pool_output_shape(
+            [int(d) for d in dims], kernel_shape, list(strides or [1] * n),
+            list(pads or [0] * (2 * n)), list(dilations or [1] * n), ceil_mode, op))
+    if ceil_mode:
         raise OpError(f"{op}: ceil_mode over run-time spatial sizes is not supported")
-    return window_dims(x.shape[2:2 + spatial], kernel_shape, strides, pads, dilations, op)
+    return window_dims(dims, kernel_shape, strides, pads, dilations, op)
 
 
 @register_symbolic("MaxPool", "AveragePool", "LpPool")
