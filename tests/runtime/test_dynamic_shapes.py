@@ -447,3 +447,41 @@ def test_a_static_window_pool_in_ceil_mode_over_a_run_time_batch(target: str) ->
         xs = rng.standard_normal((batch, 3, 2, 2)).astype(np.float32)
         np.testing.assert_allclose(mod.run(x=xs)["y"], sess.run(None, {"x": xs})[0],
                                    rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("target", _targets())
+def test_a_resize_whose_sizes_keep_the_run_time_batch(target: str) -> None:
+    """SegFormer's decoder: ``Resize`` to ``concat(shape(x)[:2], [8, 8])`` over a symbolic
+    batch: the sizes hold ``batch`` (the input's own) and constants, so it imports and compiles
+    once; sizes that change a run-time size stay a compile-time error (then per size)."""
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Slice", ["shape", "zero1", "two1"], ["lead"]),
+             helper.make_node("Concat", ["lead", "hw"], ["sizes"], axis=0),
+             helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode="linear")]
+    inits = [numpy_helper.from_array(np.array([0], np.int64), "zero1"),
+             numpy_helper.from_array(np.array([2], np.int64), "two1"),
+             numpy_helper.from_array(np.array([8, 8], np.int64), "hw")]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 4, 5])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3, 8, 8])
+    model = helper.make_model(helper.make_graph(nodes, "resize", [x], [y], inits),
+                              opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mod = tessera.compile(model, target)
+    assert isinstance(mod, Module)
+    rng = np.random.default_rng(4)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for batch in (1, 3):
+        xs = rng.standard_normal((batch, 3, 4, 5)).astype(np.float32)
+        np.testing.assert_allclose(mod.run(x=xs)["y"], sess.run(None, {"x": xs})[0],
+                                   rtol=1e-5, atol=1e-5)
+    # sizes of a run-time spatial size: the batch doubled on axis 0 is not the input's own
+    doubled = onnx.ModelProto()
+    doubled.CopyFrom(model)
+    doubled.graph.node.insert(2, helper.make_node("Mul", ["lead", "two_one"], ["lead2"]))
+    doubled.graph.node[3].input[0] = "lead2"
+    doubled.graph.initializer.append(numpy_helper.from_array(np.array([2, 1], np.int64),
+                                                             "two_one"))
+    doubled.graph.output[0].type.tensor_type.shape.dim[0].dim_param = "b2"
+    with pytest.raises((CompileError, ModelImportError), match="sizes depends on the sizes"):
+        tessera.compile(doubled, target, shape_mode="symbolic")

@@ -20,9 +20,10 @@ from typing import Any
 import numpy as np
 
 from tessera import te, tir
+from tessera.ir.symbolic import dims_equal
 from tessera.topi import tag
 from tessera.topi.registry import register_compute
-from tessera.topi.utils import cast, clamp, const, shape_of
+from tessera.topi.utils import cast, clamp, const, dim_equal, dims_of, shape_of
 
 Expr = tir.PrimExpr
 F64 = "float64"
@@ -154,9 +155,9 @@ def resize(x: te.Tensor, sizes: list[int], scales: list[float], mode: str = "nea
     """ONNX Resize with static ``sizes`` (the output shape) and ``scales`` (used by the
     coordinate transformation). Nearest computes its indices inline; linear and cubic read
     per-axis ``(out_len, taps)`` tables of indices and weights (small computes of their own)."""
-    shape = shape_of(x)
+    shape = dims_of(x)  # a run-time size only on axes left as they are (a batch)
     resized = [a for a in range(len(shape))
-               if not (math.isclose(scales[a], 1.0) and shape[a] == sizes[a])]
+               if not (math.isclose(scales[a], 1.0) and dim_equal(shape[a], sizes[a]))]
     tables = {}
     if mode != "nearest":
         for a in resized:
@@ -197,13 +198,15 @@ def _supports(node: Any) -> str | None:
     if a.get("coordinate_transformation_mode") == "tf_crop_and_resize":
         return "coordinate_transformation_mode tf_crop_and_resize is not supported"
     shape = node.inputs[0].type.shape
-    if 0 in shape or 0 in a["sizes"]:
+    if any(isinstance(d, int) and d == 0 for d in (*shape, *a["sizes"])):
         return "empty tensors are not supported"
     if node.inputs[0].type.dtype.value == "bool":
         return "bool input is not supported"
     taps = 1
     for d, (n, s) in enumerate(zip(a["sizes"], a["scales"])):
-        if not (math.isclose(s, 1.0) and n == shape[d]):
+        if not (math.isclose(s, 1.0) and dims_equal(n, shape[d])):
+            if not (isinstance(n, int) and isinstance(shape[d], int)):
+                return "resizing an axis of run-time size is not supported"
             taps *= tap_count(a["mode"], s, bool(a["antialias"]))
     if taps > MAX_TAPS:
         return f"{taps} taps per output point exceed {MAX_TAPS}"

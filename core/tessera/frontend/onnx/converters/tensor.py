@@ -20,7 +20,7 @@ from tessera.frontend.onnx.converters.dynamic_slice import dynamic_slice_of
 from tessera.frontend.onnx.dtypes import onnx_dtype
 from tessera.frontend.onnx.registry import converter, simple
 from tessera.ir.graph import Value, contents_of
-from tessera.ir.symbolic import is_dim_expr
+from tessera.ir.symbolic import dim_str, dims_equal, is_dim_expr
 from tessera.ir.types import DType, TensorType
 from tessera.ops.registry import normalize_axis
 
@@ -528,7 +528,8 @@ def _resize(ctx: ConvertContext, x: Value, *, mode: str, scales: list[float] | N
         out = list(in_shape)
         for a, s in zip(axes, sizes):
             out[a] = s
-        full_scales = [out[i] / in_shape[i] if in_shape[i] else 1.0 for i in range(rank)]
+        full_scales = [1.0 if is_dim_expr(out[i]) or is_dim_expr(in_shape[i])
+                       else out[i] / in_shape[i] if in_shape[i] else 1.0 for i in range(rank)]
         if policy != "stretch":
             pick = min if policy == "not_larger" else max
             if policy not in ("not_larger", "not_smaller"):
@@ -567,16 +568,38 @@ def _resize(ctx: ConvertContext, x: Value, *, mode: str, scales: list[float] | N
                   roi=full_roi)
 
 
+def _kept_sizes(ctx: ConvertContext, x: Value, contents: list[Any], attrs: Attrs) -> list[Any]:
+    """Resize ``sizes`` holding size expressions (a graph with symbolic shapes): taken where
+    every expression is the input's own dimension on its axis (a run-time batch resized by
+    1); any other is the usual error (the op needs the sizes at compile time)."""
+    rank = len(x.type.shape)
+    axes = [normalize_axis(a, rank) for a in attrs.get("axes", range(rank))]
+    if len(contents) == len(axes) and all(
+            not is_dim_expr(c) or dims_equal(c, x.type.shape[a])
+            for c, a in zip(contents, axes)):
+        return list(contents)
+    raise ctx.error(f"sizes depends on the sizes ({', '.join(map(dim_str, contents))}); this "
+                    f"op needs it as a compile-time constant (import with fixed input_shapes)")
+
+
 @converter("Resize", since=11)
 def convert_resize_11(ctx: ConvertContext, inputs: Inputs, attrs: Attrs) -> Value:
     x = inputs[0]
     assert x is not None
     ctm = attrs.get("coordinate_transformation_mode", "half_pixel")
     roi_v = _present(_input(inputs, 1)) if ctm == "tf_crop_and_resize" else None
+    sizes_v = _present(_input(inputs, 3))
+    sized: list[Any] | None = None
+    if sizes_v is not None and sizes_v.data is None and not sizes_v.is_held:
+        contents = contents_of(sizes_v)  # sizes read from a symbolic shape
+        if contents is not None and any(is_dim_expr(c) for c in contents):
+            sized, sizes_v = _kept_sizes(ctx, x, contents, attrs), None
     roi_d, scales_d, sizes_d = const_operands(ctx, (roi_v, "roi"),
                                               (_present(_input(inputs, 2)), "scales"),
-                                              (_present(_input(inputs, 3)), "sizes"))
+                                              (sizes_v, "sizes"))
     roi, scales, sizes = _floats(roi_d), _floats(scales_d), _ints(sizes_d)
+    if sized is not None:
+        sizes = sized
     if scales is not None and sizes is not None:
         raise ctx.error("only one of scales and sizes may be given")
     return _resize(ctx, x, mode=attrs.get("mode", "nearest"), scales=scales, sizes=sizes,
