@@ -205,8 +205,7 @@ def _supports(node: Any) -> str | None:
     taps = 1
     for d, (n, s) in enumerate(zip(a["sizes"], a["scales"])):
         if not (math.isclose(s, 1.0) and dims_equal(n, shape[d])):
-            if not (isinstance(n, int) and isinstance(shape[d], int)):
-                return "resizing an axis of run-time size is not supported"
+            # (an axis of run-time size resized: the backend refuses it, naming the node)
             taps *= tap_count(a["mode"], s, bool(a["antialias"]))
     if taps > MAX_TAPS:
         return f"{taps} taps per output point exceed {MAX_TAPS}"

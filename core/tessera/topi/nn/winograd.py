@@ -25,7 +25,11 @@ Stages of :func:`conv2d_winograd_NCHWc` (tags in quotes; the schedule finds them
 
 The tiles ``p = (n * tH + th) * tW + tw`` are numbered over the batch and both spatial tile
 axes, rounded up to ``P`` (a multiple of ``tile_multiple``, so a schedule's register tile over
-tiles needs no tail); the extra tiles repeat the last one and are never read. Every transform
+tiles needs no tail); the extra tiles repeat the last one and are never read. Over a run-time
+batch, height or width the tile rows, columns and count are expressions of the sizes (the
+count not rounded up: a schedule's register tile over it has a run-time tail) and the input is
+padded ``m - 1`` rows and columns past the convolution's own padding (enough for the partial
+last tiles); the output stage covers exactly the output. Every transform
 is written out term by term from the matrices (no multiplication by 0 or 1): the element a
 stage computes is picked by a ``select`` on its transform index, which folds away once the
 schedule unrolls that index.
@@ -41,9 +45,22 @@ import numpy as np
 from tessera import te, tir
 from tessera.ir.types import DType
 from tessera.ops.spatial import conv_output_shape
-from tessera.topi.nn.conv2d import expand_pads
+from tessera.topi.nn.conv2d import conv_output_dims, expand_pads
 from tessera.topi.transform import pad
-from tessera.topi.utils import add, cast, compute_dtype, mul, named_axes, read, shape_of
+from tessera.topi.utils import (
+    Dim,
+    add,
+    as_dim,
+    cast,
+    compute_dtype,
+    dim_prod,
+    dims_of,
+    is_static,
+    mul,
+    named_axes,
+    read,
+    shape_of,
+)
 
 Expr = tir.PrimExpr
 
@@ -150,6 +167,8 @@ def conv2d_winograd_NCHWc(data: te.Tensor, weight: te.Tensor,  # noqa: N802
     output ``(N, OCC, OH, OW, ob)``. See the module doc for the stages; ``attrs`` are added to
     the output stage's attrs (a backend's facts about the direct convolution it replaces), on
     top of ``pads``, ``tile`` (m), ``tiles`` ``(tH, tW, P)``, ``out_hw``, ``out_dtype``."""
+    if not is_static(dims_of(data)):
+        return _conv2d_winograd_runtime(data, weight, pads, m, out_dtype, attrs)
     dshape, wshape = shape_of(data), shape_of(weight)
     alpha = m + 2
     if len(dshape) != 5 or len(wshape) != 6 or wshape[:2] != (alpha, alpha):
@@ -230,6 +249,100 @@ def conv2d_winograd_NCHWc(data: te.Tensor, weight: te.Tensor,  # noqa: N802
                       name="conv2d_NCHWc_winograd", tag="conv2d_NCHWc_winograd", attrs=info)
 
 
+def _ceil_dim(d: Dim, f: int) -> Dim:
+    """``ceil(d / f)`` of a dimension (an int when ``d`` is)."""
+    if isinstance(d, int):
+        return -(-d // f)
+    return as_dim((tir.convert(d, "int64") + (f - 1)) // f)
+
+
+def _conv2d_winograd_runtime(data: te.Tensor, weight: te.Tensor, pads: int | Sequence[int],
+                             m: int, out_dtype: str | None,
+                             attrs: dict[str, Any] | None) -> te.Tensor:
+    """:func:`conv2d_winograd_NCHWc` over run-time batch, height or width (index
+    expressions): the tile rows and columns are ceil-divisions of the output's size
+    expressions, the input is padded past whole tiles (the partial last tiles read zeros), the
+    tile count ``P`` is the real one (``tile_multiple`` unused), and the output stage covers
+    exactly the output, so a schedule that splits it into ``m x m`` tiles stores only the
+    pixels inside."""
+    dshape, wshape = dims_of(data), shape_of(weight)
+    alpha = m + 2
+    if len(dshape) != 5 or len(wshape) != 6 or wshape[:2] != (alpha, alpha):
+        raise ValueError(f"conv2d_winograd_NCHWc: data {list(dshape)} must be 5-D and weight "
+                         f"{list(wshape)} ({alpha}, {alpha}, OCC, ICC, ib, ob)")
+    batch, icc_n, h, w, ib_n = dshape
+    _, _, occ_n, wicc, wib, ob_n = wshape
+    if (wicc, wib) != (icc_n, ib_n):
+        raise ValueError(f"conv2d_winograd_NCHWc: weight {list(wshape)} does not fit data "
+                         f"{list(dshape)}")
+    acc = out_dtype or data.dtype
+    p = expand_pads(pads, 2)
+    oh, ow = conv_output_dims([h, w], [3, 3], [1, 1], p, [1, 1])
+    t_h, t_w = _ceil_dim(oh, m), _ceil_dim(ow, m)
+    # the tiles are not rounded up (``tile_multiple`` unused): a schedule's register tile
+    # over them has a run-time tail (tessera_llvm's winograd schedule specialises it)
+    tiles = dim_prod([batch, t_h, t_w])
+    at, _, bt = winograd_matrices(m)
+    # padded to at least whole tiles, (tH - 1) * m + alpha rows: the last tile reaches
+    # ``tH * m - OH <= m - 1`` rows past the output, so a constant ``m - 1`` more than the
+    # convolution's own padding after suffices (and keeps the extents free of ceil-divisions)
+    padded = pad(data, [0, 0, p[0], p[1], 0], [0, 0, p[2] + m - 1, p[3] + m - 1, 0], 0,
+                 name="data_pad")
+    per_image = dim_prod([t_h, t_w])
+
+    def tile_origin(tile: Any) -> tuple[Expr, Expr, Expr]:
+        n = tile // per_image if not (isinstance(batch, int) and batch == 1) else tir.const(0)
+        return n, (tile // t_w) % t_h, tile % t_w
+
+    def rows_body(icc: Any, tile: Any, eps: Any, s: Any, ib: Any) -> Expr:
+        n, th, tw = tile_origin(tile)
+        col = add(mul(tw, m), s)
+        terms = [cast(padded[n, icc, add(mul(th, m), r), col, ib], acc) for r in range(alpha)]
+        return _pick(eps, [_combination(bt[e], terms, acc) for e in range(alpha)])
+
+    rows = te.compute((icc_n, tiles, alpha, alpha, ib_n),
+                      named_axes(rows_body, ["icc", "tile", "eps", "s", "ib"]),
+                      name="winograd_input_rows", tag="winograd_input_rows")
+
+    def input_body(eps: Any, nu: Any, icc: Any, tile: Any, ib: Any) -> Expr:
+        terms = [rows[icc, tile, eps, s, ib] for s in range(alpha)]
+        return _pick(nu, [_combination(bt[k], terms, acc) for k in range(alpha)])
+
+    v = te.compute((alpha, alpha, icc_n, tiles, ib_n),
+                   named_axes(input_body, ["eps", "nu", "icc", "tile", "ib"]),
+                   name="winograd_input", tag="winograd_input")
+    rc = te.reduce_axis((0, icc_n), name="icc")
+    rb = te.reduce_axis((0, ib_n), name="ib")
+
+    def gemm_body(eps: Any, nu: Any, occ: Any, tile: Any, ob: Any) -> Expr:
+        return te.sum(v[eps, nu, rc, tile, rb] * cast(weight[eps, nu, occ, rc, rb, ob], acc),
+                      axis=[rc, rb])
+
+    prod = te.compute((alpha, alpha, occ_n, tiles, ob_n),
+                      named_axes(gemm_body, ["eps", "nu", "occ", "tile", "ob"]),
+                      name="winograd_gemm", tag="winograd_gemm",
+                      attrs={"tile": m, "reduce_roles": ("icc", "ib")})
+
+    def out_rows_body(n: Any, occ: Any, th: Any, tw: Any, mh: Any, nu: Any, ob: Any) -> Expr:
+        tile = (n * t_h + th) * t_w + tw
+        terms = [prod[e, nu, occ, tile, ob] for e in range(alpha)]
+        return _pick(mh, [_combination(at[k], terms, acc) for k in range(m)])
+
+    out_rows = te.compute((batch, occ_n, t_h, t_w, m, alpha, ob_n),
+                          named_axes(out_rows_body, ["n", "occ", "th", "tw", "mh", "nu", "ob"]),
+                          name="winograd_output_rows", tag="winograd_output_rows")
+
+    def out_body(n: Any, occ: Any, y: Any, x: Any, ob: Any) -> Expr:
+        terms = [out_rows[n, occ, y // m, x // m, y % m, nu, ob] for nu in range(alpha)]
+        return _pick(x % m, [_combination(at[k], terms, acc) for k in range(m)])
+
+    info = {"pads": tuple(p), "tile": m, "tiles": (t_h, t_w, tiles), "out_hw": (oh, ow),
+            "out_dtype": acc, "data": data, "data_pad": padded, "kernel": weight,
+            "strides": (1, 1), "dilation": (1, 1), "kernel_size": (3, 3), "groups": 1,
+            **(attrs or {})}
+    return te.compute((batch, occ_n, oh, ow, ob_n),
+                      named_axes(out_body, ["n", "oc_chunk", "oh", "ow", "oc_block"]),
+                      name="conv2d_NCHWc_winograd", tag="conv2d_NCHWc_winograd", attrs=info)
 
 
 def conv_nchwc_winograd(inputs: list[Any], attrs: dict[str, Any],
@@ -252,7 +365,7 @@ def conv_nchwc_winograd(inputs: list[Any], attrs: dict[str, Any],
     facts = {"reduce_extents": (icc, 3, 3, ib),
              "block_weight_bytes": icc * 9 * ib * ob * DType(w.dtype).itemsize,
              "flat_spatial": bool(attrs.get("flat_spatial", False)),
-             "ic_bn": ib, "oc_bn": ob, "data_block": shape_of(x)[4], "layout": f"NCHW{ib}c"}
+             "ic_bn": ib, "oc_bn": ob, "data_block": dims_of(x)[4], "layout": f"NCHW{ib}c"}
     y = conv2d_winograd_NCHWc(x, w, attrs.get("pads") or 0, int(m),
                               int(attrs.get("winograd_multiple", 1)), acc, facts)
     out = out_types[0].dtype.value

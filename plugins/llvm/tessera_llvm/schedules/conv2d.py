@@ -233,10 +233,17 @@ def is_symbolic(conv: te.ComputeOp) -> bool:
     return any(static_extent(a.dom.extent) is None for a in conv.axis)
 
 
+#: Whether a 3x3 stride-1 convolution over run-time sizes may take the Winograd template
+#: (:func:`symbolic_conv_space`; :mod:`.winograd` over run-time tile counts).
+SYMBOLIC_WINOGRAD = True
+
+
 def symbolic_conv_space(conv: te.ComputeOp, cpu: CPUInfo) -> ConfigSpace:
     """The knobs of a blocked convolution over run-time sizes (batch, height, width; the
     channels and the kernel are static): row tiles only (a flat tile divides by the width),
-    no Winograd, no cache blocking or weight prefetching. The register tile is
+    no cache blocking or weight prefetching; an eligible 3x3 stride-1 convolution gets the
+    knob ``template`` and the Winograd knobs as a static one does (:mod:`.winograd`, its
+    tile count a run-time expression), chosen at the representative sizes. The register tile is
     :func:`tile_plan`'s row tile at the :func:`~.common.representative` sizes (the bounds, when
     known); over a run-time width its column count is the register file's limit (at most the
     width's bound): a fixed tile whose last, partial one :func:`schedule_conv` leaves to
@@ -245,10 +252,14 @@ def symbolic_conv_space(conv: te.ComputeOp, cpu: CPUInfo) -> ConfigSpace:
     red = _reduce_extents(conv)
     space = ConfigSpace(TAG, (workload_dims(conv.axis), tuple(red.values()),
                               conv.attrs.get("strides")))
-    depthwise = conv.tag != TAG
+    depthwise = conv.tag not in (TAG, winograd.TAG)
     dtype = conv.output(0).dtype
     plan = tile_plan(occ, oh, ow, ob, dtype, cpu, depthwise, _block_weight_bytes(conv))
     oc_tile, reg_n = plan.row_oc_tile, plan.row_n
+    wino = SYMBOLIC_WINOGRAD and winograd.eligible(conv)
+    if wino:
+        winograd.define_template(space, n, occ, oh, ow, ob, red["icc"] * red["ib"], cpu)
+    direct = dict(winograd.DIRECT_ONLY) if wino else {}
     if static_extent(conv.axis[3].dom.extent) is None:
         weights = oc_tile * max(1, -(-ob // cpu.lanes_for(dtype)))
         limit = cpu.max_accumulators(weights + 1, cap=CONV_MAX_ACCUMULATORS) // weights
@@ -256,15 +267,22 @@ def symbolic_conv_space(conv: te.ComputeOp, cpu: CPUInfo) -> ConfigSpace:
     space.define("reg_n", sorted({d for d in (1, 2, 4, 6, 8, 12, 16) if d <= max(ow, reg_n)}
                                  | {reg_n}), reg_n,
                  "output columns per register tile (a run-time width: its last, partial tile "
-                 "one copy per remainder)")
+                 "one copy per remainder)", when=direct)
     space.define("flat_tiles", [False], False, "register tiles of consecutive pixels (never "
-                 "over run-time sizes)")
+                 "over run-time sizes)", when=direct)
     space.define("oc_tile", [d for d in (1, 2, 4) if occ % d == 0], oc_tile,
-                 "output-channel blocks per register tile (they share each input broadcast)")
+                 "output-channel blocks per register tile (they share each input broadcast)",
+                 when=direct)
     space.define("unroll_kw", [False, True] if not depthwise and red.get("kw", 1) > 1
-                 else [False], False, "unroll the kernel-column loop")
+                 else [False], False, "unroll the kernel-column loop", when=direct)
     space.define("pad_parallel", [True, False] if any(conv.attrs.get("pads") or ()) else [True],
-                 True, "materialise padding with a parallel loop")
+                 True, "materialise padding with a parallel loop", when=direct)
+    if wino:
+        # the tile at half the representative (largest) sizes, a typical size of the range:
+        # F(4x4) where even that is large (F(4x4) streams 2.25 times the transformed weights,
+        # which a few tiles per image do not repay: see :mod:`.winograd`'s measurements)
+        winograd.define_knobs(space, n, occ, max(1, oh // 2), max(1, ow // 2), ob,
+                              red["icc"] * red["ib"], cpu)
     return space
 
 

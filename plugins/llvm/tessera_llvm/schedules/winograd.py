@@ -23,6 +23,16 @@ transformed at compile time and this schedule applies:
 * the output transform fused with the epilogue: per (image, output-channel block, tile row)
   task and tile, ``A^T M`` into ``m x alpha`` vectors, then ``(A^T M) A`` with the bias,
   residual and activation applied as the ``m x m`` outputs are stored.
+
+Over run-time batch, height or width (a symbolic module) the same schedule applies to the
+compute's run-time form (:func:`tessera.topi.nn.winograd.conv2d_winograd_NCHWc`): the tile
+rows, columns and count are expressions of the sizes; the product walks the tiles ``reg_n``
+at a time, its last, partial group of tiles one copy per remainder
+(:func:`~.conv2d.specialize_width_tails`: no guard in its loops), and the output's split into
+``m x m`` tiles guards the stores of the partial last tiles (only pixels inside are stored).
+Those copies and guards make a symbolic CNN's code large: the serving CNN's compile takes
+about 19 s against 8 s without Winograd (a static compile: about 2 s).
+The knobs are chosen at the representative sizes (:func:`~.conv2d.symbolic_conv_space`).
 """
 
 from __future__ import annotations
@@ -31,7 +41,7 @@ from typing import Any
 
 from tessera import te
 
-from .common import CPUInfo
+from .common import CPUInfo, static_extent
 from .config import ConfigSpace, ScheduleConfig
 
 TAG = "conv2d_NCHWc_winograd"
@@ -239,6 +249,14 @@ def schedule_winograd(s: Any, conv: te.ComputeOp, ops: list[te.ComputeOp],
     # the batched product: register tiles of oc_tile blocks x reg_n tiles per position
     reg_n = int(cfg.get("winograd_reg_n", 8))
     oc_tile = int(cfg.get("winograd_oc_tile", 1))
+    if static_extent(prod.axis[3].dom.extent) is None:
+        _schedule_runtime_product(s, prod, reg_n, oc_tile)
+    else:
+        _schedule_product(s, prod, reg_n, oc_tile)
+    _schedule_output(s, conv, ops, out, pad, out_rows, m)
+
+
+def _schedule_product(s: Any, prod: te.ComputeOp, reg_n: int, oc_tile: int) -> None:
     acc = s.cache_write(prod.output(0), "local").op
     sp = s[prod]
     eps, nu, occ, tile, ob = prod.axis
@@ -257,6 +275,35 @@ def schedule_winograd(s: Any, conv: te.ComputeOp, ops: list[te.ComputeOp],
     sa.unroll(a_tile)
     sa.vectorize(a_ob)
 
+
+def _schedule_runtime_product(s: Any, prod: te.ComputeOp, reg_n: int, oc_tile: int) -> None:
+    """The batched product over a run-time tile count: parallel over (position,
+    output-channel tile), each task's tiles ``reg_n`` at a time, the last, partial register
+    tile one copy per remainder (:func:`~.conv2d.specialize_width_tails`, no guards)."""
+    from .conv2d import WIDTH_TAIL_PRAGMA  # conv2d imports this module
+
+    acc = s.cache_write(prod.output(0), "local").op
+    sp = s[prod]
+    eps, nu, occ, tile, ob = prod.axis
+    occo, occi = sp.split(occ, factor=oc_tile)
+    to, ti = sp.split(tile, factor=reg_n)
+    sp.reorder(eps, nu, occo, to, occi, ti, ob)
+    par = sp.fuse(eps, nu, occo)
+    sp.parallel(par)
+    sp.pragma(to, WIDTH_TAIL_PRAGMA, (reg_n, tile.dom.extent))
+    sp.vectorize(ob)
+    sa = s[acc]
+    sa.compute_at(sp, to)
+    _, _, a_occ, a_tile, a_ob = acc.axis
+    r_icc, r_ib = acc.reduce_axis
+    sa.reorder(r_icc, r_ib, a_occ, a_tile, a_ob)
+    sa.unroll(a_occ)
+    sa.unroll(a_tile)
+    sa.vectorize(a_ob)
+
+
+def _schedule_output(s: Any, conv: te.ComputeOp, ops: list[te.ComputeOp], out: te.ComputeOp,
+                     pad: Any, out_rows: te.ComputeOp, m: int) -> None:
     # output transform and epilogue: per (image, output-channel block, tile row) task
     for op in ops:
         if op is not out and not op.reduce_axis and op.tag not in STAGES \
