@@ -323,3 +323,15 @@ def test_features_of_symbolic_functions() -> None:
     assert values["loop0_extent"] == pytest.approx(np.log2(1 + 64))
     lowered = tir.transform.lower_pipeline(f)
     assert len(loop_features(lowered)) == len(FEATURE_NAMES)
+
+
+def test_division_bounds_of_nested_divisions() -> None:
+    """``((w + 3) // 4) * 4 + 1 - w`` with ``w = (x + 1) // 2`` (a CNN's width after a
+    stride-2 layer, rounded up to whole tiles): rewriting the outer division cancels the ``w``
+    term the inner one had, and the bound must still come out (it is at least 1)."""
+    x = tir.Var("x")
+    two, four = tir.IntImm(2, "int64"), tir.IntImm(4, "int64")
+    w = tir.expr.FloorDiv(x + 1, two)
+    e = tir.expr.FloorDiv(w + 3, four) * 4 + 1 - w
+    assert can_prove(e >= 1)
+    assert simplify(e < 0).value == 0

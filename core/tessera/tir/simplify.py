@@ -316,8 +316,13 @@ class Simplifier(IRMutator):
             c = d.b.value
             scale = math.lcm(scale, c // math.gcd(c, coef))
         q = p.scale(scale)
-        for key, coef, d in divs:
-            k = coef * scale // d.b.value
+        for key, _, d in divs:
+            # the term's coefficient now: an earlier rewrite may have changed or cancelled it
+            # (``(w + 3) // 4`` with ``w`` itself a division among the terms)
+            current = q.terms.get(key)
+            if current is None or current[0] % d.b.value:
+                continue  # left as it is: still bounded, less tightly
+            k = current[0] // d.b.value
             del q.terms[key]
             q._iadd(to_poly(d.a).scale(k))
             q._iadd(Poly.atom(E.FloorMod(d.a, d.b)).scale(-k))
