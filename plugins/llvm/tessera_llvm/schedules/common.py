@@ -242,6 +242,11 @@ def injective_space(op: te.ComputeOp, cpu: CPUInfo, template: str = "injective",
     return space
 
 
+#: The ``For`` annotation (a TE pragma) of a loop over the tiles of a run-time extent that
+#: :func:`~.conv2d.specialize_width_tails` splits into whole tiles and one copy per remainder:
+#: ``(f, n)``, the tile's width and the extent (an expression of sizes): a convolution's row of
+#: column tiles, a Winograd product's tiles.
+WIDTH_TAIL_PRAGMA = "tessera.conv_width_tail"
 #: The annotation (a TE pragma) of a parallel loop whose stage has run-time extents:
 #: ``(work, least)``; :func:`~.dense.specialize_tails` makes it one task (run by the caller,
 #: no worker woken) at the sizes where ``work`` (an expression of the sizes: the stage's

@@ -32,7 +32,7 @@ from tessera.tir.functor import IRMutator, post_order_visit, rebuild
 from tessera.tir.transform._util import copy_with
 
 from . import winograd
-from .common import CPUInfo, extents, static_extent, workload_dims
+from .common import WIDTH_TAIL_PRAGMA, CPUInfo, extents, static_extent, workload_dims
 from .config import ConfigSpace, ScheduleConfig, divisors, largest_divisor
 
 TAG = "conv2d_NCHWc"
@@ -343,9 +343,6 @@ def _schedule_symbolic(s: Any, conv: te.ComputeOp, out: te.ComputeOp, cfg: Sched
     cs.vectorize(cob)
 
 
-#: The ``For`` annotation (a TE pragma) of the loop over a row's column tiles where the width
-#: is a run-time size: ``(f, n)``, the tile's width and the row's (an expression of sizes).
-WIDTH_TAIL_PRAGMA = "tessera.conv_width_tail"
 
 
 def specialize_width_tails(func: S.PrimFunc) -> S.PrimFunc:

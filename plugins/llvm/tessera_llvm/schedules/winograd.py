@@ -41,7 +41,7 @@ from typing import Any
 
 from tessera import te
 
-from .common import CPUInfo, static_extent
+from .common import WIDTH_TAIL_PRAGMA, CPUInfo, static_extent
 from .config import ConfigSpace, ScheduleConfig
 
 TAG = "conv2d_NCHWc_winograd"
@@ -280,8 +280,6 @@ def _schedule_runtime_product(s: Any, prod: te.ComputeOp, reg_n: int, oc_tile: i
     """The batched product over a run-time tile count: parallel over (position,
     output-channel tile), each task's tiles ``reg_n`` at a time, the last, partial register
     tile one copy per remainder (:func:`~.conv2d.specialize_width_tails`, no guards)."""
-    from .conv2d import WIDTH_TAIL_PRAGMA  # conv2d imports this module
-
     acc = s.cache_write(prod.output(0), "local").op
     sp = s[prod]
     eps, nu, occ, tile, ob = prod.axis
