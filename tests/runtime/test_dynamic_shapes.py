@@ -485,3 +485,32 @@ def test_a_resize_whose_sizes_keep_the_run_time_batch(target: str) -> None:
     doubled.graph.output[0].type.tensor_type.shape.dim[0].dim_param = "b2"
     with pytest.raises((CompileError, ModelImportError), match="sizes depends on the sizes"):
         tessera.compile(doubled, target, shape_mode="symbolic")
+
+
+def test_default_bounds_hold_a_batch_small_while_the_lengths_grow() -> None:
+    """No bounds given or implied: a ``[batch, seq]`` model whose activations are ``batch *
+    seq * 16384`` floats (1 GiB at 16384 positions) gets ``batch <= 8`` and the rest to
+    ``seq`` (1024), not 64 each; a variable that is not only a first dimension grows with
+    the others."""
+    from tessera.frontend.onnx.dim_bounds import BATCH_DEFAULT, model_dim_bounds
+
+    wide = numpy_helper.from_array(np.ones((1, 1, 16384), np.float32), "wide")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 16384])
+    model = helper.make_model(
+        helper.make_graph([helper.make_node("Mul", ["x", "wide"], ["y"])], "wide", [x], [y],
+                          [wide]),
+        opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    specs = model_input_specs(model, None, None)
+    bounds, notes, _ = model_dim_bounds(model, specs)
+    assert bounds == {"batch": (0, BATCH_DEFAULT), "seq": (0, 1024)}
+    assert "a batch" in notes["batch"] and "a batch" not in notes["seq"]
+    # the same sizes on both axes of a square input: no batch-like variable, one shared size
+    sq = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", "n", 1])
+    sy = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", "n", 16384])
+    square = helper.make_model(
+        helper.make_graph([helper.make_node("Mul", ["x", "wide"], ["y"])], "sq", [sq], [sy],
+                          [wide]),
+        opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    bounds, _, _ = model_dim_bounds(square, model_input_specs(square, None, None))
+    assert bounds == {"n": (0, 64)}

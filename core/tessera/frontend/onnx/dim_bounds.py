@@ -10,8 +10,11 @@ A module compiled once for every size plans its memory at the variables' upper b
 3. a default: the largest power of two, at most :data:`DEFAULT_CEILING`, at which the
    model's live activations (at the busiest node of the ONNX graph's order, 4 bytes an
    element: about what the planned arena holds) stay within :data:`ACTIVATION_BUDGET`, the
-   other variables at their upper bounds. The variables left for the default share one
-   size.
+   other variables at their upper bounds. A batch-like variable (the first dimension of
+   every input that uses it) is held at :data:`BATCH_DEFAULT` while the others grow
+   together, and then grows alone while the activations fit: a service's batches are few
+   requests, its lengths long (GPT-2's logits would otherwise cap batch and length at 64
+   each; this gives 8 and 512).
 
 The low end is 0 (an empty batch, no detections) unless the caller says otherwise.
 :func:`model_dim_bounds` returns the bounds and a note per variable saying which of the three
@@ -32,12 +35,14 @@ from tessera.frontend.onnx.symbolic_eval import relations_check, to_python, vari
 from tessera.frontend.onnx.symbolic_shapes import Relation, SymValue, model_symbolic
 from tessera.ir.symbolic import InputSpec, check_bounds
 
-__all__ = ["ACTIVATION_BUDGET", "DEFAULT_CEILING", "model_dim_bounds"]
+__all__ = ["ACTIVATION_BUDGET", "BATCH_DEFAULT", "DEFAULT_CEILING", "model_dim_bounds"]
 
 #: The activations' estimated size (bytes) the default bounds stay within.
 ACTIVATION_BUDGET = 1 << 30
 #: The largest default upper bound of a variable.
 DEFAULT_CEILING = 4096
+#: A batch-like variable's bound while the other defaults grow (then it grows itself).
+BATCH_DEFAULT = 8
 #: The largest size probed for a bound the model implies.
 _PROBE_LIMIT = 1 << 24
 
@@ -71,11 +76,26 @@ def model_dim_bounds(proto: onnx.ModelProto, specs: Sequence[InputSpec],
             notes[v] = f"from the model ({implied[1]})"
     left = [v for v in variables if v not in bounds]
     if left:
-        size = _default_size(left, bounds, _peak_activation_bytes(nodes, values, specs))
+        estimate = _peak_activation_bytes(nodes, values, specs)
+        batch = [v for v in left if _batch_like(v, specs)]
+        rest = [v for v in left if v not in batch]
+        if batch and rest:
+            held = {**bounds, **{v: (0, BATCH_DEFAULT) for v in batch}}
+            size = _default_size(rest, held, estimate)
+            for v in rest:
+                bounds[v] = (0, size)
+            size = max(_default_size(batch, bounds, estimate), BATCH_DEFAULT)
+            for v in batch:
+                bounds[v] = (0, size)
+        else:
+            size = _default_size(left, bounds, estimate)
+            for v in left:
+                bounds[v] = (0, size)
         for v in left:
-            bounds[v] = (0, size)
             notes[v] = (f"default: the largest power of two up to {DEFAULT_CEILING} whose "
-                        f"activations fit in {ACTIVATION_BUDGET >> 20} MiB")
+                        f"activations fit in {ACTIVATION_BUDGET >> 20} MiB"
+                        + (f" (a batch: the other sizes first, at {BATCH_DEFAULT})"
+                           if v in batch and rest else ""))
     return {v: bounds[v] for v in variables}, {v: notes[v] for v in variables}, relations
 
 
@@ -106,6 +126,13 @@ def _implied_upper(var: str, relations: Sequence[Relation]) -> tuple[int, str] |
         return None  # not a plain upper limit (every other size, say)
     broken = check({var: good + 1}) or ""
     return good, broken.split(";")[0]
+
+
+def _batch_like(var: str, specs: Sequence[InputSpec]) -> bool:
+    """Whether ``var`` is the first dimension of every input that uses it, and nothing else
+    there."""
+    uses = [i for spec in specs for i, d in enumerate(spec.dims) if d == var]
+    return bool(uses) and all(i == 0 for i in uses)
 
 
 def _default_size(left: Sequence[str], bounds: Mapping[str, tuple[int, int]],
