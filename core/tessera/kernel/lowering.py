@@ -24,11 +24,14 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from tessera import te
+from tessera.errors import CompileError
 from tessera.ir.graph import Function, Value
+from tessera.ir.symbolic import dim_var
 from tessera.kernel.flops import group_flops
 from tessera.kernel.fuse_ops import FusedGroup, fuse_ops
 from tessera.kernel.group_key import group_key
 from tessera.progress import Progress
+from tessera.tir import expr as E
 from tessera.tir.heavy import heavy_work
 from tessera.tir.stmt import PrimFunc
 from tessera.topi.from_graph import build_te, group_error, kernel_names
@@ -133,3 +136,35 @@ def lower_groups(groups: list[FusedGroup], lower: Callable[[FusedGroup, str],
         kernels.append(kernel)
         constants.update((v.name, v) for v in consts)
     return kernels, constants
+
+
+#: Size variable -> (low, high): the ranges of a symbolic region's run-time sizes.
+SizeBounds = dict[E.Var, tuple[int | None, int | None]]
+
+
+def region_sizes(region: Function) -> tuple[list[E.Var], SizeBounds]:
+    """A symbolic region's size variables (``Function.used_size_variables``, as TIR
+    variables) and their ranges (the graph's ``dim_bounds``); ``([], {})`` for a static one.
+    Every kernel of the region takes them in this order (one sizes array serves them all)."""
+    if not region.is_symbolic:
+        return [], {}
+    order = [dim_var(n) for n in region.used_size_variables]
+    declared = region.attrs.get("dim_bounds") or {}
+    bounds: SizeBounds = {}
+    for v in order:
+        lo, hi = declared.get(v.name, (None, None))
+        bounds[v] = (None if lo is None else int(lo), None if hi is None else int(hi))
+    return order, bounds
+
+
+def with_region_sizes(prim: PrimFunc, order: list[E.Var], bounds: SizeBounds,
+                      backend: str) -> PrimFunc:
+    """``prim`` taking all of its region's size variables, in the region's order (one sizes
+    array serves every kernel of the region); a CompileError naming ``backend``'s kernel when
+    its loops use a size variable the region's types do not name."""
+    extra = [v.name for v in prim.size_vars if v not in order]
+    if extra:
+        raise CompileError(f"{backend} kernel {prim.name}: its loops use size variables "
+                           f"{', '.join(extra)} that its region's types do not name")
+    return PrimFunc(prim.name, prim.params, prim.body, prim.attrs, order,
+                    {v: b for v, b in bounds.items() if v in order})

@@ -23,15 +23,18 @@ from typing import Any
 
 from tessera.errors import CompileError
 from tessera.ir.graph import Function, Value
-from tessera.ir.symbolic import dim_bounds_scope, dim_var
+from tessera.ir.symbolic import dim_bounds_scope
 from tessera.kernel.flops import group_flops
 from tessera.kernel.lowering import (
+    SizeBounds,
     group_facts,
     group_te,
     loop_nest,
     lower_groups,
     lowering_errors,
     prepare_region,
+    region_sizes,
+    with_region_sizes,
 )
 from tessera.progress import Progress
 from tessera.tir import expr as E
@@ -47,9 +50,6 @@ from .schedules import GPUInfo, schedule_group
 
 __all__ = ["LoweredGroup", "LoweredRegion", "SizeBounds", "group_flops", "lower_group_tir",
            "lower_region", "region_sizes"]
-
-#: Size variable -> (low, high): the ranges of a symbolic region's run-time sizes.
-SizeBounds = dict[E.Var, tuple[int | None, int | None]]
 
 
 @dataclass
@@ -91,31 +91,6 @@ def _limits(gpu: GPUInfo) -> GPULimits:
                      max_shared_bytes=gpu.max_shared_bytes, warp_size=gpu.warp_size)
 
 
-def region_sizes(region: Function) -> tuple[list[E.Var], SizeBounds]:
-    """A symbolic region's size variables (``Function.used_size_variables``, as TIR
-    variables) and their ranges (the graph's ``dim_bounds``); ``([], {})`` for a static
-    one."""
-    if not region.is_symbolic:
-        return [], {}
-    order = [dim_var(n) for n in region.used_size_variables]
-    declared = region.attrs.get("dim_bounds") or {}
-    bounds: SizeBounds = {}
-    for v in order:
-        lo, hi = declared.get(v.name, (None, None))
-        bounds[v] = (None if lo is None else int(lo), None if hi is None else int(hi))
-    return order, bounds
-
-
-def _with_region_sizes(prim: PrimFunc, order: list[E.Var], bounds: SizeBounds) -> PrimFunc:
-    """``prim`` taking all of its region's size variables, in the region's order."""
-    extra = [v.name for v in prim.size_vars if v not in order]
-    if extra:
-        raise CompileError(f"cuda kernel {prim.name}: its loops use size variables "
-                           f"{', '.join(extra)} that its region's types do not name")
-    return PrimFunc(prim.name, prim.params, prim.body, prim.attrs, order,
-                    {v: b for v, b in bounds.items() if v in order})
-
-
 def lower_group_tir(group: Any, name: str, gpu: GPUInfo,
                     overrides: dict[str, dict[str, Any]] | None = None,
                     pipeline: Pipeline | None = None, passes: bool = True,
@@ -131,7 +106,7 @@ def lower_group_tir(group: Any, name: str, gpu: GPUInfo,
         sched = schedule_group(list(gte.outputs), gpu, overrides)
         prim = loop_nest(sched.schedule, gte, name, size_bounds or None)
         if size_order:
-            prim = _with_region_sizes(prim, size_order, size_bounds or {})
+            prim = with_region_sizes(prim, size_order, size_bounds or {}, "cuda")
         elif prim.size_vars:
             raise CompileError(f"cuda kernel {name}: its loops use run-time sizes "
                                f"({', '.join(v.name for v in prim.size_vars)}) but its "

@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from tessera.errors import CompileError, TesseraError
+from tessera.errors import TesseraError
 from tessera.ir.graph import Function, Node, Value
-from tessera.ir.symbolic import dim_bounds_scope, dim_var
+from tessera.ir.symbolic import dim_bounds_scope
 from tessera.ir.types import TensorType
 from tessera.kernel.alter_layout import alter_conv_layout
 from tessera.kernel.conv1d import conv1d_as_conv2d
@@ -33,12 +33,15 @@ from tessera.kernel.flops import group_flops
 from tessera.kernel.grouped_pointwise import grouped_pointwise_to_matmul
 from tessera.kernel.lowering import (
     LOWER_PHASE,  # noqa: F401 - re-exported
+    SizeBounds,
     group_facts,
     group_te,
     group_text,
     loop_nest,
     lower_groups,
     lowering_errors,
+    region_sizes,
+    with_region_sizes,
 )
 from tessera.kernel.lowering import prepare_region as prepare_graph
 from tessera.kernel.pad_matmul import matmul_sizes, pad_matmul
@@ -364,10 +367,6 @@ def winograd_nodes(nodes: list[Node], gte: Any, cpu: CPUInfo,
     return out
 
 
-#: Size variable -> (low, high): the ranges of a symbolic region's run-time sizes.
-SizeBounds = dict[E.Var, tuple[int | None, int | None]]
-
-
 def _group_te(group: Any, cpu: CPUInfo, overrides: dict[str, dict[str, Any]] | None) -> Any:
     """The group's tensor expression: the topi computes with the CPU's row softmax, its
     convolution by Winograd where its config says so."""
@@ -401,17 +400,6 @@ def scheduled_loop_nest(group: Any, name: str, cpu: CPUInfo,
     raise AssertionError("unreachable")  # pragma: no cover - for type checkers
 
 
-def _with_region_sizes(prim: PrimFunc, order: list[E.Var], bounds: SizeBounds) -> PrimFunc:
-    """``prim`` taking all of its region's size variables, in the region's order (one sizes
-    array serves every kernel of the region)."""
-    extra = [v.name for v in prim.size_vars if v not in order]
-    if extra:
-        raise CompileError(f"llvm kernel {prim.name}: its loops use size variables "
-                           f"{', '.join(extra)} that its region's types do not name")
-    return PrimFunc(prim.name, prim.params, prim.body, prim.attrs, order,
-                    {v: b for v, b in bounds.items() if v in order})
-
-
 @heavy_work
 def lower_group(group: Any, name: str, cpu: CPUInfo,
                 overrides: dict[str, dict[str, Any]] | None = None,
@@ -424,7 +412,7 @@ def lower_group(group: Any, name: str, cpu: CPUInfo,
     with lowering_errors("llvm", group, keep=(TesseraError,)):
         gte, sched, prim = _scheduled(group, name, cpu, overrides, size_bounds)
         if size_order:
-            prim = _with_region_sizes(prim, size_order, size_bounds or {})
+            prim = with_region_sizes(prim, size_order, size_bounds or {}, "llvm")
             spec = size_spec(prim)  # of the nest: the pipeline flattens the buffers
         # the tails of matrix products and convolutions with run-time extents (no-ops for
         # other kernels)
@@ -460,20 +448,6 @@ def share_kernel(first: LoweredKernel, group: Any, name: str, cpu: CPUInfo,
 
 #: A group under way, for progress reports (:func:`tessera.kernel.lowering.group_text`).
 _group_text = group_text
-
-
-def region_sizes(region: Function) -> tuple[list[E.Var], SizeBounds]:
-    """A symbolic region's size variables (``Function.used_size_variables``, as TIR
-    variables) and their ranges (the graph's ``dim_bounds``); ``([], {})`` for a static one."""
-    if not region.is_symbolic:
-        return [], {}
-    order = [dim_var(n) for n in region.used_size_variables]
-    declared = region.attrs.get("dim_bounds") or {}
-    bounds: SizeBounds = {}
-    for v in order:
-        lo, hi = declared.get(v.name, (None, None))
-        bounds[v] = (None if lo is None else int(lo), None if hi is None else int(hi))
-    return order, bounds
 
 
 def lower_region(region: Function, cpu: CPUInfo, opt_level: int = 3,

@@ -37,7 +37,7 @@ schedule unrolls that index.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -184,7 +184,6 @@ def conv2d_winograd_NCHWc(data: te.Tensor, weight: te.Tensor,  # noqa: N802
     oh, ow = conv_output_shape([h, w], [3, 3], [1, 1], p, [1, 1])
     t_h, t_w, tiles = winograd_tiles(batch, oh, ow, m, tile_multiple)
     real = batch * t_h * t_w
-    at, _, bt = winograd_matrices(m)
     # pad to whole tiles: (tH - 1) * m + alpha rows and columns
     ph, pw = t_h * m + 2, t_w * m + 2
     after_h, after_w = ph - h - p[0], pw - w - p[1]
@@ -197,6 +196,28 @@ def conv2d_winograd_NCHWc(data: te.Tensor, weight: te.Tensor,  # noqa: N802
         t = tir.min_(tile, real - 1) if tiles > real else tile
         n = t // (t_h * t_w) if batch > 1 else tir.const(0)
         return n, (t // t_w) % t_h, t % t_w
+
+    info = {"pads": tuple(p), "tile": m, "tiles": (t_h, t_w, tiles), "out_hw": (oh, ow),
+            "out_dtype": acc, "data": data, "data_pad": padded if padded is not data else None,
+            "kernel": weight, "strides": (1, 1), "dilation": (1, 1), "kernel_size": (3, 3),
+            "groups": 1, **(attrs or {})}
+    return _winograd_stages(padded, weight, tile_origin,
+                            (batch, icc_n, ib_n, occ_n, ob_n, t_h, t_w, tiles, oh, ow), m, acc,
+                            info)
+
+
+def _winograd_stages(padded: te.Tensor, weight: te.Tensor,
+                     tile_origin: Callable[[Any], tuple[Expr, Expr, Expr]],
+                     dims: tuple[Dim, ...], m: int, acc: str,
+                     info: dict[str, Any]) -> te.Tensor:
+    """The stages after the padding, shared by the static and the run-time forms: the input
+    transform (rows, then columns) of each tile of ``padded`` (``tile_origin``: a tile's image,
+    tile row and tile column), the batched product with ``weight``, the output transform;
+    ``dims`` are ``(batch, ICC, ib, OCC, ob, tH, tW, P, OH, OW)``; ``info`` the output
+    stage's attrs."""
+    batch, icc_n, ib_n, occ_n, ob_n, t_h, t_w, tiles, oh, ow = dims
+    alpha = m + 2
+    at, _, bt = winograd_matrices(m)
 
     def rows_body(icc: Any, tile: Any, eps: Any, s: Any, ib: Any) -> Expr:
         n, th, tw = tile_origin(tile)
@@ -240,10 +261,6 @@ def conv2d_winograd_NCHWc(data: te.Tensor, weight: te.Tensor,  # noqa: N802
         terms = [out_rows[n, occ, y // m, x // m, y % m, nu, ob] for nu in range(alpha)]
         return _pick(x % m, [_combination(at[k], terms, acc) for k in range(m)])
 
-    info = {"pads": tuple(p), "tile": m, "tiles": (t_h, t_w, tiles), "out_hw": (oh, ow),
-            "out_dtype": acc, "data": data, "data_pad": padded if padded is not data else None,
-            "kernel": weight, "strides": (1, 1), "dilation": (1, 1), "kernel_size": (3, 3),
-            "groups": 1, **(attrs or {})}
     return te.compute((batch, occ_n, oh, ow, ob_n),
                       named_axes(out_body, ["n", "oc_chunk", "oh", "ow", "oc_block"]),
                       name="conv2d_NCHWc_winograd", tag="conv2d_NCHWc_winograd", attrs=info)
@@ -282,7 +299,6 @@ def _conv2d_winograd_runtime(data: te.Tensor, weight: te.Tensor, pads: int | Seq
     # the tiles are not rounded up (``tile_multiple`` unused): a schedule's register tile
     # over them has a run-time tail (tessera_llvm's winograd schedule specialises it)
     tiles = dim_prod([batch, t_h, t_w])
-    at, _, bt = winograd_matrices(m)
     # padded to at least whole tiles, (tH - 1) * m + alpha rows: the last tile reaches
     # ``tH * m - OH <= m - 1`` rows past the output, so a constant ``m - 1`` more than the
     # convolution's own padding after suffices (and keeps the extents free of ceil-divisions)
@@ -294,55 +310,13 @@ def _conv2d_winograd_runtime(data: te.Tensor, weight: te.Tensor, pads: int | Seq
         n = tile // per_image if not (isinstance(batch, int) and batch == 1) else tir.const(0)
         return n, (tile // t_w) % t_h, tile % t_w
 
-    def rows_body(icc: Any, tile: Any, eps: Any, s: Any, ib: Any) -> Expr:
-        n, th, tw = tile_origin(tile)
-        col = add(mul(tw, m), s)
-        terms = [cast(padded[n, icc, add(mul(th, m), r), col, ib], acc) for r in range(alpha)]
-        return _pick(eps, [_combination(bt[e], terms, acc) for e in range(alpha)])
-
-    rows = te.compute((icc_n, tiles, alpha, alpha, ib_n),
-                      named_axes(rows_body, ["icc", "tile", "eps", "s", "ib"]),
-                      name="winograd_input_rows", tag="winograd_input_rows")
-
-    def input_body(eps: Any, nu: Any, icc: Any, tile: Any, ib: Any) -> Expr:
-        terms = [rows[icc, tile, eps, s, ib] for s in range(alpha)]
-        return _pick(nu, [_combination(bt[k], terms, acc) for k in range(alpha)])
-
-    v = te.compute((alpha, alpha, icc_n, tiles, ib_n),
-                   named_axes(input_body, ["eps", "nu", "icc", "tile", "ib"]),
-                   name="winograd_input", tag="winograd_input")
-    rc = te.reduce_axis((0, icc_n), name="icc")
-    rb = te.reduce_axis((0, ib_n), name="ib")
-
-    def gemm_body(eps: Any, nu: Any, occ: Any, tile: Any, ob: Any) -> Expr:
-        return te.sum(v[eps, nu, rc, tile, rb] * cast(weight[eps, nu, occ, rc, rb, ob], acc),
-                      axis=[rc, rb])
-
-    prod = te.compute((alpha, alpha, occ_n, tiles, ob_n),
-                      named_axes(gemm_body, ["eps", "nu", "occ", "tile", "ob"]),
-                      name="winograd_gemm", tag="winograd_gemm",
-                      attrs={"tile": m, "reduce_roles": ("icc", "ib")})
-
-    def out_rows_body(n: Any, occ: Any, th: Any, tw: Any, mh: Any, nu: Any, ob: Any) -> Expr:
-        tile = (n * t_h + th) * t_w + tw
-        terms = [prod[e, nu, occ, tile, ob] for e in range(alpha)]
-        return _pick(mh, [_combination(at[k], terms, acc) for k in range(m)])
-
-    out_rows = te.compute((batch, occ_n, t_h, t_w, m, alpha, ob_n),
-                          named_axes(out_rows_body, ["n", "occ", "th", "tw", "mh", "nu", "ob"]),
-                          name="winograd_output_rows", tag="winograd_output_rows")
-
-    def out_body(n: Any, occ: Any, y: Any, x: Any, ob: Any) -> Expr:
-        terms = [out_rows[n, occ, y // m, x // m, y % m, nu, ob] for nu in range(alpha)]
-        return _pick(x % m, [_combination(at[k], terms, acc) for k in range(m)])
-
     info = {"pads": tuple(p), "tile": m, "tiles": (t_h, t_w, tiles), "out_hw": (oh, ow),
             "out_dtype": acc, "data": data, "data_pad": padded, "kernel": weight,
             "strides": (1, 1), "dilation": (1, 1), "kernel_size": (3, 3), "groups": 1,
             **(attrs or {})}
-    return te.compute((batch, occ_n, oh, ow, ob_n),
-                      named_axes(out_body, ["n", "oc_chunk", "oh", "ow", "oc_block"]),
-                      name="conv2d_NCHWc_winograd", tag="conv2d_NCHWc_winograd", attrs=info)
+    return _winograd_stages(padded, weight, tile_origin,
+                            (batch, icc_n, ib_n, occ_n, ob_n, t_h, t_w, tiles, oh, ow), m, acc,
+                            info)
 
 
 def conv_nchwc_winograd(inputs: list[Any], attrs: dict[str, Any],

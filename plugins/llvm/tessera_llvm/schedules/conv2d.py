@@ -26,14 +26,13 @@ from tessera import te
 from tessera.tir import expr as E
 from tessera.tir import stmt as S
 from tessera.tir.arith import to_poly
-from tessera.tir.buffer import Buffer
 from tessera.tir.expr import bits
 from tessera.tir.functor import IRMutator, post_order_visit, rebuild
-from tessera.tir.transform._util import copy_with
 
 from . import winograd
 from .common import WIDTH_TAIL_PRAGMA, CPUInfo, extents, static_extent, workload_dims
 from .config import ConfigSpace, ScheduleConfig, divisors, largest_divisor
+from .dense import fresh_copy
 
 TAG = "conv2d_NCHWc"
 TAGS = (TAG, "depthwise_conv2d_NCHWc")
@@ -302,13 +301,7 @@ def _schedule_symbolic(s: Any, conv: te.ComputeOp, out: te.ComputeOp, cfg: Sched
             ps.parallel(fused)
         if static_extent(pad.axis[-1].dom.extent) in (4, 8, 16, 32, 64):
             ps.vectorize(pax[-1])
-    if out is conv:
-        acc = s.cache_write(conv.output(0), "local").op
-        writer = conv
-    else:
-        acc = conv
-        writer = out
-        s[conv].set_scope("local")
+    acc, writer = _accumulator(s, conv, out)
     ws = s[writer]
     n, occ, oh, ow, ob = writer.axis
     oc_tile = int(cfg.get("oc_tile", 1))
@@ -384,7 +377,7 @@ class _WidthTails(IRMutator):
         chain: S.Stmt | None = None
         for r in range(f - 1, 0, -1):
             zero = n - (q * f + r)  # zero where this copy runs
-            copy = _Guards(q, zero).visit(_FreshAllocations().visit(copy_with(body, {v: q})))
+            copy = _Guards(q, zero).visit(fresh_copy(body, {v: q}))
             chain = S.IfThenElse(E.EQ(rem, E.IntImm(r, n.dtype)), copy, chain)
         assert chain is not None
         return S.seq(whole, S.LetStmt(q, tiles, chain))
@@ -472,28 +465,15 @@ class _Guards(IRMutator):
         return E.Select(c, t, f)
 
 
-class _FreshAllocations(IRMutator):
-    """A new Buffer for every buffer allocated inside a copied statement (two copies must not
-    allocate the same buffer)."""
-
-    def __init__(self) -> None:
-        self.map: dict[int, Buffer] = {}
-
-    def visit_Allocate(self, s: S.Allocate) -> S.Stmt:
-        b = s.buffer
-        self.map[id(b)] = Buffer(b.name, b.shape, b.dtype, strides=b.strides, scope=b.scope,
-                                 elem_offset=b.elem_offset)
-        return S.Allocate(self.map[id(b)], self.visit(s.body))
-
-    def visit_BufferLoad(self, e: E.BufferLoad) -> E.PrimExpr:
-        new = self.generic_visit(e)
-        b = self.map.get(id(e.buffer))
-        return E.BufferLoad(b, new.indices) if b is not None else new
-
-    def visit_BufferStore(self, s: S.BufferStore) -> S.Stmt:
-        new = self.generic_visit(s)
-        b = self.map.get(id(s.buffer))
-        return S.BufferStore(b, new.value, new.indices) if b is not None else new
+def _accumulator(s: Any, conv: te.ComputeOp, out: te.ComputeOp
+                 ) -> tuple[te.ComputeOp, te.ComputeOp]:
+    """(the stage accumulating the convolution's register tile, the stage writing it out):
+    a local cache of ``conv`` when it is the output, else ``conv`` itself, made local, under
+    its epilogue ``out``."""
+    if out is conv:
+        return s.cache_write(conv.output(0), "local").op, conv
+    s[conv].set_scope("local")
+    return conv, out
 
 
 def find_conv(ops: list[te.ComputeOp]) -> te.ComputeOp | None:
@@ -554,14 +534,7 @@ def schedule_conv(s: Any, conv: te.ComputeOp, out: te.ComputeOp, cfg: ScheduleCo
             ps.parallel(fused)
         if extents(pad)[-1] in (4, 8, 16, 32, 64):
             ps.vectorize(pax[-1])
-    if out is conv:
-        acc_tensor = s.cache_write(conv.output(0), "local")
-        acc = acc_tensor.op
-        writer = conv
-    else:
-        acc = conv
-        writer = out
-        s[conv].set_scope("local")
+    acc, writer = _accumulator(s, conv, out)
     ws = s[writer]
     n, occ, oh, ow, ob = writer.axis
     oc_tile = int(cfg.get("oc_tile", 1))

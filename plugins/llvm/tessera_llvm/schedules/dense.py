@@ -328,7 +328,9 @@ class _FreshAllocations(IRMutator):
         return S.BufferStore(b, new.value, new.indices) if b is not None else new
 
 
-def _copy(body: S.Stmt, vmap: dict[E.Var, Any]) -> S.Stmt:
+def fresh_copy(body: S.Stmt, vmap: dict[E.Var, Any]) -> S.Stmt:
+    """``body`` with ``vmap`` substituted and every buffer it allocates a new one (a copy of a
+    tile placed next to the original)."""
     return _FreshAllocations().visit(copy_with(body, vmap))
 
 
@@ -828,8 +830,8 @@ class _Tails(IRMutator):
             tile = part.visit(body)
             if not part.ok:
                 return None
-            chain = _copy(tile, {}) if chain is None else S.IfThenElse(
-                E.EQ(height, const(h)), _copy(tile, {}), chain)
+            chain = fresh_copy(tile, {}) if chain is None else S.IfThenElse(
+                E.EQ(height, const(h)), fresh_copy(tile, {}), chain)
         assert chain is not None
         is_first = E.EQ(t, E.IntImm(0, t.dtype))
         body_t = S.LetStmt(height, E.Select(is_first, first, second), S.LetStmt(
@@ -858,7 +860,7 @@ class _Tails(IRMutator):
                     return c
                 return _cancel(type(c)(c.a - c.b + zero, E.IntImm(0, c.a.dtype)))
 
-            copy = _Shrink().visit(_Conditions(q, fix).visit(_copy(body, {v: q})))
+            copy = _Shrink().visit(_Conditions(q, fix).visit(fresh_copy(body, {v: q})))
             chain = S.IfThenElse(E.EQ(rem, E.IntImm(r, n.dtype)), copy, chain)
         assert chain is not None
         return S.LetStmt(q, E.FloorDiv(n, E.IntImm(f, n.dtype)), chain)
@@ -875,21 +877,21 @@ class _Tails(IRMutator):
 
         def last_tile() -> S.Stmt:
             return S.IfThenElse(E.NE(rem, E.IntImm(0, idx)),
-                                _copy(body, {v: E.FloorDiv(n, E.IntImm(f, idx))}))
+                                fresh_copy(body, {v: E.FloorDiv(n, E.IntImm(f, idx))}))
 
         # n < vec: the tile's first vector only (its other vectors would hold no column)
         probe = _ShiftColumns(v, f, n, vec, 1)
         probe.visit(body)
         first = _CutLoops(probe.vector_vars, 1).visit(body) if vec > 1 else body
         small = _HoistLanes().visit(_Shrink(vector_lanes=True).visit(_PackPanel().visit(
-            _copy(first, {v: E.IntImm(0, v.dtype)}))))
+            fresh_copy(first, {v: E.IntImm(0, v.dtype)}))))
         if vec <= 1 or f % vec:
             shift = _ShiftColumns(v, f, n)
             shifted = shift.visit(body)
             if not shift.ok:  # the tile index is used otherwise: the partial tile guarded
                 return last_tile()
             return S.IfThenElse(E.NE(rem, E.IntImm(0, idx)), S.IfThenElse(
-                E.GE(n, E.IntImm(f, idx)), _copy(shifted, {}), small))
+                E.GE(n, E.IntImm(f, idx)), fresh_copy(shifted, {}), small))
         chain: S.Stmt | None = None
         for nv in range(f // vec, 0, -1):
             shift = _ShiftColumns(v, f, n, vec, nv)
@@ -897,9 +899,9 @@ class _Tails(IRMutator):
             if not shift.ok:
                 return last_tile()
             if chain is None:
-                chain = _copy(shifted, {})
+                chain = fresh_copy(shifted, {})
             else:
-                chain = S.IfThenElse(E.LE(rem, E.IntImm(nv * vec, idx)), _copy(shifted, {}),
+                chain = S.IfThenElse(E.LE(rem, E.IntImm(nv * vec, idx)), fresh_copy(shifted, {}),
                                      chain)
         assert chain is not None
         return S.IfThenElse(E.NE(rem, E.IntImm(0, idx)), S.IfThenElse(

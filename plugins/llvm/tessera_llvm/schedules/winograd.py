@@ -249,49 +249,30 @@ def schedule_winograd(s: Any, conv: te.ComputeOp, ops: list[te.ComputeOp],
     # the batched product: register tiles of oc_tile blocks x reg_n tiles per position
     reg_n = int(cfg.get("winograd_reg_n", 8))
     oc_tile = int(cfg.get("winograd_oc_tile", 1))
-    if static_extent(prod.axis[3].dom.extent) is None:
-        _schedule_runtime_product(s, prod, reg_n, oc_tile)
-    else:
-        _schedule_product(s, prod, reg_n, oc_tile)
+    _schedule_product(s, prod, reg_n, oc_tile,
+                      runtime=static_extent(prod.axis[3].dom.extent) is None)
     _schedule_output(s, conv, ops, out, pad, out_rows, m)
 
 
-def _schedule_product(s: Any, prod: te.ComputeOp, reg_n: int, oc_tile: int) -> None:
+def _schedule_product(s: Any, prod: te.ComputeOp, reg_n: int, oc_tile: int,
+                      runtime: bool = False) -> None:
+    """The batched product: register tiles of ``oc_tile`` output blocks x ``reg_n`` tiles,
+    parallel over (position, output-channel tile, tile group). Over a run-time tile count
+    (``runtime``) the tile groups run inside each task instead, the last, partial group one
+    copy per remainder (:func:`~.conv2d.specialize_width_tails`, no guards)."""
     acc = s.cache_write(prod.output(0), "local").op
     sp = s[prod]
     eps, nu, occ, tile, ob = prod.axis
     occo, occi = sp.split(occ, factor=oc_tile)
     to, ti = sp.split(tile, factor=reg_n)
     sp.reorder(eps, nu, occo, to, occi, ti, ob)
-    par = sp.fuse(eps, nu, occo, to)
+    par = sp.fuse(eps, nu, occo) if runtime else sp.fuse(eps, nu, occo, to)
     sp.parallel(par)
+    if runtime:
+        sp.pragma(to, WIDTH_TAIL_PRAGMA, (reg_n, tile.dom.extent))
     sp.vectorize(ob)
     sa = s[acc]
-    sa.compute_at(sp, par)
-    _, _, a_occ, a_tile, a_ob = acc.axis
-    r_icc, r_ib = acc.reduce_axis
-    sa.reorder(r_icc, r_ib, a_occ, a_tile, a_ob)
-    sa.unroll(a_occ)
-    sa.unroll(a_tile)
-    sa.vectorize(a_ob)
-
-
-def _schedule_runtime_product(s: Any, prod: te.ComputeOp, reg_n: int, oc_tile: int) -> None:
-    """The batched product over a run-time tile count: parallel over (position,
-    output-channel tile), each task's tiles ``reg_n`` at a time, the last, partial register
-    tile one copy per remainder (:func:`~.conv2d.specialize_width_tails`, no guards)."""
-    acc = s.cache_write(prod.output(0), "local").op
-    sp = s[prod]
-    eps, nu, occ, tile, ob = prod.axis
-    occo, occi = sp.split(occ, factor=oc_tile)
-    to, ti = sp.split(tile, factor=reg_n)
-    sp.reorder(eps, nu, occo, to, occi, ti, ob)
-    par = sp.fuse(eps, nu, occo)
-    sp.parallel(par)
-    sp.pragma(to, WIDTH_TAIL_PRAGMA, (reg_n, tile.dom.extent))
-    sp.vectorize(ob)
-    sa = s[acc]
-    sa.compute_at(sp, to)
+    sa.compute_at(sp, to if runtime else par)
     _, _, a_occ, a_tile, a_ob = acc.axis
     r_icc, r_ib = acc.reduce_axis
     sa.reorder(r_icc, r_ib, a_occ, a_tile, a_ob)
