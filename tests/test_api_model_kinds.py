@@ -49,6 +49,21 @@ def test_run_forms_reports_and_measuring(kind: str) -> None:
             {"stage1", "rest"}
 
 
+def test_measuring_binds_the_sizes_of_its_inputs() -> None:
+    """benchmark() and profile() of a symbolic module run at the sizes of the inputs they are
+    given (not at those of the thread's last run): the step-by-step output they leave has
+    those sizes' values."""
+    model = kind_model("symbolic")
+    mod = tessera.compile(model, TARGET)
+    ref = ReferenceEvaluator(model)
+    mod.run(x=_x("symbolic"))  # this thread's state last ran at (3, 7)
+    for shape, measure in (((2, 3, 8), mod.profile), ((4, 9, 8), mod.benchmark)):
+        x = np.random.default_rng(len(shape)).standard_normal(shape).astype(np.float32)
+        measure(x=x) if measure == mod.profile else measure(repeat=1, number=1, x=x)
+        np.testing.assert_allclose(mod.get_output(0), ref.run(None, {"x": x})[0], rtol=1e-4,
+                                   atol=1e-4)
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_export_and_load(kind: str, tmp_path: Path) -> None:
     mod = tessera.compile(kind_model(kind), TARGET)

@@ -457,6 +457,8 @@ class Module:
         for name in self.input_types:
             if name not in state.inputs_set:
                 self.set_input(name, self.signature.random_input(name, rng))
+        if self.shape_vars is not None:  # the sizes these inputs give, as run() binds them
+            self._set_sized_inputs(state.executor, state.pending)
         return state.executor
 
     def benchmark(self, repeat: int = 10, number: int = 10, warmup: int = 1,
