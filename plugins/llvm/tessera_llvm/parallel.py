@@ -33,7 +33,10 @@ possible:
   with ``pause`` for at most ``spin_us`` of wall time (the clock is read every 16 pauses) and
   then sleeps on a futex; the caller wakes exactly the workers taking part, each on its own
   word. Nothing calls ``sched_yield``: with a CPU-bound neighbour on the core, yielding hands
-  it the core for the rest of a time slice.
+  it the core for the rest of a time slice. The spin budget follows the load
+  (:func:`adapt_to_load`): 100 us while other tasks are runnable, :data:`IDLE_SPIN_US` while
+  none are, so that workers stay awake across the gap between two requests of a service (a
+  worker whose core went idle comes back slowly; see :data:`IDLE_SPIN_US`).
 
 - Nesting and concurrency: a launch while the pool is busy (from inside a worker, or from a
   second Python thread) runs its whole range serially in the calling thread.
@@ -64,6 +67,7 @@ import llvmlite.binding as llvm
 
 from tessera.plugin.threads import (
     affinity_cpus,
+    cpu_quota,
     default_thread_count,
     runnable_tasks,
     threads_under_load,
@@ -122,13 +126,19 @@ class _Runtime:
         threads, source = default_thread_count()
         self.thread_source = source
         self.set["nthreads"](min(threads, MAX_WORKERS + 1))
+        #: Whether the spin budget was set (``TESSERA_SPIN_US``, :func:`set_spin_us`) rather
+        #: than following the load.
+        self.spin_pinned = False
+        #: Under a cgroup CPU quota a spinning thread spends the quota: it never spins long.
+        self.quota_limited = cpu_quota() is not None
         spin = os.environ.get("TESSERA_SPIN_US", "").strip()
         if spin:
             try:
                 self.set["spin_ns"](max(0, int(float(spin) * 1000)))
+                self.spin_pinned = True
             except ValueError:
                 warnings.warn(f"TESSERA_SPIN_US={spin!r} is not a number of microseconds; "
-                              f"using {DEFAULT_SPIN_US}", stacklevel=2)
+                              f"its spin follows the load", stacklevel=2)
 
 
 #: The pool's settable words and their C types.
@@ -196,9 +206,18 @@ def thread_count_source() -> str:
     return runtime().thread_source
 
 
-def set_spin_us(us: float) -> None:
-    """Spin up to ``us`` microseconds before a waiting thread sleeps (0: sleep at once)."""
-    runtime().set["spin_ns"](max(0, int(us * 1000)))
+def set_spin_us(us: float | None) -> None:
+    """Spin up to ``us`` microseconds before a waiting thread sleeps (0: sleep at once), from
+    now on whatever the load; None: follow the load again (:func:`adapt_to_load`)."""
+    rt = runtime()
+    rt.spin_pinned = us is not None
+    rt.set["spin_ns"](max(0, int((DEFAULT_SPIN_US if us is None else us) * 1000)))
+
+
+def spin_pinned() -> bool:
+    """Whether the spin budget was set (``TESSERA_SPIN_US``, :func:`set_spin_us`) rather than
+    following the load."""
+    return runtime().spin_pinned
 
 
 def get_spin_us() -> float:
@@ -240,6 +259,13 @@ def inject_worker_delay(us: float) -> None:
     runtime().set["worker_delay_ns"](max(0, int(us * 1000)))
 
 
+#: How long waiting threads spin while no other task is runnable (:func:`adapt_to_load`), in
+#: microseconds. A worker that sleeps on a futex between two requests of a service comes back
+#: slowly: on a 2-core VM (Xeon, 2026-12) a small CNN answering requests 10 ms apart ran at
+#: 2.3x the time it took back to back with workers that slept after 100 us, at 1.2x with
+#: workers that spun 20 ms (``benchmarks/serving.py --traces images``). onnxruntime's workers
+#: spin about 28 ms after each run; Intel's OpenMP 200 ms (``KMP_BLOCKTIME``).
+IDLE_SPIN_US = 20_000
 #: How often :func:`adapt_to_load` samples the machine's runnable tasks.
 LOAD_SAMPLE_NS = 5_000_000
 #: Samples a task must be seen in, in a row, to count as a neighbour (the fewest others over
@@ -254,7 +280,12 @@ def adapt_to_load() -> None:
     the pool's awake workers), sampled at most every 5 ms; cheap to call before every model
     run (one clock read otherwise). Off where the process may not run on every CPU (the
     runnable count would include other CPUs' tasks), where there is no ``/proc/loadavg``, and
-    with ``TESSERA_LOAD_AWARE=0`` or :func:`set_load_aware`."""
+    with ``TESSERA_LOAD_AWARE=0`` or :func:`set_load_aware`.
+
+    It also sets how long waiting threads spin, unless that was set
+    (:func:`set_spin_us`): :data:`IDLE_SPIN_US` while none of the last samples saw another
+    runnable task and no CPU quota applies, 100 us otherwise (and wherever it is off): a
+    spinning thread keeps its core from a neighbour, and spends a quota."""
     rt = _runtime or runtime()
     now = time.monotonic_ns()
     if now < rt.next_sample or not rt.load_aware:
@@ -268,14 +299,20 @@ def adapt_to_load() -> None:
     threads = rt.get["nthreads"]()
     want = threads_under_load(rt.cores, threads, min(rt.others))
     rt.set["cap"](0 if want >= threads else want)
+    if not rt.spin_pinned:
+        idle = max(rt.others) <= 0 and not rt.quota_limited
+        rt.set["spin_ns"]((IDLE_SPIN_US if idle else DEFAULT_SPIN_US) * 1000)
 
 
 def set_load_aware(on: bool) -> None:
-    """Turn :func:`adapt_to_load` on or off (off also lifts its cap)."""
+    """Turn :func:`adapt_to_load` on or off (off also lifts its cap, and waiting threads
+    spin 100 us unless :func:`set_spin_us` set otherwise)."""
     rt = runtime()
     rt.load_aware = bool(on)
     rt.set["cap"](0)
     rt.others = []
+    if not rt.spin_pinned:
+        rt.set["spin_ns"](DEFAULT_SPIN_US * 1000)
 
 
 def is_load_aware() -> bool:

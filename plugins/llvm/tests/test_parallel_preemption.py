@@ -74,7 +74,8 @@ def no_sit_outs(pool) -> None:
 @pytest.fixture
 def pool():
     """The pool with its settings restored after the test (and no injected delay)."""
-    saved = (parallel.get_num_threads(), parallel.get_spin_us(),
+    saved = (parallel.get_num_threads(),
+             parallel.get_spin_us() if parallel.spin_pinned() else None,
              parallel.get_chunks_per_thread(), parallel.get_straggler_us(),
              parallel.is_load_aware())
     parallel.set_load_aware(False)
@@ -228,6 +229,43 @@ def test_load_cap_follows_the_runnable_count(pool, monkeypatch):
     assert [sample() for _ in range(3)] == [0, 0, 0]
     running["n"] = 2  # one of the two leaves: fewer others count at once
     assert sample() == 1
+
+
+def test_spin_follows_the_load(pool, monkeypatch):
+    """Waiting threads spin IDLE_SPIN_US while no sample in the window saw another runnable
+    task, 100 us from the first sample that does (and under a CPU quota, or with load
+    awareness off); a spin set with set_spin_us stays until set_spin_us(None)."""
+    rt = pool.runtime()
+    monkeypatch.setattr(parallel, "LOAD_SAMPLE_NS", 0)
+    monkeypatch.setattr(rt, "awake_workers", lambda: 0)
+    monkeypatch.setattr(rt, "quota_limited", False)
+    running = {"n": 1}
+    monkeypatch.setattr(parallel, "runnable_tasks", lambda: running["n"])
+    pool.set_spin_us(None)
+    pool.set_load_aware(True)
+
+    def sample() -> float:
+        rt.next_sample = 0
+        pool.adapt_to_load()
+        return pool.get_spin_us()
+
+    idle, busy = parallel.IDLE_SPIN_US, parallel.DEFAULT_SPIN_US
+    assert sample() == idle and not pool.spin_pinned()
+    running["n"] = 2  # a neighbour, seen once
+    assert sample() == busy
+    running["n"] = 1
+    assert [sample() for _ in range(3)] == [busy, busy, idle]  # until it left the window
+    monkeypatch.setattr(rt, "quota_limited", True)
+    assert sample() == busy
+    monkeypatch.setattr(rt, "quota_limited", False)
+    assert sample() == idle
+    pool.set_load_aware(False)
+    assert pool.get_spin_us() == busy
+    pool.set_load_aware(True)
+    pool.set_spin_us(5)
+    assert sample() == 5 and pool.spin_pinned()
+    pool.set_spin_us(None)
+    assert not pool.spin_pinned() and sample() == idle
     pool.set_load_aware(False)
     assert pool.load_cap() == 0
 
