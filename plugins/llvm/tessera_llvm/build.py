@@ -30,6 +30,7 @@ from tessera.tir import size_expr
 from tessera.tir.heavy import heavy_work
 from tessera.tir.size_expr import Dim
 from tessera.tir.stmt import PrimFunc
+from tessera.tir.transform.hoist_sizes import hoist_size_exprs
 from tessera_llvm.codegen import CodeGenerator
 from tessera_llvm.loader import Library, SizeSpec, load_object
 from tessera_llvm.machine import (  # noqa: F401 - re-exported: callers import them from here
@@ -168,7 +169,9 @@ def build_module(funcs: list[PrimFunc], name: str, mcpu: str | None = None,
     cpu_name, features = cpu_and_features(mcpu, mattr, triple)
     gen = CodeGenerator(name, tm.triple, str(tm.target_data))
     for f in progress.track(funcs, IR_PHASE, lambda f: f.name):
-        gen.add_function(f)
+        # a symbolic function's index arithmetic, once per scope (O3 would otherwise spend
+        # seconds finding the common subexpressions of its unrolled statements again)
+        gen.add_function(hoist_size_exprs(f))
     module = gen.finalize()
     source = str(module) + _alias_lines(module, aliases)
     with LLVM_LOCK:
