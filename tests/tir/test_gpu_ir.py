@@ -124,8 +124,8 @@ def test_interpreter_refuses_a_barrier_clearly() -> None:
 def test_pipelines_are_chosen_by_the_backend() -> None:
     default = default_pipeline()
     assert default.names == ["simplify", "remove_redundant_checks", "flatten_buffers",
-                             "vectorize", "unroll", "simplify_again", "storage_rewrite",
-                             "verify"]
+                             "vectorize", "hoist_sizes", "unroll", "simplify_again",
+                             "storage_rewrite", "verify"]
     assert "devectorize" in default_pipeline({"vectorize": False}).names
     seen: list[str] = []
 
@@ -137,7 +137,7 @@ def test_pipelines_are_chosen_by_the_backend() -> None:
            .insert_after("flatten_buffers", "spy", spy)
            .append("verify_gpu", verify_gpu_pass()))
     assert gpu.names == ["simplify", "remove_redundant_checks", "flatten_buffers", "spy",
-                         "unroll", "simplify_again", "verify", "verify_gpu"]
+                         "hoist_sizes", "unroll", "simplify_again", "verify", "verify_gpu"]
     lowered = lower_pipeline(_staged(), pipeline=gpu)
     assert seen == ["kern"] and lowered.attrs["launch"].block == (64, 1, 1)
     # the shared buffer keeps its scope through flattening

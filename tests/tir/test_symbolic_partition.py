@@ -14,6 +14,7 @@ from tessera import tir
 from tessera.tir.functor import post_order_visit
 from tessera.tir.interpreter import run
 from tessera.tir.transform import loop_partition, lower_pipeline
+from tessera.tir.transform.hoist_sizes import inline_size_lets
 from tessera.tir.verifier import verify
 
 F = tir.ForKind
@@ -76,7 +77,7 @@ def _add(kind: F, bound: int | None = None) -> tir.PrimFunc:
 @pytest.mark.parametrize("kind", [F.SERIAL, F.PARALLEL])
 def test_add_is_partitioned_and_vectorized(kind: F) -> None:
     f = _add(kind, bound=100)
-    g = lower_pipeline(f)
+    g = inline_size_lets(lower_pipeline(f))
     verify(g, lowered=True)
     top = g.body.seq if isinstance(g.body, tir.SeqStmt) else [g.body]
     assert len(top) == 2, g  # main, then tail

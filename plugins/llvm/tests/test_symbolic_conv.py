@@ -24,6 +24,7 @@ from tessera.ir.types import DType, TensorType
 from tessera.runtime.module import Module
 from tessera.tir import stmt as S
 from tessera.tir.functor import post_order_visit
+from tessera.tir.transform.hoist_sizes import inline_size_lets
 from tessera_llvm.lowering import lower_region
 from tessera_llvm.schedules.common import CPUInfo
 
@@ -313,7 +314,7 @@ def test_width_tail_is_specialised_not_guarded(make: Any) -> None:
         if isinstance(n, S.For) and n.kind == S.ForKind.PARALLEL:
             parallel.append(n)
 
-    post_order_visit(kernel.func.body, visit)
+    post_order_visit(inline_size_lets(kernel.func).body, visit)
     switch = [c for c in conds if re.fullmatch(rf"\(\(.*width.* % {tile}\) == \d+\)", c)]
     assert len(switch) == tile - 1, conds
     others = [c for c in conds if c not in switch]

@@ -20,6 +20,7 @@ from tessera.frontend.onnx.importer import import_onnx
 from tessera.runtime.module import Module
 from tessera.tir import stmt as S
 from tessera.tir.functor import post_order_visit
+from tessera.tir.transform.hoist_sizes import inline_size_lets
 from tessera_llvm.cpu import cpu_info
 from tessera_llvm.lowering import lower_region
 from tessera_llvm.schedules import winograd
@@ -157,11 +158,12 @@ def test_product_over_runtime_tiles_has_no_guards() -> None:
     fn = import_onnx(conv_bias_relu(), symbolic=True, dim_bounds=BOUNDS_F4)
     (kernel,) = [k for k in lower_region(fn, cpu_info()).kernels if "Conv" in k.op]
     assert kernel.config["template"] == "winograd"
+    body = inline_size_lets(kernel.func).body
     conds: list[str] = []
-    post_order_visit(kernel.func.body, lambda n: conds.append(repr(n.condition))
+    post_order_visit(body, lambda n: conds.append(repr(n.condition))
                      if isinstance(n, S.IfThenElse) else None)
     loops: list[S.For] = []
-    post_order_visit(kernel.func.body, lambda n: loops.append(n) if isinstance(n, S.For)
+    post_order_visit(body, lambda n: loops.append(n) if isinstance(n, S.For)
                      and n.kind == S.ForKind.PARALLEL else None)
     gemm = []
     for loop in loops:

@@ -29,18 +29,22 @@ from typing import Any
 from tessera.tir import expr as E
 from tessera.tir import stmt as S
 from tessera.tir.arith import struct_key
-from tessera.tir.functor import IRMutator, rebuild
+from tessera.tir.functor import IRMutator, rebuild, substitute
 
 #: Operations a hoisted expression is made of, besides variables and integer constants.
 _PURE = (E.BinaryOp, E.Not, E.Select, E.Cast)
 #: Loops whose bodies can hold let statements (the others' variables are never hoisted).
 _SCOPED = (S.ForKind.SERIAL, S.ForKind.PARALLEL)
+#: The names of the variables it binds start with this.
+PREFIX = "cse"
 #: The depth of an expression without variables.
 _CONSTANT = -1
 
 
 class _Hoist(IRMutator):
-    def __init__(self, size_vars: list[E.Var]) -> None:
+    def __init__(self, size_vars: list[E.Var], sizes_only: bool = False) -> None:
+        #: Bind only expressions of the size variables (at the top of the function).
+        self.sizes_only = sizes_only
         #: The scope each variable is bound in (0: the function's body); None: not hoistable.
         self.depth_of: dict[E.Var, int | None] = {v: 0 for v in size_vars}
         #: Per open scope (outermost first): struct_key -> (variable, expression).
@@ -78,7 +82,9 @@ class _Hoist(IRMutator):
         if not isinstance(e, _PURE) or not E.is_int(e.dtype) or e.lanes != 1:
             return None
         d = self._depth(e)
-        return None if d is None or d == _CONSTANT else d
+        if d is None or d == _CONSTANT or (self.sizes_only and d > 0):
+            return None
+        return d
 
     def _bound(self, e: E.PrimExpr, depth: int) -> E.Var:
         """The variable bound to ``e`` in scope ``depth`` (made on first use)."""
@@ -87,7 +93,7 @@ class _Hoist(IRMutator):
         hit = lets.get(key)
         if hit is None:
             value = rebuild(e, lambda k: self._outer(k, depth))
-            hit = lets[key] = (E.Var(f"cse{self.count}", e.dtype), value)
+            hit = lets[key] = (E.Var(f"{PREFIX}{self.count}", e.dtype), value)
             self.count += 1
         return hit[0]
 
@@ -155,13 +161,36 @@ def _wrap(lets: dict[Any, tuple[E.Var, E.PrimExpr]], body: S.Stmt) -> S.Stmt:
     return body
 
 
-def hoist_size_exprs(func: S.PrimFunc) -> S.PrimFunc:
+def hoist_size_exprs(func: S.PrimFunc, sizes_only: bool = False) -> S.PrimFunc:
     """``func`` with its integer index expressions bound once per scope (see the module
-    doc); ``func`` itself when it has no size variables (a static function's expressions are
-    constants folded already, or read loop variables LLVM's own passes handle well)."""
+    doc), or with ``sizes_only`` only those of its size variables alone (at the top); ``func``
+    itself when it has no size variables (a static function's expressions are constants
+    folded already, or read loop variables LLVM's own passes handle well)."""
     if not func.size_vars:
         return func
-    hoist = _Hoist(list(func.size_vars))
+    hoist = _Hoist(list(func.size_vars), sizes_only)
     inner = hoist.visit(func.body)
     body = _wrap(hoist.scopes[0], inner)
+    return func if body is func.body else func.with_body(body)
+
+
+def inline_size_lets(func: S.PrimFunc) -> S.PrimFunc:
+    """``func`` with the let statements :func:`hoist_size_exprs` added substituted back: the
+    function as the passes before it saw it (what tests and readers compare expressions of
+    run-time sizes in)."""
+
+    class _Inline(IRMutator):
+        def __init__(self) -> None:
+            self.vmap: dict[E.Var, Any] = {}
+
+        def visit_LetStmt(self, s: S.LetStmt) -> Any:
+            if not s.var.name.startswith(PREFIX):
+                return self.generic_visit(s)
+            self.vmap[s.var] = substitute(s.value, self.vmap)
+            return self.visit(s.body)
+
+        def visit_Var(self, v: E.Var) -> Any:
+            return self.vmap.get(v, v)
+
+    body = _Inline().visit(func.body)
     return func if body is func.body else func.with_body(body)

@@ -2,14 +2,18 @@
 generator takes (1-D buffers, vector ramps/broadcasts, serial/parallel loops, allocations,
 lets, ifs, selects, casts and calls).
 
-``simplify -> remove_redundant_checks -> flatten_buffers -> vectorize -> unroll -> simplify ->
-storage_rewrite -> verify``
+``simplify -> remove_redundant_checks -> flatten_buffers -> vectorize -> hoist_sizes -> unroll ->
+simplify -> storage_rewrite -> verify``
 
 The ``vectorize`` step (``devectorize`` without vectorization) first runs
 :func:`~tessera.tir.transform.loop_partition.loop_partition` (option ``loop_partition``): loops
 guarded by run-time extents are split into unguarded main parts, which vectorize, and guarded
 tails; static kernels are left as they are. (It is part of that step, not a pass of its own,
-so that the pass names backends edit pipelines by stay the same.)
+so that the pass names backends edit pipelines by stay the same.) ``hoist_sizes`` (option of
+the same name) then binds the expressions of a symbolic kernel's run-time sizes once, at the
+top (:func:`~tessera.tir.transform.hoist_sizes.hoist_size_exprs`): the passes after it no
+longer read their structure, and unrolling would copy them into every statement (a symbolic
+Winograd convolution's unrolled transforms carried 4 KB index expressions).
 
 Each backend chooses its pipeline (:class:`Pipeline`): the CPU backend runs
 :func:`default_pipeline`; a GPU backend composes its own from these passes and its own.
@@ -27,6 +31,7 @@ from tessera.tir.functor import IRMutator
 from tessera.tir.heavy import heavy_work
 from tessera.tir.simplify import simplify
 from tessera.tir.transform.flatten import flatten_buffers
+from tessera.tir.transform.hoist_sizes import hoist_size_exprs
 from tessera.tir.transform.loop_partition import loop_partition
 from tessera.tir.transform.remove_checks import remove_redundant_checks
 from tessera.tir.transform.storage_rewrite import storage_rewrite
@@ -43,6 +48,7 @@ DEFAULT_OPTIONS: dict[str, Any] = {
     "partition_static": False,   # loop_partition: also at guards with constant bounds
     "vectorize": True,           # False: VECTORIZED loops run serially
     "max_lanes": MAX_LANES,      # widest vector emitted
+    "hoist_sizes": True,         # bind expressions of run-time sizes once (before unroll)
     "unroll": True,              # expand UNROLLED loops
     "auto_unroll_max_extent": 0,  # also unroll innermost serial loops up to this extent
     "storage_rewrite": True,     # hoist allocations, share memory
@@ -131,6 +137,10 @@ def default_pipeline(opts: dict[str, Any] | None = None) -> Pipeline:
             vectorize, max_lanes=o["max_lanes"]), partition)))
     else:
         passes.append(("devectorize", partial(_partition_then, _devectorize, partition)))
+    if o["hoist_sizes"]:
+        # the passes after partitioning and vectorization no longer need these expressions'
+        # structure; unrolling copies them into every statement
+        passes.append(("hoist_sizes", partial(hoist_size_exprs, sizes_only=True)))
     if o["unroll"]:
         passes.append(("unroll", partial(unroll, auto_max_extent=o["auto_unroll_max_extent"])))
     passes.append(("simplify_again", simplify))
