@@ -157,6 +157,29 @@ def test_fuse_of_two_symbolic_extents() -> None:
         np.testing.assert_allclose(out, a * a, rtol=1e-6)
 
 
+def test_fused_run_time_outer_axis_needs_no_guard() -> None:
+    """A stage computed inside a loop that fuses a run-time batch with run-time rows (a
+    convolution's parallel loop over images and rows): the batch index ``f // rows`` of
+    ``f`` below ``batch * rows`` stays below ``batch`` (bound inference divides the extent
+    exactly), so no guard is left on it; results at every size, zero included."""
+    b, h = tir.Var("batch"), tir.Var("rows")
+    A = te.placeholder((b, h, 16), name="A")
+    acc = te.compute((b, h, 16), lambda i, j, k: A[i, j, k] * 2.0, name="acc")
+    out = te.compute((b, h, 16), lambda i, j, k: acc[i, j, k] + 1.0, name="out")
+    s = te.create_schedule(out)
+    n, r, c = out.op.axis
+    fused = s[out].fuse(n, r)
+    s[out].parallel(fused)
+    s[acc].compute_at(s[out], fused)
+    func = te.lower(s, [A, out])
+    verify(func)
+    assert not [x for x in nodes(func, S.IfThenElse) if uses(x.condition, b)], func
+    for batch, rows in [(0, 3), (3, 0), (1, 1), (2, 5), (4, 3)]:
+        a = rand((batch, rows, 16))
+        (got,) = execute(func, [a], [(batch, rows, 16)], {"batch": batch, "rows": rows})
+        np.testing.assert_allclose(got, a * 2.0 + 1.0, rtol=1e-6)
+
+
 def test_split_into_nparts_of_a_symbolic_extent() -> None:
     n = tir.Var("n")
     A = te.placeholder((n, 3), name="A")

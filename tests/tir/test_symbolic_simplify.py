@@ -10,9 +10,9 @@ import pytest
 
 from tessera import tir
 from tessera.errors import CompileError
-from tessera.tir.arith import struct_equal, to_poly
+from tessera.tir.arith import exact_quotient, struct_equal, to_poly
 from tessera.tir.features import FEATURE_NAMES, REPRESENTATIVE_SIZE, loop_features
-from tessera.tir.functor import post_order_visit
+from tessera.tir.functor import post_order_visit, substitute
 from tessera.tir.interpreter import run
 from tessera.tir.simplify import Simplifier, can_prove, simplify
 from tessera.tir.transform import (
@@ -335,3 +335,27 @@ def test_division_bounds_of_nested_divisions() -> None:
     e = tir.expr.FloorDiv(w + 3, four) * 4 + 1 - w
     assert can_prove(e >= 1)
     assert simplify(e < 0).value == 0
+
+
+def test_exact_quotient_of_size_products() -> None:
+    """arith.exact_quotient divides a polynomial by one monomial when every term holds it
+    (checked by evaluating both sides at random sizes), and says None otherwise."""
+    b, h, w = tir.Var("batch"), tir.Var("h"), tir.Var("w")
+    cases = [(b * h, h, "b"), (b * h * 8, h * 8, "b"), (b * h * 8 + h * w * 16, h * 8, "b+2w"),
+             (h * h * b, h, "hb")]
+    rng = np.random.default_rng(5)
+    for num, den, _ in cases:
+        q = exact_quotient(num, den)
+        assert q is not None, (num, den)
+        for _ in range(20):
+            env = {b: int(rng.integers(0, 50)), h: int(rng.integers(1, 50)),
+                   w: int(rng.integers(0, 50))}
+            assert _evaluate(q, env) * _evaluate(den, env) == _evaluate(num, env)
+    for num, den in [(b * h + 1, h), (b * h * 3, h * 2), (b * w, h), (b + h, b * h)]:
+        assert exact_quotient(num, den) is None, (num, den)
+
+
+def _evaluate(e: object, env: dict) -> int:
+    out = simplify(substitute(e, {v: tir.const(x, v.dtype) for v, x in env.items()}))
+    assert isinstance(out, tir.IntImm), out
+    return out.value

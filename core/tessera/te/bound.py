@@ -45,7 +45,7 @@ from typing import Any
 from tessera.te.schedule import INLINE, ROOT, SCOPE, Fuse, Schedule, Split, Stage
 from tessera.te.tensor import ComputeOp, IterVar, Range
 from tessera.tir import expr as E
-from tessera.tir.arith import Poly, const_int_bound, struct_key, to_poly
+from tessera.tir.arith import Poly, const_int_bound, exact_quotient, struct_key, to_poly
 from tessera.tir.functor import IRMutator, Substitute, post_order_visit, rebuild
 
 __all__ = [
@@ -251,9 +251,27 @@ class _IntervalEval:
 
     def e_FloorDiv(self, e: E.FloorDiv) -> Interval | None:
         c, a = self._divisor(e), self.eval(e.a)
-        if c is None or a is None:
+        if a is None:
             return None
+        if c is None:
+            return self._size_quotient(e, a)
         return Interval(simplify_index(a.lo // c), simplify_index(a.hi // c))
+
+    def _size_quotient(self, e: E.FloorDiv, a: Interval) -> Interval | None:
+        """``a // d`` by a run-time size ``d`` (never negative) where ``a`` runs over
+        ``[lo, q * d - 1]`` with ``lo >= 0``: ``[0, q - 1]``. The outer index of a loop fused
+        over a run-time extent (``f // (occ * height)`` of ``f`` below ``batch * occ *
+        height``) stays below ``batch``, so its stage needs no guard."""
+        if self.uses_relaxed(e.b):
+            return None
+        d_low = _const_bound(e.b, {})[0]
+        lo = simplify_index(a.lo)
+        if d_low is None or d_low < 0 or not isinstance(lo, E.IntImm) or lo.value < 0:
+            return None
+        q = exact_quotient(simplify_index(a.hi + E.IntImm(1, a.hi.dtype)), e.b)
+        if q is None:
+            return None
+        return Interval(E.IntImm(0, e.dtype), simplify_index(q - E.IntImm(1, e.dtype)))
 
     def e_FloorMod(self, e: E.FloorMod) -> Interval | None:
         c, a = self._divisor(e), self.eval(e.a)

@@ -556,6 +556,36 @@ def _poly_of(x: E.PrimExpr, atom: Callable[[E.PrimExpr], E.PrimExpr] | None,
     return Poly.atom(y)
 
 
+def exact_quotient(num: E.PrimExpr, den: E.PrimExpr) -> E.PrimExpr | None:
+    """``num / den`` as an expression when ``den`` is one monomial (a positive coefficient
+    times atoms) that divides every term of the polynomial ``num`` exactly (``(batch * h *
+    8) / (h * 8)`` is ``batch``); None otherwise. No division is left to run: the quotient
+    holds for every value of the atoms, ``den`` zero included (``num`` is then zero too)."""
+    pn, pd = to_poly(num), to_poly(den)
+    if pd.const != 0 or len(pd.terms) != 1 or pn.const != 0:
+        return None
+    (cd, ad), = pd.terms.values()
+    if cd <= 0:
+        return None
+    out = Poly(pn.dtype)
+    for c, atoms in pn.terms.values():
+        if c % cd:
+            return None
+        rest = list(atoms)
+        for a in ad:
+            k = struct_key(a)
+            at = next((i for i, x in enumerate(rest) if struct_key(x) == k), None)
+            if at is None:
+                return None
+            del rest[at]
+        if not rest:
+            out.const += c // cd
+            continue
+        key = tuple(sorted((struct_key(x) for x in rest), key=repr))
+        out = out.add(_mono(pn.dtype, c // cd, key, rest))
+    return out.to_expr()
+
+
 def linear_in(e: E.PrimExpr, var: E.Var) -> tuple[E.PrimExpr, E.PrimExpr] | None:
     """``(base, stride)`` with ``e == base + var * stride`` and neither containing ``var``, or
     None when ``e`` is not linear in ``var`` (``var // 4``, ``var * var``, a load indexed by
