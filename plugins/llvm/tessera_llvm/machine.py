@@ -139,23 +139,26 @@ def missing_host_features(features: str) -> list[str]:
     return [f for f in wanted if f not in have]
 
 
-def optimize(module: llvm.ModuleRef, tm: llvm.TargetMachine, speed_level: int = 3) -> None:
+def optimize(module: llvm.ModuleRef, tm: llvm.TargetMachine, speed_level: int = 3,
+             loop_unrolling: bool = True) -> None:
     """Run LLVM's default per-module pipeline at ``speed_level`` with loop and SLP
-    vectorization, loop interleaving and unrolling enabled."""
+    vectorization, loop interleaving and (unless ``loop_unrolling`` is false) unrolling
+    enabled."""
     with LLVM_LOCK:
         pto = llvm.create_pipeline_tuning_options(speed_level=speed_level)
         pto.loop_vectorization = True
         pto.slp_vectorization = True
         pto.loop_interleaving = True
-        pto.loop_unrolling = True
+        pto.loop_unrolling = loop_unrolling
         pb = llvm.create_pass_builder(tm, pto)
         mpm = pb.getModulePassManager()
         mpm.run(module, pb)
 
 
 def compile_ir(module: ir.Module | str, tm: llvm.TargetMachine,
-               speed_level: int = 3) -> llvm.ModuleRef:
-    """Parse, verify and optimise LLVM IR (an ``llvmlite.ir.Module`` or its text)."""
+               speed_level: int = 3, loop_unrolling: bool = True) -> llvm.ModuleRef:
+    """Parse, verify and optimise LLVM IR (an ``llvmlite.ir.Module`` or its text; see
+    :func:`optimize`)."""
     init_llvm()
     with LLVM_LOCK:
         text = str(module)
@@ -167,7 +170,7 @@ def compile_ir(module: ir.Module | str, tm: llvm.TargetMachine,
             raise CompileError(f"llvm: generated IR of module {name!r} is invalid: {exc}") from exc
         mod.triple = tm.triple
         mod.data_layout = str(tm.target_data)
-        optimize(mod, tm, speed_level)
+        optimize(mod, tm, speed_level, loop_unrolling)
         return mod
 
 
