@@ -127,9 +127,10 @@ def _compile(model: ModelSource | Function, target: str | None,
 
 
 #: The settings of a dynamic module (they choose ``shape_mode="specialize"`` under "auto").
-#: Tuning records too: they are per size (a dynamic module applies each at the nearest
-#: tuned size); a symbolic module's kernels do not take them per size bucket yet.
-_DYNAMIC_SETTINGS = ("specialize", "symbolic_dims", "background_compile", "tuning_records")
+#: Tuning records are not among them: a symbolic module's kernels take records tuned at
+#: several sizes as one version per size bucket (a backend's choice: llvm's
+#: ``size_buckets``); a dynamic module applies each at the nearest tuned size.
+_DYNAMIC_SETTINGS = ("specialize", "symbolic_dims", "background_compile")
 
 
 def _shape_mode(cfg: CompileConfig) -> str:

@@ -1,6 +1,9 @@
-"""Tuning records of a model with symbolic shapes apply at every size: a specialisation whose
-workloads were tuned at another (representative) size takes the nearest size's knob values,
-where they are valid at its own size; a static compile still matches records exactly."""
+"""Tuning records of a model with symbolic shapes compiled per size (``shape_mode=
+"specialize"``) apply at every size: a specialisation whose workloads were tuned at another
+(representative) size takes the nearest size's knob values, where they are valid at its own
+size; a static compile still matches records exactly. (Compiled once for every size, the
+default, the records become one kernel version per tuned size: the llvm plugin's
+test_size_buckets.py.)"""
 
 from __future__ import annotations
 
@@ -47,7 +50,8 @@ def _used(module: tessera.Module) -> dict[str, object]:
 
 
 def test_a_size_nobody_tuned_takes_the_nearest_sizes_knobs(tmp_path: Path) -> None:
-    mod = tessera.compile(_model(), "llvm", tuning_records=_records(tmp_path))
+    mod = tessera.compile(_model(), "llvm", tuning_records=_records(tmp_path),
+                          shape_mode="specialize")
     at5 = mod.specialize(batch=5)
     assert at5.tuning_summary() == (1, 0)
     used = _used(at5)

@@ -45,7 +45,8 @@ from typing import Any
 from tessera._version import __version__
 from tessera.errors import TuningRecordsError
 
-__all__ = ["MODEL_CHECK", "ModelCheck", "ScheduleOverrides", "TuningHistory", "TuningRecord",
+__all__ = ["MODEL_CHECK", "ModelCheck", "ScheduleOverrides", "SizeBucket", "TuningHistory",
+           "TuningRecord",
            "append_records", "best_configs", "load_records", "record_for"]
 
 #: Fields every record must have.
@@ -356,6 +357,59 @@ class ScheduleOverrides(dict[str, dict[str, Any]]):
             if distance is not None and (best is None or distance < best[0]):
                 best = (distance, k)
         return None if best is None else self[best[1]]
+
+    def buckets(self, key: str) -> list[SizeBucket]:
+        """For a workload key with run-time extents (text where a size would be): one
+        :class:`SizeBucket` per record of the same template whose workload is this one at
+        some sizes (tuned at static sizes, ``tessera tune --input-shapes``), smallest first;
+        [] when there is none. A backend compiles the kernel once per bucket and picks
+        between them by the sizes of each call."""
+        if key in self.rejected:
+            return []
+        try:
+            template, workload = json.loads(key)
+        except (ValueError, TypeError):
+            return []
+        if "\"" not in json.dumps(workload):  # no run-time extent
+            return []
+        found: dict[tuple[tuple[str, int], ...], SizeBucket] = {}
+        for k, knobs in self.items():
+            try:
+                t, w = json.loads(k)
+            except (ValueError, TypeError):
+                continue
+            sizes: dict[str, int] = {}
+            if t != template or not _bucket_sizes(workload, w, sizes) or not sizes:
+                continue
+            b = SizeBucket(tuple(sorted(sizes.items())), dict(knobs))
+            found.setdefault(b.sizes, b)
+        return sorted(found.values(), key=lambda b: (b.size(), b.sizes))
+
+
+@dataclass(frozen=True)
+class SizeBucket:
+    """The knob values a record tuned at one size gives a workload with run-time extents:
+    ``sizes`` maps each run-time extent's text (as the workload names it) to the size the
+    record was measured at."""
+
+    sizes: tuple[tuple[str, int], ...]
+    knobs: dict[str, Any] = field(hash=False, compare=False)
+
+    def size(self) -> int:
+        """The product of the sizes (what buckets are ordered and split by)."""
+        return math.prod(max(v, 1) for _, v in self.sizes)
+
+
+def _bucket_sizes(symbolic: Any, tuned: Any, out: dict[str, int]) -> bool:
+    """Whether workload ``tuned`` (all ints) is ``symbolic`` at a size: equal at every
+    static position, an int at each run-time one (the same int wherever the same text
+    appears); collects text -> int in ``out``."""
+    if isinstance(symbolic, str) and isinstance(tuned, int) and not isinstance(tuned, bool):
+        return out.setdefault(symbolic, tuned) == tuned
+    if isinstance(symbolic, list) and isinstance(tuned, list):
+        return len(symbolic) == len(tuned) and all(
+            _bucket_sizes(a, b, out) for a, b in zip(symbolic, tuned))
+    return symbolic == tuned
 
 
 def _size_distance(a: Any, b: Any) -> float | None:

@@ -49,6 +49,11 @@ class ConfigSpace:
     template: str
     workload: tuple[Any, ...]
     knobs: dict[str, Knob] = field(default_factory=dict)
+    #: For a workload with run-time extents (named in ``workload`` by their expression's
+    #: text): text -> the expression (over the kernel's size variables), so that a backend
+    #: can choose between configs tuned at different sizes at run time
+    #: (:meth:`~tessera.plugin.records.ScheduleOverrides.buckets`).
+    extents: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def define(self, name: str, candidates: list[Any], default: Any, doc: str = "",
                when: dict[str, list[Any]] | None = None) -> Any:

@@ -422,7 +422,8 @@ class LLVMBackend(Backend):
                              progress=options.progress,
                              size_specs={k.name: k.size_spec for k in own
                                          if k.size_spec is not None},
-                             aliases=aliases)
+                             aliases=aliases,
+                             variants={k.name: k.variants for k in own if k.variants})
         t2 = time.perf_counter()
         table = [self._entry(k, built.workspaces.get(k.name, 0)) for k in lowered.kernels]
         constants = {name: _aligned_copy(v.data) for name, v in lowered.constants.items()}
@@ -438,8 +439,7 @@ class LLVMBackend(Backend):
         compiled.info.update({
             "lower_s": round(t1 - t0, 3), "codegen_s": round(t2 - t1, 3),
             "object_bytes": len(built.object_code),
-            "schedules": {k.name: schedule_info(k.template, k.configs)
-                          for k in lowered.kernels},
+            "schedules": {k.name: _schedule_info(k) for k in lowered.kernels},
         })
         if options.tuned:
             compiled.info["tuning"] = tuning_info(c for k in lowered.kernels for c in k.configs)
@@ -546,3 +546,12 @@ class LLVMBackend(Backend):
         return self._assemble(region, obj, meta["kernels"], saved.constants, saved.tensors,
                               meta.get("mcpu"), meta.get("mattr"), meta.get("triple"),
                               meta.get("cpu_name") or "", meta.get("features") or "")
+
+
+def _schedule_info(k: LoweredKernel) -> dict[str, Any]:
+    """``schedule_info`` of a kernel, with the tuned sizes of its versions
+    (``size_buckets``: the config shown is the largest's) when it has several."""
+    info = schedule_info(k.template, k.configs)
+    if k.size_buckets:
+        info["size_buckets"] = k.size_buckets
+    return info

@@ -144,7 +144,9 @@ def build_module(funcs: list[PrimFunc], name: str, mcpu: str | None = None,
                  mattr: str | None = None, triple: str | None = None,
                  progress: Progress | None = None,
                  size_specs: dict[str, SizeSpec] | None = None,
-                 aliases: dict[str, str] | None = None) -> BuiltModule:
+                 aliases: dict[str, str] | None = None,
+                 variants: dict[str, list[tuple[E.PrimExpr, PrimFunc]]] | None = None
+                 ) -> BuiltModule:
     """Generate, optimise and compile ``funcs`` into one object file (for ``triple``, the
     host's by default; the data layout is the target machine's).
 
@@ -162,7 +164,11 @@ def build_module(funcs: list[PrimFunc], name: str, mcpu: str | None = None,
     ``aliases`` (alias name -> function name) exports more names for functions of ``funcs``:
     each an LLVM alias of its function (the same machine code under a second symbol), listed
     in ``function_names``, ``signatures``, ``workspaces`` and ``size_specs`` like its
-    function."""
+    function.
+
+    ``variants`` (function name -> ``(condition, function)`` list) gives a function versions
+    for some sizes: its entry runs the first whose condition over the size variables holds,
+    else the function itself (:mod:`.size_buckets`)."""
     progress = progress or Progress()
     aliases = dict(aliases or {})
     tm = target_machine(mcpu, mattr, triple)
@@ -171,7 +177,8 @@ def build_module(funcs: list[PrimFunc], name: str, mcpu: str | None = None,
     for f in progress.track(funcs, IR_PHASE, lambda f: f.name):
         # a symbolic function's index arithmetic, once per scope (O3 would otherwise spend
         # seconds finding the common subexpressions of its unrolled statements again)
-        gen.add_function(hoist_size_exprs(f))
+        gen.add_function(hoist_size_exprs(f),
+                         [(c, hoist_size_exprs(v)) for c, v in (variants or {}).get(f.name, [])])
     module = gen.finalize()
     source = str(module) + _alias_lines(module, aliases)
     with LLVM_LOCK:

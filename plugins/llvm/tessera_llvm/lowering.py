@@ -63,6 +63,7 @@ from .schedules.common import CPUInfo, compute_ops
 from .schedules.config import largest_divisor
 from .schedules.conv2d import conv_space, find_conv, specialize_width_tails, tile_plan
 from .schedules.dense import specialize_tails
+from .size_buckets import bucketed, buckets_of
 
 
 @dataclass
@@ -90,6 +91,13 @@ class LoweredKernel:
     #: :func:`share_kernel`), None for a kernel with code of its own; ``func`` is then that
     #: kernel's function, and this kernel's symbol an alias of it.
     alias_of: str | None = None
+    #: Versions of ``func`` for smaller sizes, each with the condition over the size
+    #: variables that selects it (the first that holds; ``func`` when none does): one per
+    #: size bucket of the tuning records (:mod:`.size_buckets`).
+    variants: list[tuple[E.PrimExpr, PrimFunc]] = field(default_factory=list)
+    #: The sizes of the tuning records it was compiled for, smallest first (its run-time
+    #: extents' texts -> size), one per version; [] when it has one version.
+    size_buckets: list[dict[str, int]] = field(default_factory=list)
 
 
 @dataclass
@@ -407,10 +415,14 @@ def lower_group(group: Any, name: str, cpu: CPUInfo,
                 size_bounds: SizeBounds | None = None) -> tuple[LoweredKernel, list[Value]]:
     """One fused group scheduled (with ``overrides``) and lowered to a TIR function named
     ``name``; the kernel and the group's constant inputs. A group of a symbolic region takes
-    the region's size variables (``size_order``, with their ``size_bounds``) at run time."""
-    spec = None
-    with lowering_errors("llvm", group, keep=(TesseraError,)):
-        gte, sched, prim = _scheduled(group, name, cpu, overrides, size_bounds)
+    the region's size variables (``size_order``, with their ``size_bounds``) at run time;
+    where ``overrides`` holds records tuned at some of its sizes, it is lowered once per size
+    bucket (:mod:`.size_buckets`)."""
+
+    def lower(chosen: dict[str, dict[str, Any]] | None
+              ) -> tuple[PrimFunc, tuple[Any, Any, SizeSpec | None]]:
+        spec = None
+        gte, sched, prim = _scheduled(group, name, cpu, chosen, size_bounds)
         if size_order:
             prim = with_region_sizes(prim, size_order, size_bounds or {}, "llvm")
             spec = size_spec(prim)  # of the nest: the pipeline flattens the buffers
@@ -420,7 +432,18 @@ def lower_group(group: Any, name: str, cpu: CPUInfo,
         plan = sched.prefetch
         if plan is not None:
             prim = prefetch_next_slice(prim, *plan)
-    kernel = LoweredKernel(name=name, func=prim, size_spec=spec,
+        return prim, (gte, sched, spec)
+
+    with lowering_errors("llvm", group, keep=(TesseraError,)):
+        prim, (gte, sched, spec) = lower(overrides)
+        variants: list[tuple[E.PrimExpr, PrimFunc]] = []
+        buckets = buckets_of(overrides, sched.configs[0]) if size_order and sched.configs \
+            else []
+        made = bucketed(sched.configs[0], buckets, lower) if buckets else None
+        if made is not None:
+            prim, (gte, sched, spec), variants = made.func, made.rest, made.variants
+    kernel = LoweredKernel(name=name, func=prim, size_spec=spec, variants=variants,
+                           size_buckets=[dict(b.sizes) for b in made.buckets] if made else [],
                            **group_facts(group, gte, sched))
     return kernel, [v for v in gte.inputs if v.is_constant]
 

@@ -158,6 +158,17 @@ def workload_dim(extent: Any) -> int | str:
     return v if v is not None else str(extent)
 
 
+def run_time_extents(*axis_lists: Any) -> dict[str, Any]:
+    """The run-time extents of the axes, by the text :func:`workload_dim` names them by
+    (``ConfigSpace.extents``)."""
+    out: dict[str, Any] = {}
+    for axes in axis_lists:
+        for a in axes:
+            if static_extent(a.dom.extent) is None:
+                out.setdefault(str(a.dom.extent), a.dom.extent)
+    return out
+
+
 def workload_dims(axes: Any) -> tuple[int | str, ...]:
     """The extents of ``axes`` (iteration variables) for a workload key."""
     return tuple(workload_dim(a.dom.extent) for a in axes)

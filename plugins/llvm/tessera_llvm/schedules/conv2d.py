@@ -30,7 +30,14 @@ from tessera.tir.expr import bits
 from tessera.tir.functor import IRMutator, post_order_visit, rebuild
 
 from . import winograd
-from .common import WIDTH_TAIL_PRAGMA, CPUInfo, extents, static_extent, workload_dims
+from .common import (
+    WIDTH_TAIL_PRAGMA,
+    CPUInfo,
+    extents,
+    run_time_extents,
+    static_extent,
+    workload_dims,
+)
 from .config import ConfigSpace, ScheduleConfig, divisors, largest_divisor
 from .dense import fresh_copy
 
@@ -250,7 +257,7 @@ def symbolic_conv_space(conv: te.ComputeOp, cpu: CPUInfo) -> ConfigSpace:
     n, occ, oh, ow, ob = extents(conv)
     red = _reduce_extents(conv)
     space = ConfigSpace(TAG, (workload_dims(conv.axis), tuple(red.values()),
-                              conv.attrs.get("strides")))
+                              conv.attrs.get("strides")), extents=run_time_extents(conv.axis))
     depthwise = conv.tag not in (TAG, winograd.TAG)
     dtype = conv.output(0).dtype
     plan = tile_plan(occ, oh, ow, ob, dtype, cpu, depthwise, _block_weight_bytes(conv))

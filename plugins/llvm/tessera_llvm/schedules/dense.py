@@ -46,6 +46,7 @@ from .common import (
     CPUInfo,
     extents,
     representative,
+    run_time_extents,
     static_extent,
     workload_dim,
 )
@@ -137,7 +138,8 @@ def symbolic_dense_space(mm: te.ComputeOp, cpu: CPUInfo) -> ConfigSpace:
     m, n = sizes[-2], sizes[-1]
     workload = (tuple(workload_dim(a.dom.extent) for a in mm.axis),
                 workload_dim(mm.reduce_axis[0].dom.extent))
-    space = ConfigSpace("dense", workload)
+    space = ConfigSpace("dense", workload,
+                        extents=run_time_extents(mm.axis, mm.reduce_axis))
     lanes = cpu.lanes_for(mm.output(0).dtype)
     panel = int(mm.attrs.get("panel") or 1)
     if n is None:
