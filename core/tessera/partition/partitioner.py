@@ -196,14 +196,20 @@ def merge_regions(groups: list[_Group]) -> list[_Region]:
             if all(p is cand or not _depends_on(p, cand) for p in preds):
                 target = cand
                 break
-        if target is None and not preds:
-            # a group that reads no other group's value (graph inputs, constants, sizes: an
-            # embedding lookup, a mask made from the attention mask, Range or ShapeValues in a
-            # symbolic graph) goes to the latest region of its backend rather than starting
-            # one of its own: it adds no dependency, its readers may then join that region,
-            # and one region is one bound kernel sequence per run instead of several
-            target = next((r for r in reversed(regions)
-                           if r.backend is g.backend and r.kind == g.kind), None)
+        if target is None and not preds and regions:
+            # a group that reads no other group's value goes to a region of its backend
+            # rather than starting one of its own (it adds no dependency, its readers may then
+            # join that region, and one region is one bound kernel sequence per run): one
+            # computed from sizes and constants alone (Range, ShapeValues in a symbolic graph)
+            # to the latest region of its backend; one that reads graph inputs (an embedding
+            # lookup, a mask made from the attention mask) only to the last region of all, so
+            # that another backend's readers of it wait for nothing more than before
+            last = regions[-1]
+            if _reads_no_tensor(g):
+                target = next((r for r in reversed(regions)
+                               if r.backend is g.backend and r.kind == g.kind), None)
+            elif last.backend is g.backend and last.kind == g.kind:
+                target = last
         if target is None:
             target = _Region(g.backend, g.kind)
             regions.append(target)
@@ -213,6 +219,15 @@ def merge_regions(groups: list[_Group]) -> list[_Region]:
         target.groups.append(g)
         g.region = target
     return regions
+
+
+def _reads_no_tensor(g: _Group) -> bool:
+    """Whether ``g``'s nodes read only constants and each other (no graph input, no value of
+    another group)."""
+    inside = {id(n) for n in g.nodes}
+    return all(v is None or v.data is not None or
+               (v.producer is not None and id(v.producer) in inside)
+               for n in g.nodes for v in n.inputs)
 
 
 #: The partitioner's result (the name it had before the typed regions).

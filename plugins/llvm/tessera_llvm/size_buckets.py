@@ -73,10 +73,13 @@ def measure(cfg: Any, bucket: SizeBucket) -> E.PrimExpr:
 
 
 def same_params(a: PrimFunc, b: PrimFunc) -> bool:
-    """Whether two lowerings of a group take the same parameters (count, dtypes, shapes):
-    versions of one kernel must, as they are called with the same arguments."""
+    """Whether two lowerings of a group take the same parameters (count, names, dtypes,
+    shapes): versions of one kernel must, as they are called with the same arguments (a
+    config that changes what the kernel reads, a Winograd convolution's transformed weights
+    at another tile, makes another kernel, left out)."""
     return len(a.params) == len(b.params) and all(
-        x.dtype == y.dtype and repr(x.shape) == repr(y.shape) for x, y in zip(a.params, b.params))
+        x.name == y.name and x.dtype == y.dtype and repr(x.shape) == repr(y.shape)
+        for x, y in zip(a.params, b.params))
 
 
 def bucketed(cfg: Any, buckets: list[SizeBucket],
