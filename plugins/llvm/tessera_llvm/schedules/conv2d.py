@@ -25,7 +25,7 @@ from typing import Any
 from tessera import te
 from tessera.tir import expr as E
 from tessera.tir import stmt as S
-from tessera.tir.arith import to_poly
+from tessera.tir.arith import to_poly, uses_var
 from tessera.tir.expr import bits
 from tessera.tir.functor import IRMutator, post_order_visit, rebuild
 
@@ -303,13 +303,7 @@ def _schedule_symbolic(s: Any, conv: te.ComputeOp, out: te.ComputeOp, cfg: Sched
     a run-time size), the register tile as for static sizes."""
     reg_n = int(cfg["reg_n"])
     if pad is not None:
-        ps = s[pad]
-        pax = list(pad.axis)
-        fused = ps.fuse(*pax[:3])
-        if cfg.get("pad_parallel", True):
-            ps.parallel(fused)
-        if static_extent(pad.axis[-1].dom.extent) in (4, 8, 16, 32, 64):
-            ps.vectorize(pax[-1])
+        _schedule_pad(s, pad, cfg)
     acc, writer = _accumulator(s, conv, out)
     ws = s[writer]
     n, occ, oh, ow, ob = writer.axis
@@ -401,21 +395,11 @@ class _Guards(IRMutator):
     def __init__(self, var: E.Var, zero: E.PrimExpr) -> None:
         self.var, self.zero = var, zero
 
-    def uses(self, node: Any) -> bool:
-        found = False
-
-        def f(n: Any) -> None:
-            nonlocal found
-            found = found or n is self.var
-
-        post_order_visit(node, f)
-        return found
-
     def fix(self, c: E.PrimExpr) -> E.PrimExpr:
         ops = {E.LT: lambda x, y: x < y, E.LE: lambda x, y: x <= y,
                E.GT: lambda x, y: x > y, E.GE: lambda x, y: x >= y}
         op = ops.get(type(c))
-        if op is None or not self.uses(c) or not E.is_int(c.a.dtype) or c.a.lanes != 1:
+        if op is None or not uses_var(c, self.var) or not E.is_int(c.a.dtype) or c.a.lanes != 1:
             return c
         zero = self.zero if self.zero.dtype == c.a.dtype else E.cast(c.a.dtype, self.zero)
         p = to_poly(c.a - c.b + zero)
@@ -472,6 +456,18 @@ class _Guards(IRMutator):
         if isinstance(c, E.IntImm):
             return t if c.value else f
         return E.Select(c, t, f)
+
+
+def _schedule_pad(s: Any, pad: te.ComputeOp, cfg: ScheduleConfig) -> None:
+    """The padded input, materialised once per call: images, channel blocks and rows fused
+    (in parallel with ``pad_parallel``), the channel block vectorized when it is a vector."""
+    ps = s[pad]
+    pax = list(pad.axis)
+    fused = ps.fuse(*pax[:3])
+    if cfg.get("pad_parallel", True):
+        ps.parallel(fused)
+    if static_extent(pad.axis[-1].dom.extent) in (4, 8, 16, 32, 64):
+        ps.vectorize(pax[-1])
 
 
 def _accumulator(s: Any, conv: te.ComputeOp, out: te.ComputeOp
@@ -536,13 +532,7 @@ def schedule_conv(s: Any, conv: te.ComputeOp, out: te.ComputeOp, cfg: ScheduleCo
         return
     reg_n = int(cfg["reg_n"])
     if pad is not None:
-        ps = s[pad]
-        pax = list(pad.axis)
-        fused = ps.fuse(*pax[:3])
-        if cfg.get("pad_parallel", True):
-            ps.parallel(fused)
-        if extents(pad)[-1] in (4, 8, 16, 32, 64):
-            ps.vectorize(pax[-1])
+        _schedule_pad(s, pad, cfg)
     acc, writer = _accumulator(s, conv, out)
     ws = s[writer]
     n, occ, oh, ow, ob = writer.axis

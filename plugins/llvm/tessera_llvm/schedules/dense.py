@@ -35,7 +35,7 @@ from typing import Any
 from tessera import te
 from tessera.tir import expr as E
 from tessera.tir import stmt as S
-from tessera.tir.arith import to_poly
+from tessera.tir.arith import to_poly, uses_var
 from tessera.tir.buffer import Buffer
 from tessera.tir.functor import IRMutator, post_order_visit, rebuild, substitute
 from tessera.tir.transform._util import copy_with
@@ -336,17 +336,6 @@ def fresh_copy(body: S.Stmt, vmap: dict[E.Var, Any]) -> S.Stmt:
     return _FreshAllocations().visit(copy_with(body, vmap))
 
 
-def _uses(node: Any, var: E.Var) -> bool:
-    found = False
-
-    def f(n: Any) -> None:
-        nonlocal found
-        found = found or n is var
-
-    post_order_visit(node, f)
-    return found
-
-
 class _Conditions(IRMutator):
     """Rewrites each conjunct of ``if``/``select`` conditions that uses ``var`` (every one when
     ``var`` is None) with ``fn``;
@@ -357,7 +346,7 @@ class _Conditions(IRMutator):
         self.var, self.fn = var, fn
 
     def cond(self, c: E.PrimExpr) -> E.PrimExpr:
-        parts = [self.fn(x) if self.var is None or _uses(x, self.var) else x
+        parts = [self.fn(x) if self.var is None or uses_var(x, self.var) else x
                  for x in E.conjuncts(c)]
         return E.all_of(*(x for x in parts if not (isinstance(x, E.IntImm) and x.value == 1)))
 
@@ -387,7 +376,7 @@ def _upper_limit(cond: E.PrimExpr, var: E.Var) -> E.PrimExpr | None:
         p.const -= 1
     key = None
     for k, (coef, atoms) in p.terms.items():
-        if any(_uses(a, var) for a in atoms):
+        if any(uses_var(a, var) for a in atoms):
             if key is not None or coef != 1 or len(atoms) != 1 or atoms[0] is not var:
                 return None
             key = k
@@ -424,7 +413,7 @@ class _Shrink(IRMutator):
         inner_vars = [loop.loop_var for loop in chain[1:]]
         for x in parts:
             limit = _upper_limit(x, s.loop_var)
-            if limit is not None and not any(_uses(limit, v) for v in inner_vars) and \
+            if limit is not None and not any(uses_var(limit, v) for v in inner_vars) and \
                     (runtime or isinstance(limit, E.IntImm)):
                 break
         else:
@@ -609,8 +598,8 @@ class _PackPanel(IRMutator):
         store = node.then_case
         if store.buffer.scope != "local":
             return None
-        guards = [c for c in E.conjuncts(node.condition) if _uses(c, lane.loop_var)]
-        rest = [c for c in E.conjuncts(node.condition) if not _uses(c, lane.loop_var)]
+        guards = [c for c in E.conjuncts(node.condition) if uses_var(c, lane.loop_var)]
+        rest = [c for c in E.conjuncts(node.condition) if not uses_var(c, lane.loop_var)]
         if not any(x.buffer.scope != "local" for x in nodes_of(store.value, E.BufferLoad)):
             # the accumulator's zeros: every lane (the tile is local), no guard
             inner: S.Stmt = store
@@ -621,11 +610,11 @@ class _PackPanel(IRMutator):
                               f.annotations)
             return inner
         loads = [x for x in nodes_of(store.value, E.BufferLoad)
-                 if x.buffer.scope != "local" and _uses(x.indices[-1], lane.loop_var)]
-        if len(loads) != 1 or not _uses(loads[0], k.loop_var):
+                 if x.buffer.scope != "local" and uses_var(x.indices[-1], lane.loop_var)]
+        if len(loads) != 1 or not uses_var(loads[0], k.loop_var):
             return None
         load = loads[0]
-        loops = [f for f in chain if _uses(load, f.loop_var)]
+        loops = [f for f in chain if uses_var(load, f.loop_var)]
         if not all(isinstance(f.extent, E.IntImm) and isinstance(f.min, E.IntImm)
                    and f.min.value == 0 for f in loops):
             return None
@@ -706,7 +695,7 @@ class _HoistLanes(IRMutator):
             return rebuild(s, self.visit)
         front: list[S.For] = []
         for loop in chain:
-            if loop in marked or any(_uses(m.extent, loop.loop_var) for m in marked):
+            if loop in marked or any(uses_var(m.extent, loop.loop_var) for m in marked):
                 front.append(loop)
         order = front + [loop for loop in chain if loop not in front]
         inner: S.Stmt = node
