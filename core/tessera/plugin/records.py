@@ -329,6 +329,18 @@ class ScheduleOverrides(dict[str, dict[str, Any]]):
             return default
         return super().get(key, default)
 
+    def _parsed(self) -> list[tuple[str, Any, str]]:
+        """(template, workload, key) of every record's key, parsed once."""
+        if self._shapes is None:
+            self._shapes = []
+            for k in self:
+                try:
+                    t, w = json.loads(k)
+                except (ValueError, TypeError):
+                    continue
+                self._shapes.append((t, w, k))
+        return self._shapes
+
     def nearest(self, key: str) -> dict[str, Any] | None:
         """With ``nearest_sizes``, for a workload key without a record: the knob values of
         the record of the same template whose workload differs only in sizes, the nearest
@@ -341,16 +353,8 @@ class ScheduleOverrides(dict[str, dict[str, Any]]):
             template, workload = json.loads(key)
         except (ValueError, TypeError):
             return None
-        if self._shapes is None:
-            self._shapes = []
-            for k in self:
-                try:
-                    t, w = json.loads(k)
-                except (ValueError, TypeError):
-                    continue
-                self._shapes.append((t, w, k))
         best: tuple[float, str] | None = None
-        for t, w, k in self._shapes:
+        for t, w, k in self._parsed():
             if t != template:
                 continue
             distance = _size_distance(workload, w)
@@ -373,15 +377,11 @@ class ScheduleOverrides(dict[str, dict[str, Any]]):
         if "\"" not in json.dumps(workload):  # no run-time extent
             return []
         found: dict[tuple[tuple[str, int], ...], SizeBucket] = {}
-        for k, knobs in self.items():
-            try:
-                t, w = json.loads(k)
-            except (ValueError, TypeError):
-                continue
+        for t, w, k in self._parsed():
             sizes: dict[str, int] = {}
             if t != template or not _bucket_sizes(workload, w, sizes) or not sizes:
                 continue
-            b = SizeBucket(tuple(sorted(sizes.items())), dict(knobs))
+            b = SizeBucket(tuple(sorted(sizes.items())), dict(self[k]))
             found.setdefault(b.sizes, b)
         return sorted(found.values(), key=lambda b: (b.size(), b.sizes))
 
