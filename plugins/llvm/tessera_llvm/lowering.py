@@ -439,7 +439,7 @@ def lower_group(group: Any, name: str, cpu: CPUInfo,
         variants: list[tuple[E.PrimExpr, PrimFunc]] = []
         buckets = buckets_of(overrides, sched.configs[0]) if size_order and sched.configs \
             else []
-        made = bucketed(sched.configs[0], buckets, lower) if buckets else None
+        made = bucketed(sched.configs[0], buckets, lower, overrides) if buckets else None
         if made is not None:
             prim, (gte, sched, spec), variants = made.func, made.rest, made.variants
     kernel = LoweredKernel(name=name, func=prim, size_spec=spec, variants=variants,

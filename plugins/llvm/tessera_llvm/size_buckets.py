@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tessera.plugin.records import SizeBucket
+from tessera.plugin.records import ScheduleOverrides, SizeBucket
 from tessera.tir import expr as E
 from tessera.tir.stmt import PrimFunc
 
@@ -55,14 +55,6 @@ def buckets_of(overrides: Any, cfg: Any) -> list[SizeBucket]:
     return found
 
 
-def knobs_for(cfg: Any, bucket: SizeBucket) -> dict[str, Any]:
-    """The bucket's knob values that are candidates of ``cfg``'s space (a record of another
-    template version may name others)."""
-    knobs = cfg.space.knobs
-    return {k: v for k, v in bucket.knobs.items()
-            if k in knobs and v in knobs[k].candidates}
-
-
 def measure(cfg: Any, bucket: SizeBucket) -> E.PrimExpr:
     """The product of the bucket's run-time extents, as an int64 expression of the sizes."""
     out: E.PrimExpr = E.IntImm(1, "int64")
@@ -83,14 +75,17 @@ def same_params(a: PrimFunc, b: PrimFunc) -> bool:
 
 
 def bucketed(cfg: Any, buckets: list[SizeBucket],
-             lower: Callable[[dict[str, dict[str, Any]]], tuple[PrimFunc, Any]]
-             ) -> Bucketed | None:
+             lower: Callable[[dict[str, dict[str, Any]]], tuple[PrimFunc, Any]],
+             overrides: Any = None) -> Bucketed | None:
     """The group lowered once per bucket (``lower(overrides)`` returns the function and the
     rest of what the lowering made) and the conditions between them; None with fewer than
-    one usable bucket. A bucket whose lowering takes other parameters is left out."""
+    one usable bucket. A bucket whose lowering takes other parameters is left out. Knob
+    values a bucket gives that the template does not offer are noted in ``overrides``'
+    ``ignored`` (the compile warns once about them, as for any record)."""
+    ignored = getattr(overrides, "ignored", None)
     made: list[tuple[SizeBucket, PrimFunc, Any]] = []
     for b in buckets:
-        func, rest = lower({cfg.key(): knobs_for(cfg, b)})
+        func, rest = lower(ScheduleOverrides({cfg.key(): dict(b.knobs)}, ignored=ignored))
         if made and not same_params(made[0][1], func):
             continue
         made.append((b, func, rest))

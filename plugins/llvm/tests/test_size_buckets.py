@@ -136,3 +136,16 @@ def test_the_entry_runs_the_first_version_whose_condition_holds(n: int, want: fl
     lib.get("fill")([out])
     if want is not None:
         np.testing.assert_array_equal(out, np.full(n, want, np.float32))
+
+
+def test_knob_values_the_template_lacks_are_said_not_dropped(tmp_path: Path) -> None:
+    """A bucket's knob value that is not a candidate keeps the default and counts in the
+    compile's one warning about skipped record values."""
+    bad = dict(SMALL, mr=999)
+    with pytest.warns(UserWarning, match="mr=999"):
+        mod = tessera.compile(_model(), "llvm",
+                              tuning_records=_records(tmp_path, {8: bad, 256: LARGE}))
+    assert _schedule(mod)["size_buckets"] == [{"batch": 8}, {"batch": 256}]
+    x = np.random.default_rng(4).standard_normal((6, 64)).astype(np.float32)
+    w = numpy_helper.to_array(_model().graph.initializer[0])
+    np.testing.assert_allclose(mod.run(x=x)["y"], x @ w, rtol=1e-5, atol=1e-5)
