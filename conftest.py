@@ -21,12 +21,29 @@ import os
 # threads made the same matmul vary from 1 ms to 100+ ms there. Set before numpy loads.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
+import shutil  # noqa: E402
 import sys  # noqa: E402
+import tempfile  # noqa: E402
 import zlib  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+
+# The kernel cache (tessera.plugin.kernel_cache) in a folder of this test process's own,
+# removed at its end, unless TESSERA_CACHE_DIR says otherwise: a run sees neither the user's
+# cache nor another run's, and the compiles a test repeats within a process take their code from
+# it, as a user's do.
+_OWN_CACHE = None if "TESSERA_CACHE_DIR" in os.environ else \
+    tempfile.mkdtemp(prefix="tessera-test-kernels-")
+if _OWN_CACHE is not None:
+    os.environ["TESSERA_CACHE_DIR"] = _OWN_CACHE
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _OWN_CACHE is not None:
+        shutil.rmtree(_OWN_CACHE, ignore_errors=True)
+
 
 #: Markers whose tests the fast tier (no ``-m``, no ``--all-tiers``) deselects.
 TIER_MARKERS = ("slow", "gpu")

@@ -35,6 +35,7 @@ from tessera.partition.regions import PartitionedGraph
 from tessera.passes import PassManager
 from tessera.plugin import contract
 from tessera.plugin.backend import Backend, CompiledRegion, CompileOptions
+from tessera.plugin.kernel_cache import cache_from_setting
 from tessera.plugin.manager import default_cpu_target, get_backend, resolve_target
 from tessera.plugin.records import TuningHistory
 from tessera.plugin.subgraphs import SubgraphCompiler
@@ -223,7 +224,8 @@ def _compile_static(model: ModelSource | Function, target: str | None,
     options = CompileOptions(opt_level=cfg.opt_level, pass_config=dict(cfg.pass_config or {}),
                              tuning_records=history, extra=extra,
                              devices=dict(cfg.devices or {}),
-                             subgraphs=subgraph_compiler(target, cfg))
+                             subgraphs=subgraph_compiler(target, cfg),
+                             kernel_cache=cache_from_setting(cfg.kernel_cache))
     used = _used_backends(backends, fallbacks)
     _check_symbolic_regions(result, used, _StaticOnly if static_fallback else CompileError)
     compiled = compile_regions(result, used, options, say)
@@ -365,10 +367,11 @@ def _unwrapped(text: str) -> str:
 def partition_model(model: ModelSource | Function, target: str | None = "auto",
                     config: CompileConfig | None = None, **settings: Any) -> PartitionedModel:
     """Import, optimize and partition a model as :func:`compile` does (same arguments; the
-    settings only code generation reads, ``tuning_records``, ``dump_code`` and ``dump_dir``,
-    are not used), without generating code: no backend's ``compile`` is called. The result
-    has the partition report, the partitioned graph and a memory estimate (one buffer per node
-    output, reused by liveness); what ``tessera inspect`` shows without ``--compile``."""
+    settings only code generation reads, ``tuning_records``, ``dump_code``, ``dump_dir`` and
+    ``kernel_cache``, are not used), without generating code: no backend's ``compile`` is
+    called. The result has the partition report, the partitioned graph and a memory estimate
+    (one buffer per node output, reused by liveness); what ``tessera inspect`` shows without
+    ``--compile``."""
     cfg = merge_config(CompileConfig, config, settings, "partition_model()")
     say = ProgressPrinter(cfg.progress)
     backends = resolve_target(target)

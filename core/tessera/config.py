@@ -4,7 +4,7 @@
 keyword arguments (``tessera.compile(model, "llvm", input_shapes={...}, opt_level=2)``), which
 override the config's fields. :func:`tessera.api.partition_model` takes the same object and
 ignores the fields that only code generation reads (``tuning_records``, ``dump_code``,
-``dump_dir``).
+``dump_dir``, ``kernel_cache``).
 
 Not to be confused with :class:`tessera.plugin.backend.CompileOptions`, what each *backend*
 receives: the core builds that from this config, with the tuning records already resolved into
@@ -78,6 +78,10 @@ class CompileConfig:
       directory) as ``<region>.<form>``.
     - ``devices``: which device of a kind runs its regions (``{"cuda": 1}``: ``cuda:1``;
       default: index 0).
+    - ``kernel_cache``: the persistent cache of compiled code
+      (:mod:`tessera.plugin.kernel_cache`): None (default) as the environment says
+      (``TESSERA_CACHE_DIR``, ``TESSERA_KERNEL_CACHE=0`` for off), False off, True on, or a
+      folder. A second compile of the same model then skips code generation.
     """
 
     input_shapes: Mapping[str, Sequence[int | str | None]] | None = None
@@ -97,6 +101,7 @@ class CompileConfig:
     dump_code: str | Iterable[str] | None = None
     dump_dir: str | Path | None = None
     devices: Mapping[str, int] | None = None
+    kernel_cache: bool | str | Path | None = None
 
     def code_forms(self) -> list[str]:
         """The ``dump_code`` forms asked for, as a list (empty: none)."""

@@ -99,6 +99,11 @@ def add_compile_options(parser: argparse.ArgumentParser, title: str = "compile o
                             "output's folder (or --dump-ir's DIR) as <region>.<form>")
     group.add_argument("--tuning-records", default=None, metavar="FILE",
                        help="tuning records (JSON lines) from tessera tune")
+    group.add_argument("--no-kernel-cache", action="store_true",
+                       help="compile every kernel again rather than taking code compiled "
+                            "before from the kernel cache (TESSERA_CACHE_DIR, default "
+                            "~/.cache/tessera/kernels; TESSERA_KERNEL_CACHE=0 turns it off "
+                            "everywhere)")
 
 
 def compile_kwargs(args: argparse.Namespace) -> dict[str, Any]:
@@ -128,6 +133,7 @@ def compile_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "specialize": [_fixed_shapes(text) for text in args.specialize or []] or None,
         "symbolic_dims": parse_name_list(getattr(args, "symbolic_dims", None)) or None,
         "shape_mode": getattr(args, "shape_mode", None) or "auto",
+        "kernel_cache": False if getattr(args, "no_kernel_cache", False) else None,
     }
 
 

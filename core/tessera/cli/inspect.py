@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from tessera.runtime.module import Module
 
 #: ``tessera.compile`` arguments that need code generation (``partition_model`` has none)
-_CODE_ONLY = ("tuning_records", "dump_code", "dump_dir")
+_CODE_ONLY = ("tuning_records", "dump_code", "dump_dir", "kernel_cache")
 
 
 def add_parser(subparsers: Any) -> None:

@@ -19,6 +19,7 @@ from tessera.ir.graph import Function, Node
 from tessera.ir.types import TensorType
 from tessera.plugin.device import CPU, Device
 from tessera.plugin.distribution import distribution_version
+from tessera.plugin.kernel_cache import KernelCache
 from tessera.plugin.patterns import Pattern
 from tessera.plugin.records import ScheduleOverrides, TuningHistory
 from tessera.plugin.subgraphs import SubgraphCompiler
@@ -165,7 +166,13 @@ class CompileOptions:
     for the module's own target and returns a
     :class:`~tessera.plugin.subgraphs.CompiledSubgraph`; the core sets it for every backend
     (None outside a compile or load). A backend that claims nodes holding sub-graphs runs
-    them with it instead of compiling the bodies itself."""
+    them with it instead of compiling the bodies itself.
+
+    ``kernel_cache`` is the persistent cache of compiled code
+    (:class:`~tessera.plugin.kernel_cache.KernelCache`; None: off): a backend whose code
+    generation is slow looks its code up there before generating it and stores what it
+    generated, under a key of everything the code depends on, and says in
+    ``CompiledRegion.info["kernel_cache"]`` whether it hit (``"hit"``, ``"miss"``)."""
 
     opt_level: int = 3
     pass_config: dict[str, Any] = field(default_factory=dict)
@@ -177,6 +184,7 @@ class CompileOptions:
     schedule_for: tuple[str, str] | None = field(default=None, compare=False, repr=False)
     progress: Progress = field(default_factory=Progress, compare=False, repr=False)
     subgraphs: SubgraphCompiler | None = field(default=None, compare=False, repr=False)
+    kernel_cache: KernelCache | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.tuning_records is not None and not isinstance(self.tuning_records,

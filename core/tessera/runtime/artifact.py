@@ -59,6 +59,7 @@ from tessera.partition.regions import PartitionedGraph
 from tessera.partition.report import CopyInfo, PartitionReport, RegionInfo
 from tessera.plugin import contract
 from tessera.plugin.backend import Backend, CompiledRegion, CompileOptions, SavedBackend
+from tessera.plugin.kernel_cache import default_kernel_cache
 from tessera.plugin.manager import backend_unavailable, get_backend, get_registry
 from tessera.plugin.subgraphs import SubgraphCompiler
 from tessera.runtime.compiled import CompiledModel
@@ -402,7 +403,8 @@ def model_from_members(members: dict[str, bytes], where: str,
     opts = manifest.get("options", {})
     options = CompileOptions(opt_level=int(opts.get("opt_level", 3)),
                              pass_config=dict(opts.get("pass_config", {})),
-                             devices=dict(devices or {}))
+                             devices=dict(devices or {}),
+                             kernel_cache=default_kernel_cache())
     if subgraphs is not None:
         options.subgraphs = subgraphs(str(manifest.get("target", "")) or "auto")
     report = _report_from(_json_member(members, "report.json"))
