@@ -8,7 +8,9 @@ schedules, TIR passes; structurally identical groups lowered once, the others' k
 aliases of the first one's function: ``alias_of`` in the kernel table, counted in
 ``info["shared_kernels"]``), generates one LLVM module for all its kernels
 (:mod:`.codegen`), optimises it for the host CPU or ``-mcpu`` and emits object code
-(:mod:`.build`), then links the object code in memory (:mod:`.loader`). It reports its
+(:mod:`.build`; or takes both from the kernel cache, ``options.kernel_cache``, when the same
+IR was compiled for the same CPU before: ``info["kernel_cache"]``), then links the object code
+in memory (:mod:`.loader`). It reports its
 progress on ``options.progress``: each fused group lowered, each function's IR generated,
 then LLVM's optimisation and emission.
 Each kernel is a native function; parallel loops run on the process-wide native thread pool
@@ -423,7 +425,8 @@ class LLVMBackend(Backend):
                              size_specs={k.name: k.size_spec for k in own
                                          if k.size_spec is not None},
                              aliases=aliases,
-                             variants={k.name: k.variants for k in own if k.variants})
+                             variants={k.name: k.variants for k in own if k.variants},
+                             cache=options.kernel_cache)
         t2 = time.perf_counter()
         table = [self._entry(k, built.workspaces.get(k.name, 0)) for k in lowered.kernels]
         constants = {name: _aligned_copy(v.data) for name, v in lowered.constants.items()}
@@ -438,7 +441,7 @@ class LLVMBackend(Backend):
                                   target.get("mattr"), triple, built.cpu_name, built.features)
         compiled.info.update({
             "lower_s": round(t1 - t0, 3), "codegen_s": round(t2 - t1, 3),
-            "object_bytes": len(built.object_code),
+            "object_bytes": len(built.object_code), "kernel_cache": built.cache or "off",
             "schedules": {k.name: _schedule_info(k) for k in lowered.kernels},
         })
         if options.tuned:

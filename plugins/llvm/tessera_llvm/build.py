@@ -18,12 +18,18 @@ is described in :mod:`tessera_llvm.codegen` and :mod:`tessera_llvm.loader`.
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
+import llvmlite
 import llvmlite.binding as llvm
 from llvmlite import ir
 
 from tessera.errors import CompileError, RunError
+from tessera.plugin.kernel_cache import KernelCache
 from tessera.progress import Progress
 from tessera.tir import expr as E
 from tessera.tir import size_expr
@@ -31,6 +37,7 @@ from tessera.tir.heavy import heavy_work
 from tessera.tir.size_expr import Dim
 from tessera.tir.stmt import PrimFunc
 from tessera.tir.transform.hoist_sizes import hoist_size_exprs
+from tessera_llvm import machine
 from tessera_llvm.codegen import CodeGenerator
 from tessera_llvm.loader import Library, SizeSpec, load_object
 from tessera_llvm.machine import (  # noqa: F401 - re-exported: callers import them from here
@@ -51,6 +58,8 @@ from tessera_llvm.triple import host_triple, is_foreign
 #: module optimised and emitted as object code (two steps LLVM does not count further).
 IR_PHASE = "generating LLVM IR"
 LLVM_PHASE = "LLVM optimize + codegen"
+#: The kernel cache's namespace of this backend's object code.
+CACHE_NAMESPACE = "llvm"
 
 
 @dataclass
@@ -78,6 +87,8 @@ class BuiltModule:
     signatures: dict[str, list[tuple[str, int | None]]] = field(default_factory=dict)
     workspaces: dict[str, int] = field(default_factory=dict)
     size_specs: dict[str, SizeSpec] = field(default_factory=dict)
+    #: ``"hit"`` or ``"miss"`` in the kernel cache, None when built without one.
+    cache: str | None = None
     _asm: str | None = field(default=None, repr=False)
 
     @property
@@ -145,8 +156,8 @@ def build_module(funcs: list[PrimFunc], name: str, mcpu: str | None = None,
                  progress: Progress | None = None,
                  size_specs: dict[str, SizeSpec] | None = None,
                  aliases: dict[str, str] | None = None,
-                 variants: dict[str, list[tuple[E.PrimExpr, PrimFunc]]] | None = None
-                 ) -> BuiltModule:
+                 variants: dict[str, list[tuple[E.PrimExpr, PrimFunc]]] | None = None,
+                 cache: KernelCache | None = None) -> BuiltModule:
     """Generate, optimise and compile ``funcs`` into one object file (for ``triple``, the
     host's by default; the data layout is the target machine's).
 
@@ -168,7 +179,12 @@ def build_module(funcs: list[PrimFunc], name: str, mcpu: str | None = None,
 
     ``variants`` (function name -> ``(condition, function)`` list) gives a function versions
     for some sizes: its entry runs the first whose condition over the size variables holds,
-    else the function itself (:mod:`.size_buckets`)."""
+    else the function itself (:mod:`.size_buckets`).
+
+    ``cache`` (:class:`~tessera.plugin.kernel_cache.KernelCache`): the object code and the
+    optimised IR are looked up there under a key of the generated IR, the target (triple, CPU,
+    features, relocation and code model), the pipeline's settings and LLVM's version, and
+    stored there after a miss; :attr:`BuiltModule.cache` says which it was."""
     progress = progress or Progress()
     aliases = dict(aliases or {})
     tm = target_machine(mcpu, mattr, triple)
@@ -181,17 +197,28 @@ def build_module(funcs: list[PrimFunc], name: str, mcpu: str | None = None,
                          [(c, hoist_size_exprs(v)) for c, v in (variants or {}).get(f.name, [])])
     module = gen.finalize()
     source = str(module) + _alias_lines(module, aliases)
-    with LLVM_LOCK:
-        progress.update(LLVM_PHASE, 0, 2, f"optimizing {len(funcs)} function(s) (O3)")
-        # kernels with run-time extents: no LLVM loop unrolling. Their register tiles are
-        # unrolled in TIR already; LLVM's runtime unrolling of the loops around them (trip
-        # counts known only at run time) multiplied their code for no speed (a symbolic
-        # encoder's compile 5.4 -> 4.3 s, an image CNN's 11.3 -> 9.6 s, latency unchanged)
-        mod = compile_ir(source, tm, loop_unrolling=not any(f.size_vars for f in funcs))
-        progress.update(LLVM_PHASE, 1, 2, "emitting object code")
-        obj = tm.emit_object(mod)
-        progress.update(LLVM_PHASE, 2, 2)
-        optimized = str(mod)
+    # kernels with run-time extents: no LLVM loop unrolling. Their register tiles are
+    # unrolled in TIR already; LLVM's runtime unrolling of the loops around them (trip
+    # counts known only at run time) multiplied their code for no speed (a symbolic
+    # encoder's compile 5.4 -> 4.3 s, an image CNN's 11.3 -> 9.6 s, latency unchanged)
+    unrolling = not any(f.size_vars for f in funcs)
+    key = None if cache is None else cache.key(
+        source, tm.triple, cpu_name, features, *code_model(triple), str(unrolling),
+        _pipeline_fingerprint())
+    hit = None if cache is None or key is None else cache.get(CACHE_NAMESPACE, key)
+    if hit is not None and {"object", "llvm_ir"} <= hit.keys():
+        progress.update(LLVM_PHASE, 2, 2, "object code from the kernel cache")
+        obj, optimized = hit["object"], hit["llvm_ir"].decode()
+    else:
+        with LLVM_LOCK:
+            progress.update(LLVM_PHASE, 0, 2, f"optimizing {len(funcs)} function(s) (O3)")
+            mod = compile_ir(source, tm, loop_unrolling=unrolling)
+            progress.update(LLVM_PHASE, 1, 2, "emitting object code")
+            obj = tm.emit_object(mod)
+            progress.update(LLVM_PHASE, 2, 2)
+            optimized = str(mod)
+        if cache is not None and key is not None:
+            cache.put(CACHE_NAMESPACE, key, {"object": obj, "llvm_ir": optimized.encode()})
     signatures = {f.name: _signature(f, gen.workspace_bytes[f.name]) for f in funcs}
     workspaces = dict(gen.workspace_bytes)
     specs = _size_specs(funcs, size_specs or {})
@@ -203,7 +230,20 @@ def build_module(funcs: list[PrimFunc], name: str, mcpu: str | None = None,
     return BuiltModule(name=name, function_names=[*gen.function_names, *aliases],
                        object_code=obj, llvm_ir=optimized, source_ir=source, mcpu=mcpu,
                        mattr=mattr, triple=triple, cpu_name=cpu_name, features=features,
-                       signatures=signatures, workspaces=workspaces, size_specs=specs)
+                       signatures=signatures, workspaces=workspaces, size_specs=specs,
+                       cache=None if cache is None else "miss" if hit is None else "hit")
+
+
+@functools.lru_cache(maxsize=1)
+def _pipeline_fingerprint() -> str:
+    """What the object code depends on besides the IR and the target: LLVM's and llvmlite's
+    versions and the code that sets up the target machine and the pass pipeline (hashed from
+    its source, so that a change to it is a miss even without a new version)."""
+    h = hashlib.sha256()
+    for mod in (machine, sys.modules[__name__]):
+        if mod.__file__:
+            h.update(Path(mod.__file__).read_bytes())
+    return f"{llvm.llvm_version_info}/{llvmlite.__version__}/{h.hexdigest()}"
 
 
 def _alias_lines(module: ir.Module, aliases: dict[str, str]) -> str:
