@@ -46,6 +46,7 @@ from tessera.ir.types import TensorType
 from tessera.plugin.artifact_files import CONSTANT_KEY, ArtifactFiles  # noqa: F401
 from tessera.plugin.backend import Backend, CompiledRegion, CompileOptions, Kernel
 from tessera.plugin.device import Device
+from tessera.plugin.kernel_cache import KernelCache
 from tessera.plugin.patterns import Pattern
 from tessera.plugin.space import schedule_info, tuning_info
 from tessera.plugin.target import TargetKind
@@ -119,6 +120,8 @@ class BuiltRegion:
     cubin: bytes
     ptx: str | None
     table: list[dict[str, Any]] = field(default_factory=list)
+    #: ``"hit"``/``"miss"`` in the kernel cache, None when built without one.
+    cache: str | None = None
 
 
 def _flops_at_bounds(flops: Any, func: Any) -> int:
@@ -219,9 +222,11 @@ def _fast_math(target: TargetKind) -> bool:
 
 def build_region(region: Function, target: TargetKind, options: CompileOptions,
                  gpu: GPUInfo | None = None, want_ptx: bool = False,
-                 overrides: dict[str, dict[str, Any]] | None = None) -> BuiltRegion:
+                 overrides: dict[str, dict[str, Any]] | None = None,
+                 cache: KernelCache | None = None) -> BuiltRegion:
     """Lower ``region`` and compile its CUDA C to cubin with NVRTC (no GPU needed), with the
-    schedule ``overrides`` (workload key -> knob values; default: the tuning records')."""
+    schedule ``overrides`` (workload key -> knob values; default: the tuning records'), the
+    cubin from the kernel ``cache`` when it holds the same source for the same architecture."""
     for node in region.nodes:
         reason = node_unsupported(node)
         if reason is not None:
@@ -236,9 +241,10 @@ def build_region(region: Function, target: TargetKind, options: CompileOptions,
                            progress=options.progress)
     options.progress.update("compiling CUDA C", 0, 1, f"NVRTC for {gpu.arch}")
     result = compile_cuda(lowered.source.text, gpu.arch, name=f"{region.name}.cu",
-                          want_ptx=want_ptx)
+                          want_ptx=want_ptx, cache=cache)
     options.progress.update("compiling CUDA C", 1, 1)
-    return BuiltRegion(lowered, gpu.arch, result.cubin, result.ptx, _table(lowered))
+    return BuiltRegion(lowered, gpu.arch, result.cubin, result.ptx, _table(lowered),
+                       result.cache)
 
 
 def _dump(options: CompileOptions, name: str, kinds: set[str],
@@ -367,7 +373,7 @@ class CUDABackend(Backend):
         kinds = set(dump) if dump and not isinstance(dump, str) else \
             set(dump.split(",")) if dump else set()
         built = build_region(region, target, options, gpu_info(target, device),
-                             want_ptx="ptx" in kinds)
+                             want_ptx="ptx" in kinds, cache=options.kernel_cache)
         t1 = time.perf_counter()
         constants = {name: np.ascontiguousarray(np.asarray(v.data))
                      for name, v in built.lowered.constants.items()}
@@ -381,7 +387,7 @@ class CUDABackend(Backend):
         compiled = self._assemble(region, device, built.lowered.source.text, built.cubin,
                                   built.arch, built.table, constants, tensors)
         compiled.info.update({"compile_s": round(t1 - t0, 3), "cubin_bytes": len(built.cubin),
-                              "arch": built.arch,
+                              "arch": built.arch, "kernel_cache": built.cache or "off",
                               "schedules": {g.name: schedule_info(g.template, g.configs)
                                             for g in built.lowered.groups}})
         if options.tuned:

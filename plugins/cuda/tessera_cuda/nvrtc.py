@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from tessera.errors import CompileError
+from tessera.plugin.kernel_cache import KernelCache
 
 __all__ = ["INSTALL_LIBS", "NvrtcResult", "compile_cuda", "nvrtc_missing", "nvrtc_version"]
 
@@ -54,6 +55,12 @@ def nvrtc_version() -> tuple[int, int] | None:
     return int(major), int(minor)
 
 
+#: NVRTC's options besides the architecture and the caller's.
+_FLAGS = ("--std=c++17", "-default-device")
+#: The kernel cache's namespace of NVRTC's output.
+CACHE_NAMESPACE = "nvrtc"
+
+
 @dataclass
 class NvrtcResult:
     """What NVRTC produced: cubin for ``arch`` (``sm_90``), the PTX when asked, and the log."""
@@ -62,6 +69,8 @@ class NvrtcResult:
     cubin: bytes
     ptx: str | None
     log: str
+    #: ``"hit"`` or ``"miss"`` in the kernel cache; None when compiled without one.
+    cache: str | None = None
 
 
 def _check(result: tuple, what: str) -> tuple:
@@ -86,21 +95,39 @@ def _log(nvrtc, prog) -> str:  # noqa: ANN001
 
 
 def compile_cuda(source: str, arch: str = "sm_90", name: str = "tessera_kernels.cu",
-                 options: list[str] | None = None, want_ptx: bool = False) -> NvrtcResult:
+                 options: list[str] | None = None, want_ptx: bool = False,
+                 cache: KernelCache | None = None) -> NvrtcResult:
     """Compile ``source`` to cubin for ``arch`` (``sm_80``, ``sm_90``, ...); CompileError with
-    NVRTC's log (errors of the source and of ptxas) when it fails."""
+    NVRTC's log (errors of the source and of ptxas) when it fails. With ``cache`` (the kernel
+    cache), the cubin and PTX are looked up under a key of the source, the architecture, the
+    options and NVRTC's version first, and stored there after a miss."""
     if not re.fullmatch(r"sm_\d+[a-z]?", arch):
         raise CompileError(f"cuda: -arch must name a real architecture such as sm_90 (cubin "
                            f"is built for it), got {arch!r}")
     missing = nvrtc_missing()
     if missing:
         raise CompileError(f"cuda: cannot compile kernels: {missing}")
+    if cache is None:
+        return _compile(source, arch, name, options, want_ptx)
+    key = cache.key(source, arch, name, *(options or []), str(nvrtc_version()),
+                    str(_FLAGS))
+    hit = cache.get(CACHE_NAMESPACE, key)
+    if hit is not None and "cubin" in hit and (not want_ptx or "ptx" in hit):
+        ptx = hit["ptx"].decode() if want_ptx else None
+        return NvrtcResult(arch, hit["cubin"], ptx, hit.get("log", b"").decode(), "hit")
+    result = _compile(source, arch, name, options, True)
+    cache.put(CACHE_NAMESPACE, key, {"cubin": result.cubin, "ptx": (result.ptx or "").encode(),
+                                     "log": result.log.encode()})
+    return NvrtcResult(arch, result.cubin, result.ptx if want_ptx else None, result.log, "miss")
+
+
+def _compile(source: str, arch: str, name: str, options: list[str] | None,
+             want_ptx: bool) -> NvrtcResult:
     nvrtc = _nvrtc()
     (prog,) = _check(nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], []),
                      "program creation")
     try:
-        opts = [f"--gpu-architecture={arch}", "--std=c++17", "-default-device",
-                *(options or [])]
+        opts = [f"--gpu-architecture={arch}", *_FLAGS, *(options or [])]
         (status,) = nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
         log = _log(nvrtc, prog)
         if int(status) != 0:
