@@ -26,7 +26,9 @@ no slower than without one: the failure is reported once as a warning and the co
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib.util
 import json
 import os
 import struct
@@ -40,7 +42,8 @@ from pathlib import Path
 
 from tessera.errors import CompileError
 
-__all__ = ["KernelCache", "cache_from_setting", "default_kernel_cache", "DEFAULT_MAX_MB"]
+__all__ = ["KernelCache", "cache_from_setting", "default_kernel_cache", "source_fingerprint",
+           "DEFAULT_MAX_MB"]
 
 #: The size limit without ``TESSERA_CACHE_MAX_MB``.
 DEFAULT_MAX_MB = 1024
@@ -211,6 +214,29 @@ def _decode(data: bytes) -> dict[str, bytes] | None:
     except (ValueError, KeyError, TypeError, zlib.error):
         return None
     return out if at == len(raw) else None
+
+
+def source_fingerprint(*packages: str) -> str:
+    """A hash of the Python source of ``packages`` (importable names, e.g. ``"tessera"``): a
+    key part for entries that depend on how the code generator works, so that any change to
+    it (a new version, or an edit in a development tree) is a miss. Computed once per process
+    and package set."""
+    return _fingerprint(tuple(sorted(packages)))
+
+
+@functools.lru_cache(maxsize=8)
+def _fingerprint(packages: tuple[str, ...]) -> str:
+    h = hashlib.sha256()
+    for name in packages:
+        spec = importlib.util.find_spec(name)
+        folders = list(spec.submodule_search_locations or []) if spec else []
+        if spec is not None and not folders and spec.origin:
+            folders = [str(Path(spec.origin).parent)]
+        for folder in folders:
+            for path in sorted(Path(folder).rglob("*.py")):
+                h.update(str(path.relative_to(folder)).encode())
+                h.update(path.read_bytes())
+    return h.hexdigest()
 
 
 def default_kernel_cache() -> KernelCache | None:

@@ -56,18 +56,20 @@ from tessera.plugin.patterns import Pattern
 from tessera.plugin.space import schedule_info, tuning_info
 from tessera.plugin.target import TargetKind
 from tessera.tir.heavy import heavy_work
+from tessera.topi.from_graph import kernel_names
 from tessera.topi.registry import has_compute, registered_ops, unsupported_reason
 
-from . import parallel
+from . import parallel, region_cache
 from .build import build_module
 from .cpu import cpu_info
 from .loader import SizeSpec, check_object, load_object, pack_pointers
 from .loop_region import LoopRegionHandle, compile_with_loops, has_loops
-from .lowering import LoweredKernel, lower_region
+from .lowering import LOWER_PHASE, LoweredKernel, group_constants, lower_region, prepare_region
 from .machine import known_cpu, missing_host_features
 from .native_loop import loop_refusal
 from .parallel import set_num_threads
 from .peak import measure_fma_peak
+from .region_cache import region_key
 from .schedules.common import REPRESENTATIVE_SIZE
 from .sequence import make_binder
 from .triple import check_triple, host_triple, is_foreign, triple_arch
@@ -414,8 +416,21 @@ class LLVMBackend(Backend):
         cpu = cpu_info(mcpu, threads, triple)
         t0 = time.perf_counter()
         overrides = options.schedule_overrides(self.name, str(target))
+        dump = options.extra.get("dump_code")
+        prepared = prepare_region(region, cpu, options.opt_level)
+        key = None  # of the whole region in the kernel cache (region_cache)
+        if options.kernel_cache is not None and not options.tuned and not dump:
+            key = region_key(options.kernel_cache, region, prepared[1],
+                             kernel_names(prepared[1], f"{region.name}_"), cpu, mcpu,
+                             target.get("mattr"), triple, options.opt_level)
+        if key is not None:
+            cached = self._from_cache(region, key, prepared, cpu, mcpu, target, triple,
+                                      options, t0)
+            if cached is not None:
+                return cached
         lowered = lower_region(region, cpu, options.opt_level, overrides=overrides,
-                               prefix=f"{region.name}_", progress=options.progress)
+                               prefix=f"{region.name}_", progress=options.progress,
+                               prepared=prepared)
         t1 = time.perf_counter()
         own = [k for k in lowered.kernels if k.alias_of is None]
         aliases = {k.name: k.alias_of for k in lowered.kernels if k.alias_of is not None}
@@ -444,12 +459,48 @@ class LLVMBackend(Backend):
             "object_bytes": len(built.object_code), "kernel_cache": built.cache or "off",
             "schedules": {k.name: _schedule_info(k) for k in lowered.kernels},
         })
+        if key is not None and options.kernel_cache is not None:
+            region_cache.store(options.kernel_cache, key, region_cache.Entry(
+                built.object_code, table, compiled.info["schedules"], built.cpu_name,
+                built.features, {n: (str(a.dtype), tuple(a.shape))
+                                 for n, a in constants.items()}))
         if options.tuned:
             compiled.info["tuning"] = tuning_info(c for k in lowered.kernels for c in k.configs)
-        dump = options.extra.get("dump_code")
         if dump:
             kinds = set(dump) if not isinstance(dump, str) else set(dump.split(","))
             compiled.info["dumped"] = _dump(options, region.name, kinds, built, own)
+        return compiled
+
+    def _from_cache(self, region: Function, key: str, prepared: tuple[Function, list[Any]],
+                    cpu: Any, mcpu: str | None, target: TargetKind, triple: str | None,
+                    options: CompileOptions, t0: float) -> CompiledRegion | None:
+        """The region compiled from its kernel-cache entry (:mod:`.region_cache`), its
+        constants made from the graph again; None on a miss."""
+        assert options.kernel_cache is not None
+        entry = region_cache.restore(options.kernel_cache, key)
+        if entry is None:
+            return None
+        func, groups = prepared
+        constants = {name: _aligned_copy(v.data)
+                     for name, v in group_constants(region, groups, cpu).items()}
+        if not region_cache.constants_match(entry, constants):
+            return None
+        types = {v.name: v.type for v in func.inputs}
+        types.update({v.name: v.type for n in func.nodes for v in n.outputs})
+        tensors: dict[str, TensorType] = {v.name: v.type for v in region.inputs}
+        for k in entry.table:
+            for name in k["inputs"] + k["outputs"]:
+                if name not in constants:
+                    tensors[name] = types[name]
+        options.progress.update(LOWER_PHASE, 1, 1, "the region's code from the kernel cache")
+        t1 = time.perf_counter()
+        compiled = self._assemble(region, entry.object_code, entry.table, constants, tensors,
+                                  mcpu, target.get("mattr"), triple, entry.cpu_name,
+                                  entry.features)
+        compiled.info.update({
+            "lower_s": round(t1 - t0, 3), "codegen_s": round(time.perf_counter() - t1, 3),
+            "object_bytes": len(entry.object_code), "kernel_cache": "hit",
+            "schedules": entry.schedules})
         return compiled
 
     @staticmethod

@@ -473,18 +473,34 @@ def share_kernel(first: LoweredKernel, group: Any, name: str, cpu: CPUInfo,
 _group_text = group_text
 
 
+def group_constants(region: Function, groups: list[Any], cpu: CPUInfo,
+                    overrides: dict[str, dict[str, Any]] | None = None) -> dict[str, Value]:
+    """The constants the kernels of ``groups`` (of ``region``, prepared) read, by name, as
+    :func:`lower_region` gives them (transformed Winograd weights included), without lowering
+    anything: for a region whose code comes from the kernel cache."""
+    constants: dict[str, Value] = {}
+    with dim_bounds_scope(region.attrs.get("dim_bounds")):
+        for group in groups:
+            with lowering_errors("llvm", group, keep=(TesseraError,)):
+                gte = _group_te(group, cpu, overrides)
+            constants.update((v.name, v) for v in gte.inputs if v.is_constant)
+    return constants
+
+
 def lower_region(region: Function, cpu: CPUInfo, opt_level: int = 3,
                  overrides: dict[str, dict[str, Any]] | None = None,
                  prefix: str = "", progress: Progress | None = None,
-                 share_groups: bool = True) -> LoweredRegion:
+                 share_groups: bool = True,
+                 prepared: tuple[Function, list[Any]] | None = None) -> LoweredRegion:
     """Lower every node of ``region`` (all of which have topi computes), reporting each fused
     group to ``progress`` (phase :data:`LOWER_PHASE`). The kernels of a symbolic region take
     its size variables at run time (:func:`region_sizes`, ``LoweredKernel.size_spec``).
     Structurally identical groups are lowered once (unless ``share_groups`` is false): the
     kernels of the others run the first one's code (:func:`share_kernel`,
-    ``LoweredKernel.alias_of``)."""
+    ``LoweredKernel.alias_of``). ``prepared``: what :func:`prepare_region` gave for
+    ``region`` already."""
     order, bounds = region_sizes(region)
-    func, groups = prepare_region(region, cpu, opt_level)
+    func, groups = prepared or prepare_region(region, cpu, opt_level)
 
     def lower(group: Any, name: str) -> tuple[LoweredKernel, list[Value]]:
         with dim_bounds_scope(region.attrs.get("dim_bounds")):

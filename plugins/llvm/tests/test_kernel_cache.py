@@ -1,6 +1,7 @@
 """The llvm backend and the kernel cache: a second compile of the same model takes its object
-code from the cache without running LLVM, and gives the same outputs, bit for bit; another CPU,
-a damaged entry or the cache turned off compile again."""
+code from the cache without running LLVM (and its whole region without lowering it), and gives
+the same outputs, bit for bit; another CPU, other size bounds, a damaged entry or the cache
+turned off compile again."""
 
 from __future__ import annotations
 
@@ -43,7 +44,11 @@ def test_a_second_compile_runs_no_llvm(tmp_path: Path, monkeypatch: pytest.Monke
     model = _model(symbolic)
     first = tessera.compile(model, "llvm", kernel_cache=tmp_path)
     assert _cache_states(first) == ["miss"]
-    assert len(KernelCache(tmp_path).entries()) == 1
+    cache = KernelCache(tmp_path)
+    assert len(cache.entries()) == 2  # the object code, and the whole region
+    for path, _, _ in cache.entries():  # without the region's entry: lowered again,
+        if path.parent.parent.name == "llvm-region":  # but LLVM's output from the cache
+            path.unlink()
 
     def no_llvm(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
         raise AssertionError("LLVM ran on a kernel cache hit")
@@ -79,7 +84,7 @@ def test_another_cpu_or_a_damaged_entry_compiles_again(tmp_path: Path) -> None:
         assert _cache_states(generic) == ["miss"]
         np.testing.assert_allclose(generic.run({"x": x})["y"], want, rtol=1e-5, atol=1e-6)
     cache = KernelCache(tmp_path)
-    assert len(cache.entries()) == (2 if generic is not None else 1)
+    assert len(cache.entries()) == 2 * (2 if generic is not None else 1)  # object, region
     for path, _, _ in cache.entries():
         path.write_bytes(path.read_bytes()[:-10])  # truncated
     again = tessera.compile(model, "llvm", kernel_cache=tmp_path)
@@ -99,3 +104,81 @@ def test_the_cache_turned_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("TESSERA_KERNEL_CACHE", "1")
     assert _cache_states(tessera.compile(model, "llvm")) == ["miss"]
     assert _cache_states(tessera.compile(model, "llvm")) == ["hit"]
+
+
+def _with_weights(model, seed: int):  # noqa: ANN001, ANN202 - the same model, other weights
+    other = type(model)()
+    other.CopyFrom(model)
+    rng = np.random.default_rng(seed)
+    for init in other.graph.initializer:
+        a = numpy_helper.to_array(init)
+        init.CopyFrom(numpy_helper.from_array(
+            rng.standard_normal(a.shape).astype(a.dtype), init.name))
+    return other
+
+
+@pytest.mark.parametrize("symbolic", [False, True], ids=["static", "symbolic"])
+def test_a_cached_region_is_not_lowered_and_reads_its_own_weights(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, symbolic: bool) -> None:
+    """The whole region comes from the cache (no TIR lowering, no LLVM) when its fused groups
+    are the same; the weights are not part of the key, so a model of the same structure with
+    other weights hits too, and runs with its own weights."""
+    from tessera_llvm import backend
+
+    model = _model(symbolic)
+    first = tessera.compile(model, "llvm", kernel_cache=tmp_path)
+    assert len(KernelCache(tmp_path).entries()) == 2  # the object code, and the region
+
+    def no_lowering(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        raise AssertionError("lowered on a region cache hit")
+
+    monkeypatch.setattr(backend, "lower_region", no_lowering)
+    monkeypatch.setattr(backend, "build_module", no_lowering)
+    other = _with_weights(model, 5)
+    second = tessera.compile(other, "llvm", kernel_cache=tmp_path)
+    assert _cache_states(second) == ["hit"]
+    (a,), (b,) = first.compiled.values(), second.compiled.values()
+    assert b.info["schedules"] == a.info["schedules"]
+    assert [k.name for k in b.kernels] == [k.name for k in a.kernels]
+    w, bias = (numpy_helper.to_array(i) for i in other.graph.initializer)
+    for shape in [(2, 9, H)] + ([(1, 3, H), (3, 13, H)] if symbolic else []):
+        x = RNG.standard_normal(shape).astype(np.float32)
+        ref = np.maximum(x @ w + bias, 0)
+        ref = np.exp(ref - ref.max(-1, keepdims=True))
+        np.testing.assert_allclose(second.run({"x": x})["y"], ref / ref.sum(-1, keepdims=True),
+                                   rtol=1e-5, atol=1e-6)
+    monkeypatch.undo()
+    # other bounds of a symbolic model's sizes: another region key
+    if symbolic:
+        third = tessera.compile(model, "llvm", kernel_cache=tmp_path,
+                                dim_bounds={"batch": (1, 4), "seq": (1, 64)})
+        assert _cache_states(third) == ["miss"]
+
+
+def test_a_region_entry_whose_constants_disagree_is_a_miss(tmp_path: Path) -> None:
+    """An entry's kernels read constants of given names, dtypes and shapes; made from the
+    graph on a hit, constants that differ (here: the entry altered) make it a miss."""
+    import json
+
+    from tessera_llvm import region_cache
+
+    model = _model(False)
+    tessera.compile(model, "llvm", kernel_cache=tmp_path)
+    cache = KernelCache(tmp_path)
+    (path,) = [p for p, _, _ in cache.entries() if p.parent.parent.name == region_cache.NAMESPACE]
+    key = path.name
+    entry = region_cache.restore(cache, key)
+    assert entry is not None and entry.constants
+    name = next(iter(entry.constants))
+    dtype, shape = entry.constants[name]
+    entry.constants[name] = (dtype, (*shape[:-1], shape[-1] + 1))
+    region_cache.store(cache, key, entry)
+    assert json.loads(cache.get(region_cache.NAMESPACE, key)["meta"])["constants"][name][1][-1] \
+        == shape[-1] + 1
+    again = tessera.compile(model, "llvm", kernel_cache=tmp_path)
+    (r,) = again.compiled.values()
+    assert r.info["lower_s"] > 0 and r.info["kernel_cache"] == "hit"  # LLVM's part only
+    x = RNG.standard_normal((2, 9, H)).astype(np.float32)
+    np.testing.assert_array_equal(again.run({"x": x})["y"],
+                                  tessera.compile(model, "llvm", kernel_cache=False)
+                                  .run({"x": x})["y"])
