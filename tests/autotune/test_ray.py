@@ -185,7 +185,16 @@ def test_bad_candidates_on_a_ray_worker_cost_one_trial_each(ray_address: str) ->
         assert m.measure("k", "key", {"mode": "slow"}).error is None  # the actor lives on
         # an actor that dies (its node lost, killed) costs the trials it held and is started
         # again on its node
-        ray.kill(pool.slots[0].actor)
+        actor = pool.slots[0].actor
+        ray.kill(actor)
+        # ray.kill returns before the actor is gone: on a busy machine the next call could still
+        # reach it (this test failed so once under the whole suite), so wait for its death
+        for _ in range(200):
+            try:
+                ray.get(actor.__ray_ready__.remote(), timeout=10)
+            except ray.exceptions.RayActorError:
+                break
+            time.sleep(0.05)
         lost = m.measure("k", "key", {"mode": "ok"})
         assert lost.error.startswith(f"crash: the Ray worker on {socket.gethostname()} died")
         assert m.measure("k", "key", {"mode": "ok"}).error is None and len(pool.slots) == 1
