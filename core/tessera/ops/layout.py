@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import OpError
+from tessera.ir.aligned import aligned_empty
 from tessera.ir.types import TensorType
 from tessera.ops.dtypes import check_float
 from tessera.ops.registry import Attr, OpPattern, get_schema, register_op
@@ -288,7 +289,9 @@ def pack_matmul_weight(b: np.ndarray, nb: int) -> np.ndarray:
     k, n = b.shape
     if nb <= 0 or n % nb:
         raise OpError(f"MatMulPacked: panel width {nb} does not divide {n} columns")
-    return np.ascontiguousarray(b.reshape(k, n // nb, nb).transpose(1, 0, 2))
+    out = aligned_empty((n // nb, k, nb), b.dtype)  # kept as it is by the llvm backend
+    out[...] = b.reshape(k, n // nb, nb).transpose(1, 0, 2)
+    return out
 
 
 def unpack_matmul_weight(bp: np.ndarray) -> np.ndarray:

@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import ArtifactError, CompileError, RunError, TargetError
+from tessera.ir.aligned import as_aligned
 from tessera.ir.graph import Function, Node
 from tessera.ir.symbolic import eval_dim
 from tessera.ir.types import TensorType
@@ -117,13 +118,9 @@ def _patterns() -> tuple[Pattern, ...]:
 
 
 def _aligned_copy(array: np.ndarray) -> np.ndarray:
-    """A C-contiguous copy of ``array`` whose data starts on a 64-byte boundary."""
-    array = np.ascontiguousarray(array)
-    raw = np.empty(array.nbytes + 64, dtype=np.uint8)
-    offset = (-raw.ctypes.data) % 64
-    out = raw[offset:offset + array.nbytes].view(array.dtype).reshape(array.shape)
-    out[...] = array
-    return out
+    """``array`` when it is C-contiguous and starts on a 64-byte boundary (an initializer as
+    the importer reads it: the module then holds that weight once), else such a copy."""
+    return as_aligned(array)
 
 
 def _foreign_kernel(k: dict[str, Any], triple: str) -> Kernel:

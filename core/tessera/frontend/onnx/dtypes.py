@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
 from tessera.errors import ModelImportError
+from tessera.ir.aligned import aligned_empty, as_aligned
 from tessera.ir.types import DType
 
 
@@ -23,10 +26,38 @@ def onnx_dtype(elem_type: int, what: str) -> DType:
 
 
 def read_initializer(t: onnx.TensorProto) -> np.ndarray:
-    """An initializer's array (its element type checked)."""
+    """An initializer's array (its element type checked), its data 64-byte aligned
+    (:mod:`tessera.ir.aligned`): a backend that keeps the weight as it is uses this array
+    rather than a copy of its own."""
+    onnx_dtype(t.data_type, f"initializer {t.name!r}")
     try:
-        array = numpy_helper.to_array(t)
+        array = _raw_array(t)
+        if array is None:
+            array = as_aligned(numpy_helper.to_array(t))
     except Exception as e:  # noqa: BLE001
         raise ModelImportError(f"initializer {t.name!r} cannot be read: {e}") from None
-    onnx_dtype(t.data_type, f"initializer {t.name!r}")
     return array
+
+
+#: Element types whose raw data is the array's bytes (little-endian) as numpy reads them.
+_PLAIN = {onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16,
+          onnx.TensorProto.INT8, onnx.TensorProto.UINT8, onnx.TensorProto.INT16,
+          onnx.TensorProto.UINT16, onnx.TensorProto.INT32, onnx.TensorProto.UINT32,
+          onnx.TensorProto.INT64, onnx.TensorProto.UINT64, onnx.TensorProto.BOOL}
+
+
+def _raw_array(t: onnx.TensorProto) -> np.ndarray | None:
+    """The array of an initializer stored as raw data in the model, read straight into an
+    aligned array (one copy, where ``numpy_helper.to_array`` and an aligned copy would make
+    two); None for any other storage (external data, typed fields, packed types)."""
+    if t.data_type not in _PLAIN or not t.HasField("raw_data") or \
+            t.data_location == onnx.TensorProto.EXTERNAL or sys.byteorder != "little":
+        return None
+    dtype = np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type)).newbyteorder("<")
+    raw = t.raw_data
+    count = int(np.prod(t.dims, dtype=np.int64))
+    if len(raw) != count * dtype.itemsize:
+        raise ValueError(f"raw data of {len(raw)} bytes for {count} elements of {dtype}")
+    out = aligned_empty(tuple(t.dims), dtype)
+    out.reshape(-1)[...] = np.frombuffer(raw, dtype=dtype)
+    return out
