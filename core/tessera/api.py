@@ -45,6 +45,7 @@ from tessera.runtime.artifact import model_from_members, read_members
 from tessera.runtime.compiled import CompiledModel
 from tessera.runtime.dynamic import DynamicModule
 from tessera.runtime.dynamic_artifact import DynamicSource, export_dynamic, is_dynamic, read_dynamic
+from tessera.runtime.heap import trim_heap
 from tessera.runtime.module import Module
 from tessera.runtime.partitioned import PartitionedModel
 from tessera.runtime.planner import plan_module
@@ -88,10 +89,12 @@ def _collect_compile_garbage(start: float) -> None:
     """A long compile leaves hundreds of thousands of objects in reference cycles (graph,
     TE and TIR nodes); left alone, Python's collector frees them at some later allocation,
     which for a service is its first request (0.3-0.4 s for a 4-layer encoder). Collected
-    here, the pause is part of the compile. Short compiles (tests, small models) skip it: a
+    here, the pause is part of the compile, and the memory freed goes back to the system
+    (:func:`~tessera.runtime.heap.trim_heap`). Short compiles (tests, small models) skip it: a
     full collection scans the whole heap."""
     if time.perf_counter() - start >= GC_AFTER_COMPILE_S:
         gc.collect()
+        trim_heap()
 
 
 def _compile(model: ModelSource | Function, target: str | None,
@@ -201,7 +204,8 @@ class _StaticOnly(CompileError):
 
 
 def _compile_static(model: ModelSource | Function, target: str | None,
-                    cfg: CompileConfig, static_fallback: bool = False) -> Module:
+                    cfg: CompileConfig, static_fallback: bool = False,
+                    release_weights: bool = True) -> Module:
     """:func:`compile` of a model whose inputs have fixed shapes, or of a symbolic function
     (one module for every size) when the backends its regions go to take symbolic extents
     (else a CompileError, of the private type ``_StaticOnly`` with ``static_fallback``)."""
@@ -235,10 +239,14 @@ def _compile_static(model: ModelSource | Function, target: str | None,
     model = CompiledModel(result, compiled, used, target_text, manager.timings, options)
     say("planning memory and building the execution plan")
     try:
-        return Module(model, planned=plan_module(model))
+        module = Module(model, planned=plan_module(model))
     except MemoryError as e:
         raise CompileError(f"cannot allocate the model's memory ({e}); its largest tensors: "
                            f"{_largest_values(result.graph)}") from None
+    # the weights the backends keep in their own form (packed, transformed) live there only
+    if release_weights and not cfg.keep_graph_weights:
+        model.release_kept_constants()
+    return module
 
 
 def subgraph_compiler(target: str | None, cfg: CompileConfig) -> SubgraphCompiler:
@@ -254,7 +262,8 @@ def subgraph_compiler(target: str | None, cfg: CompileConfig) -> SubgraphCompile
         if cfg.dump_code:  # a body's regions are named like the model's: a folder each
             folder = Path(cfg.dump_dir or ".") / f"subgraph{next(count)}_{graph.name}"
             own = dataclasses.replace(settings, dump_dir=str(folder))
-        return ModuleSubgraph(_compile_static(graph, target, own))
+        # a body's constants belong to the enclosing model's graph too: they keep their data
+        return ModuleSubgraph(_compile_static(graph, target, own, release_weights=False))
 
     return compile_subgraph
 

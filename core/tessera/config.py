@@ -78,6 +78,10 @@ class CompileConfig:
       directory) as ``<region>.<form>``.
     - ``devices``: which device of a kind runs its regions (``{"cuda": 1}``: ``cuda:1``;
       default: index 0).
+    - ``keep_graph_weights``: the module's graph keeps its copy of the weights its backends
+      keep in their compiled form (packed, transformed). By default the graph drops them
+      after the compile (they are *held*, as in a module loaded from an artifact), so each
+      weight lives once; the tuner, which lowers the graph's regions again, keeps them.
     - ``kernel_cache``: the persistent cache of compiled code
       (:mod:`tessera.plugin.kernel_cache`): None (default) as the environment says
       (``TESSERA_CACHE_DIR``, ``TESSERA_KERNEL_CACHE=0`` for off), False off, True on, or a
@@ -101,6 +105,7 @@ class CompileConfig:
     dump_code: str | Iterable[str] | None = None
     dump_dir: str | Path | None = None
     devices: Mapping[str, int] | None = None
+    keep_graph_weights: bool = False
     kernel_cache: bool | str | Path | None = None
 
     def code_forms(self) -> list[str]:

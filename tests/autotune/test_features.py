@@ -128,7 +128,8 @@ def test_an_empty_function_has_features_of_the_same_length() -> None:
 def _llvm_conv_task() -> tuple[Any, Any, Any, Any]:
     from autotune.test_tasks import _two_identical_convs_and_a_matmul
 
-    mod = tessera.compile(_two_identical_convs_and_a_matmul(), target="llvm")
+    mod = tessera.compile(_two_identical_convs_and_a_matmul(), target="llvm",
+                          keep_graph_weights=True)
     task = next(t for t in tasks_of_module(mod) if t.template == "conv2d_NCHWc")
     cr = next(cr for cr in mod.compiled.values()
               if task.kernels[0] in {k.name for k in cr.kernels})
@@ -192,7 +193,8 @@ def test_cuda_features_without_a_gpu_and_a_config_that_does_not_lower() -> None:
         pytest.skip(nvrtc_missing())  # compiling the module needs NVRTC; features do not
     from autotune.test_tasks import _two_identical_convs_and_a_matmul
 
-    mod = tessera.compile(_two_identical_convs_and_a_matmul(), target="cuda -arch=sm_90")
+    mod = tessera.compile(_two_identical_convs_and_a_matmul(), target="cuda -arch=sm_90",
+                          keep_graph_weights=True)
     task = next(t for t in tasks_of_module(mod) if t.template == "cuda_conv2d_direct")
     cr = next(cr for cr in mod.compiled.values()
               if task.kernels[0] in {k.name for k in cr.kernels})
@@ -319,7 +321,8 @@ def test_tune_builds_the_featurizer_from_the_backend_hook() -> None:
     from tessera.autotune.tune import _featurizer
     from tessera.autotune.tuners import make_tuner
 
-    mod = tessera.compile(_two_identical_convs_and_a_matmul(), target="llvm")
+    mod = tessera.compile(_two_identical_convs_and_a_matmul(), target="llvm",
+                          keep_graph_weights=True)
     task = next(t for t in tasks_of_module(mod) if t.template == "conv2d_NCHWc")
     featurize = _featurizer(mod, task)
     assert featurize is not None

@@ -90,6 +90,7 @@ def extract_tasks(model: Any, target: str | None = "auto", **compile_args: Any) 
     (:func:`tasks_of_module`); ``compile_args`` go to :func:`tessera.compile`
     (``input_shapes``, ``opt_level``, ...)."""
     compile_args.pop("tuning_records", None)
+    compile_args.setdefault("keep_graph_weights", True)  # tasks lower the regions again
     return tasks_of_module(static_module(tessera.compile(model, target=target, **compile_args)))
 
 

@@ -223,7 +223,9 @@ def tune(model: Any, target: str | None = "auto", output: str | Path = "tuning.j
     if cfg.ray_address is not None:
         require_ray()  # before compiling: a missing extra is said at once
 
-    compiled = tessera.compile(model, target=target, input_shapes=cfg.input_shapes)
+    # the tasks' candidates lower the module's regions again: the graph keeps its weights
+    compiled = tessera.compile(model, target=target, input_shapes=cfg.input_shapes,
+                               keep_graph_weights=True)
     module = static_module(compiled)
     if module is not compiled and progress is not None:
         print(f"tuning the part of the model compiled once (before its data-dependent nodes, "

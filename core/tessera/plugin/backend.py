@@ -302,8 +302,11 @@ class Backend(ABC):
         kernels read (packed weights among its arrays, or values compiled into its code), so
         that ``load`` never reads their data from the region graph. The artifact stores no
         other copy of them: ``load`` gets the region with them *held* (``Value.held_by`` is
-        this backend's name; reading their ``data`` raises). By default: none (``load``, which
-        compiles again by default, gets every constant's data)."""
+        this backend's name; reading their ``data`` raises). A module just compiled drops the
+        graph's data of these constants too (unless another region reads the same value, or
+        ``keep_graph_weights``), so that each weight lives once in memory: nothing of the
+        compiled region may read them from the graph after ``compile``. By default: none
+        (``load``, which compiles again by default, gets every constant's data)."""
         return ()
 
     def load(self, region: Function, files: dict[str, bytes | np.ndarray],

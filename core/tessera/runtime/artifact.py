@@ -160,21 +160,6 @@ def _describe(value: Any) -> str:
     return type(value).__name__
 
 
-def _kept(backend: Backend, cr: Any, body: Function) -> set[str]:
-    kept = contract.call(backend, "keeps_constants()", backend.keeps_constants, cr,
-                         region=body.name, cls=PluginArtifactError)
-    names = {v.name for v in body.constants()}
-    try:
-        out = {str(k) for k in kept}
-    except TypeError:
-        out = None
-    if out is None or not out <= names:
-        raise contract.violation(backend, "keeps_constants() names constants of the region",
-                                 f"keeps_constants() returned {kept!r:.200}", body.name,
-                                 PluginArtifactError)
-    return out
-
-
 def export_model(model: CompiledModel, path: Path) -> Path:
     """Write ``model`` to ``path`` atomically (a temp file renamed into place)."""
     check_export_path(path)
@@ -198,7 +183,7 @@ def artifact_members(model: CompiledModel) -> dict[str, bytes]:
     backend_of: dict[str, str] = {}
     registry = get_registry()
     for region, cr in model.compiled_regions():
-        name, body = region.name, region.body
+        name = region.name
         backend: Backend = model.backends[region.backend]
         plugins[backend.name] = {"distribution": registry.owner(backend.name),
                                  "version": registry.plugin_version(backend.name)
@@ -215,7 +200,7 @@ def artifact_members(model: CompiledModel) -> dict[str, bytes]:
                 raise ArtifactError(f"backend {backend.name!r} returned an unsafe file name "
                                     f"{rel!r}")
             files[member] = data
-        kept = _kept(backend, cr, body)
+        kept = model.kept_constants(region)
         if kept:
             held[name] = kept
     params = {k: store.put(v, f"constant {k!r}")

@@ -12,11 +12,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from tessera.errors import CompileError
-from tessera.ir.graph import Function
+from tessera.errors import CompileError, PluginArtifactError, TesseraError
+from tessera.ir.graph import Function, Value
 from tessera.ir.types import TensorType
 from tessera.partition.regions import DeviceCopy, PartitionedGraph, Region
 from tessera.partition.report import PartitionReport
+from tessera.plugin import contract
 from tessera.plugin.backend import Backend, CompiledRegion, CompileOptions
 
 
@@ -77,6 +78,55 @@ class CompiledModel:
     @property
     def input_types(self) -> dict[str, TensorType]:
         return self.partitioned.input_types
+
+    def kept_constants(self, region: Region) -> set[str]:
+        """The names of ``region``'s constants its backend keeps in the compiled form
+        (``Backend.keeps_constants``, checked: constants of the region)."""
+        backend, cr, body = self.backends[region.backend], self.compiled[region.name], \
+            region.body
+        kept = contract.call(backend, "keeps_constants()", backend.keeps_constants, cr,
+                             region=body.name, cls=PluginArtifactError)
+        names = {v.name for v in body.constants()}
+        try:
+            out = {str(k) for k in kept}
+        except TypeError:
+            out = None
+        if out is None or not out <= names:
+            raise contract.violation(backend, "keeps_constants() names constants of the region",
+                                     f"keeps_constants() returned {kept!r:.200}", body.name,
+                                     PluginArtifactError)
+        return out
+
+    def release_kept_constants(self) -> int:
+        """Drop the graph's data of every region constant whose backend keeps it in the
+        compiled form (:meth:`kept_constants`): the constant is then *held* by that backend,
+        as in a module loaded from an artifact, and the weight lives once, in the form the
+        kernels read (packed, transformed), instead of twice. A constant that another region
+        reads from the graph (one value in two regions), or the graph outside regions, keeps
+        its data; so do the constants of a region whose backend's ``keeps_constants`` breaks
+        its contract (export says so). The bytes the graph no longer refers to."""
+        votes: dict[int, list[bool]] = {}
+        values: dict[int, tuple[Value, str]] = {}
+        for region, _ in self.compiled_regions():
+            try:
+                kept = self.kept_constants(region)
+            except TesseraError:
+                kept = set()
+            for v in region.body.constants():
+                votes.setdefault(id(v), []).append(v.name in kept)
+                values[id(v)] = (v, region.backend)
+        for v in self.graph.constants():
+            votes.setdefault(id(v), []).append(False)
+        freed = 0
+        for key, kept_by_all in votes.items():
+            v, backend = values.get(key, (None, ""))
+            if v is None or not all(kept_by_all) or v.is_held:
+                continue
+            data = v.data
+            freed += 0 if data is None else int(data.nbytes)
+            v.data = None
+            v.held_by = backend
+        return freed
 
     def compiled_regions(self) -> Iterator[tuple[Region, CompiledRegion]]:
         """Each region, in execution order, with its compiled form."""

@@ -166,7 +166,7 @@ def test_a_tuning_candidate_unloads_its_module_when_dropped(fake_gpu) -> None:  
     from tessera_cuda.backend import CUDABackend
 
     model, _ = conv_block_model()
-    mod = tessera.compile(model, target="cuda")
+    mod = tessera.compile(model, target="cuda", keep_graph_weights=True)
     (cr,) = [c for c in mod.compiled.values() if c.backend == "cuda"]
     kernel = cr.kernels[0].name
     before = fake_gpu.live()

@@ -34,7 +34,7 @@ def _model() -> object:
 def _compiled():  # noqa: ANN202
     import tessera
 
-    mod = tessera.compile(_model(), target="cuda -arch=sm_90")
+    mod = tessera.compile(_model(), target="cuda -arch=sm_90", keep_graph_weights=True)
     (compiled,) = mod.compiled.values()
     return compiled
 

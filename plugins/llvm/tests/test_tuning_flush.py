@@ -17,7 +17,7 @@ from tessera_llvm.tuning import _EVICTION, eviction_bytes
 
 def test_flushed_runs_compute_the_same() -> None:
     model, _, _ = conv_model(1, 16, 10, 10, 16, 1, seed=3)
-    mod = tessera.compile(model, target="llvm")
+    mod = tessera.compile(model, target="llvm", keep_graph_weights=True)
     task = conv_task(mod)
     cr = next(cr for cr in mod.compiled.values() if task.kernels[0] in cr.info["schedules"])
     backend, kind = mod.backends[cr.backend], Target.parse(task.target).kinds[0]

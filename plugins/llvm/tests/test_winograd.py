@@ -266,7 +266,7 @@ def test_tuning_candidate_checked_within_the_winograd_tolerance() -> None:
     from tessera_llvm.tuning import WINOGRAD_TOLERANCE
 
     model, _, _ = conv_model(1, 32, 12, 12, 32, 1, seed=9)
-    mod = tessera.compile(model, target="llvm")
+    mod = tessera.compile(model, target="llvm", keep_graph_weights=True)
     task = conv_task(mod)
     assert task.default["template"] == "direct"
     cr = next(cr for cr in mod.compiled.values() if task.kernels[0] in cr.info["schedules"])
