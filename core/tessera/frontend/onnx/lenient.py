@@ -24,7 +24,8 @@ import onnx
 from tessera.frontend.onnx.registry import find_converter
 from tessera.frontend.onnx.stacklevel import caller_stacklevel
 
-__all__ = ["LenientImportWarning", "check_model_leniently"]
+__all__ = ["CHECK_WEIGHTS_MAX_BYTES", "LenientImportWarning", "check_model_leniently",
+           "without_weights"]
 
 _UNRECOGNIZED = re.compile(r"Unrecognized attribute: (\S+) for operator (\S+)")
 _CONTEXT = re.compile(r"==> Context: Bad node spec for node\. Name: (.*?) OpType: (\S+)")
@@ -35,11 +36,23 @@ class LenientImportWarning(UserWarning):
     names the node and the complaint)."""
 
 
+#: A model whose initializers hold more bytes is checked without their data
+#: (:func:`without_weights`).
+CHECK_WEIGHTS_MAX_BYTES = 64 << 20
+
+
 def check_model_leniently(proto: onnx.ModelProto, opsets: dict[str, int]) -> None:
     """``onnx.checker.check_model(proto)``; a tolerated complaint (see the module doc) is a
     warning and the check goes on; any other raises the checker's own exception. ``opsets``
-    maps each domain (``""`` for the default one) to the model's opset of it."""
+    maps each domain (``""`` for the default one) to the model's opset of it.
+
+    A model with more than :data:`CHECK_WEIGHTS_MAX_BYTES` of initializers is checked as
+    :func:`without_weights` makes it: the checker serialises the whole model first (a second
+    copy of every weight, and a second of BERT-base's compile), and all it checks of an
+    initializer's data is its size, which the importer checks as it reads it."""
     checked = proto
+    if sum(len(t.raw_data) for t in proto.graph.initializer) > CHECK_WEIGHTS_MAX_BYTES:
+        checked = without_weights(proto)
     notes: list[str] = []
     for _ in range(sum(len(n.attribute) for n in proto.graph.node) + 1):
         try:
@@ -60,6 +73,36 @@ def check_model_leniently(proto: onnx.ModelProto, opsets: dict[str, int]) -> Non
             notes.append(note)
     for note in notes:
         warnings.warn(note, LenientImportWarning, stacklevel=caller_stacklevel())
+
+
+def without_weights(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``proto`` whose initializers are graph inputs of their names and types: the
+    same graph to check (names, nodes, attributes, types, opsets), without the weights'
+    bytes."""
+    light = onnx.ModelProto()
+    _copy_fields(light, proto, skip={"graph"})
+    graph = light.graph
+    _copy_fields(graph, proto.graph, skip={"initializer", "input"})
+    inputs = {i.name for i in proto.graph.input}
+    graph.input.extend(proto.graph.input)
+    for t in proto.graph.initializer:
+        if t.name not in inputs:
+            graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type,
+                                                                  list(t.dims)))
+    return light
+
+
+def _copy_fields(dst: object, src: object, skip: set[str]) -> None:
+    for field, value in src.ListFields():  # type: ignore[attr-defined]
+        if field.name in skip:
+            continue
+        target = getattr(dst, field.name)
+        if field.is_repeated:
+            target.extend(value)
+        elif field.type == field.TYPE_MESSAGE:
+            target.CopyFrom(value)
+        else:
+            setattr(dst, field.name, value)
 
 
 def _tolerated_attribute(proto: onnx.ModelProto, text: str,
