@@ -106,23 +106,25 @@ def _compile(model: ModelSource | Function, target: str | None,
         if forms:  # at once, for every kind of model (a symbolic one compiles later)
             _check_code_forms(forms, [b for b, _ in backends],
                               ", ".join(str(k) for _, k in backends))
-        proto = load_onnx(model)
-        specs = model_input_specs(proto, cfg.input_shapes, cfg.freeze_inputs)
-        staged = compile_staged(proto, target, cfg, compile)  # data-dependent output shapes
+        # the proto only through ``source``, which drops it once imported (no local here
+        # may keep it: it holds a second copy of every weight while the model compiles)
+        source = _OnnxSource(model, load_onnx(model))
+        specs = model_input_specs(source.proto, cfg.input_shapes, cfg.freeze_inputs)
+        staged = compile_staged(source.proto, target, cfg, compile)  # data-dependent shapes
         if staged is not None:
             return staged
         if cfg.specialize or not all(is_static(s.dims) for s in specs):
             if _shape_mode(cfg) == "symbolic":
-                module = _compile_symbolic(proto, specs, target, cfg)
+                module = _compile_symbolic(source, specs, target, cfg)
                 if module is not None:
                     return module
-            return _compile_dynamic(proto, specs, target, cfg)
+            return _compile_dynamic(source.proto, specs, target, cfg)
         if cfg.dim_bounds or cfg.symbolic_dims:
             raise CompileError("dim_bounds and symbolic_dims are about the variables of "
                                "symbolic dimensions; this model has none left (its inputs: "
                                f"{', '.join(str(s) for s in specs)})")
-        model = proto
         cfg = dataclasses.replace(cfg, input_shapes={s.name: list(s.dims) for s in specs})
+        return _compile_static(source, target, cfg)
     elif cfg.specialize or cfg.dim_bounds or cfg.symbolic_dims:
         raise CompileError("specialize, dim_bounds and symbolic_dims are for ONNX models "
                            "with symbolic input dimensions; a Tessera Function's shapes and "
@@ -155,7 +157,29 @@ def _shape_mode(cfg: CompileConfig) -> str:
     return mode
 
 
-def _compile_symbolic(proto: onnx.ModelProto, specs: tuple[InputSpec, ...],
+class _OnnxSource:
+    """The ONNX model a compile reads: the user's ``model`` and its proto as loaded. Once the
+    graph is imported, :meth:`release` drops the proto when it can be loaded again from
+    ``model`` (a path or bytes, or an older opset's proto upgraded), so that the weights are
+    not held twice while the model compiles; :attr:`proto` loads it again when a fallback
+    needs it (a per-size module after a failed symbolic compile)."""
+
+    def __init__(self, model: ModelSource, proto: onnx.ModelProto) -> None:
+        self._model = model
+        self._proto: onnx.ModelProto | None = proto
+
+    @property
+    def proto(self) -> onnx.ModelProto:
+        if self._proto is None:
+            self._proto = load_onnx(self._model)
+        return self._proto
+
+    def release(self) -> None:
+        if self._proto is not self._model:
+            self._proto = None
+
+
+def _compile_symbolic(source: _OnnxSource, specs: tuple[InputSpec, ...],
                       target: str | None, cfg: CompileConfig) -> Module | None:
     """:func:`compile` of a model with symbolic inputs into one module for every size within
     its bounds (:func:`model_dim_bounds`), or None under ``shape_mode="auto"`` when the
@@ -171,7 +195,7 @@ def _compile_symbolic(proto: onnx.ModelProto, specs: tuple[InputSpec, ...],
         return None
     say = ProgressPrinter(cfg.progress)
     try:
-        bounds, notes, relations = model_dim_bounds(proto, specs, cfg.dim_bounds,
+        bounds, notes, relations = model_dim_bounds(source.proto, specs, cfg.dim_bounds,
                                                     cfg.freeze_inputs)
     except TesseraError as e:
         raise CompileError(str(e)) from None
@@ -184,8 +208,9 @@ def _compile_symbolic(proto: onnx.ModelProto, specs: tuple[InputSpec, ...],
                                    dim_bounds=None, shape_mode="auto")
     try:
         say("importing the ONNX model with symbolic shapes")
-        fn = import_onnx(proto, {s.name: list(s.dims) for s in specs}, cfg.freeze_inputs,
-                         symbolic=True, dim_bounds=bounds)
+        fn = import_onnx(source.proto, {s.name: list(s.dims) for s in specs},
+                         cfg.freeze_inputs, symbolic=True, dim_bounds=bounds)
+        source.release()
         fn.attrs["dim_bound_notes"] = notes
         fn.attrs["size_relations"] = relations_source(relations)  # checked per call
         return _compile_static(fn, target, settings, static_fallback=not required)
@@ -203,7 +228,7 @@ class _StaticOnly(CompileError):
     """A region with symbolic shapes went to a backend that compiles static ones only."""
 
 
-def _compile_static(model: ModelSource | Function, target: str | None,
+def _compile_static(model: ModelSource | Function | _OnnxSource, target: str | None,
                     cfg: CompileConfig, static_fallback: bool = False,
                     release_weights: bool = True) -> Module:
     """:func:`compile` of a model whose inputs have fixed shapes, or of a symbolic function
@@ -428,7 +453,7 @@ def _pass_manager(cfg: CompileConfig) -> PassManager:
                        disabled=set(cfg.disabled_passes or ()), dump_dir=cfg.dump_ir)
 
 
-def _import_and_partition(model: ModelSource | Function,
+def _import_and_partition(model: ModelSource | Function | _OnnxSource,
                           input_shapes: Mapping[str, Sequence[int]] | None,
                           freeze_inputs: Mapping[str, np.ndarray] | None, manager: PassManager,
                           backends: list[tuple[Backend, TargetKind]],
@@ -438,6 +463,10 @@ def _import_and_partition(model: ModelSource | Function,
     partitioned over ``backends``."""
     if isinstance(model, Function):
         fn = model.copy()
+    elif isinstance(model, _OnnxSource):
+        say("importing the ONNX model")
+        fn = import_onnx(model.proto, input_shapes=input_shapes, freeze_inputs=freeze_inputs)
+        model.release()
     else:
         say("importing the ONNX model")
         fn = import_onnx(model, input_shapes=input_shapes, freeze_inputs=freeze_inputs)
