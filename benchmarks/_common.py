@@ -60,16 +60,17 @@ def limit_threads(threads: int) -> None:
 
 
 def ort_session(model: Any, threads: int) -> Any:
-    """An onnxruntime CPU session for an ``onnx.ModelProto`` with ``threads`` intra-op threads,
-    one inter-op thread and sequential execution (onnxruntime's graph optimizations stay on)."""
+    """An onnxruntime CPU session for an ``onnx.ModelProto`` (or the path of a model file, which
+    onnxruntime then reads itself) with ``threads`` intra-op threads, one inter-op thread and
+    sequential execution (onnxruntime's graph optimizations stay on)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    return ort.InferenceSession(model.SerializeToString(), options,
-                                providers=["CPUExecutionProvider"])
+    source = str(model) if isinstance(model, str | os.PathLike) else model.SerializeToString()
+    return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
 
 
 def time_ms(fn: Callable[[], object], number: int = 1) -> float:
