@@ -124,3 +124,22 @@ def test_aligned_helpers() -> None:
     out = aligned_copy(swapped)
     assert out.dtype.isnative and list(out) == [0, 1, 2, 3]
     assert not is_aligned(np.arange(8.0)[::2])  # not contiguous
+
+
+def test_the_memory_report_counts_the_weights_once() -> None:
+    model, w = _model()
+    weights = sum(a.nbytes for a in w.values())
+    mod = tessera.compile(model, "llvm", kernel_cache=False)
+    report = mod.memory_report()
+    ((dev, kernels, graph),) = report.weights
+    assert dev == "cpu" and graph == 0
+    assert weights <= kernels < 1.05 * weights  # packed panels: the same bytes, reordered
+    assert "weights (kernels' form)" in str(report)
+    del mod  # (else the next module's kernels share its arrays: runtime/constant_pool.py)
+    gc.collect()
+    kept = tessera.compile(model, "llvm", kernel_cache=False,
+                           keep_graph_weights=True).memory_report()
+    ((_, kernels_kept, graph_kept),) = kept.weights
+    assert kernels_kept == kernels
+    # the dense layers' matrices besides their panels; the embedding is one array for both
+    assert graph_kept == w["w1"].nbytes + w["w2"].nbytes

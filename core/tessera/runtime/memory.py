@@ -23,6 +23,9 @@ device, correct on a device that runs its work in one in-order stream.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
 
 from tessera.plugin.backend import contiguous_concat_offsets  # noqa: F401 (moved there)
 from tessera.plugin.device import ALIGNMENT
@@ -66,11 +69,15 @@ class MemoryPlan:
 
 @dataclass
 class MemoryReport:
-    """Planned arena bytes against the no-reuse total, per device."""
+    """Planned arena bytes against the no-reuse total, per device; and, for a compiled
+    module, its weights per device (``weights``: device, bytes in the form its kernels read
+    (as the backends keep them: packed, transformed, or as imported), bytes the graph still
+    holds besides)."""
 
     rows: list[tuple[str, int, int, int]]  # device, tensors, planned, no reuse
     #: what the figures are, when they are not the compiled plan's (an estimate)
     note: str = ""
+    weights: list[tuple[str, int, int]] = field(default_factory=list)
 
     def __str__(self) -> str:
         lines = ["device  tensors  planned        no-reuse       saved"]
@@ -78,9 +85,44 @@ class MemoryReport:
             saved = 100.0 * (1 - planned / total) if total else 0.0
             lines.append(f"{dev:<7} {count:>7}  {_fmt_bytes(planned):>13}  "
                          f"{_fmt_bytes(total):>13}  {saved:5.1f}%")
+        if self.weights:
+            lines.append("device  weights (kernels' form)  weights (graph form, besides)")
+            for dev, kernels, graph in self.weights:
+                lines.append(f"{dev:<7} {_fmt_bytes(kernels):>23}  {_fmt_bytes(graph):>29}")
         if self.note:
             lines.append(f"({self.note})")
         return "\n".join(lines)
+
+
+def weight_rows(constants: dict[str, tuple[str, Any]], graph_arrays: list[np.ndarray]
+                ) -> list[tuple[str, int, int]]:
+    """Per device: the bytes of the distinct arrays ``constants`` (a plan's: name -> (device,
+    buffer)) binds, and on the host the bytes of ``graph_arrays`` (the graph's constant data)
+    that are none of those; each array counted once."""
+    seen: set[tuple[int, int]] = set()
+    kernels: dict[str, int] = {}
+    for dev, buf in constants.values():
+        key = _identity(buf)
+        kernels.setdefault(dev, 0)
+        if key not in seen:
+            seen.add(key)
+            kernels[dev] += int(getattr(buf, "nbytes", 0))
+    graph = 0
+    for a in graph_arrays:
+        key = _identity(a)
+        if key not in seen:
+            seen.add(key)
+            graph += int(a.nbytes)
+    if graph and "cpu" not in kernels:
+        kernels["cpu"] = 0
+    return [(dev, n, graph if dev == "cpu" else 0) for dev, n in kernels.items()]
+
+
+def _identity(buf: Any) -> tuple[int, int]:
+    """An array by where its data is (two views of the same bytes are one), else the object."""
+    if isinstance(buf, np.ndarray):
+        return (buf.__array_interface__["data"][0], int(buf.nbytes))
+    return (id(buf), 0)
 
 
 def _fmt_bytes(n: int) -> str:

@@ -26,7 +26,7 @@ from tessera.plugin.backend import Backend, CompiledRegion, CompileOptions
 from tessera.runtime.artifact import export_model
 from tessera.runtime.compiled import CompiledModel
 from tessera.runtime.executor import Executor
-from tessera.runtime.memory import MemoryReport
+from tessera.runtime.memory import MemoryReport, weight_rows
 from tessera.runtime.planner import ModulePlan, module_devices, plan_module
 from tessera.runtime.profiler import BenchmarkResult, Profile
 from tessera.runtime.sequences import SequenceLayout
@@ -486,7 +486,16 @@ class Module:
 
     # -- reports --------------------------------------------------------------------------------
     def memory_report(self) -> MemoryReport:
-        return self.memory.report()
+        """The arenas planned per device (against one buffer per tensor) and the weights:
+        the bytes its kernels read (packed, transformed or as imported) and the bytes of
+        constant data the graph still holds besides (none where every backend keeps its
+        region's constants)."""
+        report = self.memory.report()
+        graph = self.model.graph
+        arrays = [v.data for fn in [graph, *(r.body for r in self.model.regions)]
+                  for v in fn.constants() if not v.is_held and v.data is not None]
+        report.weights = weight_rows(self.plan.constants, arrays)
+        return report
 
     def partition_report(self) -> PartitionReport:
         """The partition, with how each compiled region's kernels run where its backend says
