@@ -113,7 +113,7 @@ def test_aligned_helpers() -> None:
     assert is_aligned(a) and a.shape == (3, 5) and a.dtype == np.float32
     for align in (16, 64, 4096):
         assert aligned_empty(7, np.int8, align).ctypes.data % align == 0
-    raw = np.zeros(65, np.uint8)
+    raw = np.zeros(64 + 4 + 40, np.uint8)
     off = (-raw.ctypes.data) % 64 + 4  # 4 bytes past a boundary
     view = raw[off:off + 40].view(np.float32)
     assert not is_aligned(view)
