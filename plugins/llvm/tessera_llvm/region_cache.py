@@ -10,8 +10,9 @@ of:
 - per group, in order: its structural key, its kernel's name and the names of the values it
   reads and writes (the kernel table refers to them);
 - the region's size variables and their bounds, the CPU facts the schedules read
-  (:class:`~tessera_llvm.schedules.common.CPUInfo`), ``-mcpu``, ``-mattr``, ``-mtriple`` and
-  the optimisation level;
+  (:class:`~tessera_llvm.schedules.common.CPUInfo`), the CPU name and feature string the code
+  is generated for (two hosts sharing a cache folder get their own code), ``-mcpu``,
+  ``-mattr``, ``-mtriple`` and the optimisation level;
 - a hash of the source of ``tessera`` and ``tessera_llvm`` (any change to how code is made is
   a miss), and of any other module that registered the compute of one of its ops, and LLVM's
   version.
@@ -41,6 +42,7 @@ from tessera.kernel.group_key import group_key
 from tessera.plugin.kernel_cache import KernelCache, source_fingerprint
 from tessera.topi.registry import compute_for, has_compute
 
+from .machine import cpu_and_features
 from .schedules.common import CPUInfo
 
 __all__ = ["NAMESPACE", "Entry", "region_key", "restore", "store"]
@@ -77,8 +79,9 @@ def region_key(cache: KernelCache, region: Function, groups: list[Any], names: l
         parts.append(json.dumps([name, key, [v.name for v in group.inputs],
                                  [v.name for v in group.outputs]]))
     sizes = {n: list(b) for n, b in (region.attrs.get("dim_bounds") or {}).items()}
+    cpu_name, features = cpu_and_features(mcpu, mattr, triple)  # the code's instruction set
     return cache.key(
-        "llvm-region/1", source_fingerprint("tessera", "tessera_llvm"),
+        "llvm-region/1", source_fingerprint("tessera", "tessera_llvm"), cpu_name, features,
         *_other_computes(sorted({n.op for g in groups for n in g.nodes})),
         f"{llvm.llvm_version_info}/{llvmlite.__version__}", repr(cpu), str(mcpu), str(mattr),
         str(triple), str(opt_level), json.dumps(list(region.used_size_variables)),

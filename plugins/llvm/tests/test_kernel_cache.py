@@ -182,3 +182,26 @@ def test_a_region_entry_whose_constants_disagree_is_a_miss(tmp_path: Path) -> No
     np.testing.assert_array_equal(again.run({"x": x})["y"],
                                   tessera.compile(model, "llvm", kernel_cache=False)
                                   .run({"x": x})["y"])
+
+
+def test_other_cpu_features_are_another_region_key(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two hosts whose CPUs LLVM names alike but whose features differ (a VM without
+    AVX-512 VNNI) share a cache folder: each gets its own region entry."""
+    from tessera_llvm import backend, region_cache
+
+    model = _model(False)
+    tessera.compile(model, "llvm", kernel_cache=tmp_path)
+    real = region_cache.cpu_and_features
+
+    def fewer(*args):  # noqa: ANN002, ANN202
+        name, features = real(*args)
+        return name, features + ",-avx512vnni"
+
+    monkeypatch.setattr(region_cache, "cpu_and_features", fewer)
+    lowered: list[int] = []
+    lower = backend.lower_region
+    monkeypatch.setattr(backend, "lower_region",
+                        lambda *a, **k: lowered.append(1) or lower(*a, **k))
+    tessera.compile(model, "llvm", kernel_cache=tmp_path)
+    assert lowered  # the region's key differs: lowered again
