@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tessera import tir
-from tessera.tir.functor import post_order_visit
+from tessera.tir.functor import nodes_of, post_order_visit
 from tessera.tir.interpreter import run
 from tessera.tir.transform import lower_pipeline
 from tessera.tir.transform.hoist_sizes import hoist_size_exprs
@@ -17,12 +17,6 @@ from tessera.tir.verifier import verify
 
 F = tir.ForKind
 F32 = "float32"
-
-
-def _nodes(node: object, cls: type) -> list:
-    out: list = []
-    post_order_visit(node, lambda n: out.append(n) if isinstance(n, cls) else None)
-    return out
 
 
 def _lets(stmt: object) -> list[tir.LetStmt]:
@@ -79,15 +73,15 @@ def test_each_expression_is_bound_once_in_its_scope() -> None:
     assert any(repr((w + 1) // 2) == v for v in values), values
     for s in top:
         assert _vars(s.value) <= {h, w} | {t.var for t in top}, repr(s.value)
-    (loop,) = _nodes(g.body, tir.For)
+    (loop,) = nodes_of(g.body, tir.For)
     inner = _lets(loop.body)
     # the row and column of r, once each, at the top of the loop's body
     assert inner, "nothing bound in the loop"
     assert all(loop.loop_var in _vars(s.value) for s in inner)
-    stores = _nodes(loop.body, tir.BufferStore)
+    stores = nodes_of(loop.body, tir.BufferStore)
     assert len(stores) == 4
     for st in stores:  # no division left in the loads and stores: their parts are bound
-        assert not _nodes(st, tir.FloorDiv) and not _nodes(st, tir.FloorMod), repr(st)
+        assert not nodes_of(st, tir.FloorDiv) and not nodes_of(st, tir.FloorMod), repr(st)
 
 
 def _vars(e: object) -> set:
@@ -113,7 +107,7 @@ def test_static_functions_and_loads_stay() -> None:
         tir.BufferStore(C, C[i] + (m // 3) * C[i], [i])]))
     g = hoist_size_exprs(tir.PrimFunc("loads", [C], body, size_bounds={m: (0, 64)}))
     assert [repr(s.value) for s in _lets(g.body)] == [repr(m // 3)]
-    assert len(_nodes(g.body, tir.BufferLoad)) == 4
+    assert len(nodes_of(g.body, tir.BufferLoad)) == 4
 
 
 def test_lowered_kernel_keeps_its_results() -> None:

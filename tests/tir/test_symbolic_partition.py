@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tessera import tir
-from tessera.tir.functor import post_order_visit
+from tessera.tir.functor import nodes_of
 from tessera.tir.interpreter import run
 from tessera.tir.transform import loop_partition, lower_pipeline
 from tessera.tir.transform.hoist_sizes import inline_size_lets
@@ -19,12 +19,6 @@ from tessera.tir.verifier import verify
 
 F = tir.ForKind
 F32 = "float32"
-
-
-def _nodes(node: object, cls: type) -> list:
-    out: list = []
-    post_order_visit(node, lambda n: out.append(n) if isinstance(n, cls) else None)
-    return out
 
 
 def _sizes(tile: int, bound: int) -> list[int]:
@@ -52,10 +46,10 @@ def _compare(before: tir.PrimFunc, after: tir.PrimFunc, shapes: Callable[..., li
 def _ramp_store_loops(func: tir.PrimFunc) -> list[tir.For]:
     """Loops whose body holds a vector store and no if or select."""
     out = []
-    for loop in _nodes(func.body, tir.For):
-        stores = _nodes(loop.body, tir.BufferStore)
-        if any(isinstance(s.indices[-1], tir.Ramp) for s in stores) and not _nodes(
-                loop.body, tir.IfThenElse) and not _nodes(loop.body, tir.Select):
+    for loop in nodes_of(func.body, tir.For):
+        stores = nodes_of(loop.body, tir.BufferStore)
+        if any(isinstance(s.indices[-1], tir.Ramp) for s in stores) and not nodes_of(
+                loop.body, tir.IfThenElse) and not nodes_of(loop.body, tir.Select):
             out.append(loop)
     return out
 
@@ -83,9 +77,9 @@ def test_add_is_partitioned_and_vectorized(kind: F) -> None:
     assert len(top) == 2, g  # main, then tail
     main, tail = top
     assert isinstance(main, tir.For) and main.kind == kind
-    assert _nodes(main, tir.IfThenElse) == [] and _ramp_store_loops(g) == [main]
+    assert nodes_of(main, tir.IfThenElse) == [] and _ramp_store_loops(g) == [main]
     assert isinstance(tail, tir.For) and tail.kind == F.SERIAL
-    assert _nodes(tail, tir.IfThenElse)  # the partial tile stays guarded
+    assert nodes_of(tail, tir.IfThenElse)  # the partial tile stays guarded
     for n in _sizes(8, 100):
         a, b, c = _compare(f, g, lambda n: [(n,)] * 3, {"n": n}, seed=n)
         np.testing.assert_allclose(c, a + b * 3.0, rtol=1e-6)
@@ -95,7 +89,7 @@ def test_without_partitioning_the_guarded_loop_is_not_vectorized() -> None:
     f = _add(F.SERIAL)
     g = lower_pipeline(f, {"loop_partition": False})
     assert _ramp_store_loops(g) == []
-    assert _nodes(g.body, tir.IfThenElse)
+    assert nodes_of(g.body, tir.IfThenElse)
     for n in (0, 5, 16, 29):
         _compare(f, g, lambda n: [(n,)] * 3, {"n": n}, seed=n)
 
@@ -114,7 +108,7 @@ def test_select_guard_with_padded_output() -> None:
     g = lower_pipeline(f)
     main = _ramp_store_loops(g)
     assert len(main) == 1 and main[0].kind == F.PARALLEL
-    assert _nodes(main[0], tir.Min) == []  # the clamp is gone with its guard
+    assert nodes_of(main[0], tir.Min) == []  # the clamp is gone with its guard
     for size in _sizes(8, 61):
         a, p = _compare(f, g, lambda n: [(n,), ((n + 7) // 8 * 8,)], {"n": size}, seed=size)
         np.testing.assert_allclose(p[:size], a * 2.0, rtol=1e-6)
@@ -152,7 +146,7 @@ def test_head_and_tail_of_a_padded_window() -> None:
     g = loop_partition(f)
     loops = g.body.seq
     assert len(loops) == 3 and all(isinstance(x, tir.For) for x in loops)
-    assert [bool(_nodes(x, tir.IfThenElse)) for x in loops] == [True, False, True]
+    assert [bool(nodes_of(x, tir.IfThenElse)) for x in loops] == [True, False, True]
     lowered = lower_pipeline(f)
     for size in _sizes(4, 40):
         a, b = _compare(f, g, lambda n: [(n,), (n + 4,)], {"n": size}, seed=size)
@@ -197,12 +191,12 @@ def test_register_tiled_matmul() -> None:
     # the main block (both guards gone) is vector code: the update and the write-back
     main = [lp for lp in _ramp_store_loops(g) if lp.loop_var.name == "jo"]
     assert len(main) == 1
-    assert not _nodes(main[0], tir.Min)
-    ramps = [s for s in _nodes(main[0], tir.BufferStore) if isinstance(s.indices[0], tir.Ramp)]
+    assert not nodes_of(main[0], tir.Min)
+    ramps = [s for s in nodes_of(main[0], tir.BufferStore) if isinstance(s.indices[0], tir.Ramp)]
     assert {s.buffer.name for s in ramps} == {"acc", "C"}
     # it is inside the parallel main part over full row tiles
-    parallel = [lp for lp in _nodes(g.body, tir.For) if lp.kind == F.PARALLEL]
-    assert len(parallel) == 1 and _nodes(parallel[0], tir.For).count(main[0]) == 1
+    parallel = [lp for lp in nodes_of(g.body, tir.For) if lp.kind == F.PARALLEL]
+    assert len(parallel) == 1 and nodes_of(parallel[0], tir.For).count(main[0]) == 1
     shapes = lambda n, m: [(n, depth), (depth, m), (n, m)]  # noqa: E731
     # every size of n at the tile edges, each with an m at the other tile's edges
     pairs = list(zip(_sizes(4, 37), [9, 8, 7, 1, 29, 13, 0])) + [(5, 8), (4, 9)]
@@ -214,15 +208,15 @@ def test_register_tiled_matmul() -> None:
 def test_only_the_tail_tiles_keep_guards() -> None:
     g = loop_partition(_matmul())
     # io: main + tail; in each, jo: main + tail -> four tile loops, one of them unguarded
-    jo_loops = [lp for lp in _nodes(g.body, tir.For) if lp.loop_var.name == "jo"]
+    jo_loops = [lp for lp in nodes_of(g.body, tir.For) if lp.loop_var.name == "jo"]
     assert len(jo_loops) == 4
-    guarded = [bool(_nodes(lp, tir.IfThenElse) or _nodes(lp, tir.Select)) for lp in jo_loops]
+    guarded = [bool(nodes_of(lp, tir.IfThenElse) or nodes_of(lp, tir.Select)) for lp in jo_loops]
     assert guarded.count(False) == 1
     # partition gives every copy its own variables and buffers
-    loop_vars = [lp.loop_var for lp in _nodes(g.body, tir.For)
+    loop_vars = [lp.loop_var for lp in nodes_of(g.body, tir.For)
                  if lp.loop_var.name in ("io", "jo")]
     assert len(loop_vars) == 6 and len({id(v) for v in loop_vars}) == 6
-    allocs = [a.buffer for a in _nodes(g.body, tir.Allocate)]
+    allocs = [a.buffer for a in nodes_of(g.body, tir.Allocate)]
     assert len({id(b) for b in allocs}) == len(allocs) == 4
     verify(g)
 
@@ -273,7 +267,7 @@ def test_guards_that_do_not_qualify() -> None:
     g = loop_partition(f)
     assert isinstance(g.body, tir.For) and g.body.loop_var is i
     inner = g.body.body.seq
-    assert len(inner) == 2 and not _nodes(inner[0], tir.IfThenElse)
+    assert len(inner) == 2 and not nodes_of(inner[0], tir.IfThenElse)
     for size in (0, 1, 6):
         a, = _compare(f, g, lambda n: [(n,)], {"n": size}, seed=size)
 
@@ -287,7 +281,7 @@ def test_loop_extent_guard_is_removed_from_a_serial_loop_order_kept() -> None:
         i < m, tir.BufferStore(A, A[i - 1] * 0.5 + A[i], [i])))
     f = tir.PrimFunc("scan", [A], body, size_vars=[n, m])
     g = loop_partition(f)
-    assert len(g.body.seq) == 2 and not _nodes(g.body.seq[0], tir.IfThenElse)
+    assert len(g.body.seq) == 2 and not nodes_of(g.body.seq[0], tir.IfThenElse)
     for size in (0, 1, 2, 9):
         for mm in (0, 1, 4, 12):
             _compare(f, g, lambda n, m: [(n,)], {"n": size, "m": mm}, seed=size + mm)

@@ -12,7 +12,7 @@ from tessera import tir
 from tessera.errors import CompileError
 from tessera.tir.arith import exact_quotient, struct_equal, to_poly
 from tessera.tir.features import FEATURE_NAMES, REPRESENTATIVE_SIZE, loop_features
-from tessera.tir.functor import post_order_visit, substitute
+from tessera.tir.functor import nodes_of, substitute
 from tessera.tir.interpreter import run
 from tessera.tir.simplify import Simplifier, can_prove, simplify
 from tessera.tir.transform import (
@@ -26,12 +26,6 @@ from tessera.tir.verifier import verify
 
 F = tir.ForKind
 F32 = "float32"
-
-
-def _nodes(node: object, cls: type) -> list:
-    out: list = []
-    post_order_visit(node, lambda n: out.append(n) if isinstance(n, cls) else None)
-    return out
 
 
 def _is_true(e: tir.PrimExpr) -> bool:
@@ -81,31 +75,31 @@ def test_size_variables_are_non_negative_in_a_function() -> None:
     f = tir.PrimFunc("f", [A], body)
     out = simplify(f)
     # n >= 0 and n // 8 >= 0 hold; n <= 1000 is unknown; i < n holds in range(n)
-    assert [repr(c.condition) for c in _nodes(out.body, tir.IfThenElse)] == [repr(n <= 1000)]
+    assert [repr(c.condition) for c in nodes_of(out.body, tir.IfThenElse)] == [repr(n <= 1000)]
     # size_bounds narrow the range
     g = tir.PrimFunc("g", [A], body, size_bounds={n: (1, 1000)})
-    assert _nodes(simplify(g).body, tir.IfThenElse) == []
+    assert nodes_of(simplify(g).body, tir.IfThenElse) == []
     # a plain statement simplified without the function knows nothing of n
-    assert len(_nodes(simplify(body), tir.IfThenElse)) >= 3
+    assert len(nodes_of(simplify(body), tir.IfThenElse)) >= 3
 
 
 def test_loop_variable_bounded_by_a_symbolic_extent() -> None:
     n = tir.Var("n")
     out = simplify(_guarded_copy(n, n // 8, lambda io, ii: io * 8 + ii < n))
-    assert _nodes(out.body, tir.IfThenElse) == []  # the main part of a split needs no guard
+    assert nodes_of(out.body, tir.IfThenElse) == []  # the main part of a split needs no guard
     # over the ceil-divided range the guard is needed and must stay
     ceil = _guarded_copy(n, (n + 7) // 8, lambda io, ii: io * 8 + ii < n)
-    assert len(_nodes(simplify(ceil).body, tir.IfThenElse)) == 1
+    assert len(nodes_of(simplify(ceil).body, tir.IfThenElse)) == 1
     # and a guard that is sometimes false inside range(n // 8) stays too
     off = _guarded_copy(n, n // 8, lambda io, ii: io * 8 + ii < n - 1)
-    assert len(_nodes(simplify(off).body, tir.IfThenElse)) == 1
+    assert len(nodes_of(simplify(off).body, tir.IfThenElse)) == 1
     # range(n) decides i < n and i <= n - 1, not i < n - 1
     i = tir.Var("i")
     for cond, decided in ((i < n, True), (i <= n - 1, True), (i >= n, False),
                           (i < n - 1, None)):
         loop = tir.For(i, 0, n, F.SERIAL, tir.Evaluate(tir.call("f", tir.select(
             cond, tir.const(1.0, F32), tir.const(0.0, F32)))))
-        sel = _nodes(simplify(loop, {n: (0, None)}), tir.Select)
+        sel = nodes_of(simplify(loop, {n: (0, None)}), tir.Select)
         assert (sel == []) == (decided is not None), cond
 
 
@@ -129,8 +123,8 @@ def test_symbolic_facts_from_an_if() -> None:
     inner = tir.IfThenElse(i < n, clamp)
     f = tir.PrimFunc("f", [A], tir.For(i, 0, m, F.SERIAL, inner), size_vars=[n, m])
     out = simplify(f)
-    assert _nodes(out.body, tir.Min) == []  # min(i, n - 1) is i where i < n
-    assert len(_nodes(out.body, tir.IfThenElse)) == 1
+    assert nodes_of(out.body, tir.Min) == []  # min(i, n - 1) is i where i < n
+    assert len(nodes_of(out.body, tir.IfThenElse)) == 1
 
 
 def test_sym_interval_and_div_interval() -> None:
@@ -208,11 +202,11 @@ def test_passes_accept_symbolic_extents() -> None:
     assert [repr(b.shape) for b in flat.params] == [repr((n * m,))] * 2
     verify(flat)
     vec = vectorize(flat)
-    assert F.VECTORIZED not in [lp.kind for lp in _nodes(vec.body, tir.For)]
+    assert F.VECTORIZED not in [lp.kind for lp in nodes_of(vec.body, tir.For)]
     unrolled = unroll(vec)
-    assert F.UNROLLED not in [lp.kind for lp in _nodes(unrolled.body, tir.For)]
+    assert F.UNROLLED not in [lp.kind for lp in nodes_of(unrolled.body, tir.For)]
     rewritten = storage_rewrite(unrolled)
-    allocs = _nodes(rewritten.body, tir.Allocate)
+    allocs = nodes_of(rewritten.body, tir.Allocate)
     assert len(allocs) == 1  # a symbolic allocation is not hoisted out of its loop
     checked = remove_redundant_checks(rewritten)
     verify(checked, lowered=True)
@@ -238,9 +232,9 @@ def test_remove_checks_with_symbolic_ranges() -> None:
         tir.For(j, 0, 4, F.SERIAL, tir.IfThenElse((i * 4 + j) % 7 < 7, store))))
     f = tir.PrimFunc("f", [A], body)
     out = remove_redundant_checks(f)
-    assert [repr(c.condition) for c in _nodes(out.body, tir.IfThenElse)] == [repr(i < 40)]
+    assert [repr(c.condition) for c in nodes_of(out.body, tir.IfThenElse)] == [repr(i < 40)]
     g = remove_redundant_checks(tir.PrimFunc("g", [A], body, size_bounds={n: (0, 40)}))
-    assert _nodes(g.body, tir.IfThenElse) == []  # i <= 39 with n <= 40: enumerated
+    assert nodes_of(g.body, tir.IfThenElse) == []  # i <= 39 with n <= 40: enumerated
 
 
 # ---- verifier -----------------------------------------------------------------------------------

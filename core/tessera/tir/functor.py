@@ -322,6 +322,13 @@ def post_order_visit(node: Any, fvisit: Any) -> None:
     _post_order(node, fvisit)
 
 
+def nodes_of(node: Any, kind: type) -> list[Any]:
+    """Every node of type ``kind`` below and including ``node``, children first."""
+    found: list[Any] = []
+    post_order_visit(node, lambda n: found.append(n) if isinstance(n, kind) else None)
+    return found
+
+
 def _post_order(n: Any, fvisit: Any) -> None:
     # a module function: a recursive closure would be a reference cycle left for the garbage
     # collector on every call

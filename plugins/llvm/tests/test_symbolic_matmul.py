@@ -24,7 +24,7 @@ from tessera.kernel.pad_matmul import pad_matmul
 from tessera.ops.layout import pack_matmul_weight
 from tessera.tir import expr as E
 from tessera.tir import stmt as S
-from tessera.tir.functor import post_order_visit
+from tessera.tir.functor import nodes_of
 from tessera.tir.transform import lower_pipeline
 from tessera.tir.transform.hoist_sizes import inline_size_lets
 from tessera.topi.nn.dense import batch_matmul, matmul_general, matmul_packed
@@ -197,30 +197,26 @@ def test_bound_call_changes_only_the_length(lib) -> None:
 # -- the loop nests ----------------------------------------------------------------------------
 
 
-def nodes(node: Any, kind: type) -> list[Any]:
-    found: list[Any] = []
-    post_order_visit(node, lambda n: found.append(n) if isinstance(n, kind) else None)
-    return found
 
 
 def k_loops(func: S.PrimFunc) -> list[S.For]:
-    return [f for f in nodes(func.body, S.For) if f.loop_var.name == "k"]
+    return [f for f in nodes_of(func.body, S.For) if f.loop_var.name == "k"]
 
 
 def vector_stores(node: Any, lanes: int = 16) -> list[S.BufferStore]:
-    return [s for s in nodes(node, S.BufferStore)
+    return [s for s in nodes_of(node, S.BufferStore)
             if isinstance(s.indices[-1], E.Ramp) and s.indices[-1].lanes == lanes]
 
 
 def vector_loads(node: Any, name: str, lanes: int = 16) -> list[E.BufferLoad]:
-    return [x for x in nodes(node, E.BufferLoad) if x.buffer.name == name
+    return [x for x in nodes_of(node, E.BufferLoad) if x.buffer.name == name
             and isinstance(x.indices[-1], E.Ramp) and x.indices[-1].lanes == lanes]
 
 
 def remainders(func: S.PrimFunc, tile: int) -> list[int]:
     """The ``r`` of every ``n % tile == r`` the function switches on."""
     out = []
-    for c in nodes(func.body, E.EQ):
+    for c in nodes_of(func.body, E.EQ):
         if isinstance(c.a, E.FloorMod) and isinstance(c.a.b, E.IntImm) and \
                 c.a.b.value == tile and isinstance(c.b, E.IntImm):
             out.append(c.b.value)
@@ -234,22 +230,22 @@ def test_dense_tiles_are_vector_micro_kernels(funcs) -> None:
     parallel loop over the 64 column panels is never gated (even one row is 2 MFLOP)."""
     nest, func = funcs["ffn_in"]
     assert [v.name for v in func.size_vars] == ["s"]
-    assert any(TAIL_PRAGMA in f.annotations for f in nodes(nest.body, S.For))
+    assert any(TAIL_PRAGMA in f.annotations for f in nodes_of(nest.body, S.For))
     assert remainders(func, 12) == []  # no copy per remainder
     loops = k_loops(func)
     assert len(loops) == 5
     rows = [len(vector_stores(k)) // 2 for k in loops]
     assert rows == [12, 8, 4, 2, 1]
     for k in loops:
-        assert not nodes(k, S.IfThenElse) and not nodes(k, E.Select)
+        assert not nodes_of(k, S.IfThenElse) and not nodes_of(k, E.Select)
         assert len({str(x.indices[-1]) for x in vector_loads(k, "W")}) == 2
         assert isinstance(k.extent, E.IntImm) and k.extent.value == HIDDEN
-    par = [f for f in nodes(func.body, S.For) if f.kind == S.ForKind.PARALLEL]
+    par = [f for f in nodes_of(func.body, S.For) if f.kind == S.ForKind.PARALLEL]
     assert len(par) == 1 and isinstance(par[0].extent, E.IntImm) and par[0].extent.value == 64
     # not gated: no chunk of the parallel loop chosen at run time
-    assert not [x for x in nodes(func.body, S.LetStmt) if x.var.name.endswith("_chunk")]
+    assert not [x for x in nodes_of(func.body, S.LetStmt) if x.var.name.endswith("_chunk")]
     assert not any(TAIL_PRAGMA in f.annotations or PARALLEL_PRAGMA in f.annotations
-                   for f in nodes(func.body, S.For))
+                   for f in nodes_of(func.body, S.For))
 
 
 def test_scores_tiles_shift_columns_back(funcs) -> None:
@@ -262,11 +258,11 @@ def test_scores_tiles_shift_columns_back(funcs) -> None:
     _, func = funcs["scores"]
     assert remainders(func, 12) == []
     tiles = [k for k in k_loops(func)
-             if any(s.buffer.name.endswith("_local") for s in nodes(k, S.BufferStore))]
+             if any(s.buffer.name.endswith("_local") for s in nodes_of(k, S.BufferStore))]
     # the 12-row tiles and the 8, 4, 2 and 1-row ones: 4 column forms each
     assert len(tiles) == 4 * 5
     for k in tiles:
-        assert vector_stores(k) and not nodes(k, S.IfThenElse)
+        assert vector_stores(k) and not nodes_of(k, S.IfThenElse)
     padded = [k for k in tiles if vector_loads(k, "KT_panel")]
     assert len(padded) == 5 and all(not vector_loads(k, "KT") for k in padded)
     assert sorted(len(vector_stores(k)) for k in padded) == [1, 2, 4, 8, 12]
@@ -275,7 +271,7 @@ def test_scores_tiles_shift_columns_back(funcs) -> None:
                      if k not in padded)
     assert vectors == [1] * 5 + [2] * 10
     # the copy into the panel: s columns, k inside (no vector lane loop around a scalar)
-    copies = [s for s in nodes(func.body, S.BufferStore) if s.buffer.name == "KT_panel"
+    copies = [s for s in nodes_of(func.body, S.BufferStore) if s.buffer.name == "KT_panel"
               and not isinstance(s.indices[-1], E.Ramp)]
     assert copies
 
@@ -286,10 +282,10 @@ def test_context_reduction_of_run_time_length(funcs) -> None:
     _, func = funcs["context"]
     for k in k_loops(func):
         assert isinstance(k.extent, E.Var) and k.extent.name == "s"
-        assert vector_stores(k) and not nodes(k, S.IfThenElse)
+        assert vector_stores(k) and not nodes_of(k, S.IfThenElse)
     # the parallel loop's extent: the tasks over the run-time chunk (the whole loop, 16 tiles,
     # in one chunk when the product is small)
-    (par,) = [f for f in nodes(func.body, S.For) if f.kind == S.ForKind.PARALLEL]
+    (par,) = [f for f in nodes_of(func.body, S.For) if f.kind == S.ForKind.PARALLEL]
     assert isinstance(par.extent, E.FloorDiv) and isinstance(par.extent.b, E.Select)
     total = par.extent.b.false_value
     assert isinstance(total, E.IntImm) and total.value == HEADS * (HEAD // 32)
@@ -303,7 +299,7 @@ def test_static_products_are_unchanged() -> None:
     assert dims_of(tensors[-1]) == (24, FFN)
     nest, _ = lowered(tensors, "static")
     assert specialize_tails(nest) is nest
-    assert not any(f.annotations for f in nodes(nest.body, S.For))
+    assert not any(f.annotations for f in nodes_of(nest.body, S.For))
 
 
 # -- computes and knobs ------------------------------------------------------------------------
@@ -357,7 +353,7 @@ def test_parallel_rows_schedule() -> None:
     assert sched.configs[0]["parallel_rows"]
     nest = te.lower(sched.schedule, tensors, "rows_parallel")
     func = inline_size_lets(lower_pipeline(specialize_tails(nest)))
-    (par,) = [f for f in nodes(func.body, S.For) if f.kind == S.ForKind.PARALLEL]
+    (par,) = [f for f in nodes_of(func.body, S.For) if f.kind == S.ForKind.PARALLEL]
     assert isinstance(par.extent, E.FloorDiv) and "s" in str(par.extent.a)
     fn = build_module([func], "rows_parallel", size_specs={"rows_parallel": size_spec(nest)}
                       ).load().get("rows_parallel")
@@ -426,7 +422,7 @@ def test_rows_that_are_an_expression_of_sizes() -> None:
     nest, func = lowered(tensors, "flat_rows")
     assert [len(vector_stores(k)) // 2 for k in k_loops(func)] == [12, 8, 4, 2, 1]
     for k in k_loops(func):
-        assert vector_stores(k) and not nodes(k, S.IfThenElse)
+        assert vector_stores(k) and not nodes_of(k, S.IfThenElse)
     fn = build_module([func], "flat_rows", size_specs={"flat_rows": size_spec(nest)}
                       ).load().get("flat_rows")
     wd = rand(64, 64)

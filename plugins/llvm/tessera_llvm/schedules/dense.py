@@ -37,7 +37,7 @@ from tessera.tir import expr as E
 from tessera.tir import stmt as S
 from tessera.tir.arith import to_poly, uses_var
 from tessera.tir.buffer import Buffer
-from tessera.tir.functor import IRMutator, post_order_visit, rebuild, substitute
+from tessera.tir.functor import IRMutator, nodes_of, post_order_visit, rebuild, substitute
 from tessera.tir.transform._util import copy_with
 
 from .common import (
@@ -667,12 +667,6 @@ class _ReplaceNode(IRMutator):
 
     def visit(self, node: Any) -> Any:
         return self.new if node is self.old else super().visit(node)
-
-
-def nodes_of(node: Any, kind: type) -> list[Any]:
-    found: list[Any] = []
-    post_order_visit(node, lambda n: found.append(n) if isinstance(n, kind) else None)
-    return found
 
 
 class _HoistLanes(IRMutator):
