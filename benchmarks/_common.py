@@ -59,6 +59,30 @@ def limit_threads(threads: int) -> None:
         os.environ[var] = str(threads)
 
 
+def export_text_model(model: Any, vocab_size: int, path: Any, output: str) -> None:
+    """Export a transformers model taking ``input_ids`` and ``attention_mask`` (its first
+    output named ``output``) to ONNX at ``path``: TorchScript, opset 17, symbolic ``batch``
+    and ``seq``. Imports torch (call it in a child process)."""
+    import torch
+
+    class Wrapper(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids: Any, attention_mask: Any) -> Any:
+            return self.model(input_ids=input_ids, attention_mask=attention_mask)[0]
+
+    ids = torch.randint(0, vocab_size, (1, 16))
+    mask = torch.ones(1, 16, dtype=torch.int64)
+    axes = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"},
+            output: {0: "batch", 1: "seq"}}
+    with torch.no_grad():
+        torch.onnx.export(Wrapper().eval(), (ids, mask), str(path), dynamo=False,
+                          input_names=["input_ids", "attention_mask"], output_names=[output],
+                          dynamic_axes=axes, opset_version=17, do_constant_folding=True)
+
+
 def ort_session(model: Any, threads: int) -> Any:
     """An onnxruntime CPU session for an ``onnx.ModelProto`` (or the path of a model file, which
     onnxruntime then reads itself) with ``threads`` intra-op threads, one inter-op thread and

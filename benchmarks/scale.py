@@ -31,7 +31,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import cpu_name, fresh_kernel_cache, limit_threads, ort_session
+from _common import (
+    cpu_name,
+    export_text_model,
+    fresh_kernel_cache,
+    limit_threads,
+    ort_session,
+)
 
 #: The models: a transformers config class and its arguments (the published sizes).
 MODELS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -67,22 +73,7 @@ def _export(name: str, path: Path) -> None:
     model = (transformers.GPT2Model(config) if name == "gpt2"
              else transformers.BertModel(config)).eval()
 
-    class Wrapper(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.model = model
-
-        def forward(self, input_ids: Any, attention_mask: Any) -> Any:
-            return self.model(input_ids=input_ids, attention_mask=attention_mask)[0]
-
-    ids = torch.randint(0, kwargs["vocab_size"], (1, 16))
-    mask = torch.ones(1, 16, dtype=torch.int64)
-    axes = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"},
-            "hidden": {0: "batch", 1: "seq"}}
-    with torch.no_grad():
-        torch.onnx.export(Wrapper().eval(), (ids, mask), str(path), dynamo=False,
-                          input_names=["input_ids", "attention_mask"], output_names=["hidden"],
-                          dynamic_axes=axes, opset_version=17, do_constant_folding=True)
+    export_text_model(model, kwargs["vocab_size"], path, "hidden")
 
 
 # -- one measurement per child process ------------------------------------------------------

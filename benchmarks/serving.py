@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from _common import cpu_name, fresh_kernel_cache, limit_threads
+from _common import cpu_name, export_text_model, fresh_kernel_cache, limit_threads
 
 #: The encoder of the text traces (the serving issue's model): DistilBERT's architecture at
 #: 4 layers of width 512 (8 heads, feed-forward 2048), BERT's vocabulary.
@@ -100,23 +100,7 @@ def _export_encoder(path: Path) -> None:
     torch.manual_seed(0)
     model = transformers.DistilBertModel(transformers.DistilBertConfig(**ENCODER)).eval()
 
-    class Wrapper(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.model = model
-
-        def forward(self, input_ids: Any, attention_mask: Any) -> Any:
-            return self.model(input_ids=input_ids, attention_mask=attention_mask)[0]
-
-    ids = torch.randint(0, ENCODER["vocab_size"], (1, 16))
-    mask = torch.ones(1, 16, dtype=torch.int64)
-    axes = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"},
-            "last_hidden_state": {0: "batch", 1: "seq"}}
-    with torch.no_grad():
-        torch.onnx.export(Wrapper().eval(), (ids, mask), str(path), dynamo=False,
-                          input_names=["input_ids", "attention_mask"],
-                          output_names=["last_hidden_state"], dynamic_axes=axes,
-                          opset_version=17, do_constant_folding=True)
+    export_text_model(model, ENCODER["vocab_size"], path, "last_hidden_state")
 
 
 def _export_cnn(path: Path) -> None:
