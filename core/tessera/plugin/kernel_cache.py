@@ -243,9 +243,7 @@ def default_kernel_cache() -> KernelCache | None:
     """The cache the environment asks for (module doc), None when it is off."""
     if os.environ.get("TESSERA_KERNEL_CACHE", "").strip().lower() in _OFF:
         return None
-    root = os.environ.get("TESSERA_CACHE_DIR")
-    return KernelCache(Path(root) if root else Path.home() / ".cache" / "tessera" / "kernels",
-                       _max_bytes())
+    return KernelCache(_default_root(), _max_bytes())
 
 
 def cache_from_setting(setting: bool | str | os.PathLike[str] | None) -> KernelCache | None:
@@ -257,13 +255,16 @@ def cache_from_setting(setting: bool | str | os.PathLike[str] | None) -> KernelC
     if setting is False:
         return None
     if setting is True:
-        root = os.environ.get("TESSERA_CACHE_DIR")
-        return KernelCache(Path(root) if root else
-                           Path.home() / ".cache" / "tessera" / "kernels", _max_bytes())
+        return KernelCache(_default_root(), _max_bytes())
     if isinstance(setting, str | os.PathLike):
         return KernelCache(Path(setting), _max_bytes())
     raise TypeError(f"kernel_cache must be None, True, False or a folder, not "
                     f"{type(setting).__name__}")
+
+
+def _default_root() -> Path:
+    root = os.environ.get("TESSERA_CACHE_DIR")
+    return Path(root) if root else Path.home() / ".cache" / "tessera" / "kernels"
 
 
 def _max_bytes() -> int:

@@ -117,12 +117,6 @@ def _patterns() -> tuple[Pattern, ...]:
     return tuple(Pattern(op, check=_supported) for op in sorted(registered_ops()))
 
 
-def _aligned_copy(array: np.ndarray) -> np.ndarray:
-    """``array`` when it is C-contiguous and starts on a 64-byte boundary (an initializer as
-    the importer reads it: the module then holds that weight once), else such a copy."""
-    return as_aligned(array)
-
-
 def _foreign_kernel(k: dict[str, Any], triple: str) -> Kernel:
     """A Kernel for code of another architecture: calling it raises RunError."""
     def run(ins: list[Any], outs: list[Any]) -> None:
@@ -441,7 +435,9 @@ class LLVMBackend(Backend):
                              cache=options.kernel_cache)
         t2 = time.perf_counter()
         table = [self._entry(k, built.workspaces.get(k.name, 0)) for k in lowered.kernels]
-        constants = {name: _aligned_copy(v.data) for name, v in lowered.constants.items()}
+        # an aligned array as it is (an initializer as the importer reads it: the module then
+        # holds that weight once), else an aligned copy
+        constants = {name: as_aligned(v.data) for name, v in lowered.constants.items()}
         types = {v.name: v.type for v in lowered.func.inputs}
         types.update({v.name: v.type for n in lowered.func.nodes for v in n.outputs})
         tensors: dict[str, TensorType] = {v.name: v.type for v in region.inputs}
@@ -478,7 +474,7 @@ class LLVMBackend(Backend):
         if entry is None:
             return None
         func, groups = prepared
-        constants = {name: _aligned_copy(v.data)
+        constants = {name: as_aligned(v.data)
                      for name, v in group_constants(region, groups, cpu).items()}
         if not region_cache.constants_match(entry, constants):
             return None
@@ -577,7 +573,7 @@ class LLVMBackend(Backend):
              target: TargetKind, options: CompileOptions) -> CompiledRegion:
         if has_loops(region):  # saved without object code (see save)
             return self.compile(region, target, options)
-        saved = ARTIFACT.load(self, region.name, files, copy=_aligned_copy)
+        saved = ARTIFACT.load(self, region.name, files, copy=as_aligned)
         meta, obj = saved.table, saved.files[OBJECT_FILE]
         with ARTIFACT.reading(self, region.name):
             triple = meta.get("triple")

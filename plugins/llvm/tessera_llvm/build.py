@@ -202,11 +202,13 @@ def build_module(funcs: list[PrimFunc], name: str, mcpu: str | None = None,
     # counts known only at run time) multiplied their code for no speed (a symbolic
     # encoder's compile 5.4 -> 4.3 s, an image CNN's 11.3 -> 9.6 s, latency unchanged)
     unrolling = not any(f.size_vars for f in funcs)
-    key = None if cache is None else cache.key(
+    key = "" if cache is None else cache.key(
         source, tm.triple, cpu_name, features, *code_model(triple), str(unrolling),
         _pipeline_fingerprint())
-    hit = None if cache is None or key is None else cache.get(CACHE_NAMESPACE, key)
-    if hit is not None and {"object", "llvm_ir"} <= hit.keys():
+    hit = None if cache is None else cache.get(CACHE_NAMESPACE, key)
+    if hit is not None and not {"object", "llvm_ir"} <= hit.keys():
+        hit = None  # an entry of another form: compiled again and replaced
+    if hit is not None:
         progress.update(LLVM_PHASE, 2, 2, "object code from the kernel cache")
         obj, optimized = hit["object"], hit["llvm_ir"].decode()
     else:
@@ -217,7 +219,7 @@ def build_module(funcs: list[PrimFunc], name: str, mcpu: str | None = None,
             obj = tm.emit_object(mod)
             progress.update(LLVM_PHASE, 2, 2)
             optimized = str(mod)
-        if cache is not None and key is not None:
+        if cache is not None:
             cache.put(CACHE_NAMESPACE, key, {"object": obj, "llvm_ir": optimized.encode()})
     signatures = {f.name: _signature(f, gen.workspace_bytes[f.name]) for f in funcs}
     workspaces = dict(gen.workspace_bytes)
