@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import onnx
 
+from tessera.frontend.onnx.external_data import inline_external_data
 from tessera.frontend.onnx.importer import ModelSource, load_model
 from tessera.quantization.calibration import CalibrationData, QuantizeError, calibrate
 from tessera.quantization.qdq import carried_scales, insert_qdq, plan_layers
@@ -42,7 +43,8 @@ def quantize_model(model: ModelSource, calibration_inputs: CalibrationData, *,
                    exclude: Iterable[str] = (),
                    batch_size: int = 64) -> tuple[onnx.ModelProto, QuantizeReport]:
     """:func:`quantize`, also returning a :class:`QuantizeReport`."""
-    proto = load_model(model)
+    # the quantized model is the caller's to save anywhere: its tensors hold their bytes
+    proto = inline_external_data(load_model(model))
     plan = plan_layers(proto.graph, skip_first_conv, skip_last_dense, exclude)
     report = QuantizeReport([(layer.name, layer.op) for layer in plan.layers],
                             [(layer.name, layer.op, layer.skipped) for layer in plan.skipped])

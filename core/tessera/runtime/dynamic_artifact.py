@@ -9,6 +9,10 @@ The tar holds:
   of every member outside ``specializations/``;
 - ``model.onnx``: the model, so that a loaded module compiles new sizes on first use as the
   one exported did (the plugins the target names must be installed where it is loaded);
+- ``model.data``: a model with external data keeps its tensors' bytes here (each at a 64-byte
+  aligned offset; ``model.onnx`` names it as their location): a loaded module reads them
+  from the artifact file itself, as it would from a data file beside a model (the tar must
+  stay uncompressed);
 - ``frozen.npz`` (inputs bound with ``freeze_inputs``) and ``records.jsonl`` (the tuning
   records it was compiled with), when there are any;
 - ``specializations/<i>/``: each specialisation cached at export, a whole static artifact
@@ -17,17 +21,27 @@ The tar holds:
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
+import tarfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 
 from tessera._version import __version__
 from tessera.errors import ArtifactError, TesseraError
+from tessera.frontend.onnx.external_data import (
+    BASE_KEY,
+    PATH_KEY,
+    external_tensors,
+    pack_external_data,
+    resolve_external_data,
+)
 from tessera.ir.symbolic import InputSpec, ShapeVars, check_bounds
 from tessera.runtime.artifact import (
     artifact_members,
@@ -44,6 +58,8 @@ __all__ = ["DYNAMIC_MANIFEST", "DynamicSource", "StoredDynamic", "export_dynamic
 DYNAMIC_MANIFEST = "dynamic.json"
 DYNAMIC_FORMAT = 1
 SPECIALIZATIONS = "specializations/"
+#: The member holding the bytes of a model's external tensors.
+MODEL_DATA = "model.data"
 
 
 @dataclass(frozen=True)
@@ -79,7 +95,7 @@ class StoredDynamic:
 def export_dynamic(module: DynamicModule, source: DynamicSource, path: Path) -> Path:
     """Write ``module`` (its source and every cached specialisation) to ``path`` atomically."""
     check_export_path(path)
-    files: dict[str, bytes] = {"model.onnx": source.model}
+    files: dict[str, bytes] = dict(_model_members(source.model))
     if source.frozen:
         buf = io.BytesIO()
         np.savez(buf, **{k: np.asarray(v) for k, v in source.frozen.items()})
@@ -108,6 +124,43 @@ def export_dynamic(module: DynamicModule, source: DynamicSource, path: Path) -> 
     }
     return write_members({DYNAMIC_MANIFEST: json.dumps(manifest, indent=2).encode(), **files},
                          path)
+
+
+def _model_members(model: bytes) -> list[tuple[str, bytes]]:
+    """``model.onnx`` (and ``model.data`` for a model with external data: the bytes of its
+    external tensors, which may sit anywhere on this machine, gathered into the artifact)."""
+    proto = onnx.load_model_from_string(model)
+    if next(external_tensors(proto), None) is None:
+        return [("model.onnx", model)]
+    packed, data = pack_external_data(proto, MODEL_DATA)
+    return [("model.onnx", packed.SerializeToString()), (MODEL_DATA, data)]
+
+
+def _located_model(model: bytes, where: str, data: bytes) -> bytes:
+    """``model.onnx`` of an artifact with ``model.data``, its external tensors located in
+    the artifact file (where that member's bytes start in the tar)."""
+    try:
+        with tarfile.open(where, mode="r:") as tar:
+            info = tar.getmember(MODEL_DATA)
+    except (OSError, KeyError, tarfile.TarError) as e:
+        raise ArtifactError(f"{where!r}: the model's external data ({MODEL_DATA}) is read from "
+                            f"the artifact file, which must be an uncompressed tar ({e})"
+                            ) from None
+    if info.size != len(data):
+        raise ArtifactError(f"{where!r}: {MODEL_DATA} changed while the artifact loaded")
+    proto = onnx.load_model_from_string(model)
+    path = str(Path(where).resolve())
+    for t in external_tensors(proto):
+        for e in list(t.external_data):
+            if e.key in (PATH_KEY, BASE_KEY):
+                t.external_data.remove(e)
+        t.external_data.add(key=PATH_KEY, value=path)
+        t.external_data.add(key=BASE_KEY, value=str(info.offset_data))
+    try:
+        resolve_external_data(proto, None, f"model.onnx of {where!r}")
+    except TesseraError as e:
+        raise ArtifactError(f"{where!r}: {e}") from None
+    return proto.SerializeToString()
 
 
 def is_dynamic(members: Mapping[str, bytes]) -> bool:
@@ -162,6 +215,9 @@ def read_dynamic(members: dict[str, bytes], where: str) -> StoredDynamic:
                            dict(options.get("pass_config", {})),
                            tuple(options.get("disabled_passes", ())), frozen, records,
                            symbolic, "auto" in named)
+    if MODEL_DATA in members:
+        source = dataclasses.replace(source, model=_located_model(
+            source.model, where, members[MODEL_DATA]))
     stored = [(sizes, {k[len(p):]: v for k, v in members.items() if k.startswith(p)})
               for sizes, p in specs]
     return StoredDynamic(source, shape_vars, outputs, max(1, max_size), stored)

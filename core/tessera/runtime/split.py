@@ -49,6 +49,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from tessera.errors import RunError, TesseraError
+from tessera.frontend.onnx.external_data import tensor_array
 from tessera.frontend.onnx.importer import _sorted_nodes
 from tessera.frontend.onnx.symbolic_eval import to_python, uses_any_var
 from tessera.frontend.onnx.symbolic_shapes import infer_symbolic
@@ -410,7 +411,7 @@ class _Evaluator:
         defaults = {t.name: t for t in model.graph.initializer}
         for k, i in enumerate(model.graph.input):
             if i.name in defaults:  # an input an initializer gives a default
-                scope[f"d{k}"] = read_only(numpy_helper.to_array(defaults[i.name]))
+                scope[f"d{k}"] = read_only(tensor_array(defaults[i.name]))
                 lines.append(f"    {var(i.name)} = feeds.get({i.name!r}, d{k})")
             else:
                 lines.append(f"    {var(i.name)} = feeds[{i.name!r}]")

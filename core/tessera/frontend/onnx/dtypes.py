@@ -9,6 +9,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from tessera.errors import ModelImportError
+from tessera.frontend.onnx.external_data import PLAIN_TYPES, read_external, uses_external
 from tessera.ir.aligned import aligned_empty, as_aligned
 from tessera.ir.types import DType
 
@@ -30,6 +31,8 @@ def read_initializer(t: onnx.TensorProto) -> np.ndarray:
     (:mod:`tessera.ir.aligned`): a backend that keeps the weight as it is uses this array
     rather than a copy of its own."""
     onnx_dtype(t.data_type, f"initializer {t.name!r}")
+    if uses_external(t):
+        return read_external(t)  # its own errors name the tensor and the file
     try:
         array = _raw_array(t)
         if array is None:
@@ -39,18 +42,11 @@ def read_initializer(t: onnx.TensorProto) -> np.ndarray:
     return array
 
 
-#: Element types whose raw data is the array's bytes (little-endian) as numpy reads them.
-_PLAIN = {onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16,
-          onnx.TensorProto.INT8, onnx.TensorProto.UINT8, onnx.TensorProto.INT16,
-          onnx.TensorProto.UINT16, onnx.TensorProto.INT32, onnx.TensorProto.UINT32,
-          onnx.TensorProto.INT64, onnx.TensorProto.UINT64, onnx.TensorProto.BOOL}
-
-
 def _raw_array(t: onnx.TensorProto) -> np.ndarray | None:
     """The array of an initializer stored as raw data in the model, read straight into an
     aligned array (one copy, where ``numpy_helper.to_array`` and an aligned copy would make
     two); None for any other storage (external data, typed fields, packed types)."""
-    if t.data_type not in _PLAIN or not t.HasField("raw_data") or \
+    if t.data_type not in PLAIN_TYPES or not t.HasField("raw_data") or \
             t.data_location == onnx.TensorProto.EXTERNAL or sys.byteorder != "little":
         return None
     dtype = np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type)).newbyteorder("<")

@@ -11,12 +11,13 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import helper
 
 from tessera.errors import ModelImportError, NeedsConstantError, OpError, TesseraError
 from tessera.frontend.onnx import converters as _converters  # noqa: F401  (their registrations)
 from tessera.frontend.onnx.context import ConvertContext
 from tessera.frontend.onnx.dtypes import onnx_dtype, read_initializer
+from tessera.frontend.onnx.external_data import resolve_external_data, tensor_array
 from tessera.frontend.onnx.lenient import check_model_leniently
 from tessera.frontend.onnx.order import _sorted_nodes, _sorted_nodes_of
 from tessera.frontend.onnx.registry import find_converter
@@ -46,10 +47,13 @@ ARTIFACT = "a compiled Tessera artifact"
 
 
 def load_model(model: ModelSource) -> onnx.ModelProto:
-    """Read a ModelProto from a path, serialized bytes or a ModelProto (external data loaded);
-    a model of a default-domain opset before 7 comes upgraded (:func:`upgrade_old_opset`)."""
+    """Read a ModelProto from a path, serialized bytes or a ModelProto; a model of a
+    default-domain opset before 7 comes upgraded (:func:`upgrade_old_opset`). External data
+    stays in its files, checked and located (:func:`resolve_external_data`): the importer
+    reads each tensor from its file when it needs it."""
     if isinstance(model, onnx.ModelProto):
-        return upgrade_old_opset(model)
+        return upgrade_old_opset(resolve_external_data(model, None, "the ModelProto"))
+    model_dir = None
     try:
         if isinstance(model, (bytes, bytearray)):
             proto = onnx.load_from_string(bytes(model))
@@ -61,13 +65,15 @@ def load_model(model: ModelSource) -> onnx.ModelProto:
                 raise ModelImportError(f"{str(path)!r} is {kind}, not an ONNX model" + (
                     f"; load it with tessera.load() (CLI: tessera run {path})"
                     if kind == ARTIFACT else ""))
-            proto = onnx.load(str(path), load_external_data=True)
+            proto = onnx.load(str(path), load_external_data=False)
+            model_dir = path.resolve().parent
     except ModelImportError:
         raise
     except Exception as e:  # noqa: BLE001 - protobuf raises several unrelated types
         raise ModelImportError(f"cannot parse the ONNX model: {type(e).__name__}: {e}") from None
     if not proto.graph.node and not proto.graph.output:
         raise ModelImportError("the ONNX model has an empty graph (truncated or not an ONNX file?)")
+    resolve_external_data(proto, model_dir, "the model" if model_dir else "the model's bytes")
     return upgrade_old_opset(proto)
 
 
@@ -91,11 +97,11 @@ def _attr_value(attr: onnx.AttributeProto) -> Any:
     if isinstance(value, bytes):
         return value.decode("utf-8", errors="replace")
     if isinstance(value, onnx.TensorProto):
-        return numpy_helper.to_array(value)
+        return tensor_array(value)
     if isinstance(value, list) and value and isinstance(value[0], bytes):
         return [v.decode("utf-8", errors="replace") for v in value]
     if isinstance(value, list) and value and isinstance(value[0], onnx.TensorProto):
-        return [numpy_helper.to_array(v) for v in value]
+        return [tensor_array(v) for v in value]
     return value
 
 

@@ -21,6 +21,7 @@ import warnings
 
 import onnx
 
+from tessera.frontend.onnx.external_data import inline_external_data, uses_external
 from tessera.frontend.onnx.registry import find_converter
 from tessera.frontend.onnx.stacklevel import caller_stacklevel
 
@@ -51,8 +52,13 @@ def check_model_leniently(proto: onnx.ModelProto, opsets: dict[str, int]) -> Non
     copy of every weight, and a second of BERT-base's compile), and all it checks of an
     initializer's data is its size, which the importer checks as it reads it."""
     checked = proto
-    if sum(len(t.raw_data) for t in proto.graph.initializer) > CHECK_WEIGHTS_MAX_BYTES:
+    if sum(len(t.raw_data) for t in proto.graph.initializer) > CHECK_WEIGHTS_MAX_BYTES or \
+            any(uses_external(t) for t in proto.graph.initializer):
         checked = without_weights(proto)
+    # the checker would look for external files relative to the working directory: it sees
+    # the few external tensors left (attributes, sub-graphs' initializers) with their bytes
+    # (their files were checked at load: external_data.resolve_external_data)
+    checked = inline_external_data(checked)
     notes: list[str] = []
     for _ in range(sum(len(n.attribute) for n in proto.graph.node) + 1):
         try:

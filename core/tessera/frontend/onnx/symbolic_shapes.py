@@ -28,8 +28,9 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import helper
 
+from tessera.frontend.onnx.external_data import tensor_array
 from tessera.frontend.onnx.order import _sorted_nodes
 from tessera.ir.symbolic import dim_var, dim_vars
 from tessera.tir import expr as E
@@ -197,7 +198,7 @@ class _Inference:
         if node.op_type == "Constant" and node.output:
             for a in node.attribute:
                 if a.name == "value" and a.t.data_type in _FLOAT_TENSORS:
-                    self.floats[node.output[0]] = numpy_helper.to_array(a.t)
+                    self.floats[node.output[0]] = tensor_array(a.t)
         try:
             outs = self.node(node, opset)
         except (TypeError, ValueError, IndexError, ZeroDivisionError):
@@ -213,7 +214,7 @@ class _Inference:
         ins = [self.get(x) for x in node.input]
         if op == "Constant":
             if "value" in attrs:
-                return [self.from_array(numpy_helper.to_array(attrs["value"]))]
+                return [self.from_array(tensor_array(attrs["value"]))]
             for key in ("value_int", "value_ints"):
                 if key in attrs:
                     return [self.from_array(np.array(attrs[key], np.int64))]
@@ -307,7 +308,7 @@ class _Inference:
                     else None  # type: ignore[operator]
             value = attrs.get("value")
             if n is not None and n <= CONTENT_LIMIT:
-                fill = numpy_helper.to_array(value).reshape(-1) if value is not None \
+                fill = tensor_array(value).reshape(-1) if value is not None \
                     else np.zeros(1, np.float32)
                 if fill.dtype.kind in "iub":
                     contents = tuple(_imm(int(fill[0])) for _ in range(n))
@@ -810,11 +811,11 @@ def start_inference(inputs: Mapping[str, Sequence[Any]],
             small = array.data_type in _INT_TENSORS and \
                 int(np.prod(array.dims)) <= CONTENT_LIMIT
             if array.data_type in _FLOAT_TENSORS and int(np.prod(array.dims)) <= CONTENT_LIMIT:
-                inference.floats[name] = numpy_helper.to_array(array)
+                inference.floats[name] = tensor_array(array)
             if not small:  # the shape is enough: no copy of a weight
                 inference.values[name] = SymValue(tuple(_imm(d) for d in array.dims))
                 continue
-            array = numpy_helper.to_array(array)
+            array = tensor_array(array)
         inference.values[name] = inference.from_array(np.asarray(array))
     return inference, variables
 
