@@ -2,8 +2,14 @@
 
 The published configurations of models people deploy, with random weights, exported by
 TorchScript (opset 17, symbolic batch and sequence) in a child process (this one never
-imports torch): ``bert-base`` (BERT-base, 110M parameters) and ``gpt2`` (GPT-2 small, 124M).
-Each measurement runs in a fresh child process, so that its peak resident memory is its own:
+imports torch): ``bert-base`` (BERT-base, 110M parameters) and ``gpt2`` (GPT-2 small, 124M);
+and ``decoder-0.5b``, a Llama-style decoder of 0.5 B parameters in the shape of today's small
+chat models (24 layers 896 wide, grouped-query attention: 14 heads, 2 key/value heads; a
+vocabulary of 151936 shared with the output layer: :data:`tessera.testing.kv_decoder.DECODER_05B`)
+with its key/value cache as inputs and outputs, 2.5 GB in float32 and so exported with
+external data (a folder with ``model.onnx`` and ``model.onnx.data``); it always compiles as one
+module for every size. Each measurement runs in a fresh child process, so that its peak
+resident memory is its own:
 
 - ``compile``: ``tessera.compile`` for ``--target`` at ``--size`` (input shapes fixed; or,
   with ``--symbolic``, one module for every size) with an empty kernel cache (``cold``), then
@@ -14,10 +20,14 @@ Each measurement runs in a fresh child process, so that its peak resident memory
   libraries), so that what the model costs is ``steady - base``;
 - onnxruntime's session creation time, peak and steady memory in the same way;
 - ``tessera ms`` and ``ort ms``: median latency at ``--size``, measured alternately in one
-  process (``ratio``: Tessera over onnxruntime).
+  process (``ratio``: Tessera over onnxruntime); for the decoder, the prompt of ``--size``
+  (an empty cache), and then ``token ms``: the median one-token step of greedy generation
+  after that prompt (``--tokens`` tokens, the cache growing), each engine's best of
+  ``--gen-rounds`` runs, and whether both chose the same tokens.
 
-    python benchmarks/scale.py                           # bert-base and gpt2 at 1x128
+    python benchmarks/scale.py                           # bert-base, gpt2 and decoder-0.5b
     python benchmarks/scale.py --models bert-base --size 1x384 --symbolic
+    python benchmarks/scale.py --models decoder-0.5b --tokens 32
 """
 
 from __future__ import annotations
@@ -47,11 +57,20 @@ MODELS: dict[str, tuple[str, dict[str, Any]]] = {
     "gpt2": ("GPT2Config", {"vocab_size": 50257, "n_embd": 768, "n_layer": 12,
                             "n_head": 12, "n_positions": 1024}),
 }
+#: The decoders: a :data:`tessera.testing.kv_decoder.CONFIGS` name.
+DECODERS: dict[str, str] = {"decoder-0.5b": "0.5b"}
 #: Where the exported models are kept (as benchmarks/serving.py keeps its own).
 CACHE = Path(os.environ.get("TESSERA_BENCH_CACHE", Path.home() / ".cache" / "tessera-bench"))
 
 
 def model_path(name: str) -> Path:
+    if name in DECODERS:  # kept where the generation benchmark keeps its decoders
+        proc = subprocess.run([sys.executable, "-m", "tessera.testing.kv_decoder", "export",
+                               DECODERS[name]], capture_output=True, text=True)
+        if proc.returncode != 0:
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
+            raise RuntimeError(f"exporting {name} failed: " + " | ".join(tail))
+        return Path(proc.stdout.strip().splitlines()[-1])
     path = CACHE / f"scale-{name}.onnx"
     if not path.exists():
         CACHE.mkdir(parents=True, exist_ok=True)
@@ -91,12 +110,54 @@ def _peak_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _feeds(batch: int, seq: int) -> dict[str, Any]:
+def weight_bytes(path: Path) -> int:
+    """The model's bytes: the ``.onnx`` file and the external data files it names."""
+    import onnx
+
+    from tessera.frontend.onnx.external_data import external_tensors
+
+    proto = onnx.load(str(path), load_external_data=False)
+    files = {path.parent / e.value for t in external_tensors(proto) for e in t.external_data
+             if e.key == "location"}
+    return sum(os.path.getsize(f) for f in {path, *files})
+
+
+def _feeds(job: dict[str, Any]) -> dict[str, Any]:
     import numpy as np
 
+    batch, seq = job["batch"], job["seq"]
     rng = np.random.default_rng(0)
-    return {"input_ids": rng.integers(0, 1000, (batch, seq)).astype(np.int64),
-            "attention_mask": np.ones((batch, seq), np.int64)}
+    feeds = {"input_ids": rng.integers(0, 1000, (batch, seq)).astype(np.int64),
+             "attention_mask": np.ones((batch, seq), np.int64)}
+    if job["decoder"]:  # the prompt, with an empty cache
+        from tessera.testing import kv_decoder
+
+        shape = kv_decoder.DecoderShape.of(kv_decoder.CONFIGS[job["decoder"]])
+        feeds.update({f"past_{i}": np.zeros((batch, shape.kv_heads, 0, shape.head_dim),
+                                            np.float32) for i in range(2 * shape.layers)})
+    return feeds
+
+
+def _generation(job: dict[str, Any], runners: dict[str, Any]) -> dict[str, Any]:
+    """Per engine, the median one-token step of greedy generation after the prompt (best of
+    ``gen_rounds``), and the tokens each chose."""
+    import numpy as np
+
+    from tessera.testing import kv_decoder
+
+    shape = kv_decoder.DecoderShape.of(kv_decoder.CONFIGS[job["decoder"]])
+    prompt = [int(t) for t in _feeds(job)["input_ids"][0]]
+    best: dict[str, float] = {}
+    tokens: dict[str, list[int]] = {}
+    for _ in range(job["gen_rounds"]):
+        for name, run in runners.items():
+            steps: list[float] = []
+            tokens[name] = kv_decoder.greedy(run, prompt, job["tokens"] + 1, shape,
+                                             on_step=lambda _t, s, to=steps: to.append(s))
+            median = float(np.median(steps[1:])) * 1e3  # the first step is the prompt
+            best[name] = min(best.get(name, median), median)
+            time.sleep(0.2)
+    return {"token_ms": best, "same_tokens": tokens["tessera"] == tokens["ort"]}
 
 
 def _child(job: dict[str, Any]) -> dict[str, Any]:
@@ -105,8 +166,10 @@ def _child(job: dict[str, Any]) -> dict[str, Any]:
     import numpy as np
 
     batch, seq = job["batch"], job["seq"]
+    # a decoder (its cache inputs symbolic too) compiles as one module for every size
+    fixed = not job["symbolic"] and not job["decoder"]
     shapes = {"input_ids": [batch, seq], "attention_mask": [batch, seq]}
-    feeds = _feeds(batch, seq)
+    feeds = _feeds(job)
     import onnxruntime  # noqa: F401 - loaded before the baseline, as tessera's imports are
 
     import tessera
@@ -114,7 +177,7 @@ def _child(job: dict[str, Any]) -> dict[str, Any]:
     base = _rss_mib()
     out: dict[str, Any] = {"base": base}
     if job["kind"] in ("compile", "cached"):
-        kwargs: dict[str, Any] = {} if job["symbolic"] else {"input_shapes": shapes}
+        kwargs: dict[str, Any] = {"input_shapes": shapes} if fixed else {}
         start = time.perf_counter()
         mod = tessera.compile(job["path"], job["target"], kernel_cache=job["cache"], **kwargs)
         out["seconds"] = time.perf_counter() - start
@@ -129,7 +192,7 @@ def _child(job: dict[str, Any]) -> dict[str, Any]:
         sess.run(None, feeds)
         out["steady"] = _rss_mib()
     else:  # latency, both engines alternately
-        kwargs = {} if job["symbolic"] else {"input_shapes": shapes}
+        kwargs = {"input_shapes": shapes} if fixed else {}
         mod = tessera.compile(job["path"], job["target"], kernel_cache=job["cache"], **kwargs)
         sess = ort_session(job["path"], job["threads"])
         want = sess.run(None, feeds)[0]
@@ -145,6 +208,10 @@ def _child(job: dict[str, Any]) -> dict[str, Any]:
                 fn()
                 times[name].append((time.perf_counter() - t0) * 1e3)
         out.update({k: float(np.median(v)) for k, v in times.items()})
+        if job["decoder"]:
+            out.update(_generation(job, {
+                "tessera": lambda f: [r for r in mod.run(**f).values()],
+                "ort": lambda f: sess.run(None, f)}))
     return out
 
 
@@ -159,13 +226,16 @@ def run_child(job: dict[str, Any]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", default="bert-base,gpt2")
+    ap.add_argument("--models", default="bert-base,gpt2,decoder-0.5b")
     ap.add_argument("--size", default="1x128", help="batch x seq")
     ap.add_argument("--symbolic", action="store_true",
                     help="compile one module for every size (no input_shapes)")
     ap.add_argument("--target", default="llvm")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--rounds", type=int, default=15,
+                    help="latency rounds (the decoder's prompt: at most 3)")
+    ap.add_argument("--tokens", type=int, default=16, help="tokens the decoder generates")
+    ap.add_argument("--gen-rounds", type=int, default=2)
     ap.add_argument("--export", nargs=2, metavar=("MODEL", "PATH"), help=argparse.SUPPRESS)
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -181,13 +251,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'model':<10} {'weights':>8} {'engine':<8} {'time s':>7} {'peak MiB':>9} "
           f"{'peak/w':>7} {'steady':>7} {'steady/w':>8} {'base':>5} {'ms':>8} {'ratio':>6}")
     for name in [m for m in args.models.split(",") if m]:
-        if name not in MODELS:
-            raise SystemExit(f"unknown model {name!r}: known {', '.join(MODELS)}")
+        if name not in MODELS and name not in DECODERS:
+            raise SystemExit(f"unknown model {name!r}: known "
+                             f"{', '.join([*MODELS, *DECODERS])}")
         path = model_path(name)
-        weights = os.path.getsize(path) / 2**20
+        weights = weight_bytes(path) / 2**20
+        decoder = DECODERS.get(name)
         job = {"path": str(path), "target": args.target, "threads": args.threads,
-               "batch": batch, "seq": seq, "symbolic": args.symbolic, "rounds": args.rounds,
-               "cache": fresh_kernel_cache()}
+               "batch": batch, "seq": seq, "symbolic": args.symbolic,
+               "rounds": min(args.rounds, 3) if decoder else args.rounds,
+               "cache": fresh_kernel_cache(), "decoder": decoder, "tokens": args.tokens,
+               "gen_rounds": args.gen_rounds}
         cold = run_child({**job, "kind": "compile"})
         cached = run_child({**job, "kind": "cached"})
         ort = run_child({**job, "kind": "ort"})
@@ -200,7 +274,12 @@ def main(argv: list[str] | None = None) -> int:
                   f"{(r['steady'] - r['base']) / weights:8.2f} {r['base']:5.0f} "
                   f"{'' if ms is None else f'{ms:8.2f}':>8} {ratio:>6}", flush=True)
         print(f"  max |tessera - ort| = {lat['max_abs_diff']:.2e}")
-    print("peak/w: peak resident memory over the weights' bytes (the ONNX file); steady/w: "
+        if decoder:
+            tms = lat["token_ms"]
+            print(f"  token ms ({args.tokens} tokens after the prompt): tessera "
+                  f"{tms['tessera']:.2f}, ort {tms['ort']:.2f}, ratio "
+                  f"{tms['tessera'] / tms['ort']:.2f}; same tokens: {lat['same_tokens']}")
+    print("peak/w: peak resident memory over the weights' bytes (the ONNX files); steady/w: "
           "what the model adds to the process after one run, over the weights")
     return 0
 

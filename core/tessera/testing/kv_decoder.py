@@ -15,7 +15,9 @@ the zoo's (:func:`tessera.testing.hf_zoo.default_cache_dir`).
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -24,11 +26,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 
 from tessera.testing.hf_zoo import _require, _silenced, default_cache_dir
 
-__all__ = ["CONFIG", "CONFIGS", "EXPORTERS", "REALISTIC", "DecoderShape", "export", "greedy",
-           "torch_greedy"]
+__all__ = ["CONFIG", "CONFIGS", "DECODER_05B", "EXPORTERS", "REALISTIC", "DecoderShape", "export",
+           "greedy", "torch_greedy"]
 
 #: The decoder: two layers of width 64, grouped-query attention (4 heads, 2 key/value heads).
 CONFIG: dict[str, Any] = {"vocab_size": 256, "hidden_size": 64, "intermediate_size": 128,
@@ -41,7 +44,16 @@ REALISTIC: dict[str, Any] = {"vocab_size": 8192, "hidden_size": 512, "intermedia
                              "num_hidden_layers": 4, "num_attention_heads": 8,
                              "num_key_value_heads": 4, "max_position_embeddings": 1024,
                              "tie_word_embeddings": False}
-CONFIGS: dict[str, dict[str, Any]] = {"small": CONFIG, "realistic": REALISTIC}
+#: The shape of today's small chat models (Qwen2-0.5B's: 24 layers 896 wide, 14 heads of 64,
+#: two key/value heads, a vocabulary of 151936 whose embedding the output layer shares):
+#: about 0.5 B parameters, 2 GB in float32, past protobuf's limit with the shared table written
+#: twice, so exported with external data (a folder holding ``model.onnx`` and its data file).
+DECODER_05B: dict[str, Any] = {"vocab_size": 151936, "hidden_size": 896,
+                               "intermediate_size": 4864, "num_hidden_layers": 24,
+                               "num_attention_heads": 14, "num_key_value_heads": 2,
+                               "max_position_embeddings": 4096, "tie_word_embeddings": True}
+CONFIGS: dict[str, dict[str, Any]] = {"small": CONFIG, "realistic": REALISTIC,
+                                      "0.5b": DECODER_05B}
 WEIGHT_SEED = 0
 
 
@@ -74,7 +86,9 @@ EXPORTERS = ("torchscript", "dynamo")
 def export(cache_dir: str | os.PathLike[str] | None = None,
            config: Mapping[str, Any] = CONFIG, exporter: str = "torchscript") -> Path:
     """The step's ``.onnx`` file for ``config`` exported by ``exporter`` (from the cache when
-    there)."""
+    there). A model past protobuf's 2 GB (torch then writes each weight to a file of its own)
+    is kept as a folder of the file's name holding ``model.onnx`` and one data file,
+    ``model.onnx.data``; the path returned is that ``model.onnx``."""
     if exporter not in EXPORTERS:
         raise ValueError(f"exporter must be one of {', '.join(EXPORTERS)}, not {exporter!r}")
     key = f"{sorted(config.items())}{WEIGHT_SEED}"
@@ -83,8 +97,11 @@ def export(cache_dir: str | os.PathLike[str] | None = None,
     folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     kind = "" if exporter == "torchscript" else f"-{exporter}"
     path = folder / f"llama-kv{kind}-{zlib.crc32(key.encode()):08x}-{versions}.onnx"
+    folded = path.with_suffix("") / "model.onnx"
     if path.exists():
         return path
+    if folded.exists():
+        return folded
     torch, transformers = _require()
     shape = DecoderShape.of(config)
     model = _model(config)
@@ -114,7 +131,8 @@ def export(cache_dir: str | os.PathLike[str] | None = None,
     axes.update({f"past_{i}": {2: "past"} for i in range(n)})
     axes.update({f"present_{i}": {2: "total"} for i in range(n)})
     folder.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.onnx")
+    work = Path(tempfile.mkdtemp(prefix=f".{path.stem}.", dir=folder))
+    tmp = work / "model.onnx"
     try:
         with _silenced(), torch.no_grad():
             if exporter == "dynamo":
@@ -130,11 +148,20 @@ def export(cache_dir: str | os.PathLike[str] | None = None,
                 torch.onnx.export(Step().eval(), example, str(tmp), input_names=names,
                                   output_names=outputs, opset_version=17, dynamo=False,
                                   dynamic_axes=axes)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    os.replace(tmp, path)
-    return path
+        if len(list(work.iterdir())) == 1:
+            os.replace(tmp, path)
+            return path
+        # past 2 GB torch wrote a file per weight: one data file, as models are shipped
+        proto = onnx.load(str(tmp))
+        packed = work / "packed"
+        packed.mkdir()
+        onnx.save_model(proto, str(packed / "model.onnx"), save_as_external_data=True,
+                        all_tensors_to_one_file=True, location="model.onnx.data")
+        del proto
+        os.replace(packed, folded.parent)
+        return folded
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def greedy(run: Callable[[dict[str, np.ndarray]], Sequence[np.ndarray]], prompt: Sequence[int],
