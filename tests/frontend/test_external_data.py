@@ -26,6 +26,7 @@ from tessera.frontend.onnx.external_data import (
 )
 from tessera.frontend.onnx.importer import load_model
 from tessera.ir.aligned import is_aligned
+from tessera.ir.mapped import mapped_region
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -213,3 +214,34 @@ def test_inline_external_data_gives_a_self_contained_copy(tmp_path: Path) -> Non
         np.testing.assert_array_equal(got[t.name], numpy_helper.to_array(t))
     plain = _model()
     assert inline_external_data(plain) is plain
+
+
+@pytest.mark.parametrize("mapping", ["1", "0"])
+def test_large_external_weights_are_mapped_from_their_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mapping: str) -> None:
+    monkeypatch.setenv("TESSERA_MAP_WEIGHTS", mapping)
+    w = RNG.standard_normal((256, 128)).astype(np.float32)  # 128 KiB: mapped
+    table = RNG.standard_normal((300, 64)).astype(np.float32)  # read as it is (Gather)
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "ids"], ["e"], name="embed"),
+         helper.make_node("Reshape", ["e", "shape"], ["flat"], name="flat"),
+         helper.make_node("MatMul", ["flat", "W"], ["y"], name="mm")], "big",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, ["n", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 128])],
+        [numpy_helper.from_array(w, "W"), numpy_helper.from_array(table, "table"),
+         numpy_helper.from_array(np.array([-1, 256], np.int64), "shape")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                              ir_version=9)
+    path = tmp_path / "big.onnx"
+    onnx.save_model(model, str(path), save_as_external_data=True, location="big.data",
+                    size_threshold=1024)
+    proto = load_model(str(path))
+    arrays = {t.name: read_initializer(t) for t in proto.graph.initializer}
+    assert all(is_aligned(a) for a in arrays.values())
+    assert (mapped_region(arrays["W"]) is not None) == (mapping == "1")
+    assert mapped_region(arrays["shape"]) is None  # inline in the model
+    np.testing.assert_array_equal(arrays["W"], w)
+    mod = tessera.compile(str(path), "llvm")
+    ids = RNG.integers(0, 300, (3, 4)).astype(np.int64)
+    np.testing.assert_allclose(mod.run(ids=ids)["y"], table[ids].reshape(3, 256) @ w,
+                               rtol=1e-4, atol=1e-4)

@@ -41,6 +41,7 @@ import numpy as np
 
 from tessera.errors import OpError
 from tessera.ir.aligned import aligned_empty
+from tessera.ir.mapped import release_resident
 from tessera.ir.types import TensorType
 from tessera.ops.dtypes import check_float
 from tessera.ops.registry import Attr, OpPattern, get_schema, register_op
@@ -106,7 +107,9 @@ def pack_conv_weight(w: np.ndarray, ic_bn: int, oc_bn: int) -> np.ndarray:
         raise OpError(f"ConvNCHWc: weight {list(w.shape)} does not split into ic_bn {ic_bn} and "
                       f"oc_bn {oc_bn} blocks")
     blocks = w.reshape(oc // oc_bn, oc_bn, icg // ic_bn, ic_bn, kh, kw)
-    return np.ascontiguousarray(blocks.transpose(0, 2, 4, 5, 3, 1))
+    packed = np.ascontiguousarray(blocks.transpose(0, 2, 4, 5, 3, 1))
+    release_resident(w)  # a weight mapped from its file: the packed copy is what stays
+    return packed
 
 
 def unpack_conv_weight(w: np.ndarray) -> np.ndarray:
@@ -290,7 +293,13 @@ def pack_matmul_weight(b: np.ndarray, nb: int) -> np.ndarray:
     if nb <= 0 or n % nb:
         raise OpError(f"MatMulPacked: panel width {nb} does not divide {n} columns")
     out = aligned_empty((n // nb, k, nb), b.dtype)  # kept as it is by the llvm backend
-    out[...] = b.reshape(k, n // nb, nb).transpose(1, 0, 2)
+    # a few MiB of rows at a time: of a weight mapped from its file (tessera.ir.mapped) only
+    # the rows being packed are resident, the panels are what stays
+    rows = max(1, (8 << 20) // max(1, n * b.dtype.itemsize))
+    for k0 in range(0, k, rows):
+        part = b[k0:k0 + rows]
+        out[:, k0:k0 + rows, :] = part.reshape(part.shape[0], n // nb, nb).transpose(1, 0, 2)
+        release_resident(part)
     return out
 
 

@@ -11,7 +11,8 @@ that uses it.
 
 A shared array is made read-only (kernels read constants, never write them), and an array is
 only replaced by one at least as aligned (code generated for 64-byte aligned weights keeps
-them so). Arrays under :data:`MIN_BYTES` are not worth the lookup.
+them so). Arrays under :data:`MIN_BYTES` are not worth the lookup; arrays mapped from a file
+(:mod:`tessera.ir.mapped`) are shared through the page cache already.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import weakref
 from typing import Any
 
 import numpy as np
+
+from tessera.ir.mapped import mapped_region
 
 __all__ = ["MIN_BYTES", "ConstantPool", "shared_constants"]
 
@@ -59,7 +62,10 @@ class ConstantPool:
     def share(self, array: Any) -> Any:
         """``array``, or an identical array already held (then ``array`` can be dropped)."""
         if not isinstance(array, np.ndarray) or array.nbytes < MIN_BYTES or \
-                not array.flags.c_contiguous or array.dtype.hasobject:
+                not array.flags.c_contiguous or array.dtype.hasobject or \
+                mapped_region(array) is not None:
+            # a weight mapped from its file is shared through the page cache already (and
+            # sampling it for a fingerprint would fault in most of its pages)
             return array
         key = (array.dtype.str, array.shape, _fingerprint(array))
         mine = array.reshape(-1).view(np.uint8)

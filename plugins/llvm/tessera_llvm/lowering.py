@@ -25,6 +25,7 @@ import numpy as np
 
 from tessera.errors import TesseraError
 from tessera.ir.graph import Function, Node, Value
+from tessera.ir.mapped import release_resident
 from tessera.ir.symbolic import dim_bounds_scope
 from tessera.ir.types import TensorType
 from tessera.kernel.alter_layout import alter_conv_layout
@@ -247,6 +248,7 @@ def pretranspose_weights(func: Function) -> None:
             continue
         node.inputs[1] = func.constant(np.ascontiguousarray(np.asarray(b.data).T),
                                        f"{b.name}_T")
+        release_resident(b.data)  # a weight mapped from its file: the copy is what stays
         node.attrs["transB"] = 0
 
 

@@ -15,8 +15,10 @@ where it is:
   the location's offset, 0 except in an artifact, where the data file is a member of the tar),
   so the proto can be serialised (it holds no weights) and read again in this process
   without the model's folder. ``location`` stays relative (the proto is still valid ONNX).
-- :func:`read_external` reads one tensor into a new 64-byte aligned array: one read, no
-  intermediate ``bytes``.
+- :func:`read_external` gives one tensor's array: mapped read-only from its file
+  (:mod:`tessera.ir.mapped`: no copy; the file's pages are the weight's memory) when it is
+  large and 64-byte aligned there, else read into a new aligned array (one read, no
+  intermediate ``bytes``).
 - :func:`inline_external_data` gives a copy whose tensors hold their bytes (a model handed to
   code that expects ``raw_data``, such as the quantizer's output); :func:`external_tensors`
   lists them; :func:`pack_external_data` lays them out in one blob for an artifact.
@@ -35,6 +37,7 @@ from onnx import helper, numpy_helper
 
 from tessera.errors import ModelImportError
 from tessera.ir.aligned import ALIGNMENT, aligned_empty
+from tessera.ir.mapped import MAP_MIN_BYTES, map_readonly, mapping_enabled
 
 __all__ = ["BASE_KEY", "PATH_KEY", "PLAIN_TYPES", "external_tensors", "inline_external_data",
            "pack_external_data", "read_external", "resolve_external_data", "tensor_array",
@@ -180,8 +183,8 @@ def resolve_external_data(proto: onnx.ModelProto, model_dir: str | os.PathLike |
 
 
 def read_external(t: onnx.TensorProto) -> np.ndarray:
-    """The array of external tensor ``t`` (resolved by :func:`resolve_external_data`), read
-    from its file into a new 64-byte aligned array."""
+    """The array of external tensor ``t`` (resolved by :func:`resolve_external_data`), 64-byte
+    aligned: mapped from its file (read-only) or read into memory (see the module doc)."""
     path, location, start, length = _span(t)
     if path is None:
         raise ModelImportError(f"tensor {t.name!r} keeps its data in the external file "
@@ -190,6 +193,11 @@ def read_external(t: onnx.TensorProto) -> np.ndarray:
     plain = sys.byteorder == "little" and t.data_type in PLAIN_TYPES
     if plain:
         dtype = np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type)).newbyteorder("<")
+        if length >= MAP_MIN_BYTES and start % ALIGNMENT == 0 and mapping_enabled():
+            try:
+                return map_readonly(path, start, tuple(t.dims), dtype)
+            except (OSError, ValueError):
+                pass  # a file that cannot be mapped (a pipe, some network file systems)
         out = aligned_empty(tuple(t.dims), dtype)
         buf = memoryview(out.reshape(-1)).cast("B") if out.size else memoryview(b"")
     else:

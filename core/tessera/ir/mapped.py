@@ -1,0 +1,77 @@
+"""Weights mapped from their files: arrays whose only copy is the file's pages.
+
+An external-data tensor (:mod:`tessera.frontend.onnx.external_data`) of at least
+:data:`MAP_MIN_BYTES` is mapped read-only from its file rather than read into memory
+(:func:`map_readonly`): its pages come in from the page cache as code reads them, count in the
+process's resident memory only while mapped and touched, and are shared by every process that
+maps the same file. A weight a kernel reads as it is (an embedding table, of which a request
+touches a few rows) then costs only the rows read; a weight a backend transforms (packed
+panels, a transposed copy) is read once, and :func:`release_resident` lets its pages go when
+the transformed copy is made (they come back from the page cache if read again), so the
+compile never holds the file's form and the packed form of every weight at once.
+
+``TESSERA_MAP_WEIGHTS=0`` reads every tensor into memory instead.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from numpy.lib.array_utils import byte_bounds
+
+__all__ = ["MAP_MIN_BYTES", "map_readonly", "mapping_enabled", "mapped_region",
+           "release_resident"]
+
+#: Tensors of fewer bytes are read, not mapped (a mapping per bias vector is not worth it).
+MAP_MIN_BYTES = 1 << 16
+
+
+def mapping_enabled() -> bool:
+    """Whether external tensors are mapped (``TESSERA_MAP_WEIGHTS``, default on)."""
+    return os.environ.get("TESSERA_MAP_WEIGHTS", "1").strip().lower() not in (
+        "0", "false", "no", "off")
+
+
+def map_readonly(path: str | Path, start: int, shape: Sequence[int],
+                 dtype: np.dtype) -> np.ndarray:
+    """A read-only array of ``shape`` and ``dtype`` over the file's bytes from ``start`` (the
+    mapping starts at the page holding ``start``; the array keeps it alive)."""
+    dtype = np.dtype(dtype)
+    count = int(np.prod(shape, dtype=np.int64))
+    page = start - start % mmap.ALLOCATIONGRANULARITY
+    with open(path, "rb") as f:
+        region = mmap.mmap(f.fileno(), start - page + count * dtype.itemsize, offset=page,
+                           access=mmap.ACCESS_READ)
+    return np.frombuffer(region, dtype=dtype, count=count, offset=start - page).reshape(
+        tuple(shape))
+
+
+def mapped_region(array: np.ndarray) -> mmap.mmap | None:
+    """The file mapping ``array``'s memory belongs to (None for ordinary memory)."""
+    base = array
+    while base is not None:
+        if isinstance(base, mmap.mmap):
+            return base
+        base = getattr(base, "base", None) if isinstance(base, np.ndarray) else \
+            getattr(base, "obj", None) if isinstance(base, memoryview) else None
+    return None
+
+
+def release_resident(array: np.ndarray) -> None:
+    """Drop this process's resident pages of a mapped ``array`` (the whole pages inside it);
+    nothing for ordinary memory. Its contents stay: a later read brings the pages back from
+    the file."""
+    region = mapped_region(array)
+    if region is None or not hasattr(mmap, "MADV_DONTNEED") or array.size == 0:
+        return
+    origin = np.frombuffer(region, dtype=np.uint8).ctypes.data
+    low, high = byte_bounds(array)
+    lo, hi = low - origin, high - origin
+    first = -(-lo // mmap.PAGESIZE) * mmap.PAGESIZE
+    last = hi // mmap.PAGESIZE * mmap.PAGESIZE
+    if last > first:
+        region.madvise(mmap.MADV_DONTNEED, first, last - first)
