@@ -96,27 +96,30 @@ def _export(name: str, path: Path) -> None:
 
 
 # -- one measurement per child process ------------------------------------------------------
-def _rss_mib() -> float:
+def _status_mib(field: str) -> float:
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) / 1024
     return float("nan")
 
 
-def _peak_mib() -> float:
-    import resource
+def _rss_mib() -> float:
+    return _status_mib("VmRSS")
 
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+def _peak_mib() -> float:
+    # this process's own high-water mark (ru_maxrss would include the parent's resident
+    # memory at the spawn: Linux keeps it across exec)
+    return _status_mib("VmHWM")
 
 
 def weight_bytes(path: Path) -> int:
     """The model's bytes: the ``.onnx`` file and the external data files it names."""
-    import onnx
-
     from tessera.frontend.onnx.external_data import external_tensors
+    from tessera.frontend.onnx.importer import load_model
 
-    proto = onnx.load(str(path), load_external_data=False)
+    proto = load_model(path)  # the graph only: the weights stay in their files
     files = {path.parent / e.value for t in external_tensors(proto) for e in t.external_data
              if e.key == "location"}
     return sum(os.path.getsize(f) for f in {path, *files})

@@ -193,7 +193,9 @@ def read_external(t: onnx.TensorProto) -> np.ndarray:
     plain = sys.byteorder == "little" and t.data_type in PLAIN_TYPES
     if plain:
         dtype = np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type)).newbyteorder("<")
-        if length >= MAP_MIN_BYTES and start % ALIGNMENT == 0 and mapping_enabled():
+        # mapped at any offset (a model file's own bytes sit where protobuf put them): a
+        # consumer that needs alignment copies (tessera.ir.aligned.as_aligned)
+        if length >= MAP_MIN_BYTES and mapping_enabled():
             try:
                 return map_readonly(path, start, tuple(t.dims), dtype)
             except (OSError, ValueError):

@@ -19,6 +19,7 @@ from tessera.frontend.onnx.context import ConvertContext
 from tessera.frontend.onnx.dtypes import onnx_dtype, read_initializer
 from tessera.frontend.onnx.external_data import resolve_external_data, tensor_array
 from tessera.frontend.onnx.lenient import check_model_leniently
+from tessera.frontend.onnx.light_load import load_light
 from tessera.frontend.onnx.order import _sorted_nodes, _sorted_nodes_of
 from tessera.frontend.onnx.registry import find_converter
 from tessera.frontend.onnx.sequence_value import (
@@ -65,7 +66,8 @@ def load_model(model: ModelSource) -> onnx.ModelProto:
                 raise ModelImportError(f"{str(path)!r} is {kind}, not an ONNX model" + (
                     f"; load it with tessera.load() (CLI: tessera run {path})"
                     if kind == ARTIFACT else ""))
-            proto = onnx.load(str(path), load_external_data=False)
+            # large initializers stay in the file, mapped from it when the importer reads them
+            proto = load_light(path) or onnx.load(str(path), load_external_data=False)
             model_dir = path.resolve().parent
     except ModelImportError:
         raise
