@@ -110,14 +110,13 @@ def _expected_bytes(t: onnx.TensorProto) -> int | None:
     """The bytes ``t``'s type and dims take as raw data (None for strings)."""
     if t.data_type == onnx.TensorProto.STRING:
         return None
-    storage = helper.tensor_dtype_to_storage_tensor_dtype(t.data_type)
-    bits = {onnx.TensorProto.INT4: 4, onnx.TensorProto.UINT4: 4}.get(t.data_type)
     count = int(np.prod(t.dims, dtype=np.int64))
-    if bits is not None:
-        return (count * bits + 7) // 8
-    if getattr(onnx.TensorProto, "FLOAT4E2M1", None) == t.data_type:
-        return (count * 4 + 7) // 8
-    return count * int(np.dtype(helper.tensor_dtype_to_np_dtype(storage)).itemsize)
+    four_bit = {getattr(onnx.TensorProto, name, None)
+                for name in ("INT4", "UINT4", "FLOAT4E2M1")} - {None}
+    if t.data_type in four_bit:  # two to a byte
+        return (count + 1) // 2
+    # raw data holds each element in its own size (not the typed field's storage type)
+    return count * int(np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type)).itemsize)
 
 
 def _span(t: onnx.TensorProto) -> tuple[Path | None, str, int, int]:
