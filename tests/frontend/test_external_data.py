@@ -26,7 +26,7 @@ from tessera.frontend.onnx.external_data import (
 )
 from tessera.frontend.onnx.importer import load_model
 from tessera.ir.aligned import is_aligned
-from tessera.ir.mapped import mapped_region
+from tessera.ir.mapped import MAP_MIN_BYTES, mapped_region
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -245,3 +245,26 @@ def test_large_external_weights_are_mapped_from_their_file(
     ids = RNG.integers(0, 300, (3, 4)).astype(np.int64)
     np.testing.assert_allclose(mod.run(ids=ids)["y"], table[ids].reshape(3, 256) @ w,
                                rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("count", [24, 80000], ids=["read", "mapped"])
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "float16", "int32", "int64", "bool",
+                                   "float64"])
+def test_every_element_type_reads_back_from_external_data(tmp_path: Path, dtype: str,
+                                                          count: int) -> None:
+    values = (RNG.standard_normal(count) * 50).astype(dtype)
+    init = numpy_helper.from_array(values.reshape(4, -1), "c")
+    graph = helper.make_graph([helper.make_node("Identity", ["c"], ["y"])], "types", [],
+                              [helper.make_tensor_value_info("y", init.data_type, None)],
+                              [init])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                              ir_version=9)
+    path = tmp_path / "types.onnx"
+    onnx.save_model(model, str(path), save_as_external_data=True, location="types.data",
+                    size_threshold=0)
+    (t,) = load_model(str(path)).graph.initializer
+    assert uses_external(t)
+    got = read_initializer(t)
+    assert got.dtype == values.dtype
+    assert (mapped_region(got) is not None) == (values.nbytes >= MAP_MIN_BYTES)
+    np.testing.assert_array_equal(got, values.reshape(4, -1))
