@@ -23,8 +23,11 @@ read back from ``graph.json`` (:meth:`~tessera.partition.regions.PartitionedGrap
 a region that lacks them is refused with a request to compile the model again), and
 ``tessera.load`` plans it into a module.
 
-Loading reads members into memory (nothing is extracted to disk), accepts only regular files
-with plain relative names, checks every hash, and reads arrays with ``allow_pickle=False``.
+Loading reads members into memory (nothing is extracted to disk), except the arrays of an
+uncompressed tar, which are mapped from it (:mod:`tessera.runtime.mapped_members`: a loaded
+module's weights are the file's pages, shared between processes); it accepts only regular
+files with plain relative names, checks every hash, and reads arrays with
+``allow_pickle=False``.
 Format 1 (parameters in ``params.npz``, backends' constants inside their own files) still
 loads where its backends accept their files. The tar is written atomically with the mode of
 any new file (``0o666`` less the umask).
@@ -34,7 +37,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import io
 import json
 import os
@@ -51,6 +53,7 @@ from tessera._version import __version__
 from tessera.errors import ArtifactError, IRError, PartitionError, PluginArtifactError, TargetError
 from tessera.ir.cast import is_low_precision
 from tessera.ir.graph import Function
+from tessera.ir.mapped import MAP_MIN_BYTES, mapping_enabled
 from tessera.ir.serialize import FORMAT_VERSION as GRAPH_FORMAT
 from tessera.ir.serialize import from_json, function_to_dict
 from tessera.ir.symbolic import dim_str
@@ -63,6 +66,7 @@ from tessera.plugin.kernel_cache import default_kernel_cache
 from tessera.plugin.manager import backend_unavailable, get_backend, get_registry
 from tessera.plugin.subgraphs import SubgraphCompiler
 from tessera.runtime.compiled import CompiledModel
+from tessera.runtime.mapped_members import MappedMember, Member, load_npy, member_sha256
 
 FORMAT = 2
 #: Artifact formats ``load_model`` reads.
@@ -71,8 +75,8 @@ MANIFEST = "manifest.json"
 CONSTANTS_DIR = "constants"
 
 
-def sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+def sha256(data: Member) -> str:
+    return member_sha256(data)
 
 
 class _ConstantStore:
@@ -266,11 +270,15 @@ def _safe_name(name: str) -> bool:
     return all(p not in ("", ".", "..") for p in parts)
 
 
-def read_members(path: Path) -> dict[str, bytes]:
-    """Every member of the tar, refusing links, special files and unsafe names."""
+def read_members(path: Path) -> dict[str, Member]:
+    """Every member of the tar, refusing links, special files and unsafe names. Of an
+    uncompressed tar, the large arrays (``constants/``) and model data are left in the file
+    (:class:`~tessera.runtime.mapped_members.MappedMember`: mapped, not read)."""
     if not path.is_file():
         raise ArtifactError(f"artifact {str(path)!r} does not exist")
-    members: dict[str, bytes] = {}
+    members: dict[str, Member] = {}
+    in_place = mapping_enabled() and _uncompressed(path)
+    where = str(path.resolve())
     try:
         with tarfile.open(path, mode="r:*") as tar:
             for info in tar.getmembers():
@@ -284,6 +292,9 @@ def read_members(path: Path) -> dict[str, bytes]:
                                         f"file; only regular files are allowed")
                 if info.name in members:
                     raise ArtifactError(f"artifact member {info.name!r} appears twice")
+                if in_place and info.size >= MAP_MIN_BYTES and _left_in_file(info.name):
+                    members[info.name] = MappedMember(where, info.offset_data, info.size)
+                    continue
                 f = tar.extractfile(info)
                 members[info.name] = f.read() if f is not None else b""
     except tarfile.TarError as e:
@@ -297,13 +308,30 @@ def read_members(path: Path) -> dict[str, bytes]:
     return members
 
 
+def _uncompressed(path: Path) -> bool:
+    """Whether ``path`` is a plain (uncompressed) tar, whose members sit in it as they are."""
+    try:
+        with tarfile.open(path, mode="r:"):
+            return True
+    except (OSError, tarfile.TarError):
+        return False
+
+
+def _left_in_file(name: str) -> bool:
+    """Members read in place (arrays, a dynamic artifact's specialisations' arrays too, and a
+    model's external data): the rest is read."""
+    folder, file = posixpath.split(name)
+    return (posixpath.basename(folder) == CONSTANTS_DIR and file.endswith(".npy")) or \
+        name == "model.data"
+
+
 def load_model(path: Path, devices: dict[str, int] | None = None) -> CompiledModel:
     """Rebuild the compiled model of an artifact without recompiling where backends keep
     code (``tessera.load`` plans it into a module)."""
     return model_from_members(read_members(path), str(path), devices)
 
 
-def model_from_members(members: dict[str, bytes], where: str,
+def model_from_members(members: dict[str, Member], where: str,
                        devices: dict[str, int] | None = None,
                        subgraphs: Callable[[str], SubgraphCompiler] | None = None
                        ) -> CompiledModel:
@@ -424,7 +452,7 @@ def model_from_members(members: dict[str, bytes], where: str,
                          options)
 
 
-def check_listed(name: str, data: bytes, listed: dict[str, Any]) -> None:
+def check_listed(name: str, data: Member, listed: dict[str, Any]) -> None:
     """Refuse a member the manifest's ``files`` (name -> SHA-256) does not list, or whose
     bytes do not match its hash."""
     if name not in listed:
@@ -485,7 +513,7 @@ class _StoredArrays:
     """The arrays of an artifact's ``constants/`` members, each read once (when first
     asked for) and shared read-only by every graph constant and region that uses it."""
 
-    def __init__(self, members: dict[str, bytes]) -> None:
+    def __init__(self, members: dict[str, Member]) -> None:
         self.members = members
         self.arrays: dict[str, np.ndarray] = {}
 
@@ -503,7 +531,7 @@ class _StoredArrays:
             raise ArtifactError(f"the manifest refers to array {digest!r}, which the artifact "
                                 f"lacks ({member})")
         try:
-            array = np.load(io.BytesIO(data), allow_pickle=False)
+            array = load_npy(data)  # mapped from the artifact where it can be
         except (ValueError, OSError) as e:
             raise ArtifactError(f"artifact member {member} is not a readable array: "
                                 f"{e}") from None
@@ -511,7 +539,8 @@ class _StoredArrays:
             raise ArtifactError(f"artifact member {member} is not a .npy array")
         if low:
             array = _low_precision_view(array, low, member)
-        array.flags.writeable = False
+        if array.flags.writeable:
+            array.flags.writeable = False
         self.arrays[digest + (f":{low}" if low else "")] = array
         return array
 

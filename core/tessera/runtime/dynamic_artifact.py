@@ -51,6 +51,7 @@ from tessera.runtime.artifact import (
     write_members,
 )
 from tessera.runtime.dynamic import DynamicModule
+from tessera.runtime.mapped_members import MappedMember, Member
 
 __all__ = ["DYNAMIC_MANIFEST", "DynamicSource", "StoredDynamic", "export_dynamic",
            "is_dynamic", "read_dynamic"]
@@ -89,7 +90,7 @@ class StoredDynamic:
     shape_vars: ShapeVars
     output_names: list[str]
     max_specializations: int
-    specializations: list[tuple[dict[str, int], dict[str, bytes]]]
+    specializations: list[tuple[dict[str, int], dict[str, Member]]]
 
 
 def export_dynamic(module: DynamicModule, source: DynamicSource, path: Path) -> Path:
@@ -136,18 +137,22 @@ def _model_members(model: bytes) -> list[tuple[str, bytes]]:
     return [("model.onnx", packed.SerializeToString()), (MODEL_DATA, data)]
 
 
-def _located_model(model: bytes, where: str, data: bytes) -> bytes:
+def _located_model(model: bytes, where: str, data: Member) -> bytes:
     """``model.onnx`` of an artifact with ``model.data``, its external tensors located in
     the artifact file (where that member's bytes start in the tar)."""
-    try:
-        with tarfile.open(where, mode="r:") as tar:
-            info = tar.getmember(MODEL_DATA)
-    except (OSError, KeyError, tarfile.TarError) as e:
-        raise ArtifactError(f"{where!r}: the model's external data ({MODEL_DATA}) is read from "
-                            f"the artifact file, which must be an uncompressed tar ({e})"
-                            ) from None
-    if info.size != len(data):
-        raise ArtifactError(f"{where!r}: {MODEL_DATA} changed while the artifact loaded")
+    if isinstance(data, MappedMember):
+        start = data.offset
+    else:
+        try:
+            with tarfile.open(where, mode="r:") as tar:
+                info = tar.getmember(MODEL_DATA)
+        except (OSError, KeyError, tarfile.TarError) as e:
+            raise ArtifactError(f"{where!r}: the model's external data ({MODEL_DATA}) is read "
+                                f"from the artifact file, which must be an uncompressed tar "
+                                f"({e})") from None
+        if info.size != len(data):
+            raise ArtifactError(f"{where!r}: {MODEL_DATA} changed while the artifact loaded")
+        start = info.offset_data
     proto = onnx.load_model_from_string(model)
     path = str(Path(where).resolve())
     for t in external_tensors(proto):
@@ -155,7 +160,7 @@ def _located_model(model: bytes, where: str, data: bytes) -> bytes:
             if e.key in (PATH_KEY, BASE_KEY):
                 t.external_data.remove(e)
         t.external_data.add(key=PATH_KEY, value=path)
-        t.external_data.add(key=BASE_KEY, value=str(info.offset_data))
+        t.external_data.add(key=BASE_KEY, value=str(start))
     try:
         resolve_external_data(proto, None, f"model.onnx of {where!r}")
     except TesseraError as e:
@@ -163,12 +168,12 @@ def _located_model(model: bytes, where: str, data: bytes) -> bytes:
     return proto.SerializeToString()
 
 
-def is_dynamic(members: Mapping[str, bytes]) -> bool:
+def is_dynamic(members: Mapping[str, Member]) -> bool:
     """Whether an artifact's members are a dynamic artifact's."""
     return DYNAMIC_MANIFEST in members
 
 
-def read_dynamic(members: dict[str, bytes], where: str) -> StoredDynamic:
+def read_dynamic(members: dict[str, Member], where: str) -> StoredDynamic:
     """A dynamic artifact's members checked (format, hashes, no stray member) and read."""
     try:
         manifest = json.loads(members[DYNAMIC_MANIFEST])
