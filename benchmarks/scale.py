@@ -13,7 +13,9 @@ resident memory is its own:
 
 - ``compile``: ``tessera.compile`` for ``--target`` at ``--size`` (input shapes fixed; or,
   with ``--symbolic``, one module for every size) with an empty kernel cache (``cold``), then
-  again in another process with the cache the first one filled (``cached``);
+  again in another process with the cache the first one filled (``cached``), which exports
+  the module; ``load``: ``tessera.load`` of that artifact in a third process (its arrays are
+  mapped from the ``.tar``);
 - ``peak MiB``: the process's peak resident memory while compiling (cold), against the
   weights' bytes (``peak/w``); ``steady MiB``: resident memory after the compile and one run
   (``steady/w``); ``base MiB``: the same process before it read the model (the interpreter and
@@ -187,6 +189,15 @@ def _child(job: dict[str, Any]) -> dict[str, Any]:
         out["peak"] = _peak_mib()
         mod.run(**feeds)
         out["steady"] = _rss_mib()
+        if job["kind"] == "cached":  # the artifact the "load" step opens
+            mod.export(job["artifact"])
+    elif job["kind"] == "load":
+        start = time.perf_counter()
+        mod = tessera.load(job["artifact"])
+        out["seconds"] = time.perf_counter() - start
+        out["peak"] = _peak_mib()
+        mod.run(**feeds)
+        out["steady"] = _rss_mib()
     elif job["kind"] == "ort":
         start = time.perf_counter()
         sess = ort_session(job["path"], job["threads"])
@@ -266,10 +277,15 @@ def main(argv: list[str] | None = None) -> int:
                "cache": fresh_kernel_cache(), "decoder": decoder, "tokens": args.tokens,
                "gen_rounds": args.gen_rounds}
         cold = run_child({**job, "kind": "compile"})
+        artifact = Path(job["cache"]) / "model.tar"
+        job["artifact"] = str(artifact)
         cached = run_child({**job, "kind": "cached"})
+        loaded = run_child({**job, "kind": "load"})
+        artifact.unlink()
         ort = run_child({**job, "kind": "ort"})
         lat = run_child({**job, "kind": "latency"})
         for engine, r, ms in (("cold", cold, lat["tessera"]), ("cached", cached, None),
+                              ("load", loaded, None),
                               ("ort", ort, lat["ort"])):
             ratio = f"{lat['tessera'] / lat['ort']:6.2f}" if engine == "cold" else ""
             print(f"{name:<10} {weights:8.0f} {engine:<8} {r['seconds']:7.2f} "

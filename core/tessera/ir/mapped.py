@@ -23,8 +23,10 @@ from pathlib import Path
 import numpy as np
 from numpy.lib.array_utils import byte_bounds
 
-__all__ = ["MAP_MIN_BYTES", "map_readonly", "mapping_enabled", "mapped_region",
-           "release_resident"]
+from tessera.ir.aligned import aligned_empty, as_aligned
+
+__all__ = ["MAP_MIN_BYTES", "as_aligned_unless_mapped", "map_readonly", "mapping_enabled",
+           "mapped_region", "release_resident"]
 
 #: Tensors of fewer bytes are read, not mapped (a mapping per bias vector is not worth it).
 MAP_MIN_BYTES = 1 << 16
@@ -75,3 +77,29 @@ def release_resident(array: np.ndarray) -> None:
     last = hi // mmap.PAGESIZE * mmap.PAGESIZE
     if last > first:
         region.madvise(mmap.MADV_DONTNEED, first, last - first)
+
+
+def as_aligned_unless_mapped(array: np.ndarray) -> np.ndarray:
+    """A mapped array as it is when its elements are aligned (C-contiguous, native byte
+    order): its pages are the file's, and a copy would hold the weight twice (a weight mapped
+    from a model file sits where protobuf put it, at no particular alignment; code that reads
+    it with element-aligned loads does not mind); any other array as
+    :func:`~tessera.ir.aligned.as_aligned` gives it (a mapped one's pages let go once
+    copied)."""
+    if mapped_region(array) is None:
+        return as_aligned(array)
+    if array.flags.c_contiguous and array.dtype.isnative and \
+            array.ctypes.data % max(1, array.dtype.alignment) == 0:
+        return array
+    if not array.flags.c_contiguous:
+        copy = as_aligned(array)
+        release_resident(array)
+        return copy
+    # a few MiB at a time, each part's pages let go once copied: the copy is what stays
+    copy = aligned_empty(array.shape, array.dtype.newbyteorder("="))
+    src, dst = array.reshape(-1), copy.reshape(-1)
+    step = max(1, (8 << 20) // max(1, array.dtype.itemsize))
+    for start in range(0, src.size, step):
+        dst[start:start + step] = src[start:start + step]
+        release_resident(src[start:start + step])
+    return copy

@@ -43,6 +43,7 @@ import numpy as np
 from tessera.errors import ArtifactError, CompileError, RunError, TargetError
 from tessera.ir.aligned import as_aligned
 from tessera.ir.graph import Function, Node
+from tessera.ir.mapped import as_aligned_unless_mapped
 from tessera.ir.symbolic import eval_dim
 from tessera.ir.types import TensorType
 from tessera.plugin.artifact_files import CONSTANT_KEY, ArtifactFiles  # noqa: F401
@@ -436,8 +437,10 @@ class LLVMBackend(Backend):
         t2 = time.perf_counter()
         table = [self._entry(k, built.workspaces.get(k.name, 0)) for k in lowered.kernels]
         # an aligned array as it is (an initializer as the importer reads it: the module then
-        # holds that weight once), else an aligned copy
-        constants = {name: as_aligned(v.data) for name, v in lowered.constants.items()}
+        # holds that weight once), so is one mapped from its file (the kernels' loads need
+        # only element alignment); else an aligned copy
+        constants = {name: as_aligned_unless_mapped(v.data)
+                     for name, v in lowered.constants.items()}
         types = {v.name: v.type for v in lowered.func.inputs}
         types.update({v.name: v.type for n in lowered.func.nodes for v in n.outputs})
         tensors: dict[str, TensorType] = {v.name: v.type for v in region.inputs}
@@ -474,7 +477,7 @@ class LLVMBackend(Backend):
         if entry is None:
             return None
         func, groups = prepared
-        constants = {name: as_aligned(v.data)
+        constants = {name: as_aligned_unless_mapped(v.data)
                      for name, v in group_constants(region, groups, cpu).items()}
         if not region_cache.constants_match(entry, constants):
             return None
