@@ -12,6 +12,7 @@ from tessera.passes import (
     Canonicalize,
     DeadCodeElimination,
     FoldConstants,
+    GatherBeforeMatMul,
     Pass,
     PassManager,
     SimplifyInference,
@@ -70,8 +71,8 @@ def names(passes):
 def test_default_passes_per_level():
     assert default_passes(0) == []
     assert names(default_passes(1)) == ["FoldConstants", "DeadCodeElimination"]
-    full = ["FoldConstants", "SimplifyInference", "Canonicalize", "FoldConstants",
-            "DeadCodeElimination"]
+    full = ["FoldConstants", "SimplifyInference", "Canonicalize", "GatherBeforeMatMul",
+            "FoldConstants", "DeadCodeElimination"]
     assert names(default_passes(2)) == full
     assert names(default_passes(3)) == full
     assert names(default_passes()) == full
@@ -79,7 +80,7 @@ def test_default_passes_per_level():
 
 def test_pass_classes_and_levels():
     for cls, level in [(FoldConstants, 1), (DeadCodeElimination, 1), (SimplifyInference, 2),
-                       (Canonicalize, 2)]:
+                       (Canonicalize, 2), (GatherBeforeMatMul, 2)]:
         p = cls()
         assert isinstance(p, Pass)
         assert p.name == cls.__name__ and p.opt_level == level
@@ -120,12 +121,13 @@ def test_timings():
     assert [name for name, _ in pm.timings] == names(default_passes(3))
     assert all(isinstance(ms, float) and ms >= 0 for _, ms in pm.timings)
     pm.run(small_cnn())
-    assert len(pm.timings) == 5  # reset per run
+    assert len(pm.timings) == 6  # reset per run
 
 
 def test_switch_off_by_pass_config_and_disabled():
     pm = PassManager(pass_config={"FoldConstants": False}, disabled={"Canonicalize"})
-    assert names(pm.selected()) == ["SimplifyInference", "DeadCodeElimination"]
+    assert names(pm.selected()) == ["SimplifyInference", "GatherBeforeMatMul",
+                                    "DeadCodeElimination"]
     fn = pm.run(small_cnn())
     ops = [n.op for n in fn.nodes]
     assert "Flatten" in ops and "Identity" not in ops and "Dropout" not in ops
@@ -140,7 +142,7 @@ def test_pass_config_can_force_a_pass_on():
 
 
 def test_disabling_middle_passes_runs_fold_once():
-    pm = PassManager(disabled={"SimplifyInference", "Canonicalize"})
+    pm = PassManager(disabled={"SimplifyInference", "Canonicalize", "GatherBeforeMatMul"})
     assert names(pm.selected()) == ["FoldConstants", "DeadCodeElimination"]
 
 
@@ -149,7 +151,8 @@ def test_disabling_middle_passes_runs_fold_once():
 def test_unknown_pass_names(kwargs):
     with pytest.raises(PassError, match=r"unknown pass name\(s\) (Canonicalise|FoldConstant); "
                                         r"known passes: Canonicalize, DeadCodeElimination, "
-                                        r"FoldConstants, SimplifyInference"):
+                                        r"FoldConstants, GatherBeforeMatMul, "
+                                        r"SimplifyInference"):
         PassManager(**kwargs)
 
 
@@ -160,10 +163,10 @@ def test_dump_dir(tmp_path):
     PassManager(dump_dir=dump).run(fn)
     files = sorted(p.name for p in dump.iterdir())
     assert files == ["00_input.txt", "01_FoldConstants.txt", "02_SimplifyInference.txt",
-                     "03_Canonicalize.txt", "04_FoldConstants.txt",
-                     "05_DeadCodeElimination.txt"]
+                     "03_Canonicalize.txt", "04_GatherBeforeMatMul.txt", "05_FoldConstants.txt",
+                     "06_DeadCodeElimination.txt"]
     assert (dump / "00_input.txt").read_text() == first + "\n"
-    assert (dump / "05_DeadCodeElimination.txt").read_text() == str(fn) + "\n"
+    assert (dump / "06_DeadCodeElimination.txt").read_text() == str(fn) + "\n"
     assert "BatchNormalization" in (dump / "01_FoldConstants.txt").read_text()
     assert "BatchNormalization" not in (dump / "02_SimplifyInference.txt").read_text()
 

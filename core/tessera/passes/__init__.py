@@ -8,6 +8,7 @@ from tessera.passes import dim_algebra as _dim_algebra  # noqa: F401  (installs 
 from tessera.passes.canonicalize import Canonicalize
 from tessera.passes.dce import DeadCodeElimination
 from tessera.passes.fold_constants import FoldConstants
+from tessera.passes.gather_before_matmul import GatherBeforeMatMul
 from tessera.passes.manager import Pass, PassManager, check_pass_switches, default_passes
 from tessera.passes.simplify_inference import SimplifyInference
 
@@ -15,6 +16,7 @@ __all__ = [
     "Canonicalize",
     "DeadCodeElimination",
     "FoldConstants",
+    "GatherBeforeMatMul",
     "Pass",
     "PassManager",
     "SimplifyInference",

@@ -30,7 +30,13 @@ from tessera.ir.graph import Function
 from tessera.ir.printer import format_function
 from tessera.ir.symbolic import dim_bounds_scope
 from tessera.ir.verifier import verify
-from tessera.passes import canonicalize, dce, fold_constants, simplify_inference
+from tessera.passes import (
+    canonicalize,
+    dce,
+    fold_constants,
+    gather_before_matmul,
+    simplify_inference,
+)
 from tessera.passes.base import Pass, Rewriter, take_name
 
 __all__ = ["Pass", "PassManager", "Rewriter", "check_pass_switches", "default_passes",
@@ -39,8 +45,8 @@ __all__ = ["Pass", "PassManager", "Rewriter", "check_pass_switches", "default_pa
 
 def _pipeline() -> list[Pass]:
     return [fold_constants.FoldConstants(), simplify_inference.SimplifyInference(),
-            canonicalize.Canonicalize(), fold_constants.FoldConstants(),
-            dce.DeadCodeElimination()]
+            canonicalize.Canonicalize(), gather_before_matmul.GatherBeforeMatMul(),
+            fold_constants.FoldConstants(), dce.DeadCodeElimination()]
 
 
 def _drop_repeats(passes: Iterable[Pass]) -> list[Pass]:
@@ -57,8 +63,8 @@ def default_passes(opt_level: int = 3) -> list[Pass]:
 
     * 0: no passes;
     * 1: FoldConstants, DeadCodeElimination;
-    * 2 and up: FoldConstants, SimplifyInference, Canonicalize, FoldConstants,
-      DeadCodeElimination.
+    * 2 and up: FoldConstants, SimplifyInference, Canonicalize, GatherBeforeMatMul,
+      FoldConstants, DeadCodeElimination.
 
     FoldConstants runs first so that BatchNormalization parameters computed from constants are
     constants when SimplifyInference looks at them, and again after Canonicalize, whose rewrites
