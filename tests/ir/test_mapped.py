@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tessera.ir.aligned import SMALL_PAGES_MIN_BYTES, aligned_empty
 from tessera.ir.mapped import (
     MAP_MIN_BYTES,
     as_aligned_unless_mapped,
@@ -113,3 +114,14 @@ def test_a_mapped_weight_is_kept_as_it_is_where_its_elements_are_aligned(
     assert _rss_kib(odd) < 100
     memory = np.ones(1000, np.float32)[1:]  # ordinary memory: as_aligned
     assert as_aligned_unless_mapped(memory).ctypes.data % 64 == 0
+
+
+def test_large_arrays_of_our_own_are_never_taken_for_file_pages() -> None:
+    a = aligned_empty((2048, 1024), np.float32)  # 8 MiB: an anonymous mapping of its own
+    assert a.nbytes >= SMALL_PAGES_MIN_BYTES and a.ctypes.data % 64 == 0 and a.flags.writeable
+    a[...] = RNG.standard_normal(a.shape)
+    want = a.copy()
+    assert mapped_region(a) is None
+    release_resident(a)  # must not drop (and so zero) anonymous pages
+    np.testing.assert_array_equal(a, want)
+    assert as_aligned_unless_mapped(a) is a

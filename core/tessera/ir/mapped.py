@@ -38,6 +38,11 @@ def mapping_enabled() -> bool:
         "0", "false", "no", "off")
 
 
+class _FileMapping(mmap.mmap):
+    """A read-only mapping of a file made here (what :func:`mapped_region` looks for: an
+    anonymous mapping's pages must never be dropped, their contents would go with them)."""
+
+
 def map_readonly(path: str | Path, start: int, shape: Sequence[int],
                  dtype: np.dtype) -> np.ndarray:
     """A read-only array of ``shape`` and ``dtype`` over the file's bytes from ``start`` (the
@@ -46,17 +51,18 @@ def map_readonly(path: str | Path, start: int, shape: Sequence[int],
     count = int(np.prod(shape, dtype=np.int64))
     page = start - start % mmap.ALLOCATIONGRANULARITY
     with open(path, "rb") as f:
-        region = mmap.mmap(f.fileno(), start - page + count * dtype.itemsize, offset=page,
-                           access=mmap.ACCESS_READ)
+        region = _FileMapping(f.fileno(), start - page + count * dtype.itemsize,
+                              offset=page, access=mmap.ACCESS_READ)
     return np.frombuffer(region, dtype=dtype, count=count, offset=start - page).reshape(
         tuple(shape))
 
 
 def mapped_region(array: np.ndarray) -> mmap.mmap | None:
-    """The file mapping ``array``'s memory belongs to (None for ordinary memory)."""
+    """The file mapping (:func:`map_readonly`'s) ``array``'s memory belongs to (None for
+    any other memory)."""
     base = array
     while base is not None:
-        if isinstance(base, mmap.mmap):
+        if isinstance(base, _FileMapping):
             return base
         base = getattr(base, "base", None) if isinstance(base, np.ndarray) else \
             getattr(base, "obj", None) if isinstance(base, memoryview) else None
