@@ -4,13 +4,14 @@ the constant pool; packing a mapped weight gives the same panels as packing it i
 
 from __future__ import annotations
 
+import mmap
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tessera.ir.aligned import SMALL_PAGES_MIN_BYTES, aligned_empty
+from tessera.ir.aligned import aligned_empty
 from tessera.ir.mapped import (
     MAP_MIN_BYTES,
     as_aligned_unless_mapped,
@@ -116,9 +117,13 @@ def test_a_mapped_weight_is_kept_as_it_is_where_its_elements_are_aligned(
     assert as_aligned_unless_mapped(memory).ctypes.data % 64 == 0
 
 
-def test_large_arrays_of_our_own_are_never_taken_for_file_pages() -> None:
-    a = aligned_empty((2048, 1024), np.float32)  # 8 MiB: an anonymous mapping of its own
-    assert a.nbytes >= SMALL_PAGES_MIN_BYTES and a.ctypes.data % 64 == 0 and a.flags.writeable
+@pytest.mark.parametrize("kind", ["numpy", "anonymous mapping"])
+def test_memory_of_our_own_is_never_taken_for_file_pages(kind: str) -> None:
+    if kind == "numpy":
+        a = aligned_empty((2048, 1024), np.float32)
+    else:  # a mapping that is not a file's (its pages must never be dropped)
+        region = mmap.mmap(-1, 8 << 20)
+        a = np.frombuffer(region, dtype=np.float32).reshape(2048, 1024)
     a[...] = RNG.standard_normal(a.shape)
     want = a.copy()
     assert mapped_region(a) is None
