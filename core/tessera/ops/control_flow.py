@@ -29,6 +29,7 @@ import numpy as np
 from tessera.errors import OpError, RunError
 from tessera.ir.graph import Function
 from tessera.ir.schema import get_schema
+from tessera.ir.symbolic import dim_str, dim_vars
 from tessera.ir.types import DType, TensorType
 from tessera.ops.registry import Attr, normalize_axis, register_op
 
@@ -58,16 +59,43 @@ def truth(value: np.ndarray, what: str) -> bool:
     return bool(flat[0])
 
 
-def _types(values: Sequence[Any]) -> list[TensorType]:
-    return [v.type for v in values]
+def _at(t: TensorType, sizes: dict[str, int]) -> TensorType:
+    """``t`` at ``sizes`` where they give all its variables, else ``t``."""
+    if not sizes or t.is_static or not t.variables <= set(sizes):
+        return t
+    return t.evaluate(sizes)
 
 
-def _check_inputs(graph: Function, want: Sequence[TensorType | None], what: str) -> None:
+def _types(values: Sequence[Any], sizes: dict[str, int] | None = None) -> list[TensorType]:
+    return [_at(v.type, sizes or {}) for v in values]
+
+
+def _bound_sizes(graph: Function, want: Sequence[TensorType | None]) -> dict[str, int]:
+    """The sub-graph's size variables that the node gives static sizes: a symbolic model's
+    sub-graph keeps its inputs' symbolic types, and the node's type inference probes it at
+    sizes (:mod:`tessera.ir.probe`), where its inputs' dimensions that are a variable take
+    the node's."""
+    sizes: dict[str, int] = {}
+    for v, t in zip(graph.inputs, want):
+        if t is None or not t.is_static or v.type.is_static or v.type.ndim != t.ndim:
+            continue
+        for have, size in zip(v.type.shape, t.shape):
+            if type(have) is not int and dim_vars(have) == {dim_str(have)}:
+                sizes.setdefault(dim_str(have), int(size))
+    return sizes
+
+
+def _check_inputs(graph: Function, want: Sequence[TensorType | None],
+                  what: str) -> dict[str, int]:
+    """Check the node's input types against the sub-graph's; the sizes its variables take
+    (:func:`_bound_sizes`), at which its output types are read."""
     if len(graph.inputs) != len(want):
         raise OpError(f"{what} takes {len(graph.inputs)} inputs, the node gives {len(want)}")
+    sizes = _bound_sizes(graph, want)
     for i, (v, t) in enumerate(zip(graph.inputs, want)):
-        if t is not None and v.type != t:
+        if t is not None and _at(v.type, sizes) != t:
             raise OpError(f"{what} input {i} (%{v.name}) is {v.type}, the node gives {t}")
+    return sizes
 
 
 def _check_flag(t: TensorType | None, what: str, dtype: DType) -> None:
@@ -80,9 +108,10 @@ def _check_flag(t: TensorType | None, what: str, dtype: DType) -> None:
 def _if_infer(cond: TensorType, *captures: TensorType, then_branch: Function,
               else_branch: Function) -> list[TensorType]:
     _check_flag(cond, "the condition", DType.bool)
-    _check_inputs(then_branch, captures, "then_branch")
-    _check_inputs(else_branch, captures, "else_branch")
-    then_types, else_types = _types(then_branch.outputs), _types(else_branch.outputs)
+    then_sizes = _check_inputs(then_branch, captures, "then_branch")
+    else_sizes = _check_inputs(else_branch, captures, "else_branch")
+    then_types = _types(then_branch.outputs, then_sizes)
+    else_types = _types(else_branch.outputs, else_sizes)
     if len(then_types) != len(else_types):
         raise OpError(f"then_branch gives {len(then_types)} outputs, else_branch "
                       f"{len(else_types)}")
@@ -120,9 +149,9 @@ def _loop_infer(trip: TensorType | None, cond: TensorType | None, *rest: TensorT
     _check_flag(trip, "the trip count M", DType.int64)
     _check_flag(cond, "the condition", DType.bool)
     carried, scans = loop_parts(2 + len(rest), body, captures)
-    _check_inputs(body, [TensorType((), DType.int64), TensorType((), DType.bool), *rest],
-                  "the body")
-    outs = _types(body.outputs)
+    sizes = _check_inputs(body, [TensorType((), DType.int64), TensorType((), DType.bool),
+                                 *rest], "the body")
+    outs = _types(body.outputs, sizes)
     _check_flag(outs[0], "the body's condition output", DType.bool)
     for i in range(carried):
         if outs[1 + i] != rest[i]:
@@ -203,8 +232,8 @@ def _scan_infer(*types: TensorType, body: Function, num_scan_inputs: int,
         length = t.shape[axis]
         slice_types.append(t.with_shape(t.shape[lead:axis] + t.shape[axis + 1:]))
     body_states = [t.with_shape(t.shape[lead:]) for t in states]
-    _check_inputs(body, [*body_states, *slice_types, *outer], "the body")
-    outs = _types(body.outputs)
+    sizes = _check_inputs(body, [*body_states, *slice_types, *outer], "the body")
+    outs = _types(body.outputs, sizes)
     if len(outs) < n_states:
         raise OpError(f"the body gives {len(outs)} outputs, fewer than its {n_states} states")
     for i in range(n_states):

@@ -56,6 +56,10 @@ def loop_refusal(node: Node, patterns: list[Pattern], foreign: str | None = None
     for v in [*body.inputs, *body.outputs]:
         if str(v.type.dtype) not in LOOP_DTYPES:
             return f"its body's value %{v.name} is {v.type.dtype}, not a type it copies"
+    for v in [*body.inputs, *(o for n in body.nodes for o in n.outputs)]:
+        if not v.type.is_static:
+            return (f"its body's value %{v.name} is {v.type}: the native loop runner lays "
+                    f"the body's tensors out at fixed sizes")
     users = body.users()
     outputs = {id(v) for v in body.outputs}
     for n in body.nodes:
