@@ -10,6 +10,9 @@ panels, a transposed copy) is read once, and :func:`release_resident` lets its p
 the transformed copy is made (they come back from the page cache if read again), so the
 compile never holds the file's form and the packed form of every weight at once.
 
+A file a running module maps must be replaced, not rewritten in place: a mapping sees the
+file's new bytes, and reading a page a truncation removed kills the process (SIGBUS). Write the
+new file elsewhere and rename it over the old one (``Module.export`` does).
 ``TESSERA_MAP_WEIGHTS=0`` reads every tensor into memory instead.
 """
 
