@@ -268,3 +268,25 @@ def test_every_element_type_reads_back_from_external_data(tmp_path: Path, dtype:
     assert got.dtype == values.dtype
     assert (mapped_region(got) is not None) == (values.nbytes >= MAP_MIN_BYTES)
     np.testing.assert_array_equal(got, values.reshape(4, -1))
+
+
+@pytest.mark.filterwarnings("ignore:Ignoring unknown external data key")  # onnx.load's
+def test_a_model_cannot_name_a_file_for_tessera_to_read(tmp_path: Path) -> None:
+    """Tessera's own external-data entries are not believed from a model it did not load:
+    a proto naming any file (through entries that look like Tessera's) is refused, not read."""
+    secret = tmp_path / "secret.bin"
+    secret.write_bytes(bytes(range(256)) * 64)
+    path = _save(tmp_path / "m")
+    proto = onnx.load(str(path), load_external_data=False)
+    for t in external_tensors(proto):
+        for key in ("tessera.path", "tessera.path.0123456789abcdef", "tessera.path.guess"):
+            t.external_data.add(key=key, value=str(secret))
+    assert PATH_KEY not in {e.key for t in external_tensors(proto) for e in t.external_data}
+    for model in (proto, proto.SerializeToString()):
+        with pytest.raises(ModelImportError, match="came without its path"):
+            tessera.compile(model, "llvm")
+    # from its path, the locations are the model's own (relative to its folder)
+    onnx.save(proto, str(path))
+    x = RNG.standard_normal((2, 64)).astype(np.float32)
+    np.testing.assert_allclose(tessera.compile(str(path), "llvm").run(x=x)["y"],
+                               _reference(path, x), rtol=1e-4, atol=1e-4)

@@ -15,10 +15,11 @@ where it is:
   the location's offset, 0 except in an artifact, where the data file is a member of the tar),
   so the proto can be serialised (it holds no weights) and read again in this process
   without the model's folder. ``location`` stays relative (the proto is still valid ONNX).
+  The two entries' names hold a number drawn when the process starts: a model from
+  elsewhere that names them anyway is not believed.
 - :func:`read_external` gives one tensor's array: mapped read-only from its file
   (:mod:`tessera.ir.mapped`: no copy; the file's pages are the weight's memory) when it is
-  large and 64-byte aligned there, else read into a new aligned array (one read, no
-  intermediate ``bytes``).
+  large, else read into a new aligned array (one read, no intermediate ``bytes``).
 - :func:`inline_external_data` gives a copy whose tensors hold their bytes (a model handed to
   code that expects ``raw_data``, such as the quantizer's output); :func:`external_tensors`
   lists them; :func:`pack_external_data` lays them out in one blob for an artifact.
@@ -27,6 +28,7 @@ where it is:
 from __future__ import annotations
 
 import os
+import secrets
 import sys
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
@@ -49,10 +51,14 @@ PLAIN_TYPES = frozenset({
     onnx.TensorProto.INT8, onnx.TensorProto.UINT8, onnx.TensorProto.INT16,
     onnx.TensorProto.UINT16, onnx.TensorProto.INT32, onnx.TensorProto.UINT32,
     onnx.TensorProto.INT64, onnx.TensorProto.UINT64, onnx.TensorProto.BOOL})
+#: Drawn when the process starts: Tessera's own ``external_data`` entries are named with it,
+#: so a model from elsewhere cannot point Tessera at a file of its choosing (an entry of
+#: another process, or made up, is not Tessera's).
+_NONCE = secrets.token_hex(8)
 #: ``external_data`` entry Tessera adds: the absolute path of the file holding the bytes.
-PATH_KEY = "tessera.path"
+PATH_KEY = f"tessera.path.{_NONCE}"
 #: ``external_data`` entry Tessera adds: where the location's byte 0 is inside that file.
-BASE_KEY = "tessera.base"
+BASE_KEY = f"tessera.base.{_NONCE}"
 
 
 def uses_external(t: onnx.TensorProto) -> bool:
@@ -181,14 +187,21 @@ def resolve_external_data(proto: onnx.ModelProto, model_dir: str | os.PathLike |
     return proto
 
 
-def read_external(t: onnx.TensorProto) -> np.ndarray:
-    """The array of external tensor ``t`` (resolved by :func:`resolve_external_data`), 64-byte
-    aligned: mapped from its file (read-only) or read into memory (see the module doc)."""
+def _located(t: onnx.TensorProto) -> tuple[Path, int, int]:
+    """(file, first byte, bytes) of a resolved external tensor."""
     path, location, start, length = _span(t)
     if path is None:
         raise ModelImportError(f"tensor {t.name!r} keeps its data in the external file "
                                f"{location!r}, which was not resolved against the model's "
                                f"folder (load the model from its path)")
+    return path, start, length
+
+
+def read_external(t: onnx.TensorProto) -> np.ndarray:
+    """The array of external tensor ``t`` (resolved by :func:`resolve_external_data`): mapped
+    from its file, read-only, at whatever alignment it has there; or read into a new 64-byte
+    aligned array (see the module doc)."""
+    path, start, length = _located(t)
     plain = sys.byteorder == "little" and t.data_type in PLAIN_TYPES
     if plain:
         dtype = np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type)).newbyteorder("<")
@@ -236,11 +249,7 @@ def _inline_copy(t: onnx.TensorProto, data: bytes) -> onnx.TensorProto:
 
 
 def _read_bytes(t: onnx.TensorProto) -> bytes:
-    path, location, start, length = _span(t)
-    if path is None:
-        raise ModelImportError(f"tensor {t.name!r} keeps its data in the external file "
-                               f"{location!r}, which was not resolved against the model's "
-                               f"folder (load the model from its path)")
+    path, start, length = _located(t)
     with open(path, "rb") as f:
         f.seek(start)
         data = f.read(length)
