@@ -5,6 +5,7 @@ import pytest
 
 from tessera.backends.reference.interpreter import evaluate_function
 from tessera.ir.graph import Function
+from tessera.ir.symbolic import dim_var
 from tessera.ir.types import DType, TensorType
 from tessera.ir.verifier import verify
 from tessera.passes import Canonicalize
@@ -280,3 +281,22 @@ def test_other_pads_stay(pads, mode, value):
     fn.outputs = [fn.op("Conv", p, fn.constant(rand((2, c, 3, 3), seed=10), "w"), name="conv")]
     check_same(fn, {"x": rand((1, 4, 7, 6), seed=11)})
     assert ops(fn) == ["Pad", "Conv"]
+
+
+def test_a_symbolic_batch_keeps_the_global_pool_of_a_static_image():
+    """EfficientNet exported with a symbolic batch: its last pool's window (320 x 320, over a
+    2 x 2 map) is still the whole map (it ran the whole window per output before: 8x slower
+    than the static compile)."""
+    fn, x = one_input((dim_var("batch"), 3, 2, 2))
+    fn.outputs = [fn.op("AveragePool", x, kernel_shape=[320, 320], strides=[320, 320],
+                        ceil_mode=1, count_include_pad=1, name="pool")]
+    Canonicalize().run(fn)
+    verify(fn)
+    assert ops(fn) == ["GlobalAveragePool"]
+
+
+def test_a_symbolic_image_keeps_its_windowed_pool():
+    fn, x = one_input((1, 3, dim_var("h"), 40))
+    fn.outputs = [fn.op("MaxPool", x, kernel_shape=[32, 32], strides=[32, 32], name="pool")]
+    Canonicalize().run(fn)
+    assert ops(fn) == ["MaxPool"]

@@ -79,10 +79,11 @@ def _covers_input(node: Node, x: Value) -> bool:
     spatial = x.type.shape[2:]
     kernel = [int(k) for k in node.attrs.get("kernel_shape") or []]
     a = node.attrs
-    if not x.type.is_static or not node.outputs[0].type.is_static:
-        return False  # symbolic sizes: the window may or may not cover them
+    out_spatial = node.outputs[0].type.shape[2:]
+    if not all(type(d) is int for d in (*spatial, *out_spatial)):
+        return False  # symbolic image sizes: the window may or may not cover them
     return (len(node.outputs) == 1 and len(spatial) == len(kernel) > 0
-            and all(d == 1 for d in node.outputs[0].type.shape[2:])
+            and all(d == 1 for d in out_spatial)
             and all(k >= d for k, d in zip(kernel, spatial))
             and not any(int(p) for p in a.get("pads") or [])
             and all(int(d) == 1 for d in a.get("dilations") or [])
