@@ -18,6 +18,7 @@ from tessera.ir.mapped import (
     map_readonly,
     mapped_region,
     release_resident,
+    resident_bytes,
 )
 from tessera.ops.layout import pack_conv_weight, pack_matmul_weight
 from tessera.runtime.constant_pool import ConstantPool
@@ -29,18 +30,10 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
 
 
 def _rss_kib(array: np.ndarray) -> int:
-    """The resident KiB of the mapping holding ``array`` (from /proc/self/smaps)."""
-    address = array.ctypes.data
-    inside = False
-    with open("/proc/self/smaps") as f:
-        for line in f:
-            head = line.split()[0]
-            if "-" in head and not head.endswith(":"):
-                lo, hi = (int(x, 16) for x in head.split("-"))
-                inside = lo <= address < hi
-            elif inside and head == "Rss:":
-                return int(line.split()[1])
-    raise AssertionError("no mapping holds the array")
+    """The resident KiB of the mapping holding ``array``."""
+    resident = resident_bytes(array)
+    assert resident is not None, "no mapping holds the array"
+    return resident // 1024
 
 
 def _file(tmp_path: Path, array: np.ndarray, before: int) -> Path:

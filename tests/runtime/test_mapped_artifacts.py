@@ -18,7 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import tessera
 from tessera.errors import ArtifactError
-from tessera.ir.mapped import MAP_MIN_BYTES, mapped_region
+from tessera.ir.mapped import MAP_MIN_BYTES, mapped_region, resident_bytes
 from tessera.runtime.artifact import read_members
 from tessera.runtime.mapped_members import MappedMember, load_npy, member_sha256
 
@@ -126,16 +126,6 @@ def test_loading_reads_no_weight_into_memory(exported: tuple[tessera.Module, Pat
     _, path = exported
     loaded = tessera.load(path)
     weights = _constants(loaded)
-    resident = 0
-    for a in weights:  # the hash check read them, and let their pages go
-        address, inside = a.ctypes.data, False
-        with open("/proc/self/smaps") as f:
-            for line in f:
-                head = line.split()[0]
-                if "-" in head and not head.endswith(":"):
-                    lo, hi = (int(v, 16) for v in head.split("-"))
-                    inside = lo <= address < hi
-                elif inside and head == "Rss:":
-                    resident += int(line.split()[1]) * 1024
-                    break
+    # the hash check read them, and let their pages go
+    resident = sum(resident_bytes(a) or 0 for a in weights)
     assert resident < sum(a.nbytes for a in weights) // 4

@@ -29,7 +29,7 @@ from numpy.lib.array_utils import byte_bounds
 from tessera.ir.aligned import aligned_empty, as_aligned
 
 __all__ = ["MAP_MIN_BYTES", "as_aligned_unless_mapped", "map_readonly", "mapping_enabled",
-           "mapped_region", "release_resident"]
+           "mapped_region", "release_resident", "resident_bytes"]
 
 #: Tensors of fewer bytes are read, not mapped (a mapping per bias vector is not worth it).
 MAP_MIN_BYTES = 1 << 16
@@ -112,3 +112,22 @@ def as_aligned_unless_mapped(array: np.ndarray) -> np.ndarray:
         dst[start:start + step] = src[start:start + step]
         release_resident(src[start:start + step])
     return copy
+
+
+def resident_bytes(array: np.ndarray) -> int | None:
+    """This process's resident bytes of the memory mapping that holds ``array``'s first
+    byte (a file mapping's pages read so far), from ``/proc/self/smaps``; None where the
+    system does not say (not Linux)."""
+    address, inside = array.ctypes.data, False
+    try:
+        with open("/proc/self/smaps") as f:
+            for line in f:
+                head = line.split(maxsplit=1)[0]
+                if "-" in head and not head.endswith(":"):
+                    lo, hi = (int(x, 16) for x in head.split("-"))
+                    inside = lo <= address < hi
+                elif inside and head == "Rss:":
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None

@@ -49,7 +49,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from tessera.errors import RunError, TesseraError
-from tessera.frontend.onnx.external_data import tensor_array
+from tessera.frontend.onnx.external_data import inline_external_data, tensor_array
 from tessera.frontend.onnx.importer import _sorted_nodes
 from tessera.frontend.onnx.symbolic_eval import to_python, uses_any_var
 from tessera.frontend.onnx.symbolic_shapes import infer_symbolic
@@ -149,8 +149,10 @@ def _probe(proto: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> dict[str,
     """Every value of ``proto`` evaluated on ``feeds`` by ``onnx.reference``."""
     from onnx.reference import ReferenceEvaluator
 
-    model = onnx.ModelProto()
-    model.CopyFrom(proto)
+    model = inline_external_data(proto)  # onnx.reference reads initializers' bytes itself
+    if model is proto:
+        model = onnx.ModelProto()
+        model.CopyFrom(proto)
     names = [o for n in model.graph.node for o in n.output if o]
     del model.graph.output[:]
     model.graph.output.extend(onnx.ValueInfoProto(name=n) for n in names)

@@ -30,6 +30,7 @@ import numpy as np
 import onnx
 
 from tessera.errors import RunError, TesseraError
+from tessera.frontend.onnx.external_data import inline_external_data
 from tessera.frontend.onnx.symbolic_eval import to_python
 from tessera.runtime.onnx_fast_ops import (
     INLINE_SCOPE,
@@ -113,7 +114,9 @@ def emit_nodes(model: onnx.ModelProto, scope: dict[str, Any], var: Names, tag: s
     from onnx.reference import ReferenceEvaluator
     from onnx.reference.op_run import OpRun
 
-    evaluator = ReferenceEvaluator(model)
+    # onnx.reference reads the initializers' bytes itself: external ones (a weight left in
+    # its file) are read in here
+    evaluator = ReferenceEvaluator(inline_external_data(model))
     opset = next((int(o.version) for o in model.opset_import if o.domain in ("", "ai.onnx")),
                  17)
     scope.setdefault("Unwritten", Unwritten)

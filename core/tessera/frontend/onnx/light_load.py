@@ -21,6 +21,7 @@ varint length and that many bytes (2), or 4 bytes (5). ``ModelProto.graph`` is f
 from __future__ import annotations
 
 import mmap
+from collections.abc import Iterator
 from pathlib import Path
 
 import onnx
@@ -65,7 +66,7 @@ def _encode_varint(value: int) -> bytes:
             return bytes(out)
 
 
-def _fields(buf: memoryview, start: int, end: int):  # type: ignore[no-untyped-def]
+def _fields(buf: memoryview, start: int, end: int) -> Iterator[tuple[int, int, int, int, int]]:
     """``(field, wire type, field start, value start, value end)`` of each field in
     ``buf[start:end]`` (for wire type 2, the value is the bytes after the length)."""
     pos = start
