@@ -185,7 +185,13 @@ def open_engine(engine: str, path: Path, threads: int, target: str,
         raise SystemExit(f"unknown engine {engine!r}: expected ort, tessera, "
                          f"tessera-per-size, tessera-bg")
     mod = tessera.compile(str(path), target, **kwargs)
-    return lambda feeds: mod.run(**feeds)[mod.output_names[0]]
+
+    def run(feeds: Any) -> Any:
+        return mod.run(**feeds)[mod.output_names[0]]
+
+    # the background compiles still queued when the trace ends (they write the kernel cache)
+    run.wait = getattr(mod, "wait_compiles", lambda: True)  # type: ignore[attr-defined]
+    return run
 
 
 @dataclass
@@ -232,6 +238,9 @@ def run_trace(trace: Trace, engine: str, args: argparse.Namespace,
             elif len(passes) == 0:
                 check[i] = out
         passes.append(times)
+    wait = getattr(run, "wait", None)
+    if wait is not None:  # not timed: the compiles a service would leave running
+        wait()
     cached = None
     if cache is not None:  # a second process, or a restart, on the same machine
         start = time.perf_counter()
