@@ -19,6 +19,7 @@ from onnx import TensorProto, helper, numpy_helper
 import tessera
 from tessera.errors import ArtifactError
 from tessera.ir.mapped import MAP_MIN_BYTES, mapped_region, resident_bytes
+from tessera.runtime import mapped_members
 from tessera.runtime.artifact import read_members
 from tessera.runtime.mapped_members import MappedMember, load_npy, member_sha256
 
@@ -129,3 +130,17 @@ def test_loading_reads_no_weight_into_memory(exported: tuple[tessera.Module, Pat
     # the hash check read them, and let their pages go
     resident = sum(resident_bytes(a) or 0 for a in weights)
     assert resident < sum(a.nbytes for a in weights) // 4
+
+
+def test_a_file_that_cannot_be_mapped_is_read(exported: tuple[tessera.Module, Path],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    mod, path = exported
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise OSError("mmap: operation not supported")
+
+    monkeypatch.setattr(mapped_members, "map_readonly", refuse)
+    loaded = tessera.load(path)
+    assert not any(mapped_region(a) is not None for a in _constants(loaded))
+    x = RNG.standard_normal((3, 256)).astype(np.float32)
+    np.testing.assert_array_equal(loaded.run(x=x)["y"], mod.run(x=x)["y"])

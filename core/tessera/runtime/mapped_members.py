@@ -40,8 +40,18 @@ class MappedMember:
         return self.size
 
     def view(self) -> np.ndarray:
-        """The member's bytes, mapped (``uint8``, read-only)."""
-        return map_readonly(self.path, self.offset, (self.size,), np.dtype(np.uint8))
+        """The member's bytes, mapped (``uint8``, read-only); read where the file cannot be
+        mapped (some network file systems)."""
+        try:
+            return map_readonly(self.path, self.offset, (self.size,), np.dtype(np.uint8))
+        except (OSError, ValueError):
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read(self.size)
+            if len(data) != self.size:
+                raise OSError(f"{self.path}: {len(data)} of {self.size} bytes at "
+                              f"{self.offset} (the artifact changed while it loaded?)") from None
+            return np.frombuffer(data, dtype=np.uint8)
 
 
 #: An artifact member as :func:`tessera.runtime.artifact.read_members` gives it.
@@ -96,4 +106,7 @@ def _mapped_npy(data: MappedMember) -> np.ndarray | None:
     if fortran or dtype.hasobject or count == 0 or start + count * dtype.itemsize != data.size:
         return None
     del view
-    return map_readonly(data.path, data.offset + start, shape, dtype)
+    try:
+        return map_readonly(data.path, data.offset + start, shape, dtype)
+    except (OSError, ValueError):
+        return None  # read instead
