@@ -29,6 +29,13 @@ class Signature:
     output_tensors: list[str]
     output_layouts: list[tuple[tuple[int, ...], np.dtype] | None]
 
+    def __post_init__(self) -> None:
+        # per input, what every call checks: the numpy dtype, and the shape when it is
+        # static (a symbolic one is bound and checked by the module's ShapeVars)
+        checks = {name: (np.dtype(t.dtype.numpy), tuple(t.shape) if t.is_static else None)
+                  for name, t in self.inputs.items()}
+        object.__setattr__(self, "_checks", checks)
+
     @classmethod
     def of(cls, inputs: Mapping[str, TensorType], output_names: Sequence[str],
            plan: ExecutionPlan) -> Signature:
@@ -46,22 +53,25 @@ class Signature:
 
     # -- inputs ---------------------------------------------------------------------------------
     def check_input(self, name: str, value: Any) -> np.ndarray:
-        if name not in self.inputs:
+        check = self._checks.get(name)  # type: ignore[attr-defined]
+        if check is None:
             raise RunError(f"unknown input {name!r}; the model's inputs are "
                            f"{', '.join(self.inputs) or 'none'}")
-        t = self.inputs[name]
-        array = np.asarray(value)
-        if array.dtype != t.dtype.numpy:
-            raise RunError(f"input {name!r}: expected dtype {t.dtype}, got {array.dtype}")
-        if not t.is_static:  # the module binds and checks the sizes and rank (ShapeVars)
-            return array
-        if tuple(array.shape) != t.shape:
-            raise RunError(f"input {name!r}: expected shape {list(t.shape)}, got "
+        dtype, shape = check
+        array = value if type(value) is np.ndarray else np.asarray(value)
+        if array.dtype != dtype:
+            raise RunError(f"input {name!r}: expected dtype {self.inputs[name].dtype}, got "
+                           f"{array.dtype}")
+        if shape is not None and array.shape != shape:
+            raise RunError(f"input {name!r}: expected shape {list(shape)}, got "
                            f"{list(array.shape)}")
-        return array
+        return array  # a symbolic shape: the module binds and checks it (ShapeVars)
 
     def check_inputs(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """Every input checked (names, dtypes, shapes) before any is copied anywhere."""
+        checks = self._checks  # type: ignore[attr-defined]
+        if len(inputs) == len(checks) and all(n in checks for n in inputs):
+            return {name: self.check_input(name, value) for name, value in inputs.items()}
         missing = [n for n in self.inputs if n not in inputs]
         unknown = [n for n in inputs if n not in self.inputs]
         if missing or unknown:
