@@ -11,10 +11,13 @@ import atexit
 import math
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 
@@ -57,6 +60,28 @@ def limit_threads(threads: int) -> None:
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                 "TESSERA_NUM_THREADS"):
         os.environ[var] = str(threads)
+
+
+def child_export(args: Sequence[str], what: str) -> Path:
+    """Run ``python *args`` in a child process (this one never imports torch) and return the
+    path its last line of output names; a ``RuntimeError`` with the end of its output if it
+    fails."""
+    proc = subprocess.run([sys.executable, *args], capture_output=True, text=True)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
+        raise RuntimeError(f"exporting {what} failed: " + " | ".join(tail))
+    return Path(lines[-1])
+
+
+def cached_export(path: Path, script: str, name: str) -> Path:
+    """``path``, exported the first time by ``python script --export name path``."""
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        child_export([script, "--export", name, str(path)], name)
+        if not path.exists():
+            raise RuntimeError(f"exporting {name} failed: {path} was not written")
+    return path
 
 
 def export_text_model(model: Any, vocab_size: int, path: Any, output: str) -> None:

@@ -25,22 +25,18 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-from _common import cpu_name, limit_threads, ort_session
+from _common import child_export, cpu_name, limit_threads, ort_session
 
 PROMPT = [5, 7, 9, 11]
 
 
 def export(size: str, exporter: str) -> Path:
-    proc = subprocess.run([sys.executable, "-m", "tessera.testing.kv_decoder", "export", size,
-                           exporter], capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(proc.stderr.strip().splitlines()[-1] if proc.stderr else "failed")
-    return Path(proc.stdout.strip().splitlines()[-1])
+    return child_export(["-m", "tessera.testing.kv_decoder", "export", size, exporter],
+                        f"the {size} decoder ({exporter})")
 
 
 def measure(size: str, exporter: str, mode: str, args: argparse.Namespace) -> None:

@@ -44,6 +44,8 @@ from pathlib import Path
 from typing import Any
 
 from _common import (
+    cached_export,
+    child_export,
     cpu_name,
     export_text_model,
     fresh_kernel_cache,
@@ -67,21 +69,9 @@ CACHE = Path(os.environ.get("TESSERA_BENCH_CACHE", Path.home() / ".cache" / "tes
 
 def model_path(name: str) -> Path:
     if name in DECODERS:  # kept where the generation benchmark keeps its decoders
-        proc = subprocess.run([sys.executable, "-m", "tessera.testing.kv_decoder", "export",
-                               DECODERS[name]], capture_output=True, text=True)
-        if proc.returncode != 0:
-            tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
-            raise RuntimeError(f"exporting {name} failed: " + " | ".join(tail))
-        return Path(proc.stdout.strip().splitlines()[-1])
-    path = CACHE / f"scale-{name}.onnx"
-    if not path.exists():
-        CACHE.mkdir(parents=True, exist_ok=True)
-        proc = subprocess.run([sys.executable, __file__, "--export", name, str(path)],
-                              capture_output=True, text=True)
-        if proc.returncode != 0 or not path.exists():
-            tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
-            raise RuntimeError(f"exporting {name} failed: " + " | ".join(tail))
-    return path
+        return child_export(["-m", "tessera.testing.kv_decoder", "export", DECODERS[name]],
+                            name)
+    return cached_export(CACHE / f"scale-{name}.onnx", __file__, name)
 
 
 def _export(name: str, path: Path) -> None:

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from _common import cpu_name, export_text_model, fresh_kernel_cache, limit_threads
+from _common import cached_export, cpu_name, export_text_model, fresh_kernel_cache, limit_threads
 
 #: The encoder of the text traces (the serving issue's model): DistilBERT's architecture at
 #: 4 layers of width 512 (8 heads, feed-forward 2048), BERT's vocabulary.
@@ -131,15 +131,7 @@ EXPORTS: dict[str, Callable[[Path], None]] = {"encoder": _export_encoder, "cnn":
 
 def model_path(name: str) -> Path:
     """The model's file, exported by a child process the first time."""
-    path = CACHE / f"serving-{name}.onnx"
-    if not path.exists():
-        CACHE.mkdir(parents=True, exist_ok=True)
-        proc = subprocess.run([sys.executable, __file__, "--export", name, str(path)],
-                              capture_output=True, text=True)
-        if proc.returncode != 0 or not path.exists():
-            tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
-            raise RuntimeError(f"exporting {name} failed: " + " | ".join(tail))
-    return path
+    return cached_export(CACHE / f"serving-{name}.onnx", __file__, name)
 
 
 # -- engines ----------------------------------------------------------------------------------
