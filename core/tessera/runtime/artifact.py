@@ -277,10 +277,10 @@ def read_members(path: Path) -> dict[str, Member]:
     if not path.is_file():
         raise ArtifactError(f"artifact {str(path)!r} does not exist")
     members: dict[str, Member] = {}
-    in_place = mapping_enabled() and _uncompressed(path)
     where = str(path.resolve())
     try:
-        with tarfile.open(path, mode="r:*") as tar:
+        with _open_tar(path) as (tar, plain):
+            in_place = plain and mapping_enabled()
             for info in tar.getmembers():
                 if not _safe_name(info.name):
                     raise ArtifactError(f"artifact member {info.name!r} has an unsafe path "
@@ -308,13 +308,16 @@ def read_members(path: Path) -> dict[str, Member]:
     return members
 
 
-def _uncompressed(path: Path) -> bool:
-    """Whether ``path`` is a plain (uncompressed) tar, whose members sit in it as they are."""
+@contextlib.contextmanager
+def _open_tar(path: Path) -> Iterator[tuple[tarfile.TarFile, bool]]:
+    """The tar at ``path`` opened for reading, and whether it is plain (uncompressed: its
+    members sit in the file as they are, so they can be mapped)."""
     try:
-        with tarfile.open(path, mode="r:"):
-            return True
-    except (OSError, tarfile.TarError):
-        return False
+        tar, plain = tarfile.open(path, mode="r:"), True
+    except tarfile.ReadError:
+        tar, plain = tarfile.open(path, mode="r:*"), False
+    with tar:
+        yield tar, plain
 
 
 def _left_in_file(name: str) -> bool:

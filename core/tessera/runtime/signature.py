@@ -9,7 +9,7 @@ inputs and output names and the execution plan's output tensors.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -28,13 +28,15 @@ class Signature:
     output_names: list[str]
     output_tensors: list[str]
     output_layouts: list[tuple[tuple[int, ...], np.dtype] | None]
+    #: Per input, what every call checks: the numpy dtype, and the shape when it is static
+    #: (a symbolic one is bound and checked by the module's ShapeVars). Derived from inputs.
+    _checks: dict[str, tuple[np.dtype, tuple[int, ...] | None]] = field(
+        init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        # per input, what every call checks: the numpy dtype, and the shape when it is
-        # static (a symbolic one is bound and checked by the module's ShapeVars)
-        checks = {name: (np.dtype(t.dtype.numpy), tuple(t.shape) if t.is_static else None)
-                  for name, t in self.inputs.items()}
-        object.__setattr__(self, "_checks", checks)
+        object.__setattr__(self, "_checks", {
+            name: (np.dtype(t.dtype.numpy), tuple(t.shape) if t.is_static else None)
+            for name, t in self.inputs.items()})
 
     @classmethod
     def of(cls, inputs: Mapping[str, TensorType], output_names: Sequence[str],
@@ -53,7 +55,7 @@ class Signature:
 
     # -- inputs ---------------------------------------------------------------------------------
     def check_input(self, name: str, value: Any) -> np.ndarray:
-        check = self._checks.get(name)  # type: ignore[attr-defined]
+        check = self._checks.get(name)
         if check is None:
             raise RunError(f"unknown input {name!r}; the model's inputs are "
                            f"{', '.join(self.inputs) or 'none'}")
@@ -69,7 +71,7 @@ class Signature:
 
     def check_inputs(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """Every input checked (names, dtypes, shapes) before any is copied anywhere."""
-        checks = self._checks  # type: ignore[attr-defined]
+        checks = self._checks
         if len(inputs) == len(checks) and all(n in checks for n in inputs):
             return {name: self.check_input(name, value) for name, value in inputs.items()}
         missing = [n for n in self.inputs if n not in inputs]

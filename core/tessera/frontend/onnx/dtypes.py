@@ -45,9 +45,9 @@ def read_initializer(t: onnx.TensorProto) -> np.ndarray:
 def _raw_array(t: onnx.TensorProto) -> np.ndarray | None:
     """The array of an initializer stored as raw data in the model, read straight into an
     aligned array (one copy, where ``numpy_helper.to_array`` and an aligned copy would make
-    two); None for any other storage (external data, typed fields, packed types)."""
-    if t.data_type not in PLAIN_TYPES or not t.HasField("raw_data") or \
-            t.data_location == onnx.TensorProto.EXTERNAL or sys.byteorder != "little":
+    two); None for any other storage (typed fields, packed types; external data is
+    :func:`read_initializer`'s first case)."""
+    if t.data_type not in PLAIN_TYPES or not t.HasField("raw_data") or sys.byteorder != "little":
         return None
     dtype = np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type)).newbyteorder("<")
     raw = t.raw_data
