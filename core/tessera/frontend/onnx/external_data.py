@@ -202,36 +202,23 @@ def read_external(t: onnx.TensorProto) -> np.ndarray:
     from its file, read-only, at whatever alignment it has there; or read into a new 64-byte
     aligned array (see the module doc)."""
     path, start, length = _located(t)
-    plain = sys.byteorder == "little" and t.data_type in PLAIN_TYPES
-    if plain:
-        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type)).newbyteorder("<")
-        # mapped at any offset (a model file's own bytes sit where protobuf put them): a
-        # consumer that needs alignment copies (tessera.ir.aligned.as_aligned)
-        if length >= MAP_MIN_BYTES and mapping_enabled():
-            try:
-                return map_readonly(path, start, tuple(t.dims), dtype)
-            except (OSError, ValueError):
-                pass  # a file that cannot be mapped (a pipe, some network file systems)
-        out = aligned_empty(tuple(t.dims), dtype)
-        buf = memoryview(out.reshape(-1)).cast("B") if out.size else memoryview(b"")
-    else:
-        out = None
-        buf = memoryview(bytearray(length))
-    try:
-        with open(path, "rb") as f:
-            f.seek(start)
-            got = f.readinto(buf) if length else 0
-    except OSError as e:
-        raise ModelImportError(f"tensor {t.name!r}: cannot read its external data from "
-                               f"{str(path)!r}: {e}") from None
-    if got != length:
-        raise ModelImportError(f"tensor {t.name!r} needs bytes {start} to {start + length} of "
-                               f"{str(path)!r}, which ends after {start + (got or 0)}: the "
-                               f"data file is short (changed since the model was loaded?)")
-    if out is not None:
-        return out
-    tensor = _inline_copy(t, bytes(buf))
-    return numpy_helper.to_array(tensor)
+    if sys.byteorder != "little" or t.data_type not in PLAIN_TYPES:
+        tensor = onnx.TensorProto()
+        tensor.CopyFrom(t)
+        _hold_bytes(tensor, _read_bytes(t))
+        return numpy_helper.to_array(tensor)
+    dtype = np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type)).newbyteorder("<")
+    # mapped at any offset (a model file's own bytes sit where protobuf put them): a consumer
+    # that needs alignment copies (tessera.ir.aligned.as_aligned)
+    if length >= MAP_MIN_BYTES and mapping_enabled():
+        try:
+            return map_readonly(path, start, tuple(t.dims), dtype)
+        except (OSError, ValueError):
+            pass  # a file that cannot be mapped (a pipe, some network file systems)
+    out = aligned_empty(tuple(t.dims), dtype)
+    if out.size:
+        _read_into(t, path, start, memoryview(out.reshape(-1)).cast("B"))
+    return out
 
 
 def tensor_array(t: onnx.TensorProto) -> np.ndarray:
@@ -239,23 +226,34 @@ def tensor_array(t: onnx.TensorProto) -> np.ndarray:
     return read_external(t) if uses_external(t) else numpy_helper.to_array(t)
 
 
-def _inline_copy(t: onnx.TensorProto, data: bytes) -> onnx.TensorProto:
-    tensor = onnx.TensorProto()
-    tensor.CopyFrom(t)
-    del tensor.external_data[:]
-    tensor.data_location = onnx.TensorProto.DEFAULT
-    tensor.raw_data = data
-    return tensor
+def _read_into(t: onnx.TensorProto, path: Path, start: int, buf: memoryview) -> None:
+    """Fill ``buf`` with ``t``'s bytes from ``path`` at ``start`` (its whole length)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(start)
+            got = f.readinto(buf) or 0
+    except OSError as e:
+        raise ModelImportError(f"tensor {t.name!r}: cannot read its external data from "
+                               f"{str(path)!r}: {e}") from None
+    if got != len(buf):
+        raise ModelImportError(f"tensor {t.name!r} needs bytes {start} to {start + len(buf)} "
+                               f"of {str(path)!r}, which ends after {start + got}: the data "
+                               f"file is short (changed since the model was loaded?)")
 
 
 def _read_bytes(t: onnx.TensorProto) -> bytes:
     path, start, length = _located(t)
-    with open(path, "rb") as f:
-        f.seek(start)
-        data = f.read(length)
-    if len(data) != length:
-        raise ModelImportError(f"tensor {t.name!r}: the data file {str(path)!r} is short")
-    return data
+    data = bytearray(length)
+    if length:
+        _read_into(t, path, start, memoryview(data))
+    return bytes(data)
+
+
+def _hold_bytes(t: onnx.TensorProto, data: bytes) -> None:
+    """Make external tensor ``t`` hold ``data`` as its raw data (in place)."""
+    del t.external_data[:]
+    t.data_location = onnx.TensorProto.DEFAULT
+    t.raw_data = data
 
 
 def inline_external_data(proto: onnx.ModelProto) -> onnx.ModelProto:
@@ -266,10 +264,7 @@ def inline_external_data(proto: onnx.ModelProto) -> onnx.ModelProto:
     copy = onnx.ModelProto()
     copy.CopyFrom(proto)
     for t in external_tensors(copy):
-        data = _read_bytes(t)
-        del t.external_data[:]
-        t.data_location = onnx.TensorProto.DEFAULT
-        t.raw_data = data
+        _hold_bytes(t, _read_bytes(t))
     return copy
 
 
