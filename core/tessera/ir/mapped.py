@@ -89,16 +89,15 @@ def release_resident(array: np.ndarray) -> None:
 
 
 def as_aligned_unless_mapped(array: np.ndarray) -> np.ndarray:
-    """A mapped array as it is when its elements are aligned (C-contiguous, native byte
-    order): its pages are the file's, and a copy would hold the weight twice (a weight mapped
-    from a model file sits where protobuf put it, at no particular alignment; code that reads
-    it with element-aligned loads does not mind); any other array as
-    :func:`~tessera.ir.aligned.as_aligned` gives it (a mapped one's pages let go once
-    copied)."""
+    """A mapped array as it is when C-contiguous in native byte order: its pages are the
+    file's, and a copy would hold the weight twice. Such an array may sit at any byte offset
+    (a weight mapped from a model file is where protobuf put it), so whoever takes it must
+    read it with loads that assume no alignment (the llvm backend's kernels do). Any other
+    array as :func:`~tessera.ir.aligned.as_aligned` gives it (a mapped one's pages let go
+    once copied)."""
     if mapped_region(array) is None:
         return as_aligned(array)
-    if array.flags.c_contiguous and array.dtype.isnative and \
-            array.ctypes.data % max(1, array.dtype.alignment) == 0:
+    if array.flags.c_contiguous and array.dtype.isnative:
         return array
     if not array.flags.c_contiguous:
         copy = as_aligned(array)

@@ -20,6 +20,12 @@ bound to its size variable with ``llvm.assume`` facts: non-negative, and within
 them; parallel loops carry the ones they use in their closure (and assume the same facts in the
 outlined body). A static function's IR is exactly what it was before symbolic sizes existed.
 
+Alignment. Loads from a parameter assume nothing about its address (``align 1``): a weight
+mapped from a model file sits where protobuf put it, at any byte offset
+(:func:`tessera.ir.mapped.as_aligned_unless_mapped` passes such an array as it is). Other
+loads and all stores assume their element's alignment. On x86 with AVX and on AArch64 the
+machine code is the same either way (their loads take any address).
+
 Types. ``bool`` is ``i1`` in registers and ``i8`` in memory; ``float16`` is ``half``
 (conversions to and from integers and float64 go through float32).
 
@@ -187,6 +193,9 @@ class _FunctionCodegen(ExprCodegen):
         self.workspace_bytes = 0
         #: Each size variable's (low, high) range (high None: unbounded).
         self._size_bounds = func.var_bounds()
+        #: The parameters' pointer variables: loads from them assume byte alignment (see
+        #: Alignment in the module's doc)
+        self._params = {p.data for p in func.params if isinstance(p, Buffer)}
 
     # -- errors --------------------------------------------------------------------------------
     def error(self, what: str, node: Any = None) -> CompileError:
@@ -633,7 +642,7 @@ class _FunctionCodegen(ExprCodegen):
         buf = node.buffer
         ptr = self._buffer_ptr(node, buf)
         mem_ty = scalar_type(buf.dtype, memory=True)
-        align = element_bytes(buf.dtype)
+        align = 1 if buf.data in self._params else element_bytes(buf.dtype)
         b = self.scope.builder
         index = self._flat_index(node, buf, node.indices)
         lanes = index.lanes
