@@ -37,7 +37,7 @@ from tessera.tir.heavy import heavy_work
 from tessera.tir.size_expr import Dim
 from tessera.tir.stmt import PrimFunc
 from tessera.tir.transform.hoist_sizes import hoist_size_exprs
-from tessera_llvm import machine
+from tessera_llvm import compile_pool, machine, pipeline
 from tessera_llvm.codegen import CodeGenerator
 from tessera_llvm.loader import Library, SizeSpec, load_object
 from tessera_llvm.machine import (  # noqa: F401 - re-exported: callers import them from here
@@ -48,6 +48,7 @@ from tessera_llvm.machine import (  # noqa: F401 - re-exported: callers import t
     host_cpu,
     init_llvm,
     known_cpu,
+    machine_spec,
     missing_host_features,
     optimize,
     target_machine,
@@ -157,7 +158,7 @@ def build_module(funcs: list[PrimFunc], name: str, mcpu: str | None = None,
                  size_specs: dict[str, SizeSpec] | None = None,
                  aliases: dict[str, str] | None = None,
                  variants: dict[str, list[tuple[E.PrimExpr, PrimFunc]]] | None = None,
-                 cache: KernelCache | None = None) -> BuiltModule:
+                 cache: KernelCache | None = None, jobs: int | None = None) -> BuiltModule:
     """Generate, optimise and compile ``funcs`` into one object file (for ``triple``, the
     host's by default; the data layout is the target machine's).
 
@@ -184,19 +185,35 @@ def build_module(funcs: list[PrimFunc], name: str, mcpu: str | None = None,
     ``cache`` (:class:`~tessera.plugin.kernel_cache.KernelCache`): the object code and the
     optimised IR are looked up there under a key of the generated IR, the target (triple, CPU,
     features, relocation and code model), the pipeline's settings and LLVM's version, and
-    stored there after a miss; :attr:`BuiltModule.cache` says which it was."""
+    stored there after a miss; :attr:`BuiltModule.cache` says which it was.
+
+    ``jobs``: how many processes may optimise the module at once (default
+    :func:`~tessera_llvm.compile_pool.compile_jobs`); a large one is split into that many
+    parts (:func:`~tessera_llvm.compile_pool.split_parts`), optimised in parallel and linked
+    into one module before it is emitted."""
     progress = progress or Progress()
     aliases = dict(aliases or {})
     tm = target_machine(mcpu, mattr, triple)
     cpu_name, features = cpu_and_features(mcpu, mattr, triple)
-    gen = CodeGenerator(name, tm.triple, str(tm.target_data))
+    # a large region in parts, optimised at once in worker processes (:mod:`.compile_pool`)
+    parts = compile_pool.split_parts(funcs, jobs)
+    if len(parts) > 1:
+        compile_pool.prepare(len(parts) - 1)  # they start while the IR is generated
+    part_of = {f.name: i for i, part in enumerate(parts) for f in part}
+    gens = [CodeGenerator(name if len(parts) == 1 else f"{name}.part{i}", tm.triple,
+                          str(tm.target_data)) for i in range(len(parts))]
     for f in progress.track(funcs, IR_PHASE, lambda f: f.name):
         # a symbolic function's index arithmetic, once per scope (O3 would otherwise spend
         # seconds finding the common subexpressions of its unrolled statements again)
-        gen.add_function(hoist_size_exprs(f),
-                         [(c, hoist_size_exprs(v)) for c, v in (variants or {}).get(f.name, [])])
-    module = gen.finalize()
-    source = str(module) + _alias_lines(module, aliases)
+        gens[part_of[f.name]].add_function(
+            hoist_size_exprs(f),
+            [(c, hoist_size_exprs(v)) for c, v in (variants or {}).get(f.name, [])])
+    texts = [str(g.finalize()) + _alias_lines(g.module, {
+        a: t for a, t in aliases.items() if part_of.get(t) == i}) for i, g in enumerate(gens)]
+    unknown = [a for a, t in aliases.items() if t not in part_of]
+    if unknown:
+        _alias_lines(gens[0].module, {a: aliases[a] for a in unknown})  # the CompileError
+    source = "".join(texts)
     # kernels with run-time extents: no LLVM loop unrolling. Their register tiles are
     # unrolled in TIR already; LLVM's runtime unrolling of the loops around them (trip
     # counts known only at run time) multiplied their code for no speed (a symbolic
@@ -212,24 +229,36 @@ def build_module(funcs: list[PrimFunc], name: str, mcpu: str | None = None,
         progress.update(LLVM_PHASE, 2, 2, "object code from the kernel cache")
         obj, optimized = hit["object"], hit["llvm_ir"].decode()
     else:
+        if len(texts) == 1:
+            with LLVM_LOCK:
+                progress.update(LLVM_PHASE, 0, 2, f"optimizing {len(funcs)} function(s) (O3)")
+                mod = compile_ir(source, tm, loop_unrolling=unrolling)
+        else:
+            progress.update(LLVM_PHASE, 0, 2, f"optimizing {len(funcs)} function(s) (O3) in "
+                                              f"{len(texts)} parts at once")
+            mods = compile_pool.optimize_parts(
+                texts, machine_spec(mcpu, mattr, triple), tm, loop_unrolling=unrolling)
+            with LLVM_LOCK:
+                mod = mods[0]
+                for other in mods[1:]:
+                    mod.link_in(other)
         with LLVM_LOCK:
-            progress.update(LLVM_PHASE, 0, 2, f"optimizing {len(funcs)} function(s) (O3)")
-            mod = compile_ir(source, tm, loop_unrolling=unrolling)
             progress.update(LLVM_PHASE, 1, 2, "emitting object code")
             obj = tm.emit_object(mod)
             progress.update(LLVM_PHASE, 2, 2)
             optimized = str(mod)
         if cache is not None:
             cache.put(CACHE_NAMESPACE, key, {"object": obj, "llvm_ir": optimized.encode()})
-    signatures = {f.name: _signature(f, gen.workspace_bytes[f.name]) for f in funcs}
-    workspaces = dict(gen.workspace_bytes)
+    workspaces = {n: b for g in gens for n, b in g.workspace_bytes.items()}
+    signatures = {f.name: _signature(f, workspaces[f.name]) for f in funcs}
     specs = _size_specs(funcs, size_specs or {})
     for alias, target in aliases.items():
         signatures[alias] = signatures[target]
         workspaces[alias] = workspaces[target]
         if target in specs:
             specs[alias] = specs[target]
-    return BuiltModule(name=name, function_names=[*gen.function_names, *aliases],
+    names = [f.name for f in funcs]
+    return BuiltModule(name=name, function_names=[*names, *aliases],
                        object_code=obj, llvm_ir=optimized, source_ir=source, mcpu=mcpu,
                        mattr=mattr, triple=triple, cpu_name=cpu_name, features=features,
                        signatures=signatures, workspaces=workspaces, size_specs=specs,
@@ -242,7 +271,7 @@ def _pipeline_fingerprint() -> str:
     versions and the code that sets up the target machine and the pass pipeline (hashed from
     its source, so that a change to it is a miss even without a new version)."""
     h = hashlib.sha256()
-    for mod in (machine, sys.modules[__name__]):
+    for mod in (machine, pipeline, sys.modules[__name__]):
         if mod.__file__:
             h.update(Path(mod.__file__).read_bytes())
     return f"{llvm.llvm_version_info}/{llvmlite.__version__}/{h.hexdigest()}"

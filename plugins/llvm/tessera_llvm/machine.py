@@ -22,6 +22,7 @@ import llvmlite.binding as llvm
 from llvmlite import ir
 
 from tessera.errors import CompileError
+from tessera_llvm import pipeline
 from tessera_llvm.lock import LLVM_LOCK
 from tessera_llvm.triple import host_triple, init_all_targets, is_foreign
 
@@ -80,14 +81,24 @@ def target_machine(mcpu: str | None = None, mattr: str | None = None,
     foreign triple LLVM's ``generic`` CPU), opt level 3, and the relocation and code models of
     :func:`code_model`. (LLVM warns on stderr about a CPU name it does not know and then emits
     generic code.)"""
-    init_llvm()
+    spec = machine_spec(mcpu, mattr, triple)
     with LLVM_LOCK:
-        target = _target(triple)
-        cpu, features = cpu_and_features(mcpu, mattr, triple)
-        reloc, codemodel = code_model(triple)
-        tm = target.create_target_machine(cpu=cpu, features=features, opt=3, reloc=reloc,
-                                          codemodel=codemodel)
-    return tm
+        return pipeline.create_machine(spec)
+
+
+def machine_spec(mcpu: str | None = None, mattr: str | None = None,
+                 triple: str | None = None) -> pipeline.MachineSpec:
+    """What :func:`target_machine` makes its machine from (a compile worker makes the same
+    one from it: :mod:`tessera_llvm.compile_pool`)."""
+    init_llvm()
+    foreign = is_foreign(triple)
+    if foreign:
+        with LLVM_LOCK:
+            init_all_targets()
+    cpu, features = cpu_and_features(mcpu, mattr, triple)
+    reloc, codemodel = code_model(triple)
+    return pipeline.MachineSpec(triple or host_triple(), cpu, features, reloc, codemodel,
+                                foreign)
 
 
 def code_model(triple: str | None) -> tuple[str, str]:
@@ -143,16 +154,9 @@ def optimize(module: llvm.ModuleRef, tm: llvm.TargetMachine, speed_level: int = 
              loop_unrolling: bool = True) -> None:
     """Run LLVM's default per-module pipeline at ``speed_level`` with loop and SLP
     vectorization, loop interleaving and (unless ``loop_unrolling`` is false) unrolling
-    enabled."""
+    enabled (:func:`tessera_llvm.pipeline.run_pipeline`)."""
     with LLVM_LOCK:
-        pto = llvm.create_pipeline_tuning_options(speed_level=speed_level)
-        pto.loop_vectorization = True
-        pto.slp_vectorization = True
-        pto.loop_interleaving = True
-        pto.loop_unrolling = loop_unrolling
-        pb = llvm.create_pass_builder(tm, pto)
-        mpm = pb.getModulePassManager()
-        mpm.run(module, pb)
+        pipeline.run_pipeline(module, tm, speed_level, loop_unrolling)
 
 
 def compile_ir(module: ir.Module | str, tm: llvm.TargetMachine,
@@ -163,14 +167,11 @@ def compile_ir(module: ir.Module | str, tm: llvm.TargetMachine,
     with LLVM_LOCK:
         text = str(module)
         try:
-            mod = llvm.parse_assembly(text)
-            mod.verify()
+            mod = pipeline.parse_for(text, tm)
         except RuntimeError as exc:
             name = module.name if isinstance(module, ir.Module) else "<text>"
             raise CompileError(f"llvm: generated IR of module {name!r} is invalid: {exc}") from exc
-        mod.triple = tm.triple
-        mod.data_layout = str(tm.target_data)
-        optimize(mod, tm, speed_level, loop_unrolling)
+        pipeline.run_pipeline(mod, tm, speed_level, loop_unrolling)
         return mod
 
 
