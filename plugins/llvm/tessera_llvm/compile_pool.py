@@ -22,6 +22,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import select
 import subprocess
 import sys
 import threading
@@ -32,7 +33,7 @@ import llvmlite.binding as llvm
 from tessera.errors import CompileError
 from tessera.tir.stmt import PrimFunc
 from tessera.tir.transform._util import stmt_count
-from tessera_llvm.llvm_worker import read_frame, write_frame
+from tessera_llvm.llvm_worker import hello, read_frame, write_frame
 from tessera_llvm.lock import LLVM_LOCK
 from tessera_llvm.machine import compile_ir
 from tessera_llvm.pipeline import MachineSpec
@@ -41,9 +42,11 @@ from tessera_llvm.pipeline import MachineSpec
 JOBS_ENV = "TESSERA_COMPILE_JOBS"
 #: The most processes one module is split over by default.
 MAX_JOBS = 8
-#: Regions with fewer TIR nodes than this are optimised in one piece, here. (A symbolic
-#: 4-layer encoder's region holds about 300,000, its static form about 100,000; LLVM
-#: optimises some 100,000 nodes a second on one core.)
+#: Seconds a new worker may take to say that it is ready.
+START_TIMEOUT_S = 30.0
+#: Regions with fewer TIR nodes than this are optimised in one piece, here. (Measured on the
+#: 2-core Xeon: the symbolic 4-layer encoder's region holds 39,000, which O3 takes 1.5 s over;
+#: its static form at 1x128 5,800 (0.3 s); the symbolic image CNN 133,000.)
 MIN_PARALLEL_NODES = 10_000
 
 
@@ -98,14 +101,31 @@ class _Worker:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tessera_llvm.llvm_worker"], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, close_fds=True)
+        self.greeted = False
 
     def alive(self) -> bool:
         return self.pid == os.getpid() and self.proc.poll() is None
+
+    def _greet(self) -> None:
+        """Wait (at most :data:`START_TIMEOUT_S`) for the worker's hello, and check that it
+        runs this process's llvmlite and LLVM (``sys.executable`` may not be this Python, or
+        not Python at all, in an embedded interpreter); RuntimeError otherwise."""
+        assert self.proc.stdout is not None
+        ready, _, _ = select.select([self.proc.stdout], [], [], START_TIMEOUT_S)
+        said = read_frame(self.proc.stdout) if ready else None
+        if said != hello():
+            self.proc.kill()
+            self.proc.wait()
+            raise RuntimeError(f"compile worker {self.proc.pid} did not start as expected "
+                               f"(it said {said!r})")
+        self.greeted = True
 
     def optimize(self, header: bytes, text: bytes) -> bytes:
         """The bitcode of ``text`` optimised as ``header`` says; RuntimeError when the worker
         fails (its message) or is gone."""
         assert self.proc.stdin is not None and self.proc.stdout is not None
+        if not self.greeted:
+            self._greet()
         try:
             write_frame(self.proc.stdin, header)
             write_frame(self.proc.stdin, text)

@@ -2,7 +2,8 @@
 
 ``python -m tessera_llvm.llvm_worker`` reads jobs from its standard input and answers each on
 its standard output, until its input ends (its parent exited or closed it). A frame is an
-8-byte little-endian length and that many bytes. A job is two frames: a JSON header (the
+8-byte little-endian length and that many bytes. The worker first writes one frame saying what
+it is (:func:`hello`). A job is two frames: a JSON header (the
 :class:`~tessera_llvm.pipeline.MachineSpec` as ``machine``, ``speed_level``,
 ``loop_unrolling``) and the IR text. The answer is two frames: ``b"ok"`` and the optimised
 module as LLVM bitcode, or ``b"error"`` and the message.
@@ -21,6 +22,7 @@ import struct
 import sys
 from typing import BinaryIO
 
+import llvmlite
 import llvmlite.binding as llvm
 
 from tessera_llvm import pipeline
@@ -69,10 +71,18 @@ def serve(inp: BinaryIO, out: BinaryIO) -> None:
         out.flush()
 
 
+def hello() -> bytes:
+    """The first frame a worker writes: what it is, and the llvmlite and LLVM it runs (the
+    parent uses a worker only when they are its own: bitcode is read by the same LLVM)."""
+    return f"tessera-llvm-worker {llvmlite.__version__} {llvm.llvm_version_info}".encode()
+
+
 def main() -> None:
     # Ctrl-C in a terminal reaches the whole process group: the parent decides what stops
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     llvm.initialize_native_target()
+    write_frame(sys.stdout.buffer, hello())
+    sys.stdout.buffer.flush()
     serve(sys.stdin.buffer, sys.stdout.buffer)
 
 

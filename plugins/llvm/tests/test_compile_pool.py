@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import sys
 
 import numpy as np
 import onnx
@@ -172,3 +173,23 @@ def test_a_model_compiled_in_parts_gives_the_same_results(
     for n in (1, 5, 33):
         x = RNG.standard_normal((n, 32)).astype(np.float32)
         np.testing.assert_array_equal(one.run(x=x)["y"], two.run(x=x)["y"])
+
+
+@pytest.mark.parametrize("program", ["#!/bin/sh\nsleep 30\n", "#!/bin/sh\necho hello\n"],
+                         ids=["silent", "not-a-worker"])
+def test_a_worker_that_is_not_one_is_not_used(monkeypatch: pytest.MonkeyPatch, tmp_path,
+                                              program: str) -> None:
+    """``sys.executable`` that is not this Python (an embedded interpreter): the worker never
+    says hello, or says something else; its part is optimised here, without waiting long."""
+    fake = tmp_path / "python"
+    fake.write_text(program)
+    fake.chmod(0o755)
+    compile_pool.shutdown()
+    monkeypatch.setattr(compile_pool, "MIN_PARALLEL_NODES", 0)
+    monkeypatch.setattr(compile_pool, "START_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(sys, "executable", str(fake))
+    try:
+        _run_all(build_module(_kernels(), "impostor", jobs=2))
+        assert not compile_pool._idle  # not given back for later compiles
+    finally:
+        compile_pool.shutdown()
