@@ -298,6 +298,14 @@ class Call(PrimExpr):
         self.lanes = max((a.lanes for a in self.args), default=1)
 
 
+#: Intrinsics of masked vector memory access (made by the vectorizer for partial vectors:
+#: :mod:`tessera.tir.transform.vectorize`): ``masked_load(B[index], mask)`` reads the lanes
+#: inside ``mask`` and gives 0 in the others; a store ``B[index] = masked_store(value, mask)``
+#: writes only the lanes inside ``mask``. The lanes outside may address memory outside ``B``.
+MASKED_LOAD = "masked_load"
+MASKED_STORE = "masked_store"
+
+
 class BufferLoad(PrimExpr):
     """``buffer[indices]``. With a :class:`Ramp` as the last index it loads a vector."""
 

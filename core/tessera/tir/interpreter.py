@@ -187,6 +187,8 @@ class _Interpreter:
         return saturating_astype(self.eval(e.value), _np_dtype(e.dtype))
 
     def e_Call(self, e: E.Call) -> np.ndarray:
+        if e.name == E.MASKED_LOAD:
+            return self.masked_load(e)
         args = [self.eval(a) for a in e.args]
         if e.name in _UNARY_CALLS and len(args) == 1:
             x = args[0]
@@ -203,6 +205,20 @@ class _Interpreter:
             return _as(op(args[0], args[1]), e.dtype)
         raise NotImplementedError(f"the TIR interpreter has no intrinsic {e.name!r} "
                                   f"with {len(args)} argument(s)")
+
+    def masked_load(self, e: E.Call) -> np.ndarray:
+        """``masked_load(B[index], mask)``: the lanes inside ``mask`` read, the others 0 (their
+        addresses are not checked: they may lie outside the buffer)."""
+        load, mask = e.args
+        if not isinstance(load, E.BufferLoad):
+            raise ValueError(f"{E.MASKED_LOAD} of something other than a load: {e}")
+        inside = np.broadcast_to(self.eval(mask), (e.lanes,))
+        m = self.memory(load.buffer)
+        out = np.zeros(e.lanes, dtype=_np_dtype(e.dtype))
+        if inside.any():
+            indices = [np.broadcast_to(self.eval(i), (e.lanes,))[inside] for i in load.indices]
+            out[inside] = m.flat[m.address(indices)]
+        return out
 
     def e_BufferLoad(self, e: E.BufferLoad) -> np.ndarray:
         m = self.memory(e.buffer)
@@ -261,6 +277,17 @@ class _Interpreter:
 
     def s_BufferStore(self, s: S.BufferStore) -> None:
         m = self.memory(s.buffer)
+        if isinstance(s.value, E.Call) and s.value.name == E.MASKED_STORE:
+            # only the lanes inside the mask are written (the others' addresses may lie
+            # outside the buffer)
+            value, mask = s.value.args
+            lanes = s.value.lanes
+            inside = np.broadcast_to(self.eval(mask), (lanes,))
+            if inside.any():
+                vals = np.broadcast_to(self.eval(value), (lanes,))[inside]
+                indices = [np.broadcast_to(self.eval(i), (lanes,))[inside] for i in s.indices]
+                m.flat[m.address(indices)] = _as(vals, s.buffer.dtype)
+            return
         value = self.eval(s.value)
         addr = m.address([self.eval(i) for i in s.indices])
         if np.ndim(value) and np.ndim(addr) and value.size != addr.size:

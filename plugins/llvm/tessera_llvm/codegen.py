@@ -114,6 +114,16 @@ class _Scope:
     in_parallel: bool = False
 
 
+def _vector_suffix(vty: ir.VectorType) -> str:
+    """The overload suffix of an LLVM intrinsic for ``vty`` (``v16f32``, ``v32i8``)."""
+    elem = vty.element
+    if isinstance(elem, ir.IntType):
+        name = f"i{elem.width}"
+    else:
+        name = {"half": "f16", "bfloat": "bf16", "float": "f32", "double": "f64"}[str(elem)]
+    return f"v{vty.count}{name}"
+
+
 class CodeGenerator:
     """Builds one LLVM module from PrimFuncs: create, :meth:`add_function`, :meth:`finalize`."""
 
@@ -358,6 +368,9 @@ class _FunctionCodegen(ExprCodegen):
                     self.stmt(s.else_case)
 
     def _stmt_BufferStore(self, s: S.BufferStore) -> None:
+        if isinstance(s.value, E.Call) and s.value.name == E.MASKED_STORE:
+            self._masked_store(s)
+            return
         value = self.expr(s.value)
         index = self._flat_index(s, s.buffer, s.indices)
         lanes = max(index.lanes, s.value.lanes)
@@ -691,6 +704,42 @@ class _FunctionCodegen(ExprCodegen):
             pos = ir.Constant(I32, lane)
             b.store(b.extract_element(value, pos),
                     self._address(ptr, mem_ty, b.extract_element(idx, pos)), align=align)
+
+    def _masked_access(self, node: Any, load: E.BufferLoad | S.BufferStore, mask: E.PrimExpr,
+                       lanes: int) -> tuple[ir.Value, ir.Type, int, ir.Value]:
+        """(address of the first lane, the vector type in memory, the alignment, the mask as
+        ``<lanes x i1>``) of a masked access to ``load``'s buffer at its contiguous index."""
+        buf = load.buffer
+        mem_ty = scalar_type(buf.dtype, memory=True)
+        base = self._contiguous_base(self._flat_index(node, buf, load.indices))
+        if base is None:
+            raise self.error(f"a masked access to {buf.name!r} needs a contiguous index", node)
+        addr = self._address(self._buffer_ptr(node, buf), mem_ty,
+                             self._index_value(self.expr(base)))
+        align = 1 if buf.data in self._params else element_bytes(buf.dtype)
+        return addr, ir.VectorType(mem_ty, lanes), align, self._broadcast(self.expr(mask), lanes)
+
+    def _masked_load(self, e: E.Call) -> ir.Value:
+        """``masked_load(B[ramp], mask)`` as ``llvm.masked.load`` (0 in the lanes outside)."""
+        load, mask = e.args
+        if not isinstance(load, E.BufferLoad):
+            raise self.error(f"{E.MASKED_LOAD} of something other than a buffer load", e)
+        addr, vty, align, m = self._masked_access(e, load, mask, e.lanes)
+        fn = self.gen.math.declare(f"llvm.masked.load.{_vector_suffix(vty)}.p0", vty,
+                                   [PTR, I32, m.type, vty])
+        v = self.scope.builder.call(fn, [addr, ir.Constant(I32, align), m,
+                                         ir.Constant(vty, None)])
+        return self._from_memory(v, load.buffer.dtype)
+
+    def _masked_store(self, s: S.BufferStore) -> None:
+        """``B[ramp] = masked_store(value, mask)`` as ``llvm.masked.store``."""
+        value, mask = s.value.args
+        lanes = s.value.lanes
+        addr, vty, align, m = self._masked_access(s, s, mask, lanes)
+        v = self._to_memory(self._broadcast(self.expr(value), lanes), s.buffer.dtype)
+        fn = self.gen.math.declare(f"llvm.masked.store.{_vector_suffix(vty)}.p0", VOID,
+                                   [vty, PTR, I32, m.type])
+        self.scope.builder.call(fn, [v, addr, ir.Constant(I32, align), m])
 
     def _from_memory(self, v: ir.Value, dtype: str) -> ir.Value:
         if dtype != "bool":

@@ -449,6 +449,8 @@ class ExprCodegen:
     def _expr_Call(self, e: E.Call) -> ir.Value:
         if e.name == "prefetch":
             return self._prefetch(e)
+        if e.name == E.MASKED_LOAD:
+            return self._masked_load(e)
         lanes = e.lanes
         args = [self._broadcast(self.expr(a), lanes) for a in e.args]
         for a in e.args:

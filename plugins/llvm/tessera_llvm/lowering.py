@@ -410,6 +410,12 @@ def scheduled_loop_nest(group: Any, name: str, cpu: CPUInfo,
     raise AssertionError("unreachable")  # pragma: no cover - for type checkers
 
 
+#: The TIR pipeline's options for this backend: the last, partial vector of a loop with a
+#: run-time extent runs as masked vector loads and stores (AVX-512 and AVX2 have them; LLVM
+#: lowers them to branches elsewhere) instead of one guarded scalar statement per lane.
+PIPELINE_OPTIONS = {"predicate_tails": True}
+
+
 @heavy_work
 def lower_group(group: Any, name: str, cpu: CPUInfo,
                 overrides: dict[str, dict[str, Any]] | None = None,
@@ -430,7 +436,8 @@ def lower_group(group: Any, name: str, cpu: CPUInfo,
             spec = size_spec(prim)  # of the nest: the pipeline flattens the buffers
         # the tails of matrix products and convolutions with run-time extents (no-ops for
         # other kernels)
-        prim = lower_pipeline(specialize_width_tails(specialize_tails(prim)))
+        prim = lower_pipeline(specialize_width_tails(specialize_tails(prim)),
+                              PIPELINE_OPTIONS)
         plan = sched.prefetch
         if plan is not None:
             prim = prefetch_next_slice(prim, *plan)

@@ -48,6 +48,8 @@ DEFAULT_OPTIONS: dict[str, Any] = {
     "partition_static": False,   # loop_partition: also at guards with constant bounds
     "vectorize": True,           # False: VECTORIZED loops run serially
     "max_lanes": MAX_LANES,      # widest vector emitted
+    "predicate_tails": False,    # vectorize partial vectors' guards as masks (masked_load/
+                                 # masked_store: for code generators that take them)
     "hoist_sizes": True,         # bind expressions of run-time sizes once (before unroll)
     "unroll": True,              # expand UNROLLED loops
     "auto_unroll_max_extent": 0,  # also unroll innermost serial loops up to this extent
@@ -134,7 +136,7 @@ def default_pipeline(opts: dict[str, Any] | None = None) -> Pipeline:
     partition = o["partition_static"] if o["loop_partition"] else None
     if o["vectorize"]:
         passes.append(("vectorize", partial(_partition_then, partial(
-            vectorize, max_lanes=o["max_lanes"]), partition)))
+            vectorize, max_lanes=o["max_lanes"], predicate=o["predicate_tails"]), partition)))
     else:
         passes.append(("devectorize", partial(_partition_then, _devectorize, partition)))
     if o["hoist_sizes"]:

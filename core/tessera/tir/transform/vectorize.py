@@ -18,6 +18,19 @@ Otherwise it falls back to an ``UNROLLED`` loop (small extents) or a ``SERIAL`` 
 * a buffer that is both written and read in the body at different indices (a dependence
   between iterations);
 * a non-constant extent, or one above ``max_lanes`` (``SERIAL``).
+
+With ``predicate=True`` (for code generators that take the two intrinsics below) one kind of
+``if`` whose condition depends on ``v`` vectorizes too: the guard of a partial vector,
+``if ramp(b, s, L) < n`` (``s > 0``; or ``<=``, or written the other way round), as loop
+partitioning leaves it on the last vector of a loop with a run-time extent. Its statements
+become *masked*: every load whose index depends on ``v`` is ``masked_load(B[ramp], mask)``
+(the lanes outside the mask read nothing and are 0), and every store
+``B[ramp] = masked_store(value, mask)`` (only the lanes inside the mask are written; both with
+contiguous ramps, else the statement stays scalar), under a
+scalar ``if b < n`` (the first lane's condition: no lane is inside when it is not), so that
+loads that do not depend on ``v`` run only when the original would have run them. A body with
+an integer division or remainder by a non-constant stays scalar (a lane outside the mask
+would divide by the 0 it read).
 """
 
 from __future__ import annotations
@@ -27,11 +40,11 @@ from typing import Any
 from tessera.tir import expr as E
 from tessera.tir import stmt as S
 from tessera.tir.arith import struct_key
-from tessera.tir.functor import post_order_visit, substitute
+from tessera.tir.functor import post_order_visit, rebuild, substitute
 from tessera.tir.simplify import Simplifier
 from tessera.tir.transform._util import StmtScopedMutator, stmt_count
 
-__all__ = ["vectorize", "MAX_LANES"]
+__all__ = ["MASKED_LOAD", "MASKED_STORE", "MAX_LANES", "vectorize"]
 
 #: The widest vector the pass emits; wider loops run serially.
 MAX_LANES = 64
@@ -118,11 +131,68 @@ def _loads(node: Any) -> list[E.BufferLoad]:
     return out
 
 
+MASKED_LOAD, MASKED_STORE = E.MASKED_LOAD, E.MASKED_STORE
+
+
+def _first_lane_condition(cond: E.PrimExpr) -> E.PrimExpr | None:
+    """The scalar condition of lane 0 of ``cond`` when ``cond`` compares an increasing ramp
+    with a broadcast (``ramp(b, s, L) < n`` and the like, so that no lane holds when lane 0
+    does not); None for any other condition."""
+    for kind, flipped in ((E.LT, E.GT), (E.LE, E.GE)):
+        if isinstance(cond, kind):
+            ramp, bound = cond.a, cond.b
+        elif isinstance(cond, flipped):
+            ramp, bound = cond.b, cond.a
+        else:
+            continue
+        if isinstance(ramp, E.Ramp) and isinstance(bound, E.Broadcast) and \
+                isinstance(ramp.stride, E.IntImm) and ramp.stride.value > 0:
+            return kind(ramp.base, bound.value)
+    return None
+
+
+def _divides_by_a_variable(e: E.PrimExpr) -> bool:
+    """Whether ``e`` holds an integer division or remainder by a non-constant."""
+    found = False
+
+    def f(n: Any) -> None:
+        nonlocal found
+        if isinstance(n, E.Div | E.FloorDiv | E.FloorMod) and E.is_int(n.dtype) and \
+                not isinstance(n.b, E.IntImm | E.Broadcast):
+            found = True
+
+    post_order_visit(e, f)
+    return found
+
+
+def _contiguous(indices: Any) -> bool:
+    """Whether the (flattened) index is a ramp of stride 1: what masked access takes."""
+    return len(indices) == 1 and isinstance(indices[0], E.Ramp) and \
+        isinstance(indices[0].stride, E.IntImm) and indices[0].stride.value == 1
+
+
+def _mask_loads(e: E.PrimExpr, mask: E.PrimExpr) -> E.PrimExpr:
+    """``e`` with every load of a vector index read under ``mask``."""
+    if isinstance(e, E.BufferLoad):
+        if e.lanes == 1:
+            return e
+        if not _contiguous(e.indices):
+            raise _CannotVectorize(f"a masked load of {e.buffer.name} is not contiguous")
+        return E.Call(MASKED_LOAD, [e, mask], e.dtype)
+    if isinstance(e, E.Call) and e.name == MASKED_LOAD:
+        return e
+    return rebuild(e, lambda x: _mask_loads(x, mask))
+
+
 class _StmtVectorizer:
-    def __init__(self, ev: _ExprVectorizer) -> None:
+    def __init__(self, ev: _ExprVectorizer, predicate: bool = False) -> None:
         self.ev = ev
         #: buffer id -> (index keys seen in stores)
         self.stores: dict[int, set[Any]] = {}
+        #: whether a partial vector's guard may become a mask (module doc)
+        self.predicate = predicate
+        #: the mask of the guarded statements being vectorized (None outside them)
+        self.mask: E.PrimExpr | None = None
 
     def visit(self, s: S.Stmt) -> S.Stmt:
         ev = self.ev
@@ -141,6 +211,15 @@ class _StmtVectorizer:
             value = ev.widen(ev.simp.visit(ev.visit(s.value)))
             self.stores.setdefault(id(s.buffer), set()).add(
                 tuple(struct_key(i) for i in indices))
+            if self.mask is not None:
+                if _divides_by_a_variable(value) or any(_divides_by_a_variable(i)
+                                                         for i in indices):
+                    raise _CannotVectorize("a masked statement divides by a variable")
+                if not _contiguous(indices):
+                    raise _CannotVectorize(f"a masked store to {s.buffer.name} is not "
+                                           f"contiguous")
+                value = E.Call(MASKED_STORE, [_mask_loads(value, self.mask), self.mask],
+                               value.dtype)
             return S.BufferStore(s.buffer, value, indices)
         if isinstance(s, S.LetStmt):
             value = ev.visit(s.value)
@@ -150,10 +229,22 @@ class _StmtVectorizer:
         if isinstance(s, S.IfThenElse):
             cond = ev.simp.visit(ev.visit(s.condition))
             if cond.lanes != 1:
-                raise _CannotVectorize(f"condition {s.condition} depends on {ev.var.name}")
+                return self.masked(s, cond)
             other = self.visit(s.else_case) if s.else_case is not None else None
             return S.IfThenElse(cond, self.visit(s.then_case), other)
         raise _CannotVectorize(f"cannot vectorize a {type(s).__name__}")
+
+    def masked(self, s: S.IfThenElse, cond: E.PrimExpr) -> S.Stmt:
+        """The guard of a partial vector as a mask over its statements (module doc)."""
+        lead = _first_lane_condition(cond) if self.predicate else None
+        if lead is None or s.else_case is not None or self.mask is not None:
+            raise _CannotVectorize(f"condition {s.condition} depends on {self.ev.var.name}")
+        self.mask = cond
+        try:
+            body = self.visit(s.then_case)
+        finally:
+            self.mask = None
+        return S.IfThenElse(self.ev.simp.visit(lead), body)
 
     def check_dependences(self, body: S.Stmt) -> None:
         """Every load from a buffer the body writes must read exactly the stored lanes."""
@@ -171,9 +262,11 @@ class _StmtVectorizer:
 
 
 class _Vectorizer(StmtScopedMutator):
-    def __init__(self, max_lanes: int, func: S.PrimFunc | None = None) -> None:
+    def __init__(self, max_lanes: int, func: S.PrimFunc | None = None,
+                 predicate: bool = False) -> None:
         super().__init__(func)
         self.max_lanes = max_lanes
+        self.predicate = predicate
 
     def visit_For(self, s: S.For) -> Any:
         new = super().visit_For(s)
@@ -195,7 +288,7 @@ class _Vectorizer(StmtScopedMutator):
         simp = self.simplifier()
         ramp = E.Ramp(s.min, E.IntImm(1, s.loop_var.dtype), lanes)
         ev = _ExprVectorizer(s.loop_var, ramp, simp)
-        sv = _StmtVectorizer(ev)
+        sv = _StmtVectorizer(ev, self.predicate)
         body = sv.visit(s.body)
         sv.check_dependences(body)
         return body
@@ -209,6 +302,8 @@ def _fallback(s: S.For, serial: bool) -> S.For:
     return S.For(s.loop_var, s.min, s.extent, kind, s.body, s.thread_tag, s.annotations)
 
 
-def vectorize(func: S.PrimFunc, max_lanes: int = MAX_LANES) -> S.PrimFunc:
-    """``func`` with its ``VECTORIZED`` loops turned into vector code (or safe fallbacks)."""
-    return func.with_body(_Vectorizer(max_lanes, func).visit(func.body))
+def vectorize(func: S.PrimFunc, max_lanes: int = MAX_LANES,
+              predicate: bool = False) -> S.PrimFunc:
+    """``func`` with its ``VECTORIZED`` loops turned into vector code (or safe fallbacks);
+    ``predicate``: partial vectors' guards become masks (module doc)."""
+    return func.with_body(_Vectorizer(max_lanes, func, predicate).visit(func.body))
