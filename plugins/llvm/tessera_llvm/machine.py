@@ -171,7 +171,7 @@ def compile_ir(module: ir.Module | str, tm: llvm.TargetMachine,
         except RuntimeError as exc:
             name = module.name if isinstance(module, ir.Module) else "<text>"
             raise CompileError(f"llvm: generated IR of module {name!r} is invalid: {exc}") from exc
-        pipeline.run_pipeline(mod, tm, speed_level, loop_unrolling)
+        optimize(mod, tm, speed_level, loop_unrolling)
         return mod
 
 
