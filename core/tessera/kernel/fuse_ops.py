@@ -24,7 +24,10 @@ The rules are TVM's, driven by each op's :class:`~tessera.ops.registry.OpPattern
   taking their epilogues first;
 * a ``COMM_REDUCE`` op absorbs its elementwise/injective producers but, as in TVM, does not take
   the elementwise ops after it (its schedule would need an epilogue stage);
-* ``OPAQUE`` ops (Softmax, LRN, today's MaxPool and AveragePool) stay alone.
+* ``OPAQUE`` ops (Softmax, LRN, today's MaxPool and AveragePool) stay alone;
+* a group whose values depend on sizes and constants only does not fuse into a consumer that
+  reads data when computing it costs more than reading it (a static compile folds such a
+  group into a constant; a symbolic one runs its kernel once per binding of the sizes).
 
 A node is only fused into its *immediate post-dominator* (the first node that every path from it
 to the function's outputs goes through), after checking every node on every path in between, and
@@ -68,6 +71,14 @@ COSTLY_OPS = frozenset({"Resize", "Upsample", "GridSample"})
 #: Computing (not data-moving) nodes a producer group may have and still fuse into a
 #: ``Concat`` of several inputs.
 CONCAT_INLINE_OPS = 4
+#: Ops that only make or pick values by index: a group of them (with data movement) computes
+#: as cheaply as it reads its result, so it fuses into its consumer even where its values
+#: depend on sizes only.
+INDEX_OPS = frozenset({"Range", "ConstantOfShape", "ShapeValues", "Gather", "Concat"})
+#: Ops whose cost per element keeps a group made of sizes only a kernel of its own.
+TRANSCENDENTAL_OPS = frozenset({"Log", "Exp", "Pow", "Sqrt", "Div", "Mod", "Reciprocal", "Sin",
+                                "Cos", "Tan", "Tanh", "Erf", "Sigmoid", "Softplus", "Atan",
+                                "Asin", "Acos", "Sinh", "Cosh"})
 
 #: ``PatternFn(node) -> OpPattern``: how fusion sees one node.
 PatternFn = Callable[[Node], OpPattern]
@@ -167,6 +178,14 @@ class _ForwardGraph:
                 self.edges[i].append((j, edge))
         returned = {id(v) for v in func.outputs}
         self.extern = [any(id(o) in returned for o in n.outputs) for n in self.nodes]
+        #: per node: whether its values depend on constants and sizes only (no input of the
+        #: function reaches it)
+        self.sizes_only: list[bool] = []
+        for node in self.nodes:
+            self.sizes_only.append(node.body is None and all(
+                v is None or v.is_constant
+                or (id(v) in produced and self.sizes_only[produced[id(v)]])
+                for v in node.inputs))
 
 
 class _PostDominatorTree:
@@ -289,6 +308,23 @@ class _Partitioner:
         return any(n.op in COSTLY_OPS for n in computing) or \
             len(computing) > CONCAT_INLINE_OPS
 
+    def _costly_sizes_only(self, src: int, sink: int) -> bool:
+        """Whether ``src``'s group computes from sizes and constants only, at a cost per
+        element beyond reading its result (a transcendental or division, or more than
+        :data:`CONCAT_INLINE_OPS` computing nodes), and ``sink`` reads data: then it stays a
+        kernel of its own, which execution states run once per binding of the sizes
+        (``ExecutionPlan.once_per_sizes``) as a static compile folds it once (T5's
+        relative-position buckets, rotary tables)."""
+        graph = self.graph
+        if not graph.sizes_only[src] or graph.sizes_only[sink]:
+            return False
+        root = self.find(src)
+        computing = [n.op for u, n in enumerate(graph.nodes)
+                     if self.find(u) == root and n.op not in DATA_MOVEMENT
+                     and n.op not in INDEX_OPS]
+        return len(computing) > CONCAT_INLINE_OPS or any(op in TRANSCENDENTAL_OPS
+                                                         for op in computing)
+
     def commit(self, src: int, sink: int) -> None:
         """Fuse ``src`` and every node between it and ``sink`` into ``sink``'s group."""
         for u in (src, *self._paths(src, sink)):
@@ -316,7 +352,7 @@ class _Partitioner:
                 continue
             if self.size_with(i, sink) > self.max_depth:
                 continue
-            if self._costly_into_concat(i, sink):
+            if self._costly_into_concat(i, sink) or self._costly_sizes_only(i, sink):
                 continue
             if self.check_path(i, sink, cond):
                 self.commit(i, sink)

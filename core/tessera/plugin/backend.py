@@ -34,7 +34,9 @@ KernelFn = Callable[[list[Any], list[Any]], None]
 #: outputs) buffer lists, in the order of ``CompiledRegion.kernels``, and returns a call that
 #: runs every kernel in that order (for instance one native call instead of one per kernel).
 #: An entry is None for a kernel whose work the runtime does itself (an elided concatenation,
-#: see ``Kernel.concat_offsets``): the call must skip it. A region with run-time sizes
+#: see ``Kernel.concat_offsets``) or that did its work on an earlier run (a kernel reading only
+#: constants and sizes runs once per binding of the sizes: the runtime binds such a region
+#: twice, with and without those kernels): the call must skip it. A region with run-time sizes
 #: (``CompiledRegion.size_names``) is bound with its sizes array as a second argument.
 SequenceBinder = Callable[[list["tuple[list[Any], list[Any]] | None"]], Callable[[], None]]
 

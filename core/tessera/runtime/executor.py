@@ -175,8 +175,16 @@ class Executor:
                 fn = _locked_kernel(fn, plan.locks[step.region])
             self.calls.append((step, fn, [self.buffers[n] for n in step.inputs],
                                [self.buffers[n] for n in step.outputs]))
+        once = plan.once_per_sizes.steps
         with self.on_streams():
             self.runs = self._bind_runs()
+            #: ``runs`` without the steps run once per binding of the sizes
+            #: (``ExecutionPlan.once_per_sizes``)
+            self.repeat_runs = self._bind_runs(once) if once else self.runs
+        #: the binding of the sizes whose results those steps hold (None: none yet, or a run
+        #: stopped part-way)
+        self._once_done_for: tuple[tuple[str, int], ...] | None = None
+        self._sizes_key: tuple[tuple[str, int], ...] = ()
         #: :meth:`bound_io` per list of input and output names
         self._io: dict[tuple[tuple[str, ...], tuple[str, ...]], BoundIO] = {}
 
@@ -192,12 +200,12 @@ class Executor:
             stack.enter_context(self.devices[dev].use_stream(stream))
         return stack
 
-    def _bind_runs(self) -> list[_Run]:
+    def _bind_runs(self, skip: frozenset[int] = frozenset()) -> list[_Run]:
         """Per step, or per run of consecutive steps of one sequence-bound region: the step
         (naming it in errors), its call and buffers, and the bound sequence (None for a single
-        step)."""
+        step); without the steps of ``skip`` (indices)."""
         runs: list[_Run] = []
-        elided = {id(self.calls[i][0]) for i in self.elided}
+        elided = {id(self.calls[i][0]) for i in self.elided | skip}
         i = 0
         while i < len(self.calls):
             step = self.calls[i][0]
@@ -207,11 +215,15 @@ class Executor:
                 while j < len(self.calls) and self.calls[j][0].region == step.region:
                     j += 1
             if binder is None:
-                runs.append((*self.calls[i], None))
+                if i not in skip:
+                    runs.append((*self.calls[i], None))
                 i += 1
                 continue
             group = self.calls[i:j]
             lists = [None if id(s) in elided else (ins, outs) for s, _fn, ins, outs in group]
+            if all(entry is None for entry in lists) and skip:
+                i = j
+                continue
             extra = (self.sizes[step.region],) if step.region in self.sizes else ()
             bound = contract.call(
                 step.backend, f"bind_sequence() of its {j - i} kernels", binder, lists, *extra,
@@ -235,7 +247,7 @@ class Executor:
             for k, slot in enumerate(slots):
                 array[k] = values[slot]
         self.current_sizes = dict(sizes)
-        key = tuple(sorted(self.current_sizes.items()))
+        key = self._sizes_key = tuple(sorted(self.current_sizes.items()))
         views = self._views_by_sizes.get(key)
         if views is None:
             if len(self._views_by_sizes) >= VIEW_CACHE:
@@ -305,7 +317,13 @@ class Executor:
             self._run()
 
     def _run(self) -> None:
-        for step, fn, ins, outs, bound in self.runs:
+        key = self._sizes_key
+        if self._once_done_for == key:
+            runs = self.repeat_runs
+        else:
+            runs = self.runs
+            self._once_done_for = None
+        for step, fn, ins, outs, bound in runs:
             if bound is None:
                 self._call(step, fn, ins, outs)
                 continue
@@ -324,6 +342,7 @@ class Executor:
                     f"its bound kernel sequence returned {type(result).__name__}", step.region,
                     PluginRunError)
         self.synchronize()
+        self._once_done_for = key
 
     def synchronize(self) -> None:
         """Wait for this state's work on every device (its streams are current in the
@@ -353,6 +372,7 @@ class Executor:
             return self._run_timed()
 
     def _run_timed(self) -> list[float]:
+        self._once_done_for = None
         marks: list[tuple[Device, Any, Any]] = []
         for step, fn, ins, outs in self.calls:
             device = self._device_of(step)
@@ -360,6 +380,7 @@ class Executor:
             self._call(step, fn, ins, outs)
             marks.append((device, start, device.record_event()))
         self.synchronize()
+        self._once_done_for = self._sizes_key
         return [device.elapsed_ms(a, b) for device, a, b in marks]
 
     def bound_io(self, inputs: tuple[str, ...], outputs: tuple[str, ...]) -> BoundIO:

@@ -1,7 +1,9 @@
 """Static memory planning: one arena per device, buffers reused by liveness.
 
 Every planned tensor lives from the step that writes it to the last step that reads it; graph
-inputs and outputs live through the whole run (inputs persist between runs). Tensors are placed
+inputs and outputs live through the whole run (inputs persist between runs), and so do the
+results of steps run once per binding of the sizes that later steps read
+(``ExecutionPlan.once_per_sizes``: they persist between runs too). Tensors are placed
 largest first at the lowest aligned offset that does not overlap a placed tensor whose lifetime
 intersects its own (greedy by size, as TFLite's and TVM's planners do), so a kernel's outputs
 never share memory with its inputs.
@@ -147,6 +149,10 @@ def lifetimes(plan: ExecutionPlan) -> dict[str, tuple[int, int]]:
     # inputs stay valid across runs (set_input once, run many times); outputs until read
     for n in list(plan.outputs) + list(plan.inputs):
         last[n] = end
+    # what the steps run once per sizes keep for the steps after them, on later calls too
+    for n in plan.once_per_sizes.kept:
+        first[n] = -1
+        last[n] = end
     return {n: (first.get(n, 0), last.get(n, first.get(n, 0))) for n in plan.tensors}
 
 
@@ -155,7 +161,7 @@ def concat_aliases(plan: ExecutionPlan, alignments: dict[str, int] | None = None
     """The tensors placed inside a concatenation's output (tensor -> (output, byte offset)) and
     the indices of the concatenation steps that are elided (see the module doc)."""
     alignments = alignments or {}
-    fixed = set(plan.inputs) | set(plan.outputs)
+    fixed = set(plan.inputs) | set(plan.outputs) | plan.once_per_sizes.kept
     parent: dict[str, tuple[str, int]] = {}
     elided: set[int] = set()
     for i, step in enumerate(plan.steps):

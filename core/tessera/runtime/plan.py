@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from tessera.errors import CompileError, TesseraError
@@ -84,6 +85,45 @@ class ExecutionPlan:
     def size_names(self) -> list[str]:
         """Every size variable some region takes at run time, in order of first use."""
         return list(dict.fromkeys(n for names in self.region_sizes.values() for n in names))
+
+    @cached_property
+    def once_per_sizes(self) -> OncePerSizes:
+        """The steps whose results depend on the constants and the call's sizes only, which
+        an execution state runs once per binding of the sizes (:class:`OncePerSizes`)."""
+        return once_per_sizes(self)
+
+
+@dataclass(frozen=True)
+class OncePerSizes:
+    """Steps that read nothing but constants and what other such steps wrote (a symbolic
+    model's positions, masks and relative-position biases built from its sizes, which a
+    static compile folds into constants; in a static model, what the constant folder left
+    because of its size). Their results are the same on every call at the same sizes, so an
+    execution state runs them on its first call at a binding of the sizes and skips them on
+    the calls after it at the same binding. ``kept``: their results that other steps (or the
+    model's outputs) read, which the memory plan gives a place of their own for the whole
+    run and between runs. A region whose backend binds whole sequences
+    (``CompiledRegion.bind_sequence``) is bound twice per state: with every kernel, and with
+    these given None (work the runtime has done)."""
+
+    steps: frozenset[int]
+    kept: frozenset[str]
+
+
+def once_per_sizes(plan: ExecutionPlan) -> OncePerSizes:
+    """Find :class:`OncePerSizes` of ``plan``."""
+    derived: set[str] = set(plan.constants)
+    steps: set[int] = set()
+    for i, step in enumerate(plan.steps):
+        if not step.outputs:
+            continue
+        if all(n in derived for n in step.inputs):
+            steps.add(i)
+            derived.update(step.outputs)
+    read_always = {n for i, s in enumerate(plan.steps) if i not in steps for n in s.inputs}
+    read_always.update(plan.outputs)
+    kept = {n for i in steps for n in plan.steps[i].outputs if n in read_always}
+    return OncePerSizes(frozenset(steps), frozenset(kept))
 
 
 def workspace_name(kernel: str) -> str:
