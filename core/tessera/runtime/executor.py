@@ -155,7 +155,7 @@ class Executor:
         self.size_names = plan.size_names
         #: The sizes of the current call (:meth:`set_sizes`).
         self.current_sizes: dict[str, int] = {}
-        #: Views of symbolic tensors (:meth:`_sized_view`) per binding of the sizes, the
+        #: Views of symbolic tensors (:meth:`sized_view`) per binding of the sizes, the
         #: current binding's in ``_views``.
         self._views_by_sizes: dict[tuple[tuple[str, int], ...], dict[str, np.ndarray]] = {}
         self._views: dict[str, np.ndarray] = {}
@@ -184,7 +184,7 @@ class Executor:
         #: the binding of the sizes whose results those steps hold (None: none yet, or a run
         #: stopped part-way)
         self._once_done_for: tuple[tuple[str, int], ...] | None = None
-        self._sizes_key: tuple[tuple[str, int], ...] = ()
+        self.sizes_key: tuple[tuple[str, int], ...] = ()
         #: :meth:`bound_io` per list of input and output names
         self._io: dict[tuple[tuple[str, ...], tuple[str, ...]], BoundIO] = {}
 
@@ -247,7 +247,7 @@ class Executor:
             for k, slot in enumerate(slots):
                 array[k] = values[slot]
         self.current_sizes = dict(sizes)
-        key = self._sizes_key = tuple(sorted(self.current_sizes.items()))
+        key = self.sizes_key = tuple(sorted(self.current_sizes.items()))
         views = self._views_by_sizes.get(key)
         if views is None:
             if len(self._views_by_sizes) >= VIEW_CACHE:
@@ -255,7 +255,7 @@ class Executor:
             views = self._views_by_sizes[key] = {}
         self._views = views
 
-    def _sized_view(self, name: str) -> np.ndarray:
+    def sized_view(self, name: str) -> np.ndarray:
         """The part of a symbolic tensor's planned buffer the current sizes use, shaped (kept
         per binding: a service calls at few sizes)."""
         view = self._views.get(name)
@@ -278,7 +278,7 @@ class Executor:
     def set_input(self, name: str, array: np.ndarray) -> None:
         info = self.plan.tensors[name]
         if info.symbolic is not None:
-            np.copyto(self._sized_view(name), array, casting="no")
+            np.copyto(self.sized_view(name), array, casting="no")
             return
         device = self.devices[info.device]
         if device.host_memory:
@@ -317,7 +317,7 @@ class Executor:
             self._run()
 
     def _run(self) -> None:
-        key = self._sizes_key
+        key = self.sizes_key
         if self._once_done_for == key:
             runs = self.repeat_runs
         else:
@@ -380,7 +380,7 @@ class Executor:
             self._call(step, fn, ins, outs)
             marks.append((device, start, device.record_event()))
         self.synchronize()
-        self._once_done_for = self._sizes_key
+        self._once_done_for = self.sizes_key
         return [device.elapsed_ms(a, b) for device, a, b in marks]
 
     def bound_io(self, inputs: tuple[str, ...], outputs: tuple[str, ...]) -> BoundIO:
@@ -436,7 +436,7 @@ class Executor:
             return out
         info = self.plan.tensors[name]
         if info.symbolic is not None:
-            view = self._sized_view(name)
+            view = self.sized_view(name)
             if out is None:
                 return view.copy()
             np.copyto(out, view, casting="no")

@@ -24,6 +24,7 @@ from tessera.ir.types import TensorType
 from tessera.partition.report import PartitionReport
 from tessera.plugin.backend import Backend, CompiledRegion, CompileOptions
 from tessera.runtime.artifact import export_model
+from tessera.runtime.callers import sized_caller, static_caller
 from tessera.runtime.compiled import CompiledModel
 from tessera.runtime.executor import Executor
 from tessera.runtime.memory import MemoryReport, weight_rows
@@ -38,41 +39,6 @@ __all__ = ["Module", "module_devices"]
 #: ``Module.run`` keeps a generated call per order of input names (and output names) it
 #: meets, at most this many.
 _MAX_CALLERS = 32
-
-
-def _generated_caller(expected: list[tuple[str, np.dtype, tuple[int, ...]]],
-                      key: tuple[tuple[str, ...], tuple[str, ...]],
-                      check: Callable[[str, Any], np.ndarray], pool: StatePool
-                      ) -> Callable[..., tuple[Any, ...]]:
-    """``Module.caller``'s call written out for its inputs and outputs: per input one test
-    of type, dtype and shape (``check`` for the others: it converts or raises), then a state
-    of ``pool`` and its bound setters and getters, with no loop or lookup by name."""
-    count = len(expected)
-    names = [name for name, _, _ in expected]
-    scope: dict[str, Any] = {"ndarray": np.ndarray, "check": check, "acquire": pool.acquire,
-                             "release": pool.release, "RunError": RunError, "key": key,
-                             "count_error": f"expected {count} inputs ({', '.join(names)}), got "}
-    args = "".join(f"a{i}, " for i in range(count))
-    lines = ["def call(*arrays):",
-             f"    if len(arrays) != {count}:",
-             "        raise RunError(f'{count_error}{len(arrays)}')",
-             f"    ({args}) = arrays" if count else "    pass"]
-    for i, (name, dtype, shape) in enumerate(expected):
-        scope[f"d{i}"], scope[f"s{i}"] = dtype, shape
-        lines += [f"    if type(a{i}) is not ndarray or a{i}.dtype != d{i} or a{i}.shape != s{i}:",
-                  f"        a{i} = check({name!r}, a{i})  # converts, or raises"]
-    lines += ["    executor = acquire()",
-              "    try:",
-              "        io = executor.bound_io(*key)",
-              "        w = io.setters"]
-    lines += [f"        w[{i}](a{i})" for i in range(count)]
-    lines += ["        executor.run()",
-              "        r = io.getters",
-              f"        return ({''.join(f'r[{j}](), ' for j in range(len(key[1])))})",
-              "    finally:",
-              "        release(executor)"]
-    exec(compile("\n".join(lines), "<tessera module caller>", "exec"), scope)  # noqa: S102
-    return scope["call"]  # type: ignore[no-any-return]
 
 
 def _shape_vars(types: Mapping[str, TensorType], bounds: Any,
@@ -317,18 +283,14 @@ class Module:
         if self.sequences is not None:
             return self._run_sequences(inputs, feeds is not None, output_names)
         wanted = self.signature.wanted(output_names)
-        if self.shape_vars is not None and (inputs or feeds is not None):
-            arrays = self.signature.check_inputs(inputs)
-            with self.states.state() as executor:
-                self._set_sized_inputs(executor, arrays)
-                executor.run()
-                return {name: executor.get(tensor) for name, tensor in wanted}
         if inputs or feeds is not None:
             fast = self.cached_caller(tuple(inputs), None if output_names is None
                                       else tuple(output_names))
             if fast is not None:  # every input once: the generated call
                 return dict(zip(fast[1], fast[0](*inputs.values())))
             arrays = self.signature.check_inputs(inputs)  # raises: names missing or unknown
+            if self.shape_vars is not None:
+                return dict(zip([n for n, _ in wanted], self._run_sized(arrays, wanted)))
             with self.states.state() as executor:
                 for name, array in arrays.items():
                     executor.set_input(name, array)
@@ -348,6 +310,17 @@ class Module:
             self._set_sized_inputs(state.executor, state.pending)
         state.executor.run()
         return None
+
+    def _run_sized(self, arrays: Mapping[str, np.ndarray], wanted: list[tuple[str, str]]
+                   ) -> tuple[np.ndarray, ...]:
+        """The general path of a call of a module with symbolic inputs: checks every input
+        (a ``RunError`` names what is wrong), binds the sizes, runs; the ``wanted`` outputs
+        (name, tensor) in order."""
+        arrays = self.signature.check_inputs(arrays)
+        with self.states.state() as executor:
+            self._set_sized_inputs(executor, arrays)
+            executor.run()
+            return tuple(executor.get(tensor) for _, tensor in wanted)
 
     def _set_sized_inputs(self, executor: Executor, arrays: Mapping[str, np.ndarray]) -> None:
         """Bind a call's sizes from its arrays (every relation and bound checked: a
@@ -380,21 +353,18 @@ class Module:
                            f"({', '.join(self.input_types)}), got {', '.join(names) or 'none'}")
         wanted = self.signature.wanted(output_names)
         if self.shape_vars is not None:
-            outs = [n for n, _ in wanted]
+            specs = {s.name: s for s in self.shape_vars.inputs}
 
-            def call(*arrays: Any) -> tuple[Any, ...]:
-                if len(arrays) != len(names):
-                    raise RunError(f"expected {len(names)} inputs ({', '.join(names)}), got "
-                                   f"{len(arrays)}")
-                got = self.run(dict(zip(names, arrays)), output_names=outs)
-                assert got is not None
-                return tuple(got[n] for n in outs)
-            return call
+            def fallback(arrays: tuple[Any, ...]) -> tuple[Any, ...]:
+                return self._run_sized(dict(zip(names, arrays)), wanted)
+            return sized_caller([specs[n] for n in names], self.shape_vars.bounds,
+                                [t for _, t in wanted], self.states, self._size_check,
+                                fallback)
         check = self.signature.check_input
         expected = [(n, np.dtype(self.input_types[n].dtype.numpy),
                      tuple(self.input_types[n].shape)) for n in names]
         key = (tuple(names), tuple(t for _, t in wanted))
-        return _generated_caller(expected, key, check, self.states)
+        return static_caller(expected, key, check, self.states)
 
     def cached_caller(self, input_names: tuple[str, ...],
                       output_names: tuple[str, ...] | None = None
