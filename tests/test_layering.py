@@ -38,7 +38,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("kernel",),
     ("backends",),
     ("runtime", "quantization"),
-    ("api",),
+    ("api", "deploy"),
     ("tessera",),
     ("scaffold_device",),
     ("autotune", "scaffold"),

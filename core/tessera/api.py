@@ -247,6 +247,8 @@ def _compile_static(model: ModelSource | Function | _OnnxSource, target: str | N
         extra["dump_code"] = forms
         extra["dump_dir"] = str(cfg.dump_dir or ".")
         _check_code_forms(forms, [b for b, _ in backends], target_text)
+    if cfg.for_export:
+        extra["export"] = True
     fallbacks = fallback_backends()
     result = _import_and_partition(model, cfg.input_shapes, cfg.freeze_inputs, manager,
                                    backends, fallbacks, say)

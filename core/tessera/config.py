@@ -86,6 +86,9 @@ class CompileConfig:
       (:mod:`tessera.plugin.kernel_cache`): None (default) as the environment says
       (``TESSERA_CACHE_DIR``, ``TESSERA_KERNEL_CACHE=0`` for off), False off, True on, or a
       folder. A second compile of the same model then skips code generation.
+    - ``for_export``: the backends keep what handing their code to a program without
+      Python needs (``Backend.export_code``; the llvm backend: its optimised IR), for
+      :func:`tessera.deploy.export_c` (``tessera export``).
     """
 
     input_shapes: Mapping[str, Sequence[int | str | None]] | None = None
@@ -107,6 +110,7 @@ class CompileConfig:
     devices: Mapping[str, int] | None = None
     keep_graph_weights: bool = False
     kernel_cache: bool | str | Path | None = None
+    for_export: bool = False
 
     def code_forms(self) -> list[str]:
         """The ``dump_code`` forms asked for, as a list (empty: none)."""

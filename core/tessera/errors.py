@@ -89,6 +89,12 @@ class ArtifactError(TesseraError):
     """An exported artifact is malformed, tampered with, or needs a plugin that is missing."""
 
 
+class ExportError(TesseraError):
+    """A compiled model cannot be exported in the form asked for (a region whose backend
+    cannot hand over its code, a model with shapes the form cannot hold), or the export's
+    tools (a C compiler) failed."""
+
+
 class PluginCompileError(PluginError, CompileError):
     """A backend broke its contract while compiling a region (an exception it did not mean to
     raise, or a ``CompiledRegion`` the runtime cannot use)."""

@@ -61,6 +61,11 @@ EXAMPLES: dict[str, list[tuple[str, str]]] = {
         ('tessera compile model_int8.onnx --target "vta_sim, llvm" -o model_int8.tar',
          "int8 layers on VTA"),
     ],
+    "export": [
+        ('tessera export examples/digits/digits_cnn.onnx --input-shapes "image:[1,1,8,8]" '
+         '-o digits_c --prefix digits --shared digits_c/libdigits.so',
+         "digits_c/digits.h, libdigits.so: see examples/deploy_c"),
+    ],
     "new-plugin": [
         ("tessera new-plugin mynpu", "writes tessera-mynpu/"),
         ("tessera new-plugin mynpu --dir plugins-dev/tessera-mynpu", ""),

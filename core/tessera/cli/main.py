@@ -1,7 +1,7 @@
 """The ``tessera`` command line: argument parsing, dispatch and error reporting.
 
 Every subcommand lives in its own module (``compile``, ``run``, ``inspect``, ``plugins``,
-``quantize``).
+``quantize``, ``export``).
 Reports go to stdout and progress to stderr. A :class:`~tessera.errors.TesseraError`, a bad
 argument or an unreadable file ends the command with exit code 1 and one ``error: ...`` line.
 """
@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from tessera.cli import compile as compile_cmd
+from tessera.cli import export as export_cmd
 from tessera.cli import inspect as inspect_cmd
 from tessera.cli import new_plugin as new_plugin_cmd
 from tessera.cli import plugins as plugins_cmd
@@ -55,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND",
                                        parser_class=_Parser)
     for module in (compile_cmd, run_cmd, inspect_cmd, tune_cmd, plugins_cmd, quantize_cmd,
-                   new_plugin_cmd):
+                   export_cmd, new_plugin_cmd):
         module.add_parser(subparsers)
     for name, sub in subparsers.choices.items():
         sub.epilog, sub.formatter_class = epilog(name), HelpFormatter

@@ -15,10 +15,12 @@ from typing import Any
 
 import numpy as np
 
+from tessera.errors import ExportError
 from tessera.ir.graph import Function, Node
 from tessera.ir.types import TensorType
 from tessera.plugin.device import CPU, Device
 from tessera.plugin.distribution import distribution_version
+from tessera.plugin.exported import ExportedCode
 from tessera.plugin.kernel_cache import KernelCache
 from tessera.plugin.patterns import Pattern
 from tessera.plugin.records import ScheduleOverrides, TuningHistory
@@ -328,6 +330,16 @@ class Backend(ABC):
                     f"({self.version()}) reads version {self.artifact_version}; compile the "
                     f"model again")
         return None
+
+    def export_code(self, compiled: CompiledRegion) -> ExportedCode:
+        """The code of ``compiled`` for a program without Python
+        (:class:`~tessera.plugin.exported.ExportedCode`): relocatable, position-independent
+        objects with one ``void symbol(void **args)`` per kernel. ``compile`` was given
+        ``options.extra["export"]`` true, so it may keep what this needs (its IR). Raises
+        :class:`~tessera.errors.ExportError` saying why a region cannot be exported. By
+        default: it cannot (its kernels need Python or a device driver)."""
+        raise ExportError(f"backend {self.name!r} cannot hand over its code for a program "
+                          f"without Python (Backend.export_code)")
 
     def device_api(self) -> Device:
         """The device API for this backend's buffers."""

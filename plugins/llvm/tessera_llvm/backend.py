@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from tessera.errors import ArtifactError, CompileError, RunError, TargetError
+from tessera.errors import ArtifactError, CompileError, ExportError, RunError, TargetError
 from tessera.ir.aligned import as_aligned
 from tessera.ir.graph import Function, Node
 from tessera.ir.mapped import as_aligned_unless_mapped
@@ -54,6 +54,7 @@ from tessera.plugin.backend import (
     Kernel,
     contiguous_concat_offsets,
 )
+from tessera.plugin.exported import ExportedCode
 from tessera.plugin.patterns import Pattern
 from tessera.plugin.space import schedule_info, tuning_info
 from tessera.plugin.target import TargetKind
@@ -64,6 +65,7 @@ from tessera.topi.registry import has_compute, registered_ops, unsupported_reaso
 from . import parallel, region_cache
 from .build import build_module
 from .cpu import cpu_info
+from .export import export_region
 from .loader import SizeSpec, check_object, load_object, pack_pointers
 from .loop_region import LoopRegionHandle, compile_with_loops, has_loops
 from .lowering import LOWER_PHASE, LoweredKernel, group_constants, lower_region, prepare_region
@@ -102,6 +104,10 @@ class LLVMHandle:
     cpu_name: str = ""
     features: str = ""
     lib: Any = None
+    #: the optimised LLVM IR, kept when the region was compiled for export
+    #: (``options.extra["export"]``): :meth:`LLVMBackend.export_code` emits it again as
+    #: position-independent code
+    llvm_ir: str | None = None
 
 
 def target_triple(target: TargetKind | None = None) -> str:
@@ -409,9 +415,11 @@ class LLVMBackend(Backend):
         t0 = time.perf_counter()
         overrides = options.schedule_overrides(self.name, str(target))
         dump = options.extra.get("dump_code")
+        exporting = bool(options.extra.get("export"))
         prepared = prepare_region(region, cpu, options.opt_level)
         key = None  # of the whole region in the kernel cache (region_cache)
-        if options.kernel_cache is not None and not options.tuned and not dump:
+        if options.kernel_cache is not None and not options.tuned and not dump and \
+                not exporting:  # a region's cache entry holds no IR
             key = region_key(options.kernel_cache, region, prepared[1],
                              kernel_names(prepared[1], f"{region.name}_"), cpu, mcpu,
                              target.get("mattr"), triple, options.opt_level)
@@ -450,6 +458,8 @@ class LLVMBackend(Backend):
                     tensors[name] = types[name]
         compiled = self._assemble(region, built.object_code, table, constants, tensors, mcpu,
                                   target.get("mattr"), triple, built.cpu_name, built.features)
+        if exporting:
+            compiled.handle.llvm_ir = built.llvm_ir
         compiled.info.update({
             "lower_s": round(t1 - t0, 3), "codegen_s": round(t2 - t1, 3),
             "object_bytes": len(built.object_code), "kernel_cache": built.cache or "off",
@@ -552,6 +562,18 @@ class LLVMBackend(Backend):
         return CompiledRegion(self.name, region, kernels, tensors, constants, info,
                               bind_sequence=make_binder([lib.get(k["name"]) for k in table]),
                               handle=handle, size_names=size_names)
+
+    # -- export -----------------------------------------------------------------------------
+    def export_code(self, compiled: CompiledRegion) -> ExportedCode:
+        if isinstance(compiled.handle, LoopRegionHandle):
+            raise ExportError(f"llvm region {compiled.region.name} runs native loops "
+                              f"(ONNX Loop), which export does not take yet")
+        handle = compiled.handle
+        if not isinstance(handle, LLVMHandle):
+            raise ExportError(f"llvm region {compiled.region.name}: no object code to export")
+        return export_region(compiled.region.name, handle.llvm_ir, handle.table,
+                             compiled.size_names, handle.triple, handle.cpu_name,
+                             handle.features)
 
     # -- artifacts ------------------------------------------------------------------------
     def save(self, compiled: CompiledRegion) -> dict[str, bytes | np.ndarray]:

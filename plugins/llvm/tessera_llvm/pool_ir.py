@@ -146,7 +146,13 @@ class PoolIR:
                 fn = ir.Function(self.module, ir.FunctionType(VOID, []), "llvm.x86.sse2.pause")
             b.call(fn, [])
         elif self.machine in ("aarch64", "arm64"):
-            b.asm(ir.FunctionType(VOID, []), "yield", "~{memory}", [], side_effect=True)
+            # ``hint #1`` is ``yield``; the intrinsic, not inline assembly, so that the pool
+            # can be emitted for AArch64 from another architecture (export), where LLVM has
+            # no AArch64 assembly parser registered
+            fn = self.module.globals.get("llvm.aarch64.hint")
+            if fn is None:
+                fn = ir.Function(self.module, ir.FunctionType(VOID, [I32]), "llvm.aarch64.hint")
+            b.call(fn, [ir.Constant(I32, 1)])
 
     def futex(self, b: ir.IRBuilder, addr: ir.Value, op: int, value: ir.Value) -> None:
         """``syscall(SYS_futex, addr, op, value, NULL)`` (every vararg passed as 64 bits)."""

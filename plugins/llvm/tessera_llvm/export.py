@@ -1,0 +1,85 @@
+"""The llvm backend's code for a program without Python (``Backend.export_code``).
+
+A region compiled for export (``options.extra["export"]``) keeps its optimised LLVM IR
+(``LLVMHandle.llvm_ir``). :func:`export_region` emits that IR again, for the CPU and
+features the region was compiled for, as position-independent code with the default code
+model (the in-process loader takes static code of the large model: see
+:func:`tessera_llvm.machine.code_model`): the same instructions, addressed so that a shared
+library needs no text relocations. The thread pool the kernels launch their parallel loops
+on (:mod:`tessera_llvm.pool_ir`) is emitted as an object of its own, ``tessera_pool.o``, the
+same bytes for every region of one triple and CPU; its thread count starts at one and is set
+by ``tessera_pool_set_nthreads(int)``.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import llvmlite.binding as llvm
+
+from tessera.errors import ExportError
+from tessera.plugin.exported import ExportedCode
+
+from . import pipeline
+from .lock import LLVM_LOCK
+from .machine import compile_ir, init_llvm
+from .pool_ir import PoolIR
+from .triple import host_triple, is_foreign, triple_arch
+
+#: The object holding the thread pool.
+POOL_OBJECT = "tessera_pool.o"
+#: What the exported code links against besides the C library.
+LIBRARIES = ["pthread", "m"]
+
+
+def export_spec(triple: str | None, cpu: str, features: str) -> pipeline.MachineSpec:
+    """The target machine of exported code: the region's triple, CPU and features,
+    position independent, the default code model."""
+    triple = triple or host_triple()
+    return pipeline.MachineSpec(triple, cpu, features, "pic", "default", is_foreign(triple))
+
+
+def export_region(region: str, llvm_ir: str | None, table: list[dict[str, Any]],
+                  size_names: list[str], triple: str | None, cpu: str,
+                  features: str) -> ExportedCode:
+    """The objects of region ``region`` (its optimised IR, kernel table and run-time size
+    variables as compiled) and of the thread pool, and the symbol of each kernel."""
+    if size_names:
+        raise ExportError(f"llvm region {region}: its kernels take run-time sizes "
+                          f"({', '.join(size_names)}); export a model compiled for fixed "
+                          f"input shapes (input_shapes=...)")
+    if llvm_ir is None:
+        raise ExportError(f"llvm region {region} was compiled without its LLVM IR (loaded "
+                          f"from an artifact, or compiled without export); compile the model "
+                          f"for export (tessera export model.onnx, tessera.deploy.export_c)")
+    spec = export_spec(triple, cpu, features)
+    init_llvm()
+    with LLVM_LOCK:
+        pipeline.init_targets(spec.foreign)
+        tm = pipeline.create_machine(spec)
+        try:
+            mod = llvm.parse_assembly(llvm_ir)
+            mod.verify()
+        except RuntimeError as exc:
+            raise ExportError(f"llvm region {region}: its kept IR does not parse: "
+                              f"{exc}") from exc
+        obj = tm.emit_object(mod)
+    wanted = [f[1:] for f in features.split(",") if f.startswith("+")]
+    return ExportedCode({f"{region}.o": obj, POOL_OBJECT: pool_object(spec)},
+                        {k["name"]: k["name"] for k in table}, spec.triple,
+                        set_threads="tessera_pool_set_nthreads", cpu_features=wanted,
+                        libraries=list(LIBRARIES))
+
+
+@functools.lru_cache(maxsize=8)
+def pool_object(spec: pipeline.MachineSpec) -> bytes:
+    """The thread pool compiled for ``spec`` as a position-independent object."""
+    init_llvm()
+    with LLVM_LOCK:
+        pipeline.init_targets(spec.foreign)
+        tm = pipeline.create_machine(spec)
+    pool = PoolIR(tm.triple, str(tm.target_data), triple_arch(spec.triple)).build()
+    mod = compile_ir(pool, tm, speed_level=2)
+    with LLVM_LOCK:
+        return bytes(tm.emit_object(mod))

@@ -1,0 +1,181 @@
+"""``tessera export --format c`` with the llvm backend: a C program linked against the
+exported library gives bit-identical outputs to ``Module.run`` (1 and 2 threads), the library
+has no text relocations and needs only libc, libm and pthreads, and what cannot be exported
+says why. Skipped where there is no C compiler."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import tessera
+from tessera.deploy import export_c, find_cc
+from tessera.deploy.elf import elf_machine, has_text_relocations, undefined_symbols
+from tessera.errors import ExportError
+from tessera.testing.bert import BertConfig, bert_inputs, make_bert_encoder
+
+ROOT = Path(__file__).resolve().parents[3]
+RUNNER = ROOT / "examples" / "deploy_c" / "run_model.c"
+CC = find_cc()
+needs_cc = pytest.mark.skipif(CC is None, reason="no C compiler (cc, $CC) on this machine")
+
+
+def _runner(folder: Path, prefix: str) -> Path:
+    exe = folder / "run_model"
+    subprocess.run([CC, "-O2", f"-DPREFIX={prefix}", f'-DHEADER="{prefix}.h"', "-I", str(folder),
+                    str(RUNNER), "-L", str(folder), f"-l{prefix}",
+                    f"-Wl,-rpath,{folder}", "-o", str(exe)], check=True)
+    return exe
+
+
+def _run_c(exe: Path, folder: Path, mod: tessera.Module, feeds: dict[str, np.ndarray],
+           threads: int) -> list[np.ndarray]:
+    ins = []
+    for i, name in enumerate(mod.input_names):
+        path = folder / f"in{i}.bin"
+        np.ascontiguousarray(feeds[name]).tofile(path)
+        ins.append(str(path))
+    outs = [str(folder / f"out{i}.bin") for i in range(len(mod.output_names))]
+    subprocess.run([str(exe), str(threads), "1", *ins, "--", *outs], check=True)
+    return [np.fromfile(p, dtype=np.uint8) for p in outs]
+
+
+def _check_bit_identical(tmp_path: Path, model: onnx.ModelProto | str,
+                         shapes: dict[str, list[int]], feeds: dict[str, np.ndarray],
+                         prefix: str = "model") -> tessera.Module:
+    mod = tessera.compile(model, "llvm", input_shapes=shapes, for_export=True)
+    folder = tmp_path / prefix
+    result = export_c(mod, folder, prefix=prefix)
+    assert result.shared_library is not None, result.link_note
+    library = result.shared_library.read_bytes()
+    assert not has_text_relocations(library)
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    libm = ctypes.CDLL(ctypes.util.find_library("m"))
+    for name in undefined_symbols(library, weak=False, dynamic=True):
+        assert hasattr(libc, name) or hasattr(libm, name), name
+    exe = _runner(folder, prefix)
+    expected = mod.run(feeds)
+    for threads in (1, 2):
+        got = _run_c(exe, folder, mod, feeds, threads)
+        for name, raw in zip(mod.output_names, got):
+            want = np.ascontiguousarray(expected[name])
+            assert raw.tobytes() == want.tobytes(), (name, threads)
+    return mod
+
+
+@needs_cc
+def test_the_digits_cnn_runs_bit_identical_from_c(tmp_path: Path) -> None:
+    x = np.random.default_rng(0).standard_normal((4, 1, 8, 8)).astype(np.float32)
+    _check_bit_identical(tmp_path, str(ROOT / "examples/digits/digits_cnn.onnx"),
+                         {"image": [4, 1, 8, 8]}, {"image": x}, prefix="digits")
+
+
+@needs_cc
+def test_a_bert_style_encoder_runs_bit_identical_from_c(tmp_path: Path) -> None:
+    cfg = BertConfig(vocab=300, hidden=64, heads=4, intermediate=128, layers=2, seq_len=12,
+                     batch=2)
+    feeds = bert_inputs(cfg, seed=1)
+    _check_bit_identical(tmp_path, make_bert_encoder(cfg, seed=1),
+                         {k: list(v.shape) for k, v in feeds.items()}, feeds)
+
+
+def _concat_model() -> onnx.ModelProto:
+    """A DenseNet-style block: each layer's 1x1 convolution reads the concatenation of every
+    earlier feature map (the inputs placed inside the concatenation: the copy never runs)."""
+    rng = np.random.default_rng(3)
+    nodes = [helper.make_node("Neg", ["x"], ["f0"])]
+    weights = []
+    for i in range(3):
+        weights.append(numpy_helper.from_array(
+            rng.standard_normal((16, 16 * (i + 1), 1, 1)).astype(np.float32) * 0.2, f"w{i}"))
+        nodes += [helper.make_node("Conv", [f"f{i}", f"w{i}"], [f"c{i}"]),
+                  helper.make_node("Relu", [f"c{i}"], [f"r{i}"]),
+                  helper.make_node("Concat", [f"f{i}", f"r{i}"], [f"f{i + 1}"], axis=1)]
+    nodes.append(helper.make_node("Tanh", ["f3"], ["y"]))
+    graph = helper.make_graph(
+        nodes, "dense_block",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 4, 4])], weights)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+
+
+@needs_cc
+def test_concatenations_placed_in_place_run_bit_identical_from_c(tmp_path: Path) -> None:
+    x = np.random.default_rng(4).standard_normal((1, 16, 4, 4)).astype(np.float32)
+    mod = _check_bit_identical(tmp_path, _concat_model(), {"x": [1, 16, 4, 4]}, {"x": x})
+    assert mod.memory.elided, "the concatenation was meant to be placed in place"
+
+
+@needs_cc
+def test_a_shared_library_of_the_in_process_code_shows_its_text_relocations(
+        tmp_path: Path) -> None:
+    """The check above can fail: the code the process links (static relocations, the large
+    code model) makes a shared library with text relocations."""
+    mod = tessera.compile(str(ROOT / "examples/digits/digits_cnn.onnx"), "llvm",
+                          input_shapes={"image": [1, 1, 8, 8]})
+    (cr,) = mod.compiled.values()
+    obj = tmp_path / "static.o"
+    obj.write_bytes(cr.handle.object_code)
+    lib = tmp_path / "libstatic.so"
+    proc = subprocess.run([CC, "-shared", "-o", str(lib), str(obj), "-Wl,-z,notext"],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"the linker refuses it outright: {proc.stderr.strip()[:200]}")
+    assert has_text_relocations(lib.read_bytes())
+
+
+def test_the_objects_need_only_the_c_library_and_the_pool(tmp_path: Path) -> None:
+    mod = tessera.compile(str(ROOT / "examples/digits/digits_cnn.onnx"), "llvm",
+                          input_shapes={"image": [2, 1, 8, 8]}, for_export=True)
+    result = export_c(mod, tmp_path / "out", shared=False)
+    assert result.shared_library is None and "shared=False" in result.link_note
+    region = (tmp_path / "out" / "region0_llvm.o").read_bytes()
+    pool = (tmp_path / "out" / "tessera_pool.o").read_bytes()
+    assert elf_machine(region) == "x86_64" or elf_machine(region) == "aarch64"
+    assert set(undefined_symbols(region)) <= {"memset", "memcpy", "memmove",
+                                               "tessera_parallel_for"}
+    assert set(undefined_symbols(pool)) <= {"clock_gettime", "memset", "nanosleep",
+                                             "pthread_create", "pthread_sigmask",
+                                             "sigfillset", "syscall"}
+    header = (tmp_path / "out" / "model.h").read_text()
+    assert f"#define MODEL_ARENA_BYTES ((size_t){result.arena_bytes})" in header
+
+
+def test_aarch64_objects_are_aarch64_and_need_the_same_short_list(tmp_path: Path) -> None:
+    mod = tessera.compile(str(ROOT / "examples/digits/digits_cnn.onnx"),
+                          "llvm -mtriple=aarch64-linux-gnu",
+                          input_shapes={"image": [2, 1, 8, 8]}, for_export=True)
+    result = export_c(mod, tmp_path / "arm", prefix="digits")
+    assert result.shared_library is None and "aarch64" in result.link_note
+    for name in ("region0_llvm.o", "tessera_pool.o"):
+        data = (tmp_path / "arm" / name).read_bytes()
+        assert elf_machine(data) == "aarch64"
+        assert set(undefined_symbols(data)) <= {
+            "memset", "memcpy", "memmove", "tessera_parallel_for", "clock_gettime",
+            "nanosleep", "pthread_create", "pthread_sigmask", "sigfillset", "syscall"}
+
+
+def test_what_cannot_be_exported_says_why(tmp_path: Path) -> None:
+    digits = str(ROOT / "examples/digits/digits_cnn.onnx")
+    symbolic = tessera.compile(digits, "llvm", for_export=True)
+    with pytest.raises(ExportError, match=r"symbolic dimensions \(image\['N', 1, 8, 8\]\)"):
+        export_c(symbolic, tmp_path / "a")
+    plain = tessera.compile(digits, "llvm", input_shapes={"image": [1, 1, 8, 8]})
+    with pytest.raises(ExportError, match="compiled without its LLVM IR"):
+        export_c(plain, tmp_path / "b")
+    ref = tessera.compile(digits, "ref", input_shapes={"image": [1, 1, 8, 8]},
+                          for_export=True)
+    with pytest.raises(ExportError, match=r"these regions hold the export back: region0_ref "
+                                          r"\(ref\): backend 'ref' cannot"):
+        export_c(ref, tmp_path / "c")
+    good = tessera.compile(digits, "llvm", input_shapes={"image": [1, 1, 8, 8]},
+                           for_export=True)
+    with pytest.raises(ExportError, match="not a C identifier"):
+        export_c(good, tmp_path / "d", prefix="my-model")
