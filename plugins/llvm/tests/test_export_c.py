@@ -179,3 +179,32 @@ def test_what_cannot_be_exported_says_why(tmp_path: Path) -> None:
                            for_export=True)
     with pytest.raises(ExportError, match="not a C identifier"):
         export_c(good, tmp_path / "d", prefix="my-model")
+
+
+@needs_cc
+def test_the_c_example_classifies_the_digits_as_module_run_does(tmp_path: Path) -> None:
+    example = ROOT / "examples" / "deploy_c"
+    with np.load(ROOT / "examples/digits/digits_test.npz") as data:
+        images, labels = data["images"], data["labels"]
+    # the example's raw test set is the demo's split
+    assert (example / "digits_test_images.f32").read_bytes() == \
+        np.ascontiguousarray(images, np.float32).tobytes()
+    assert (example / "digits_test_labels.u8").read_bytes() == labels.astype(np.uint8).tobytes()
+    mod = tessera.compile(str(ROOT / "examples/digits/digits_cnn.onnx"), "llvm",
+                          input_shapes={"image": [1, 1, 8, 8]}, for_export=True)
+    folder = tmp_path / "digits_c"
+    export_c(mod, folder, prefix="digits")
+    exe = tmp_path / "classify_digits"
+    subprocess.run([CC, "-O2", "-Wall", "-Werror", "-I", str(folder),
+                    str(example / "classify_digits.c"), "-L", str(folder), "-ldigits",
+                    f"-Wl,-rpath,{folder}", "-o", str(exe)], check=True)
+    logits = mod.output_names[0]
+    expected = [int(np.argmax(mod.run(image=images[i:i + 1])[logits]))
+                for i in range(len(images))]
+    for threads in ("1", "2"):
+        proc = subprocess.run([str(exe), threads], cwd=example, capture_output=True, text=True,
+                              check=True)
+        first, second = proc.stdout.splitlines()[:2]
+        assert [int(p) for p in first.split(":")[1].split()] == expected
+        correct = sum(int(p == y) for p, y in zip(expected, labels))
+        assert second.startswith(f"accuracy: {correct}/360")
