@@ -8,7 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import tessera
-from tessera.cli.compile import add_compile_options, check_onnx_file, compile_kwargs, progress
+from tessera.cli.compile import (
+    add_compile_options,
+    check_model_file,
+    check_onnx_file,
+    compile_kwargs,
+    is_artifact,
+    progress,
+)
 from tessera.cli.shapes import ArgumentError
 from tessera.config import CompileConfig
 from tessera.deploy import export_c
@@ -39,6 +46,12 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run_export(args: argparse.Namespace) -> int:
+    path = check_model_file(args.model)
+    if is_artifact(path):
+        raise ArgumentError(f"{path} is a compiled Tessera artifact; export compiles the ONNX "
+                            f"model again (an artifact keeps object code for this process, "
+                            f"not the IR position-independent code is emitted from): give "
+                            f"the .onnx with the same --target and --input-shapes")
     path = check_onnx_file(args.model)
     kwargs = compile_kwargs(args)
     target = kwargs.pop("target")

@@ -1,0 +1,49 @@
+"""``tessera export``: the digits CNN as a C library folder (and a shared library where there
+is a C compiler); what it cannot export gets one clear error line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from cli.support import assert_error
+
+from tessera.cli.main import main
+from tessera.deploy import find_cc
+
+ROOT = Path(__file__).resolve().parents[2]
+DIGITS = ROOT / "examples" / "digits" / "digits_cnn.onnx"
+
+
+def test_export_writes_the_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "digits_c"
+    shared = ["--shared", str(out / "libdigits.so")] if find_cc() else []
+    code = main(["export", str(DIGITS), "--input-shapes", "image:[2,1,8,8]", "-o", str(out),
+                 "--prefix", "digits", *shared])
+    printed = capsys.readouterr().out
+    assert code == 0
+    for name in ("digits.h", "digits.c", "digits_weights.S", "digits_weights.bin", "Makefile",
+                 "region0_llvm.o", "tessera_pool.o", "export.json"):
+        assert (out / name).is_file(), name
+    summary = json.loads((out / "export.json").read_text())
+    assert summary["inputs"] == [{"name": "image", "dtype": "float32", "shape": [2, 1, 8, 8],
+                                  "bytes": 512}]
+    assert f"arena:    {summary['arena_bytes']} bytes" in printed
+    if shared:
+        assert (out / "libdigits.so").is_file() and "library:" in printed
+
+
+def test_export_refuses_what_it_cannot_take(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["export", str(DIGITS), "-o", str(tmp_path / "a")])
+    assert_error(capsys, code, "symbolic shape", "--input-shapes")
+    code = main(["export", str(DIGITS), "--input-shapes", "image:[1,1,8,8]", "--target", "ref",
+                 "-o", str(tmp_path / "b")])
+    assert_error(capsys, code, "region0_ref (ref)", "cannot hand over its code")
+    tar = tmp_path / "digits.tar"
+    assert main(["compile", str(DIGITS), "--input-shapes", "image:[1,1,8,8]",
+                 "-o", str(tar)]) == 0
+    capsys.readouterr()
+    code = main(["export", str(tar), "-o", str(tmp_path / "c")])
+    assert_error(capsys, code, "compiled Tessera artifact", "give the .onnx")
