@@ -39,6 +39,9 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--shared", default=None, metavar="FILE.so",
                         help="also link the shared library with the C compiler and write it "
                              "here")
+    parser.add_argument("--serial", action="store_true",
+                        help="code that starts no threads (parallel loops run in the calling "
+                             "thread; no pthreads needed: a system without threads)")
     parser.add_argument("--cc", default=None, metavar="CC",
                         help="the C compiler for --shared (default: $CC, else cc)")
     add_compile_options(parser)
@@ -64,7 +67,7 @@ def run_export(args: argparse.Namespace) -> int:
         raise ArgumentError(f"{path} has inputs of symbolic shape: export takes fixed "
                             f"shapes, give them with --input-shapes")
     result = export_c(module, args.output, prefix=args.prefix, shared=bool(args.shared),
-                      cc=args.cc)
+                      cc=args.cc, serial=args.serial)
     print(f"model:    {path}")
     print(f"folder:   {result.folder} ({', '.join(result.files)})")
     print(f"triple:   {result.triple}")

@@ -70,16 +70,17 @@ class CExport:
 
 
 def export_c(module: Module, folder: str | Path, prefix: str = "model",
-             shared: bool = True, cc: str | None = None) -> CExport:
+             shared: bool = True, cc: str | None = None, serial: bool = False) -> CExport:
     """Write ``module`` as a C library into ``folder`` (see the module doc); with ``shared``,
     link ``lib<prefix>.so`` with ``cc`` (default ``$CC``, else ``cc``) when there is one
-    and the code is for this machine's architecture."""
+    and the code is for this machine's architecture. With ``serial`` the code starts no
+    threads (parallel loops run in the calling thread; no pthreads needed)."""
     try:
         prefix = check_prefix(prefix)
     except ValueError as e:
         raise ExportError(str(e)) from None
     _check_exportable(module)
-    codes = _region_code(module)
+    codes = _region_code(module, serial)
     triples = {c.triple for c in codes.values()}
     if len(triples) > 1:
         raise ExportError(f"the regions' code is for several triples ({', '.join(triples)})")
@@ -136,7 +137,7 @@ def _check_exportable(module: Module) -> None:
                           f"models whose regions all run on the host CPU")
 
 
-def _region_code(module: Module) -> dict[str, ExportedCode]:
+def _region_code(module: Module, serial: bool) -> dict[str, ExportedCode]:
     """Each region's exported code; every region that cannot export named in one error."""
     codes: dict[str, ExportedCode] = {}
     refused: list[str] = []
@@ -144,7 +145,7 @@ def _region_code(module: Module) -> dict[str, ExportedCode]:
         compiled = module.compiled[region]
         backend = module.backends[compiled.backend]
         try:
-            code = backend.export_code(compiled)
+            code = backend.export_code(compiled, serial=serial)
         except TesseraError as e:
             refused.append(f"{region} ({compiled.backend}): {e}")
             continue

@@ -331,10 +331,11 @@ class Backend(ABC):
                     f"model again")
         return None
 
-    def export_code(self, compiled: CompiledRegion) -> ExportedCode:
+    def export_code(self, compiled: CompiledRegion, serial: bool = False) -> ExportedCode:
         """The code of ``compiled`` for a program without Python
         (:class:`~tessera.plugin.exported.ExportedCode`): relocatable, position-independent
-        objects with one ``void symbol(void **args)`` per kernel. ``compile`` was given
+        objects with one ``void symbol(void **args)`` per kernel; with ``serial``, code that
+        starts no threads (a system without them: no pthreads). ``compile`` was given
         ``options.extra["export"]`` true, so it may keep what this needs (its IR). Raises
         :class:`~tessera.errors.ExportError` saying why a region cannot be exported. By
         default: it cannot (its kernels need Python or a device driver)."""

@@ -564,7 +564,7 @@ class LLVMBackend(Backend):
                               handle=handle, size_names=size_names)
 
     # -- export -----------------------------------------------------------------------------
-    def export_code(self, compiled: CompiledRegion) -> ExportedCode:
+    def export_code(self, compiled: CompiledRegion, serial: bool = False) -> ExportedCode:
         if isinstance(compiled.handle, LoopRegionHandle):
             raise ExportError(f"llvm region {compiled.region.name} runs native loops "
                               f"(ONNX Loop), which export does not take yet")
@@ -573,7 +573,7 @@ class LLVMBackend(Backend):
             raise ExportError(f"llvm region {compiled.region.name}: no object code to export")
         return export_region(compiled.region.name, handle.llvm_ir, handle.table,
                              compiled.size_names, handle.triple, handle.cpu_name,
-                             handle.features)
+                             handle.features, serial)
 
     # -- artifacts ------------------------------------------------------------------------
     def save(self, compiled: CompiledRegion) -> dict[str, bytes | np.ndarray]:

@@ -8,7 +8,9 @@ model (the in-process loader takes static code of the large model: see
 library needs no text relocations. The thread pool the kernels launch their parallel loops
 on (:mod:`tessera_llvm.pool_ir`) is emitted as an object of its own, ``tessera_pool.o``, the
 same bytes for every region of one triple and CPU; its thread count starts at one and is set
-by ``tessera_pool_set_nthreads(int)``.
+by ``tessera_pool_set_nthreads(int)``. For a system without threads (``serial``) the pool is
+``tessera_pool_serial.o`` instead: ``tessera_parallel_for`` runs the whole loop in the calling
+thread, and nothing needs pthreads.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import functools
 from typing import Any
 
 import llvmlite.binding as llvm
+from llvmlite import ir
 
 from tessera.errors import ExportError
 from tessera.plugin.exported import ExportedCode
@@ -27,10 +30,12 @@ from .machine import compile_ir, init_llvm
 from .pool_ir import PoolIR
 from .triple import host_triple, is_foreign, triple_arch
 
-#: The object holding the thread pool.
+#: The object holding the thread pool, and the serial one.
 POOL_OBJECT = "tessera_pool.o"
-#: What the exported code links against besides the C library.
+SERIAL_POOL_OBJECT = "tessera_pool_serial.o"
+#: What the exported code links against besides the C library (with the pool, without).
 LIBRARIES = ["pthread", "m"]
+SERIAL_LIBRARIES = ["m"]
 
 
 def export_spec(triple: str | None, cpu: str, features: str) -> pipeline.MachineSpec:
@@ -42,9 +47,10 @@ def export_spec(triple: str | None, cpu: str, features: str) -> pipeline.Machine
 
 def export_region(region: str, llvm_ir: str | None, table: list[dict[str, Any]],
                   size_names: list[str], triple: str | None, cpu: str,
-                  features: str) -> ExportedCode:
+                  features: str, serial: bool = False) -> ExportedCode:
     """The objects of region ``region`` (its optimised IR, kernel table and run-time size
-    variables as compiled) and of the thread pool, and the symbol of each kernel."""
+    variables as compiled) and of the thread pool (``serial``: the one without threads), and
+    the symbol of each kernel."""
     if size_names:
         raise ExportError(f"llvm region {region}: its kernels take run-time sizes "
                           f"({', '.join(size_names)}); export a model compiled for fixed "
@@ -66,10 +72,14 @@ def export_region(region: str, llvm_ir: str | None, table: list[dict[str, Any]],
                               f"{exc}") from exc
         obj = tm.emit_object(mod)
     wanted = [f[1:] for f in features.split(",") if f.startswith("+")]
-    return ExportedCode({f"{region}.o": obj, POOL_OBJECT: pool_object(spec)},
-                        {k["name"]: k["name"] for k in table}, spec.triple,
-                        set_threads="tessera_pool_set_nthreads", cpu_features=wanted,
-                        libraries=list(LIBRARIES))
+    symbols = {k["name"]: k["name"] for k in table}
+    if serial:
+        return ExportedCode({f"{region}.o": obj, SERIAL_POOL_OBJECT: serial_pool_object(spec)},
+                            symbols, spec.triple, cpu_features=wanted,
+                            libraries=list(SERIAL_LIBRARIES))
+    return ExportedCode({f"{region}.o": obj, POOL_OBJECT: pool_object(spec)}, symbols,
+                        spec.triple, set_threads="tessera_pool_set_nthreads",
+                        cpu_features=wanted, libraries=list(LIBRARIES))
 
 
 @functools.lru_cache(maxsize=8)
@@ -81,5 +91,39 @@ def pool_object(spec: pipeline.MachineSpec) -> bytes:
         tm = pipeline.create_machine(spec)
     pool = PoolIR(tm.triple, str(tm.target_data), triple_arch(spec.triple)).build()
     mod = compile_ir(pool, tm, speed_level=2)
+    with LLVM_LOCK:
+        return bytes(tm.emit_object(mod))
+
+
+def serial_pool_ir(triple: str, data_layout: str) -> ir.Module:
+    """``tessera_parallel_for(body, closure, extent, grain)`` as one call
+    ``body(0, extent, closure)`` (nothing for an empty loop), and a
+    ``tessera_pool_set_nthreads(int)`` that does nothing: the pool of a program without
+    threads."""
+    module = ir.Module(name="tessera_pool_serial")
+    module.triple = triple
+    module.data_layout = data_layout
+    i32, i64, ptr, void = ir.IntType(32), ir.IntType(64), ir.PointerType(), ir.VoidType()
+    body_ty = ir.FunctionType(void, [i64, i64, ptr])
+    fn = ir.Function(module, ir.FunctionType(void, [body_ty.as_pointer(), ptr, i64, i64]),
+                     "tessera_parallel_for")
+    body, closure, extent, _grain = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    with b.if_then(b.icmp_signed(">", extent, ir.Constant(i64, 0))):
+        b.call(body, [ir.Constant(i64, 0), extent, closure])
+    b.ret_void()
+    setter = ir.Function(module, ir.FunctionType(void, [i32]), "tessera_pool_set_nthreads")
+    ir.IRBuilder(setter.append_basic_block("entry")).ret_void()
+    return module
+
+
+@functools.lru_cache(maxsize=8)
+def serial_pool_object(spec: pipeline.MachineSpec) -> bytes:
+    """:func:`serial_pool_ir` compiled for ``spec`` as a position-independent object."""
+    init_llvm()
+    with LLVM_LOCK:
+        pipeline.init_targets(spec.foreign)
+        tm = pipeline.create_machine(spec)
+    mod = compile_ir(serial_pool_ir(tm.triple, str(tm.target_data)), tm, speed_level=2)
     with LLVM_LOCK:
         return bytes(tm.emit_object(mod))

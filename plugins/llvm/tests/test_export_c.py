@@ -208,3 +208,22 @@ def test_the_c_example_classifies_the_digits_as_module_run_does(tmp_path: Path) 
         assert [int(p) for p in first.split(":")[1].split()] == expected
         correct = sum(int(p == y) for p, y in zip(expected, labels))
         assert second.startswith(f"accuracy: {correct}/360")
+
+
+@needs_cc
+def test_a_serial_export_starts_no_threads_and_needs_no_pthreads(tmp_path: Path) -> None:
+    mod = tessera.compile(str(ROOT / "examples/digits/digits_cnn.onnx"), "llvm",
+                          input_shapes={"image": [4, 1, 8, 8]}, for_export=True)
+    folder = tmp_path / "serial"
+    result = export_c(mod, folder, prefix="digits", serial=True)
+    assert (folder / "tessera_pool_serial.o").is_file()
+    assert not (folder / "tessera_pool.o").exists()
+    assert result.shared_library is not None and "pthread" not in result.libraries
+    needed = undefined_symbols(result.shared_library.read_bytes(), weak=False, dynamic=True)
+    assert not [n for n in needed if n.startswith("pthread")], needed
+    exe = _runner(folder, "digits")
+    x = np.random.default_rng(5).standard_normal((4, 1, 8, 8)).astype(np.float32)
+    want = np.ascontiguousarray(next(iter(mod.run(image=x).values())))
+    for threads in (1, 2):  # the count is ignored: one thread
+        (got,) = _run_c(exe, folder, mod, {"image": x}, threads)
+        assert got.tobytes() == want.tobytes()
