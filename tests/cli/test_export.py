@@ -46,4 +46,14 @@ def test_export_refuses_what_it_cannot_take(tmp_path: Path,
                  "-o", str(tar)]) == 0
     capsys.readouterr()
     code = main(["export", str(tar), "-o", str(tmp_path / "c")])
-    assert_error(capsys, code, "compiled Tessera artifact", "give the .onnx")
+    assert_error(capsys, code, "compiled without its LLVM IR")
+
+
+def test_an_artifact_compiled_for_export_exports(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    tar = tmp_path / "digits.tar"
+    assert main(["compile", str(DIGITS), "--input-shapes", "image:[1,1,8,8]", "--for-export",
+                 "-o", str(tar)]) == 0
+    assert main(["export", str(tar), "-o", str(tmp_path / "c"), "--prefix", "digits"]) == 0
+    assert "kernel calls" in capsys.readouterr().out
+    assert (tmp_path / "c" / "region0_llvm.o").is_file()

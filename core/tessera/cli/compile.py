@@ -134,6 +134,7 @@ def compile_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "symbolic_dims": parse_name_list(getattr(args, "symbolic_dims", None)) or None,
         "shape_mode": getattr(args, "shape_mode", None) or "auto",
         "kernel_cache": False if getattr(args, "no_kernel_cache", False) else None,
+        "for_export": bool(getattr(args, "for_export", False)),
     }
 
 
@@ -299,6 +300,9 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("-o", "--output", default=None, metavar="FILE.tar",
                         help="where to write the module (default: MODEL's name with .tar, in the "
                              "current directory)")
+    parser.add_argument("--for-export", action="store_true",
+                        help="keep what tessera export needs in the module (llvm: its IR), so "
+                             "that tessera export FILE.tar writes it as a C library later")
     add_compile_options(parser)
     parser.set_defaults(handler=run_compile)
 

@@ -28,7 +28,8 @@ def add_parser(subparsers: Any) -> None:
                     "C: a header with the C API, the plan as C source, the weights, the "
                     "backends' position-independent objects and a Makefile; with --shared, "
                     "link the shared library with the system C compiler too.")
-    parser.add_argument("model", metavar="MODEL", help="ONNX model file")
+    parser.add_argument("model", metavar="MODEL",
+                        help="ONNX model file, or a .tar compiled with --for-export")
     parser.add_argument("--format", default="c", choices=("c",),
                         help="what to write (c: header, sources, objects; the default)")
     parser.add_argument("-o", "--output", required=True, metavar="DIR",
@@ -50,19 +51,20 @@ def add_parser(subparsers: Any) -> None:
 
 def run_export(args: argparse.Namespace) -> int:
     path = check_model_file(args.model)
-    if is_artifact(path):
-        raise ArgumentError(f"{path} is a compiled Tessera artifact; export compiles the ONNX "
-                            f"model again (an artifact keeps object code for this process, "
-                            f"not the IR position-independent code is emitted from): give "
-                            f"the .onnx with the same --target and --input-shapes")
-    path = check_onnx_file(args.model)
-    kwargs = compile_kwargs(args)
-    target = kwargs.pop("target")
-    if target == "auto":
-        target = "llvm"
-    config = CompileConfig(**kwargs, progress=True, for_export=True)
-    progress(f"compiling {path} for target {target!r} for export")
-    module = tessera.compile(str(path), target, config)
+    module: Any
+    if is_artifact(path):  # compiled with --for-export: it keeps the IR export emits again
+        progress(f"loading {path}")
+        module = tessera.load(str(path))
+    else:
+        path = check_onnx_file(args.model)
+        kwargs = compile_kwargs(args)
+        target = kwargs.pop("target")
+        if target == "auto":
+            target = "llvm"
+        kwargs["for_export"] = True
+        config = CompileConfig(**kwargs, progress=True)
+        progress(f"compiling {path} for target {target!r} for export")
+        module = tessera.compile(str(path), target, config)
     if not isinstance(module, tessera.Module) or module.shape_vars is not None:
         raise ArgumentError(f"{path} has inputs of symbolic shape: export takes fixed "
                             f"shapes, give them with --input-shapes")

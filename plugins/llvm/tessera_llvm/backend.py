@@ -22,17 +22,20 @@ Target options: ``-mcpu=NAME`` (LLVM CPU name; the host CPU by default), ``-matt
 ``aarch64-linux-gnu``: code for another architecture is kept for export but not linked here;
 its module's kernels raise RunError naming the triple).
 
-Artifacts keep the object code (``kernels.o``), the kernel table (``kernels.json``) and the
-constants the lowering created (packed weights, as arrays in the artifact's shared store), so
-``tessera.load`` links the saved code without compiling again. They are the only copy of the
-region's weights: the artifact does not store the region's own constants again. A region
-holding native loops is saved without code (its constants in graph form) and compiled again
+Artifacts keep the object code (``kernels.o``), the kernel table (``kernels.json``), for a
+module compiled for export its optimised IR (``kernels.ll.z``: ``tessera export model.tar``)
+and the constants the lowering created (packed weights, as arrays in the artifact's shared
+store), so ``tessera.load`` links the saved code without compiling again. They are the only
+copy of the region's weights: the artifact does not store the region's own constants again.
+A region holding native loops is saved without code (its constants in graph form) and compiled again
 on load.
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
+import zlib
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -84,6 +87,8 @@ from .tuning import llvm_candidate, llvm_features
 #: in a ``constants.npz`` of their own; the region's constants are not stored in graph form
 ARTIFACT_FORMAT = 3
 OBJECT_FILE = "kernels.o"
+#: The optimised LLVM IR (zlib), saved for a region compiled for export only.
+IR_FILE = "kernels.ll.z"
 TABLE_FILE = "kernels.json"
 #: The files ``save`` writes and ``load`` checks (the format, the object code's hash).
 ARTIFACT = ArtifactFiles(TABLE_FILE, files=(OBJECT_FILE,),
@@ -580,11 +585,14 @@ class LLVMBackend(Backend):
         if isinstance(compiled.handle, LoopRegionHandle):
             return {}  # compiled again on load
         handle = ARTIFACT.handle(self, compiled, LLVMHandle, "no object code to save")
-        return ARTIFACT.save(
-            self, {"mcpu": handle.mcpu, "triple": handle.triple, "cpu_name": handle.cpu_name,
-                   "features": handle.features, "mattr": handle.mattr,
-                   "kernels": handle.table},
-            {OBJECT_FILE: handle.object_code}, compiled.constants, compiled.tensors)
+        table: dict[str, Any] = {
+            "mcpu": handle.mcpu, "triple": handle.triple, "cpu_name": handle.cpu_name,
+            "features": handle.features, "mattr": handle.mattr, "kernels": handle.table}
+        files = {OBJECT_FILE: handle.object_code}
+        if handle.llvm_ir is not None:  # compiled for export: tessera export model.tar
+            files[IR_FILE] = zlib.compress(handle.llvm_ir.encode(), 6)
+            table["ir_sha256"] = hashlib.sha256(files[IR_FILE]).hexdigest()
+        return ARTIFACT.save(self, table, files, compiled.constants, compiled.tensors)
 
     def keeps_constants(self, compiled: CompiledRegion) -> list[str]:
         """All of them: the kernels read only the saved constants (packed, transformed) and
@@ -615,9 +623,18 @@ class LLVMBackend(Backend):
                     f"{meta.get('cpu_name') or meta.get('mcpu')!r} and uses features this CPU "
                     f"lacks ({', '.join(sorted(missing)[:8])}); compile the model again here, "
                     "or with -mcpu naming an older CPU")
-        return self._assemble(region, obj, meta["kernels"], saved.constants, saved.tensors,
-                              meta.get("mcpu"), meta.get("mattr"), meta.get("triple"),
-                              meta.get("cpu_name") or "", meta.get("features") or "")
+        compiled = self._assemble(region, obj, meta["kernels"], saved.constants,
+                                  saved.tensors, meta.get("mcpu"), meta.get("mattr"),
+                                  meta.get("triple"), meta.get("cpu_name") or "",
+                                  meta.get("features") or "")
+        ir_file = files.get(IR_FILE)
+        if isinstance(ir_file, bytes):  # saved from a module compiled for export
+            with ARTIFACT.reading(self, region.name):
+                if hashlib.sha256(ir_file).hexdigest() != meta.get("ir_sha256"):
+                    raise ArtifactError(f"llvm region {region.name}: {IR_FILE} does not "
+                                        f"match the hash {TABLE_FILE} records")
+                compiled.handle.llvm_ir = zlib.decompress(ir_file).decode()
+        return compiled
 
 
 def _schedule_info(k: LoweredKernel) -> dict[str, Any]:
