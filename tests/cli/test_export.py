@@ -36,8 +36,8 @@ def test_export_writes_the_folder(tmp_path: Path, capsys: pytest.CaptureFixture[
 
 def test_export_refuses_what_it_cannot_take(tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["export", str(DIGITS), "-o", str(tmp_path / "a")])
-    assert_error(capsys, code, "symbolic shape", "--input-shapes")
+    code = main(["export", str(DIGITS), "--shape-mode", "specialize", "-o", str(tmp_path / "a")])
+    assert_error(capsys, code, "DynamicModule", "--input-shapes")
     code = main(["export", str(DIGITS), "--input-shapes", "image:[1,1,8,8]", "--target", "ref",
                  "-o", str(tmp_path / "b")])
     assert_error(capsys, code, "region0_ref (ref)", "cannot hand over its code")
@@ -47,6 +47,17 @@ def test_export_refuses_what_it_cannot_take(tmp_path: Path,
     capsys.readouterr()
     code = main(["export", str(tar), "-o", str(tmp_path / "c")])
     assert_error(capsys, code, "compiled without its LLVM IR")
+
+
+def test_a_symbolic_model_exports_its_sizes(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["export", str(DIGITS), "--dim-bounds", "N=0..16", "-o", str(tmp_path / "s"),
+                 "--prefix", "digits"]) == 0
+    assert "sizes:" in capsys.readouterr().out
+    summary = json.loads((tmp_path / "s" / "export.json").read_text())
+    assert summary["sizes"] == [{"name": "N", "low": 0, "high": 16}]
+    assert summary["inputs"][0]["shape"] == ["N", 1, 8, 8]
+    assert "digits_run_sized" in (tmp_path / "s" / "digits.h").read_text()
 
 
 def test_an_artifact_compiled_for_export_exports(tmp_path: Path,

@@ -65,9 +65,10 @@ def run_export(args: argparse.Namespace) -> int:
         config = CompileConfig(**kwargs, progress=True)
         progress(f"compiling {path} for target {target!r} for export")
         module = tessera.compile(str(path), target, config)
-    if not isinstance(module, tessera.Module) or module.shape_vars is not None:
-        raise ArgumentError(f"{path} has inputs of symbolic shape: export takes fixed "
-                            f"shapes, give them with --input-shapes")
+    if not isinstance(module, tessera.Module):
+        raise ArgumentError(f"{path} compiled into a {type(module).__name__} (a module per "
+                            f"size or per stage), which export does not take: give "
+                            f"--input-shapes, or --shape-mode symbolic")
     result = export_c(module, args.output, prefix=args.prefix, shared=bool(args.shared),
                       cc=args.cc, serial=args.serial)
     print(f"model:    {path}")
@@ -75,6 +76,8 @@ def run_export(args: argparse.Namespace) -> int:
     print(f"triple:   {result.triple}")
     print(f"arena:    {result.arena_bytes} bytes; weights: {result.weights_bytes} bytes; "
           f"{result.calls} kernel calls")
+    if module.shape_vars is not None:
+        print(f"sizes:    {module.shape_vars.describe()} (the C API's {args.prefix}_run_sized)")
     if args.shared:
         if result.shared_library is None:
             raise ArgumentError(f"--shared: {result.link_note}")

@@ -1,7 +1,9 @@
 """``tessera export --format c``: a compiled model as a C library that runs without Python.
 
 :func:`export_c` reads the execution plan of a :class:`~tessera.runtime.module.Module`
-compiled with ``for_export=True`` (fixed input shapes, every region on the host), asks each
+compiled with ``for_export=True`` (every region on the host; fixed input shapes, or symbolic
+ones: the library then runs at any size within the bounds, binding and checking the sizes as
+``Module.run`` does, :mod:`.c_sizes`), asks each
 region's backend for its code (``Backend.export_code``: position-independent objects, one
 ``void symbol(void **args)`` per kernel), and writes into a folder:
 
@@ -37,7 +39,9 @@ from tessera._version import __version__
 from tessera.errors import ExportError, TesseraError
 from tessera.plugin.exported import ExportedCode
 from tessera.runtime.module import Module
+from tessera.runtime.plan import workspace_name
 
+from .c_sizes import dim_c, relation_c
 from .c_source import (
     ALIGN,
     CCall,
@@ -124,10 +128,6 @@ def export_c(module: Module, folder: str | Path, prefix: str = "model",
 
 
 def _check_exportable(module: Module) -> None:
-    if module.shape_vars is not None:
-        dims = ", ".join(f"{s.name}{list(s.dims)}" for s in module.shape_vars.inputs)
-        raise ExportError(f"the module's inputs have symbolic dimensions ({dims}); export "
-                          f"takes fixed shapes: compile with input_shapes=...")
     if module.sequences is not None:
         raise ExportError("the module has sequence inputs or outputs (lists of arrays), "
                           "which the C API does not take")
@@ -202,6 +202,8 @@ def _c_plan(module: Module, prefix: str, codes: dict[str, ExportedCode],
             return ("weights", offsets[name])
         return ("arena", memory.offset(name)[1])
 
+    sizes, index, relations = _sizes(module)
+    region_index = {region: r for r, region in enumerate(plan.region_sizes)}
     calls: list[CCall] = []
     for i, step in enumerate(plan.steps):
         if i in memory.elided:
@@ -210,13 +212,13 @@ def _c_plan(module: Module, prefix: str, codes: dict[str, ExportedCode],
             raise ExportError(f"step {step.name} copies between devices {step.src} and "
                               f"{step.dst}; export takes host-only models")
         symbol = codes[step.region].symbols[step.name]
-        calls.append(CCall(symbol, [place(n) for n in step.inputs + step.outputs],
-                           f"{step.name} ({step.op})"))
-    inputs = []
-    for name in plan.inputs:
-        t = plan.tensors[name].type
-        inputs.append(CTensor(name, t.dtype.value, tuple(t.shape), int(t.nbytes),
-                              place(name)))
+        args = [place(n) for n in step.inputs + step.outputs]
+        if step.region in region_index:  # buffers, the workspace or null, the sizes
+            if not step.outputs or step.outputs[-1] != workspace_name(step.name):
+                args.append(("null", 0))
+            args.append(("sizes", region_index[step.region]))
+        calls.append(CCall(symbol, args, f"{step.name} ({step.op})"))
+    inputs = [_tensor(module, name, name, place(name), index) for name in plan.inputs]
     outputs = []
     for out_name, tensor in zip(module.signature.output_names, module.signature.output_tensors):
         if tensor in plan.output_constants:
@@ -224,25 +226,68 @@ def _c_plan(module: Module, prefix: str, codes: dict[str, ExportedCode],
             outputs.append(CTensor(out_name, str(value.dtype), tuple(value.shape),
                                    int(value.nbytes), ("weights", offsets[f"output/{tensor}"])))
             continue
-        t = plan.tensors[tensor].type
-        outputs.append(CTensor(out_name, t.dtype.value, tuple(t.shape), int(t.nbytes),
-                               place(tensor)))
+        outputs.append(_tensor(module, out_name, tensor, place(tensor), index))
     arena = max((dp.total_bytes for dp in memory.devices.values()), default=0)
     set_threads = list(dict.fromkeys(c.set_threads for c in codes.values() if c.set_threads))
     features = sorted({f for c in codes.values() for f in c.cpu_features})
     return CPlan(prefix, module.graph.name, arena, sum(len(c) for c in blob), inputs, outputs,
-                 calls, set_threads, features, __version__)
+                 calls, set_threads, features, __version__, sizes,
+                 [[index[n] for n in names] for names in plan.region_sizes.values()],
+                 relations)
+
+
+def _sizes(module: Module) -> tuple[list[tuple[str, int, int]], dict[str, int],
+                                    list[tuple[str, str]]]:
+    """A symbolic module's size variables (name, lowest, highest or -1), each one's index in
+    the C sizes array, and its relations as C: empty for a static module."""
+    if module.shape_vars is None:
+        return [], {}, []
+    names = list(dict.fromkeys(d for spec in module.shape_vars.inputs for d in spec.dims
+                               if isinstance(d, str)))
+    names += [n for n in module.plan.size_names if n not in names]
+    index = {n: k for k, n in enumerate(names)}
+    bounds = module.shape_vars.bounds
+    sizes = []
+    for n in names:
+        lo, hi = bounds.get(n, (0, None))
+        sizes.append((n, int(lo), -1 if hi is None else int(hi)))
+    relations = [(relation_c(r["check"], index), str(r.get("text", r["check"])))
+                 for r in module.graph.attrs.get("size_relations") or []]
+    return sizes, index, relations
+
+
+def _tensor(module: Module, name: str, tensor: str, where: Place,
+            index: dict[str, int]) -> CTensor:
+    """Input or output ``name`` (plan tensor ``tensor``) of the C API."""
+    info = module.plan.tensors[tensor]
+    t = info.type
+    out = CTensor(name, t.dtype.value, tuple(t.shape), int(t.nbytes), where,
+                  itemsize=int(np.dtype(t.dtype.numpy).itemsize))
+    if info.symbolic is not None:
+        out.dims_c = [dim_c(d, index) for d in info.symbolic.shape]
+        if module.shape_vars is not None and name in module.input_types:
+            spec = next(s for s in module.shape_vars.inputs if s.name == name)
+            out.spec = [("var", index[d]) if isinstance(d, str) else ("int", int(d))
+                        for d in spec.dims]
+    return out
 
 
 def _summary(module: Module, plan: CPlan, triple: str, libraries: list[str]
              ) -> dict[str, Any]:
     def tensor(t: CTensor) -> dict[str, Any]:
-        return {"name": t.name, "dtype": t.dtype, "shape": list(t.shape), "bytes": t.nbytes}
+        shape: list[Any] = list(t.shape)
+        info = module.plan.tensors.get(t.name) if t.dims_c is not None else None
+        if info is not None and info.symbolic is not None:
+            shape = [d if isinstance(d, int) else str(d) for d in info.symbolic.shape]
+        return {"name": t.name, "dtype": t.dtype, "shape": shape, "bytes": t.nbytes}
 
     return {"model": plan.model, "prefix": plan.prefix, "tessera": __version__,
             "target": module.target, "triple": triple, "cpu_features": plan.cpu_features,
             "arena_bytes": plan.arena_bytes, "weights_bytes": plan.weights_bytes,
             "kernel_calls": len(plan.calls), "libraries": libraries,
+            "sizes": [{"name": n, "low": lo, "high": None if hi < 0 else hi}
+                      for n, lo, hi in plan.sizes],
+            "relations": [text for _, text in plan.relations],
             "inputs": [tensor(t) for t in plan.inputs],
             "outputs": [tensor(t) for t in plan.outputs]}
 

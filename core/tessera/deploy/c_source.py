@@ -27,8 +27,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from tessera.deploy.c_sizes import C_HELPERS
+
 #: Error codes of the C API.
-OK, ERR_ARGUMENT, ERR_MEMORY, ERR_CPU = 0, 1, 2, 3
+OK, ERR_ARGUMENT, ERR_MEMORY, ERR_CPU, ERR_SIZES = 0, 1, 2, 3, 4
 #: The alignment of the arena and the weights blob (a cache line; every planned offset is a
 #: multiple of it).
 ALIGN = 64
@@ -38,7 +40,8 @@ CHECKED_X86_FEATURES = ("sse4.1", "sse4.2", "popcnt", "avx", "avx2", "fma", "bmi
                         "avx512f", "avx512cd", "avx512vl", "avx512bw", "avx512dq",
                         "avx512vnni")
 
-#: Where an argument points: ("arena", byte offset) or ("weights", byte offset).
+#: Where an argument points: ("arena", byte offset), ("weights", byte offset), ("null", 0)
+#: or ("sizes", region index: that region's array of size values).
 Place = tuple[str, int]
 
 
@@ -52,6 +55,12 @@ class CTensor:
     shape: tuple[int, ...]
     nbytes: int
     place: Place
+    #: a symbolic model's: each dimension as a C expression over the sizes ``s`` (``shape``
+    #: and ``nbytes`` are then at the bounds), and for an input each dimension as a size
+    #: variable's index or a fixed size (``("var", k)`` / ``("int", n)``)
+    dims_c: list[str] | None = None
+    spec: list[tuple[str, int]] | None = None
+    itemsize: int = 0
 
 
 @dataclass
@@ -78,6 +87,12 @@ class CPlan:
     set_threads: list[str] = field(default_factory=list)
     cpu_features: list[str] = field(default_factory=list)
     version: str = ""
+    #: a symbolic model's size variables: (name, lowest, highest or -1 for none)
+    sizes: list[tuple[str, int, int]] = field(default_factory=list)
+    #: per region with run-time sizes, the indices (into ``sizes``) of its size array
+    region_sizes: list[list[int]] = field(default_factory=list)
+    #: the relations between sizes the model needs: (C expression over ``s``, text)
+    relations: list[tuple[str, str]] = field(default_factory=list)
 
 
 def check_prefix(prefix: str) -> str:
@@ -118,12 +133,28 @@ def header(plan: CPlan) -> str:
         for i, t in enumerate(tensors):
             lines.append(f"#define {up}_{kind}_{i}_BYTES ((size_t){t.nbytes})  "
                          f"/* {t.name}: {t.dtype}{list(t.shape)} */")
+    if plan.sizes:
+        lines += ["", f"#define {up}_ERR_SIZES {ERR_SIZES}",
+                  f"#define {up}_NUM_SIZES {len(plan.sizes)}  /* "
+                  + ", ".join(f"{n}: {lo}..{hi if hi >= 0 else 'any'}" for n, lo, hi
+                              in plan.sizes) + " */"]
+        run = [f"int {p}_run_sized({p}_model *model, const int64_t *sizes, "
+               "const void *const *inputs, void *const *outputs);",
+               f"int {p}_run_sized_with_arena(void *arena, const int64_t *sizes, "
+               "const void *const *inputs, void *const *outputs);",
+               f"int {p}_num_sizes(void);",
+               f"const char *{p}_size_name(int i);",
+               f"int {p}_bind_sizes(const int64_t *const *input_dims, int64_t *sizes);",
+               f"int {p}_check_sizes(const int64_t *sizes);",
+               f"int {p}_input_dims(int i, const int64_t *sizes, int64_t *dims);",
+               f"int {p}_output_dims(int i, const int64_t *sizes, int64_t *dims);"]
+    else:
+        run = [f"int {p}_run({p}_model *model, const void *const *inputs, "
+               "void *const *outputs);",
+               f"int {p}_run_with_arena(void *arena, const void *const *inputs, "
+               "void *const *outputs);"]
     lines += ["", f"typedef struct {p}_model {p}_model;", "",
-              f"int {p}_create(int num_threads, {p}_model **model);",
-              f"int {p}_run({p}_model *model, const void *const *inputs, "
-              "void *const *outputs);",
-              f"int {p}_run_with_arena(void *arena, const void *const *inputs, "
-              "void *const *outputs);",
+              f"int {p}_create(int num_threads, {p}_model **model);", *run,
               f"void {p}_destroy({p}_model *model);",
               f"void {p}_set_num_threads(int num_threads);",
               f"const char *{p}_error_message(int code);",
@@ -142,7 +173,64 @@ def header(plan: CPlan) -> str:
 
 def _place(place: Place) -> str:
     kind, offset = place
+    if kind == "null":
+        return "0"
+    if kind == "sizes":
+        return f"r{offset}"
     return f"a + {offset}" if kind == "arena" else f"w + {offset}"
+
+
+def _count(t: CTensor) -> str:
+    """The bytes of ``t`` at the call's sizes ``s`` (its static size without them)."""
+    if t.dims_c is None:
+        return str(t.nbytes)
+    return "(size_t)(" + " * ".join([*t.dims_c, f"(int64_t){t.itemsize}"]) + ")"
+
+
+def _sized_api(plan: CPlan) -> list[str]:
+    """The functions of a model with size variables: binding, checks, shapes."""
+    p, k = plan.prefix, len(plan.sizes)
+    names = ", ".join(_c_string(n) for n, _, _ in plan.sizes)
+    lows = ", ".join(f"(int64_t){lo}" for _, lo, _ in plan.sizes)
+    highs = ", ".join(f"(int64_t){hi}" for _, _, hi in plan.sizes)
+    lines = [C_HELPERS,
+             f"static const char *const size_names[] = {{{names}}};",
+             f"static const int64_t size_low[] = {{{lows}}};",
+             f"static const int64_t size_high[] = {{{highs}}};",
+             f"int {p}_num_sizes(void) {{ return {k}; }}",
+             f"const char *{p}_size_name(int i) {{ return i >= 0 && i < {k} ? size_names[i] "
+             ": 0; }", "",
+             f"int {p}_check_sizes(const int64_t *s) {{",
+             f"    if (!s) return {ERR_ARGUMENT};",
+             f"    for (int i = 0; i < {k}; i++)",
+             "        if (s[i] < size_low[i] || (size_high[i] >= 0 && s[i] > size_high[i])) "
+             f"return {ERR_SIZES};"]
+    for expr, text in plan.relations:
+        lines.append(f"    if (!{expr}) return {ERR_SIZES};  /* {text.replace('*/', '* /')} */")
+    lines += [f"    return {OK};", "}", "",
+              f"int {p}_bind_sizes(const int64_t *const *input_dims, int64_t *s) {{",
+              f"    if (!input_dims || !s) return {ERR_ARGUMENT};",
+              f"    for (int i = 0; i < {k}; i++) s[i] = -1;"]
+    for i, t in enumerate(plan.inputs):
+        lines.append(f"    if (!input_dims[{i}]) return {ERR_ARGUMENT};")
+        for axis, (kind, value) in enumerate(t.spec or []):
+            d = f"input_dims[{i}][{axis}]"
+            if kind == "int":
+                lines.append(f"    if ({d} != {value}) return {ERR_SIZES};")
+            else:
+                lines.append(f"    if (s[{value}] < 0) s[{value}] = {d}; "
+                             f"else if (s[{value}] != {d}) return {ERR_SIZES};")
+    lines += [f"    return {p}_check_sizes(s);", "}", ""]
+    for kind, tensors in (("input", plan.inputs), ("output", plan.outputs)):
+        lines += [f"int {p}_{kind}_dims(int i, const int64_t *s, int64_t *dims) {{",
+                  f"    if (!s || !dims) return {ERR_ARGUMENT};", "    switch (i) {"]
+        for i, t in enumerate(tensors):
+            dims = t.dims_c or [f"(int64_t){d}" for d in t.shape]
+            lines.append(f"    case {i}: " + " ".join(f"dims[{a}] = {d};"
+                                                    for a, d in enumerate(dims))
+                         + f" return {OK};")
+        lines += [f"    default: return {ERR_ARGUMENT};", "    }", "}", ""]
+    return lines
 
 
 def source(plan: CPlan) -> str:
@@ -180,10 +268,14 @@ def source(plan: CPlan) -> str:
               "    __builtin_cpu_init();"]
     lines += [f"    if (!__builtin_cpu_supports({_c_string(f)})) return {ERR_CPU};"
               for f in checked]
-    lines += ["#endif", f"    return {OK};", "}", "",
-              f"const char *{p}_error_message(int code) {{",
+    lines += ["#endif", f"    return {OK};", "}", ""]
+    if plan.sizes:
+        lines += _sized_api(plan)
+    lines += [f"const char *{p}_error_message(int code) {{",
               "    switch (code) {",
               f'    case {OK}: return "ok";',
+              f'    case {ERR_SIZES}: return "the sizes are outside their bounds, disagree '
+              f'between inputs, or break a relation the model needs";',
               f'    case {ERR_ARGUMENT}: return "an argument is NULL or out of range";',
               f'    case {ERR_MEMORY}: return "out of memory";',
               f'    case {ERR_CPU}: return "this CPU lacks a feature the code was compiled '
@@ -195,21 +287,28 @@ def source(plan: CPlan) -> str:
               "    if (n < 1) n = 1;",
               "    if (n > 256) n = 256;"]
     lines += [f"    {symbol}((int32_t)n);" for symbol in plan.set_threads]
+    sized = bool(plan.sizes)
     lines += ["    (void)n;", "}", "",
-              "static void run_plan(unsigned char *a, const void *const *inputs, "
-              "void *const *outputs) {",
+              "static void run_plan(unsigned char *a, "
+              + ("const int64_t *s, " if sized else "")
+              + "const void *const *inputs, void *const *outputs) {",
               f"    unsigned char *w = (unsigned char *){p}_weights;",
               "    (void)w;"]
+    for r, indices in enumerate(plan.region_sizes):
+        values = ", ".join(f"s[{k}]" for k in indices) or "0"
+        lines.append(f"    int64_t r{r}[] = {{{values}}};")
     for i, t in enumerate(plan.inputs):
-        lines.append(f"    memcpy({_place(t.place)}, inputs[{i}], {t.nbytes});")
+        lines.append(f"    memcpy({_place(t.place)}, inputs[{i}], {_count(t)});")
     for c in plan.calls:
         args = ", ".join(_place(a) for a in c.args)
         lines.append(f"    {{ void *args[] = {{{args or '0'}}}; {c.symbol}(args); }}"
                      + (f"  /* {c.comment} */" if c.comment else ""))
     for i, t in enumerate(plan.outputs):
-        lines.append(f"    memcpy(outputs[{i}], {_place(t.place)}, {t.nbytes});")
+        lines.append(f"    memcpy(outputs[{i}], {_place(t.place)}, {_count(t)});")
+    run, sizes_arg, sizes_call = ("run_sized", "const int64_t *sizes, ", "sizes, ") if sized \
+        else ("run", "", "")
     lines += ["}", "",
-              f"int {p}_run_with_arena(void *arena, const void *const *inputs, "
+              f"int {p}_{run}_with_arena(void *arena, {sizes_arg}const void *const *inputs, "
               "void *const *outputs) {",
               f"    if (!arena || ((uintptr_t)arena % {ALIGN}) "
               f"|| (!inputs && {len(plan.inputs)}) || (!outputs && {len(plan.outputs)})) "
@@ -217,8 +316,10 @@ def source(plan: CPlan) -> str:
               f"    for (int i = 0; i < {len(plan.inputs)}; i++) "
               f"if (!inputs[i]) return {ERR_ARGUMENT};",
               f"    for (int i = 0; i < {len(plan.outputs)}; i++) "
-              f"if (!outputs[i]) return {ERR_ARGUMENT};",
-              "    run_plan((unsigned char *)arena, inputs, outputs);",
+              f"if (!outputs[i]) return {ERR_ARGUMENT};"]
+    if sized:
+        lines += [f"    int rc = {p}_check_sizes(sizes);", f"    if (rc != {OK}) return rc;"]
+    lines += [f"    run_plan((unsigned char *)arena, {sizes_call}inputs, outputs);",
               f"    return {OK};", "}", "",
               f"int {p}_create(int num_threads, {p}_model **model) {{",
               f"    if (!model) return {ERR_ARGUMENT};",
@@ -233,10 +334,11 @@ def source(plan: CPlan) -> str:
               f"    {p}_set_num_threads(num_threads);",
               "    *model = m;",
               f"    return {OK};", "}", "",
-              f"int {p}_run({p}_model *model, const void *const *inputs, "
+              f"int {p}_{run}({p}_model *model, {sizes_arg}const void *const *inputs, "
               "void *const *outputs) {",
               f"    if (!model) return {ERR_ARGUMENT};",
-              f"    return {p}_run_with_arena(model->arena, inputs, outputs);", "}", "",
+              f"    return {p}_{run}_with_arena(model->arena, {sizes_call}inputs, outputs);",
+              "}", "",
               f"void {p}_destroy({p}_model *model) {{",
               "    if (!model) return;",
               "    free(model->arena);",

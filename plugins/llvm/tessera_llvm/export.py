@@ -48,13 +48,10 @@ def export_spec(triple: str | None, cpu: str, features: str) -> pipeline.Machine
 def export_region(region: str, llvm_ir: str | None, table: list[dict[str, Any]],
                   size_names: list[str], triple: str | None, cpu: str,
                   features: str, serial: bool = False) -> ExportedCode:
-    """The objects of region ``region`` (its optimised IR, kernel table and run-time size
-    variables as compiled) and of the thread pool (``serial``: the one without threads), and
-    the symbol of each kernel."""
-    if size_names:
-        raise ExportError(f"llvm region {region}: its kernels take run-time sizes "
-                          f"({', '.join(size_names)}); export a model compiled for fixed "
-                          f"input shapes (input_shapes=...)")
+    """The objects of region ``region`` (its optimised IR and kernel table as compiled; a
+    region with run-time sizes, ``size_names``, keeps its kernels' calling convention: the
+    buffers, the workspace or a null pointer, then the sizes array) and of the thread pool
+    (``serial``: the one without threads), and the symbol of each kernel."""
     if llvm_ir is None:
         raise ExportError(f"llvm region {region} was compiled without its LLVM IR (loaded "
                           f"from an artifact, or compiled without export); compile the model "
