@@ -104,7 +104,7 @@ def test_compile_options_reach_tessera_compile(tmp_path: Path) -> None:
         "Canonicalize=on", "--disabled-pass", "Canonicalize,SimplifyInference",
         "--disabled-pass", "DeadCodeElimination",
         "--freeze-input", f"mask={tmp_path / 'm.npy'}", "--dump-ir", "dumps",
-        "--dump-code", "ll,tir", "--no-kernel-cache"])
+        "--dump-code", "ll,tir", "--no-kernel-cache", "--for-export"])
     kwargs = compile_kwargs(args)
     frozen = kwargs.pop("freeze_inputs")
     assert kwargs == {"target": "llvm -mcpu=znver3", "input_shapes": {"a": [1, 2], "b": [3]},
@@ -114,14 +114,15 @@ def test_compile_options_reach_tessera_compile(tmp_path: Path) -> None:
                                           "DeadCodeElimination"], "dump_ir": "dumps",
                       "dump_code": "ll,tir", "dump_dir": "dumps", "dim_bounds": None,
                       "specialize": None, "symbolic_dims": None, "shape_mode": "auto",
-                      "kernel_cache": False}
+                      "kernel_cache": False, "for_export": True}
     np.testing.assert_array_equal(frozen["mask"], np.ones((1, 3), np.float32))
     defaults = compile_kwargs(build_parser().parse_args(["compile", "model.onnx"]))
     assert defaults == {"target": "auto", "input_shapes": None, "opt_level": 3,
                         "tuning_records": None, "pass_config": None, "disabled_passes": None,
                         "freeze_inputs": None, "dump_ir": None, "dump_code": None,
                         "dump_dir": ".", "dim_bounds": None, "specialize": None,
-                        "symbolic_dims": None, "shape_mode": "auto", "kernel_cache": None}
+                        "symbolic_dims": None, "shape_mode": "auto", "kernel_cache": None,
+                        "for_export": False}
 
 
 def test_compile_default_output_name(tiny_model: Path, tmp_path: Path,

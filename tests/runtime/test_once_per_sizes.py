@@ -8,9 +8,7 @@ from __future__ import annotations
 import threading
 
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper
 
 import tessera
 from tessera.errors import RunError
@@ -18,36 +16,7 @@ from tessera.frontend.onnx import import_onnx
 from tessera.kernel.fuse_ops import fuse_ops
 from tessera.runtime.executor import Executor
 from tessera.runtime.memory import lifetimes, plan_memory
-
-
-def _positions_model() -> onnx.ModelProto:
-    """``y = x + sin(log(1 + arange(seq)) / seq)`` broadcast over the batch: the table depends on
-    ``seq`` only (T5's relative-position buckets and rotary tables are built this way), each
-    element on its value too."""
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq"])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq"])
-    c = [helper.make_tensor("zero", TensorProto.INT64, [], [0]),
-         helper.make_tensor("one", TensorProto.INT64, [], [1]),
-         helper.make_tensor("axes", TensorProto.INT64, [1], [0]),
-         helper.make_tensor("onef", TensorProto.FLOAT, [], [1.0])]
-    nodes = [helper.make_node("Shape", ["x"], ["shape"], start=1, end=2),
-             helper.make_node("Squeeze", ["shape", "axes"], ["n"]),
-             helper.make_node("Range", ["zero", "n", "one"], ["pos"]),
-             helper.make_node("Cast", ["pos"], ["posf"], to=TensorProto.FLOAT),
-             helper.make_node("Add", ["posf", "onef"], ["p1"]),
-             helper.make_node("Log", ["p1"], ["lg"]),
-             helper.make_node("Cast", ["n"], ["nf"], to=TensorProto.FLOAT),
-             helper.make_node("Div", ["lg", "nf"], ["m"]),
-             helper.make_node("Sin", ["m"], ["table"]),
-             helper.make_node("Add", ["x", "table"], ["y"])]
-    graph = helper.make_graph(nodes, "positions", [x], [y], initializer=c)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
-
-
-def _expected(x: np.ndarray) -> np.ndarray:
-    seq = x.shape[1]
-    table = np.sin(np.log1p(np.arange(seq, dtype=np.float32)) / np.float32(seq))
-    return (x + table).astype(np.float32)
+from tessera.testing.size_models import positions_expected, positions_model
 
 
 def _x(batch: int, seq: int, seed: int = 0) -> np.ndarray:
@@ -55,12 +24,12 @@ def _x(batch: int, seq: int, seed: int = 0) -> np.ndarray:
 
 
 def test_a_costly_table_of_sizes_is_its_own_kernel_and_a_cheap_one_is_fused() -> None:
-    fn = import_onnx(_positions_model(), symbolic=True)
+    fn = import_onnx(positions_model(), symbolic=True)
     groups = fuse_ops(fn)
     last = groups[-1]
     assert [n.op for n in last.nodes] == ["Add"], [g.ops for g in groups]
     # without the transcendental ops the table fuses into the add that reads the data
-    cheap = _positions_model()
+    cheap = positions_model()
     graph = cheap.graph
     keep = [n for n in graph.node if n.output[0] not in ("lg", "nf", "m", "table")]
     keep[-1].input[1] = "p1"
@@ -72,16 +41,16 @@ def test_a_costly_table_of_sizes_is_its_own_kernel_and_a_cheap_one_is_fused() ->
 
 @pytest.mark.parametrize("target", ["llvm", "ref"])
 def test_the_table_is_right_whenever_the_sizes_change(target: str) -> None:
-    mod = tessera.compile(_positions_model(), target)
+    mod = tessera.compile(positions_model(), target)
     once = mod.plan.once_per_sizes
     assert once.steps and once.kept
     for batch, seq in [(1, 7), (1, 7), (2, 9), (1, 7), (3, 1), (3, 1), (2, 40), (1, 7)]:
         x = _x(batch, seq, seed=seq)
-        np.testing.assert_allclose(mod.run(x=x)["y"], _expected(x), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(mod.run(x=x)["y"], positions_expected(x), rtol=1e-5, atol=1e-5)
 
 
 def test_the_steps_run_once_per_binding_and_again_after_a_change() -> None:
-    mod = tessera.compile(_positions_model(), "ref")
+    mod = tessera.compile(positions_model(), "ref")
     once = mod.plan.once_per_sizes.steps
     mod.plan.sequences.clear()  # every kernel through its own call, counted
     calls: list[int] = []
@@ -101,7 +70,7 @@ def test_the_steps_run_once_per_binding_and_again_after_a_change() -> None:
         ex.set_sizes({"batch": batch, "seq": seq})
         ex.set_input("x", x)
         ex.run()
-        np.testing.assert_allclose(ex.get("y"), _expected(x), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(ex.get("y"), positions_expected(x), rtol=1e-5, atol=1e-5)
         return set(calls)
 
     assert run(2, 5) == every
@@ -115,7 +84,7 @@ def test_the_steps_run_once_per_binding_and_again_after_a_change() -> None:
 
 
 def test_a_run_that_stops_part_way_runs_the_steps_again() -> None:
-    mod = tessera.compile(_positions_model(), "ref")
+    mod = tessera.compile(positions_model(), "ref")
     mod.plan.sequences.clear()
     last = mod.plan.steps[-1]
     assert len(mod.plan.steps) - 1 not in mod.plan.once_per_sizes.steps
@@ -142,11 +111,11 @@ def test_a_run_that_stops_part_way_runs_the_steps_again() -> None:
     ex.set_sizes({"batch": 1, "seq": 4})
     ex.set_input("x", x)
     ex.run()
-    np.testing.assert_allclose(ex.get("y"), _expected(x), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(ex.get("y"), positions_expected(x), rtol=1e-5, atol=1e-5)
 
 
 def test_what_the_steps_keep_has_memory_of_its_own() -> None:
-    mod = tessera.compile(_positions_model(), "llvm")
+    mod = tessera.compile(positions_model(), "llvm")
     plan = mod.plan
     kept = plan.once_per_sizes.kept
     life = lifetimes(plan)
@@ -162,14 +131,14 @@ def test_what_the_steps_keep_has_memory_of_its_own() -> None:
 
 
 def test_threads_at_different_sizes_share_one_module() -> None:
-    mod = tessera.compile(_positions_model(), "llvm")
+    mod = tessera.compile(positions_model(), "llvm")
     errors: list[BaseException] = []
 
     def worker(seq: int) -> None:
         try:
             for k in range(30):
                 x = _x(1 + k % 2, seq, seed=k)
-                np.testing.assert_allclose(mod.run(x=x)["y"], _expected(x), rtol=1e-5,
+                np.testing.assert_allclose(mod.run(x=x)["y"], positions_expected(x), rtol=1e-5,
                                            atol=1e-5)
         except BaseException as e:  # noqa: BLE001 - reported below
             errors.append(e)

@@ -98,7 +98,12 @@ def export_c(module: Module, folder: str | Path, prefix: str = "model",
         f"{prefix}_weights.S": weights_assembly(prefix, f"{prefix}_weights.bin", not blob),
         f"{prefix}.map": version_script(prefix)}
     objects: dict[str, bytes] = {}
+    made = {f"{prefix}.o", f"{prefix}_weights.o"}  # what the Makefile compiles
     for region, code in codes.items():
+        clash = made & set(code.objects)
+        if clash:
+            raise ExportError(f"prefix {prefix!r}: the Makefile's {', '.join(sorted(clash))} "
+                              f"would overwrite region {region}'s object; choose another")
         for name, data in code.objects.items():
             if name in objects and objects[name] != data:
                 raise ExportError(f"region {region}'s object {name!r} differs from another "
@@ -265,10 +270,10 @@ def _tensor(module: Module, name: str, tensor: str, where: Place,
                   itemsize=int(np.dtype(t.dtype.numpy).itemsize))
     if info.symbolic is not None:
         out.dims_c = [dim_c(d, index) for d in info.symbolic.shape]
-        if module.shape_vars is not None and name in module.input_types:
-            spec = next(s for s in module.shape_vars.inputs if s.name == name)
-            out.spec = [("var", index[d]) if isinstance(d, str) else ("int", int(d))
-                        for d in spec.dims]
+    if module.shape_vars is not None and name in module.input_types:  # fixed ones checked too
+        spec = next(s for s in module.shape_vars.inputs if s.name == name)
+        out.spec = [("var", index[d]) if isinstance(d, str) else ("int", int(d))
+                    for d in spec.dims]
     return out
 
 

@@ -16,6 +16,7 @@ thread, and nothing needs pthreads.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import llvmlite.binding as llvm
@@ -82,12 +83,17 @@ def export_region(region: str, llvm_ir: str | None, table: list[dict[str, Any]],
 @functools.lru_cache(maxsize=8)
 def pool_object(spec: pipeline.MachineSpec) -> bytes:
     """The thread pool compiled for ``spec`` as a position-independent object."""
+    return _emit(spec, lambda triple, layout: PoolIR(triple, layout,
+                                                     triple_arch(spec.triple)).build())
+
+
+def _emit(spec: pipeline.MachineSpec, make: Callable[[str, str], ir.Module]) -> bytes:
+    """The module ``make(triple, data_layout)`` builds, optimised and emitted for ``spec``."""
     init_llvm()
     with LLVM_LOCK:
         pipeline.init_targets(spec.foreign)
         tm = pipeline.create_machine(spec)
-    pool = PoolIR(tm.triple, str(tm.target_data), triple_arch(spec.triple)).build()
-    mod = compile_ir(pool, tm, speed_level=2)
+    mod = compile_ir(make(tm.triple, str(tm.target_data)), tm, speed_level=2)
     with LLVM_LOCK:
         return bytes(tm.emit_object(mod))
 
@@ -117,10 +123,4 @@ def serial_pool_ir(triple: str, data_layout: str) -> ir.Module:
 @functools.lru_cache(maxsize=8)
 def serial_pool_object(spec: pipeline.MachineSpec) -> bytes:
     """:func:`serial_pool_ir` compiled for ``spec`` as a position-independent object."""
-    init_llvm()
-    with LLVM_LOCK:
-        pipeline.init_targets(spec.foreign)
-        tm = pipeline.create_machine(spec)
-    mod = compile_ir(serial_pool_ir(tm.triple, str(tm.target_data)), tm, speed_level=2)
-    with LLVM_LOCK:
-        return bytes(tm.emit_object(mod))
+    return _emit(spec, serial_pool_ir)

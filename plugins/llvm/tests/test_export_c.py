@@ -22,6 +22,7 @@ from tessera.deploy import export_c, find_cc
 from tessera.deploy.elf import elf_machine, has_text_relocations, undefined_symbols
 from tessera.errors import ExportError
 from tessera.testing.bert import BertConfig, bert_inputs, make_bert_encoder
+from tessera.testing.size_models import positions_model
 
 ROOT = Path(__file__).resolve().parents[3]
 RUNNER = ROOT / "examples" / "deploy_c" / "run_model.c"
@@ -178,6 +179,8 @@ def test_what_cannot_be_exported_says_why(tmp_path: Path) -> None:
                            for_export=True)
     with pytest.raises(ExportError, match="not a C identifier"):
         export_c(good, tmp_path / "d", prefix="my-model")
+    with pytest.raises(ExportError, match="tessera_pool.o would overwrite region region0_llvm"):
+        export_c(good, tmp_path / "e", prefix="tessera_pool")
 
 
 @needs_cc
@@ -292,34 +295,6 @@ def _run_sized(exe: Path, folder: Path, mod: tessera.Module, feeds: dict[str, np
                           capture_output=True, text=True)
 
 
-def _positions_model() -> onnx.ModelProto:
-    """``y = x + sin(log(1 + arange(seq)) / seq)``: kernels of sizes only (Range, the
-    table) beside the data's."""
-    c = [helper.make_tensor("zero", TensorProto.INT64, [], [0]),
-         helper.make_tensor("one", TensorProto.INT64, [], [1]),
-         helper.make_tensor("axes", TensorProto.INT64, [1], [0]),
-         helper.make_tensor("onef", TensorProto.FLOAT, [], [1.0])]
-    nodes = [helper.make_node("Shape", ["x"], ["shape"], start=1, end=2),
-             helper.make_node("Squeeze", ["shape", "axes"], ["n"]),
-             helper.make_node("Range", ["zero", "n", "one"], ["pos"]),
-             helper.make_node("Cast", ["pos"], ["posf"], to=TensorProto.FLOAT),
-             helper.make_node("Add", ["posf", "onef"], ["p1"]),
-             helper.make_node("Log", ["p1"], ["lg"]),
-             helper.make_node("Cast", ["n"], ["nf"], to=TensorProto.FLOAT),
-             helper.make_node("Div", ["lg", "nf"], ["m"]),
-             helper.make_node("Sin", ["m"], ["table"]),
-             helper.make_node("Add", ["x", "table"], ["y"]),
-             helper.make_node("Reshape", ["z", "two_rows"], ["r"])]
-    graph = helper.make_graph(
-        nodes, "positions",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq"]),
-         helper.make_tensor_value_info("z", TensorProto.FLOAT, ["rows", 3])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq"]),
-         helper.make_tensor_value_info("r", TensorProto.FLOAT, [2, None])],
-        c + [helper.make_tensor("two_rows", TensorProto.INT64, [2], [2, -1])])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
-
-
 @needs_cc
 @pytest.mark.parametrize("model", ["digits", "positions"])
 def test_a_symbolic_model_runs_bit_identical_from_c_at_every_size(tmp_path: Path,
@@ -334,7 +309,7 @@ def test_a_symbolic_model_runs_bit_identical_from_c_at_every_size(tmp_path: Path
                  for n in (1, 3, 8, 2)]
         too_big = {"image": rng.standard_normal((9, 1, 8, 8)).astype(np.float32)}
     else:
-        mod = tessera.compile(_positions_model(), "llvm", for_export=True,
+        mod = tessera.compile(positions_model(reshape=True), "llvm", for_export=True,
                               dim_bounds={"batch": (0, 4), "seq": (0, 64), "rows": (0, 8)})
 
         def case(b: int, n: int, rows: int) -> dict[str, np.ndarray]:
