@@ -79,10 +79,7 @@ def export_c(module: Module, folder: str | Path, prefix: str = "model",
     link ``lib<prefix>.so`` with ``cc`` (default ``$CC``, else ``cc``) when there is one
     and the code is for this machine's architecture. With ``serial`` the code starts no
     threads (parallel loops run in the calling thread; no pthreads needed)."""
-    try:
-        prefix = check_prefix(prefix)
-    except ValueError as e:
-        raise ExportError(str(e)) from None
+    check_prefix(prefix)
     _check_exportable(module)
     codes = _region_code(module, serial)
     triples = {c.triple for c in codes.values()}
@@ -329,8 +326,8 @@ def _link(out: Path, prefix: str, objects: list[str], libraries: list[str], trip
     if compiler is None:
         return None, "no C compiler found (cc, $CC): run make in the folder where there is one"
     arch = triple.split("-")[0]
-    if arch and arch not in (os.uname().machine, "x86_64" if os.uname().machine == "amd64"
-                             else os.uname().machine):
+    machine = os.uname().machine
+    if arch and arch != {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine):
         return None, (f"the code is for {triple}; link it there (make), or with a cross "
                       f"compiler as cc")
     library = out / f"lib{prefix}.so"

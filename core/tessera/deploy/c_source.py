@@ -28,6 +28,7 @@ import re
 from dataclasses import dataclass, field
 
 from tessera.deploy.c_sizes import C_HELPERS
+from tessera.errors import ExportError
 
 #: Error codes of the C API.
 OK, ERR_ARGUMENT, ERR_MEMORY, ERR_CPU, ERR_SIZES = 0, 1, 2, 3, 4
@@ -95,11 +96,10 @@ class CPlan:
     relations: list[tuple[str, str]] = field(default_factory=list)
 
 
-def check_prefix(prefix: str) -> str:
-    """``prefix`` if it is a C identifier, else ``ValueError``."""
+def check_prefix(prefix: str) -> None:
+    """Raise :class:`~tessera.errors.ExportError` unless ``prefix`` is a C identifier."""
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", prefix):
-        raise ValueError(f"prefix {prefix!r} is not a C identifier")
-    return prefix
+        raise ExportError(f"prefix {prefix!r} is not a C identifier")
 
 
 def _c_string(text: str) -> str:

@@ -288,9 +288,9 @@ class Module:
                                       else tuple(output_names))
             if fast is not None:  # every input once: the generated call
                 return dict(zip(fast[1], fast[0](*inputs.values())))
+            if self.shape_vars is not None:  # checks the inputs, binds the sizes
+                return dict(zip([n for n, _ in wanted], self._run_sized(inputs, wanted)))
             arrays = self.signature.check_inputs(inputs)  # raises: names missing or unknown
-            if self.shape_vars is not None:
-                return dict(zip([n for n, _ in wanted], self._run_sized(arrays, wanted)))
             with self.states.state() as executor:
                 for name, array in arrays.items():
                     executor.set_input(name, array)
