@@ -40,6 +40,14 @@ ALIGN = 64
 CHECKED_X86_FEATURES = ("sse4.1", "sse4.2", "popcnt", "avx", "avx2", "fma", "bmi", "bmi2",
                         "avx512f", "avx512cd", "avx512vl", "avx512bw", "avx512dq",
                         "avx512vnni")
+#: AArch64 features (LLVM's names) a program checks on Linux, each as (auxiliary vector
+#: entry, bit) of the kernel's ``HWCAP``/``HWCAP2`` (``getauxval``).
+CHECKED_AARCH64_FEATURES = {"neon": ("AT_HWCAP", 1), "aes": ("AT_HWCAP", 3),
+                            "sha2": ("AT_HWCAP", 6), "crc": ("AT_HWCAP", 7),
+                            "lse": ("AT_HWCAP", 8), "fullfp16": ("AT_HWCAP", 10),
+                            "rdm": ("AT_HWCAP", 12), "dotprod": ("AT_HWCAP", 20),
+                            "sve": ("AT_HWCAP", 22), "sve2": ("AT_HWCAP2", 1),
+                            "i8mm": ("AT_HWCAP2", 13), "bf16": ("AT_HWCAP2", 14)}
 
 #: Where an argument points: ("arena", byte offset), ("weights", byte offset), ("null", 0)
 #: or ("sizes", region index: that region's array of size values).
@@ -233,13 +241,40 @@ def _sized_api(plan: CPlan) -> list[str]:
     return lines
 
 
+def _cpu_check(plan: CPlan) -> list[str]:
+    """``P_required_cpu_features`` and ``P_check_cpu``: on x86-64 with GCC or Clang each
+    checked feature by ``__builtin_cpu_supports``, on AArch64 Linux by the kernel's hardware
+    capabilities; elsewhere nothing is checked."""
+    p = plan.prefix
+    x86 = [f for f in plan.cpu_features if f in CHECKED_X86_FEATURES]
+    arm = [f for f in plan.cpu_features if f in CHECKED_AARCH64_FEATURES]
+    lines = [f"const char *{p}_required_cpu_features(void) {{ return "
+             f"{_c_string(','.join(x86 + arm))}; }}", "",
+             f"int {p}_check_cpu(void) {{",
+             "#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))",
+             "    __builtin_cpu_init();"]
+    lines += [f"    if (!__builtin_cpu_supports({_c_string(f)})) return {ERR_CPU};"
+              for f in x86]
+    if arm:
+        entries = sorted({CHECKED_AARCH64_FEATURES[f][0] for f in arm})
+        lines += ["#elif defined(__aarch64__) && defined(__linux__)"]
+        lines += [f"    unsigned long {e.lower()} = getauxval({e});" for e in entries]
+        for f in arm:
+            entry, bit = CHECKED_AARCH64_FEATURES[f]
+            lines.append(f"    if (!({entry.lower()} & (1UL << {bit}))) return {ERR_CPU};"
+                         f"  /* {f} */")
+    return lines + ["#endif", f"    return {OK};", "}", ""]
+
+
 def source(plan: CPlan) -> str:
     """``<prefix>.c``: the plan and the API."""
     p = plan.prefix
     lines = [f"/* {p}.c: model {plan.model}, exported by Tessera {plan.version}; generated, "
              "do not edit. */",
              "#include <stdint.h>", "#include <stdlib.h>", "#include <string.h>",
-             "#include <unistd.h>", f'#include "{p}.h"', "",
+             "#include <unistd.h>",
+             "#if defined(__aarch64__) && defined(__linux__)", "#include <sys/auxv.h>",
+             "#endif", f'#include "{p}.h"', "",
              f"extern const unsigned char {p}_weights[];  /* {p}_weights.S */"]
     for symbol in dict.fromkeys(c.symbol for c in plan.calls):
         lines.append(f"extern void {symbol}(void **args);")
@@ -260,15 +295,7 @@ def source(plan: CPlan) -> str:
                   f"static const int {kind}_ndims[] = {{{ndims}}};",
                   f"static const int64_t *const {kind}_shapes[] = {{{shapes}}};",
                   f"static const size_t {kind}_sizes[] = {{{sizes}}};", ""]
-    checked = [f for f in plan.cpu_features if f in CHECKED_X86_FEATURES]
-    lines += [f"const char *{p}_required_cpu_features(void) {{ return "
-              f"{_c_string(','.join(checked))}; }}", "",
-              f"int {p}_check_cpu(void) {{",
-              "#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))",
-              "    __builtin_cpu_init();"]
-    lines += [f"    if (!__builtin_cpu_supports({_c_string(f)})) return {ERR_CPU};"
-              for f in checked]
-    lines += ["#endif", f"    return {OK};", "}", ""]
+    lines += _cpu_check(plan)
     if plan.sizes:
         lines += _sized_api(plan)
     lines += [f"const char *{p}_error_message(int code) {{",

@@ -59,6 +59,51 @@ KNOWN_CPUS: dict[str, dict[str, int]] = {
 }
 
 
+#: Features a CPU named by ``-mcpu`` is known to have (by prefix, longest wins), as LLVM names
+#: them: what exported code built for it may use, and what its C check asks of the machine. A
+#: name not listed implies nothing (only ``-mattr`` features are checked for it).
+_X86_V2 = ("sse4.1", "sse4.2", "popcnt")
+_X86_AVX = _X86_V2 + ("avx",)
+_X86_V3 = _X86_AVX + ("avx2", "fma", "bmi", "bmi2")
+_X86_V4 = _X86_V3 + ("avx512f", "avx512cd", "avx512vl", "avx512bw", "avx512dq")
+_X86_VNNI = _X86_V4 + ("avx512vnni",)
+_ARM_DOT = ("neon", "fullfp16", "dotprod")
+_ARM_V84 = _ARM_DOT + ("i8mm", "bf16", "sve")
+IMPLIED_FEATURES: dict[str, tuple[str, ...]] = {
+    "x86-64-v2": _X86_V2, "nehalem": _X86_V2, "westmere": _X86_V2, "silvermont": _X86_V2,
+    "sandybridge": _X86_AVX, "ivybridge": _X86_AVX,
+    "x86-64-v3": _X86_V3, "haswell": _X86_V3, "broadwell": _X86_V3, "skylake": _X86_V3,
+    "alderlake": _X86_V3, "raptorlake": _X86_V3, "meteorlake": _X86_V3, "znver1": _X86_V3,
+    "znver2": _X86_V3, "znver3": _X86_V3,
+    "x86-64-v4": _X86_V4, "skylake-avx512": _X86_V4, "cannonlake": _X86_V4,
+    "cascadelake": _X86_VNNI, "cooperlake": _X86_VNNI, "icelake": _X86_VNNI,
+    "tigerlake": _X86_VNNI, "rocketlake": _X86_VNNI, "sapphirerapids": _X86_VNNI,
+    "emeraldrapids": _X86_VNNI, "graniterapids": _X86_VNNI, "znver4": _X86_VNNI,
+    "znver5": _X86_VNNI,
+    "generic": ("neon",), "cortex-a53": ("neon",), "cortex-a72": ("neon",),
+    "cortex-a76": _ARM_DOT, "cortex-a78": _ARM_DOT, "neoverse-n1": _ARM_DOT,
+    "apple-m1": _ARM_DOT, "apple-m2": _ARM_DOT + ("i8mm", "bf16"),
+    "neoverse-v1": _ARM_V84, "neoverse-n2": _ARM_V84, "neoverse-v2": _ARM_V84,
+}
+
+
+def required_features(cpu: str, features: str, arch: str) -> list[str]:
+    """The CPU features code built for ``cpu`` (an LLVM name) with the feature string
+    ``features`` (``"+avx2,-avx512f"``) needs: the ones the name implies
+    (:data:`IMPLIED_FEATURES`; "generic" means NEON on AArch64 and nothing on x86_64),
+    those the string adds, less those it removes."""
+    best = max((p for p in IMPLIED_FEATURES if cpu.startswith(p)), key=len, default=None)
+    implied = set(IMPLIED_FEATURES[best]) if best else set()
+    if ("neon" in implied) != (arch == "aarch64"):
+        implied = set()
+    if arch == "aarch64":
+        implied.add("neon")
+    flags = [f.strip() for f in features.split(",") if f.strip()]
+    added = {f[1:] for f in flags if f.startswith("+")}
+    removed = {f[1:] for f in flags if f.startswith("-")}
+    return sorted((implied | added) - removed)
+
+
 def host_cpu_name() -> str:
     import llvmlite.binding as llvm
 

@@ -26,6 +26,7 @@ from tessera.errors import ExportError
 from tessera.plugin.exported import ExportedCode
 
 from . import pipeline
+from .cpu import required_features
 from .lock import LLVM_LOCK
 from .machine import compile_ir, init_llvm
 from .pool_ir import PoolIR
@@ -69,7 +70,7 @@ def export_region(region: str, llvm_ir: str | None, table: list[dict[str, Any]],
             raise ExportError(f"llvm region {region}: its kept IR does not parse: "
                               f"{exc}") from exc
         obj = tm.emit_object(mod)
-    wanted = [f[1:] for f in features.split(",") if f.startswith("+")]
+    wanted = required_features(cpu, features, triple_arch(spec.triple))
     symbols = {k["name"]: k["name"] for k in table}
     if serial:
         return ExportedCode({f"{region}.o": obj, SERIAL_POOL_OBJECT: serial_pool_object(spec)},

@@ -165,6 +165,54 @@ def test_aarch64_objects_are_aarch64_and_need_the_same_short_list(tmp_path: Path
             "nanosleep", "pthread_create", "pthread_sigmask", "sigfillset", "syscall"}
 
 
+def test_an_aarch64_library_checks_the_features_its_cpu_implies(tmp_path: Path) -> None:
+    mod = tessera.compile(str(ROOT / "examples/digits/digits_cnn.onnx"),
+                          "llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1 -mattr=+i8mm",
+                          input_shapes={"image": [1, 1, 8, 8]}, for_export=True)
+    export_c(mod, tmp_path / "arm", prefix="digits")
+    source = (tmp_path / "arm" / "digits.c").read_text()
+    check = source[source.index("int digits_check_cpu(void)"):]
+    check = check[:check.index("\n}\n")]
+    # neoverse-n1 implies dot products and half-precision arithmetic; -mattr adds i8mm
+    assert "getauxval(AT_HWCAP)" in check and "getauxval(AT_HWCAP2)" in check
+    assert "(1UL << 20))) return 3;  /* dotprod */" in check
+    assert "(1UL << 13))) return 3;  /* i8mm */" in check
+    assert "(1UL << 10))) return 3;  /* fullfp16 */" in check
+    assert '"dotprod,fullfp16,i8mm,neon"' in source
+    if CC is not None:  # the AArch64 branch is valid C with this machine's <sys/auxv.h>
+        branch = check[check.index("#elif"):check.index("#endif")].split("\n", 1)[1]
+        probe = tmp_path / "probe.c"
+        probe.write_text(f"#include <sys/auxv.h>\nint probe(void) {{\n{branch}return 0;\n}}\n")
+        subprocess.run([CC, "-fsyntax-only", "-Wall", "-Werror", str(probe)], check=True)
+
+
+@needs_cc
+def test_a_portable_x86_64_v3_library_checks_avx2_and_runs_here(tmp_path: Path) -> None:
+    if not {"avx2", "fma", "bmi2"} <= _host_flags():
+        pytest.skip("this CPU has no AVX2, FMA and BMI2 (x86-64-v3)")
+    x = np.random.default_rng(1).standard_normal((3, 1, 8, 8)).astype(np.float32)
+    mod = tessera.compile(str(ROOT / "examples/digits/digits_cnn.onnx"), "llvm -mcpu=x86-64-v3",
+                          input_shapes={"image": [3, 1, 8, 8]}, for_export=True)
+    result = export_c(mod, tmp_path / "v3", prefix="digits")
+    assert result.shared_library is not None, result.link_note
+    source = (tmp_path / "v3" / "digits.c").read_text()
+    for feature in ("avx2", "fma", "bmi2", "sse4.2"):
+        assert f'__builtin_cpu_supports("{feature}")' in source
+    assert "avx512" not in source
+    exe = _runner(tmp_path / "v3", "digits")
+    got = _run_c(exe, tmp_path / "v3", mod, {"image": x}, 2)
+    assert got[0].tobytes() == np.ascontiguousarray(mod.run({"image": x})["logits"]).tobytes()
+
+
+def _host_flags() -> set[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
+    return set(line.split(":", 1)[-1].split())
+
+
 def test_what_cannot_be_exported_says_why(tmp_path: Path) -> None:
     digits = str(ROOT / "examples/digits/digits_cnn.onnx")
     plain = tessera.compile(digits, "llvm", input_shapes={"image": [1, 1, 8, 8]})
