@@ -224,8 +224,8 @@ def remainders(func: S.PrimFunc, tile: int) -> list[int]:
 
 
 def test_dense_tiles_are_vector_micro_kernels(funcs) -> None:
-    """The whole 12-row tiles, then the s % 12 rows left in at most two tiles of 8, 4, 2 or
-    1 rows (where the whole tiles end, and ending at s): a reduction loop over k
+    """The whole 12-row tiles, then the s % 12 rows left in tiles of 4 rows (the last
+    shifted back to end at s), or one row at a time where s < 4: a reduction loop over k
     of 2 vector loads of W and one vector FMA per row and vector, without a guard; the
     parallel loop over the 64 column panels is never gated (even one row is 2 MFLOP)."""
     nest, func = funcs["ffn_in"]
@@ -233,9 +233,9 @@ def test_dense_tiles_are_vector_micro_kernels(funcs) -> None:
     assert any(TAIL_PRAGMA in f.annotations for f in nodes_of(nest.body, S.For))
     assert remainders(func, 12) == []  # no copy per remainder
     loops = k_loops(func)
-    assert len(loops) == 5
+    assert len(loops) == 3
     rows = [len(vector_stores(k)) // 2 for k in loops]
-    assert rows == [12, 8, 4, 2, 1]
+    assert rows == [12, 4, 1]
     for k in loops:
         assert not nodes_of(k, S.IfThenElse) and not nodes_of(k, E.Select)
         assert len({str(x.indices[-1]) for x in vector_loads(k, "W")}) == 2
@@ -253,23 +253,24 @@ def test_scores_tiles_shift_columns_back(funcs) -> None:
     reduction: the whole column tiles, the last tile's vectors shifted back to end at s (one
     vector when s % 32 <= 16, else two), and, for a matrix narrower than a vector (s < 16),
     one vector reading a zero-padded local copy of K^T's s columns. Rows as for a dense
-    layer: whole tiles, then tiles of 8, 4, 2 or 1 rows for the rest, each with the column
-    forms."""
+    layer: whole tiles, then tiles of 4 rows or single rows for the rest, each with the
+    column forms."""
     _, func = funcs["scores"]
     assert remainders(func, 12) == []
     tiles = [k for k in k_loops(func)
              if any(s.buffer.name.endswith("_local") for s in nodes_of(k, S.BufferStore))]
-    # the 12-row tiles and the 8, 4, 2 and 1-row ones: 4 column forms each
-    assert len(tiles) == 4 * 5
+    # the 12-row tiles and the 4-row ones: 4 column forms each; single rows run only where
+    # s < 4, so only in the padded form (the others' conditions are simplified away)
+    assert len(tiles) == 4 * 2 + 1
     for k in tiles:
         assert vector_stores(k) and not nodes_of(k, S.IfThenElse)
     padded = [k for k in tiles if vector_loads(k, "KT_panel")]
-    assert len(padded) == 5 and all(not vector_loads(k, "KT") for k in padded)
-    assert sorted(len(vector_stores(k)) for k in padded) == [1, 2, 4, 8, 12]
+    assert len(padded) == 3 and all(not vector_loads(k, "KT") for k in padded)
+    assert sorted(len(vector_stores(k)) for k in padded) == [1, 4, 12]
     # one vector where the remainder fits one, two otherwise: (2, 1, 2) per row form
     vectors = sorted(len({str(x.indices[-1]) for x in vector_loads(k, "KT")}) for k in tiles
                      if k not in padded)
-    assert vectors == [1] * 5 + [2] * 10
+    assert vectors == [1] * 2 + [2] * 4
     # the copy into the panel: s columns, k inside (no vector lane loop around a scalar)
     copies = [s for s in nodes_of(func.body, S.BufferStore) if s.buffer.name == "KT_panel"
               and not isinstance(s.indices[-1], E.Ramp)]
@@ -414,13 +415,13 @@ def test_graph_lowering_of_a_dense_layer() -> None:
 
 def test_rows_that_are_an_expression_of_sizes() -> None:
     """Rows ``h * s`` (a batch of sequences flattened): the last tile is still unguarded
-    micro-kernels (the whole tile shifted back, or tiles of 8, 4, 2 or 1 rows)."""
+    micro-kernels (tiles of 4 rows, the last shifted back, or single rows)."""
     h, s = tir.Var("h"), tir.Var("s")
     x = te.placeholder((h * s, 64), name="X")
     w = te.placeholder((2, 64, 32), name="W")
     tensors = [x, w, matmul_packed(x, w, "float32")]
     nest, func = lowered(tensors, "flat_rows")
-    assert [len(vector_stores(k)) // 2 for k in k_loops(func)] == [12, 8, 4, 2, 1]
+    assert [len(vector_stores(k)) // 2 for k in k_loops(func)] == [12, 4, 1]
     for k in k_loops(func):
         assert vector_stores(k) and not nodes_of(k, S.IfThenElse)
     fn = build_module([func], "flat_rows", size_specs={"flat_rows": size_spec(nest)}

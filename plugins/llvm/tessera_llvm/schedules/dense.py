@@ -206,7 +206,7 @@ def schedule_dense(s: Any, mm: te.ComputeOp, out: te.ComputeOp, cfg: ScheduleCon
     outer = [*batch, co, ro] if cfg.get("cols_outer") else [*batch, ro, co]
     if is_symbolic(mm):
         if static_extent(row.dom.extent) is None:
-            ws.pragma(ro, TAIL_PRAGMA, ("rows", mr))
+            ws.pragma(ro, TAIL_PRAGMA, ("rows", mr, tail_height(mr, nr // max(vec, 1))))
         if static_extent(col.dom.extent) is None:
             ws.pragma(co, TAIL_PRAGMA, ("cols", nr, vec))
         par = _symbolic_outer(ws, outer, ri, ci, mm, cfg)
@@ -269,6 +269,22 @@ def _symbolic_outer(ws: Any, outer: list[Any], ri: Any, ci: Any, mm: te.ComputeO
 TAIL_PRAGMA = "tessera.dense_tail"
 #: Marks the loops over run-time lanes that :class:`_HoistLanes` moves (removed by it).
 _LANES = "tessera.dense_lanes"
+
+
+#: Accumulator vectors a row tile of the tail keeps at least (two FMA units of four cycles'
+#: latency stay busy with eight independent chains).
+TAIL_ACCUMULATORS = 8
+
+
+def tail_height(mr: int, vectors: int) -> int:
+    """The rows of the tile that computes the last ``n % mr`` rows of a run-time row count:
+    the fewest (a power of two) whose ``vectors`` column vectors per row give
+    :data:`TAIL_ACCUMULATORS` accumulators; ``mr`` itself when that is not fewer (the
+    power-of-two heights of :meth:`_Tails.rows` then)."""
+    h = 1
+    while h * max(vectors, 1) < TAIL_ACCUMULATORS:
+        h *= 2
+    return min(h, mr)
 
 
 def specialize_tails(func: S.PrimFunc) -> S.PrimFunc:
@@ -738,7 +754,9 @@ class _Tails(IRMutator):
         if n is None or not (isinstance(s.min, E.IntImm) and s.min.value == 0):
             return loop
         if mode == "rows":
-            rows = self.rows(s, body, n, f, notes)
+            height = int(spec[2]) if len(spec) > 2 else f
+            rows = self.rows(s, body, n, f, notes) if height >= f else \
+                self.short_rows(s, body, n, f, notes, height)
             if rows is not None:
                 return rows
             tail = self.exact_rows_tail(s.loop_var, body, n, f)
@@ -827,6 +845,41 @@ class _Tails(IRMutator):
                                          S.For(t, 0, count, S.ForKind.SERIAL, body_t))))
         tail = S.LetStmt(rem, E.FloorMod(n, const(f)),
                          S.IfThenElse(E.GT(rem, const(0)), tail))
+        return S.seq(whole, tail)
+
+    def short_rows(self, s: S.For, body: S.Stmt, n: E.PrimExpr, f: int,
+                   notes: dict[str, Any], h: int) -> S.Stmt | None:
+        """The loop ``s`` over the ``ceil(n / f)`` row tiles of a run-time extent ``n`` in
+        three copies of the tile, none guarded: the ``n // f`` whole tiles of ``f`` rows, then
+        the ``r = n % f`` rows left in ``ceil(r / h)`` tiles of ``h < f`` rows, the last one
+        shifted back to end at ``n`` (at most ``h - 1`` rows computed again, with the same
+        values), or, where ``n < h``, one row at a time. ``h`` keeps enough accumulators for
+        the FMA units (:func:`tail_height`); the copies are ``f + h + 1`` rows of code where
+        :meth:`rows`' power-of-two heights are about ``2 f``, which a symbolic encoder's
+        compile spends most of its LLVM time on. None where the tile index occurs otherwise
+        than as its first row."""
+        v, idx = s.loop_var, n.dtype
+
+        def const(x: int) -> E.PrimExpr:
+            return E.IntImm(x, idx)
+
+        rem = E.Var(f"{v.name}_rem", idx)
+        base_h, base_1 = E.Var(f"{v.name}_base", idx), E.Var(f"{v.name}_row", idx)
+        tall, one = (_ShiftColumns(v, f, n, base=base_h, rows=h),
+                     _ShiftColumns(v, f, n, base=base_1, rows=1))
+        tile_h, tile_1 = tall.visit(body), one.visit(body)
+        if not (tall.ok and one.ok):
+            return None
+        t, u = E.Var(f"{v.name}_part", v.dtype), E.Var(f"{v.name}_one", v.dtype)
+        start = n - rem
+        tiles = S.For(t, 0, E.FloorDiv(rem + const(h - 1), const(h)), S.ForKind.SERIAL,
+                      S.LetStmt(base_h, E.min_(start + t * const(h), n - const(h)),
+                                fresh_copy(tile_h, {})))
+        singles = S.For(u, 0, rem, S.ForKind.SERIAL,
+                        S.LetStmt(base_1, start + u, fresh_copy(tile_1, {})))
+        tail = S.LetStmt(rem, E.FloorMod(n, const(f)), S.IfThenElse(
+            E.GT(rem, const(0)), S.IfThenElse(E.GE(n, const(h)), tiles, singles)))
+        whole = S.For(v, 0, E.FloorDiv(n, const(f)), s.kind, body, s.thread_tag, notes)
         return S.seq(whole, tail)
 
     def exact_rows_tail(self, v: E.Var, body: S.Stmt, n: E.PrimExpr, f: int) -> S.Stmt:
