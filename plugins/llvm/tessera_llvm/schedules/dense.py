@@ -14,8 +14,9 @@ A symbolic axis split by its tile gives a loop of ``ceil(n / tile)`` tiles whose
 guarded; the schedule marks that loop and :func:`specialize_tails` (run by the lowering between
 ``te.lower`` and the TIR pipeline) splits it into the ``n // tile`` whole tiles, the static
 micro-kernel without guards, and a last tile without guards either: for rows, the ``n % mr``
-rows left in at most two tiles of a power-of-two number of rows (``log2(mr)`` copies of the
-micro-kernel, not one per remainder); for columns, its vectors
+rows left in tiles of fewer rows that still fill the FMA units (:func:`tail_height`: 4 rows of
+two vectors), the last one shifted back to end at ``n``, and single rows where ``n`` is below
+that (three copies of the micro-kernel, not one per remainder); for columns, its vectors
 shifted back to end at ``n`` (a zero-padded local copy of ``b`` below one vector). A parallel
 loop over static tiles runs in the caller when the product, at its run-time sizes, is below
 ``parallel_min_flops``. The axes of static extent (batch, column tiles) are
