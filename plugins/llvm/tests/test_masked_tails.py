@@ -77,3 +77,29 @@ def test_masked_tails_match_the_interpreter_and_touch_nothing_past_the_end(
             np.testing.assert_array_equal(c, want, err_msg=f"n={n}")
         for block, count in ((ablock, 3 * n), (bblock, n), (cblock, 3 * n)):
             assert (block[count:] == 77).all(), f"n={n}: memory past a buffer changed"
+
+
+def test_a_transposes_last_vector_is_one_masked_store_of_a_gather() -> None:
+    """``C[r, i] = A[i, r] + i`` for i < n: the partial vector's strided load of A reads
+    the first lane's element in the lanes outside the mask (in the buffer), the store is
+    masked; exact at every size, nothing written past C."""
+    n = tir.Var("n", "int64")
+    r, io, ii = (tir.Var(x, "int64") for x in ("r", "io", "ii"))
+    A, C = tir.Buffer("A", (n, 3), "float32"), tir.Buffer("C", (3, n), "float32")
+    i = io * W + ii
+    body = tir.For(r, 0, 3, F.SERIAL, tir.For(io, 0, (n + W - 1) // W, F.SERIAL, tir.For(
+        ii, 0, W, F.VECTORIZED, tir.IfThenElse(i < n, tir.BufferStore(
+            C, A[i, r] + tir.cast("float32", i), [r, i])))))
+    func = tir.PrimFunc("gathered", [A, C], body, size_bounds={n: (0, 4096)})
+    built = build_module([lower_pipeline(func, PIPELINE_OPTIONS)], "gathered")
+    assert "llvm.masked.store" in built.source_ir
+    fn = built.load().get("gathered")
+    rng = np.random.default_rng(3)
+    for size in SIZES:
+        a, _ = _watched((size, 3), "float32", rng)
+        c, cblock = _watched((3, size), "float32", rng, fill=0)
+        want = np.zeros((3, size), "float32")
+        interpreter.run(func, [a.copy(), want], sizes={"n": size})
+        fn([a, c])
+        np.testing.assert_array_equal(c, want, err_msg=f"n={size}")
+        assert (cblock[3 * size:] == 77).all(), f"n={size}: memory past C changed"

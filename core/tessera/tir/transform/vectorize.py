@@ -24,9 +24,10 @@ With ``predicate=True`` (for code generators that take the two intrinsics below)
 ``if ramp(b, s, L) < n`` (``s > 0``; or ``<=``, or written the other way round), as loop
 partitioning leaves it on the last vector of a loop with a run-time extent. Its statements
 become *masked*: every load whose index depends on ``v`` is ``masked_load(B[ramp], mask)``
-(the lanes outside the mask read nothing and are 0), and every store
-``B[ramp] = masked_store(value, mask)`` (only the lanes inside the mask are written; both with
-contiguous ramps, else the statement stays scalar), under a
+(the lanes outside the mask read nothing and are 0) where the ramp is contiguous, and a gather
+whose lanes outside the mask read the first lane's element where it is strided (a transpose's
+last vector); every store ``B[ramp] = masked_store(value, mask)`` (only the lanes inside the
+mask are written; a contiguous ramp, else the statement stays scalar), under a
 scalar ``if b < n`` (the first lane's condition: no lane is inside when it is not), so that
 loads that do not depend on ``v`` run only when the original would have run them. A body with
 an integer division or remainder by a non-constant stays scalar (a lane outside the mask
@@ -171,13 +172,24 @@ def _contiguous(indices: Any) -> bool:
         isinstance(indices[0].stride, E.IntImm) and indices[0].stride.value == 1
 
 
+def _safe_gather(e: E.BufferLoad, mask: E.PrimExpr) -> E.PrimExpr:
+    """A masked load of a strided ramp (a gather, one load per lane): the lanes outside
+    ``mask`` read the first lane's element instead, which the statement's scalar guard (the
+    first lane's condition) makes one the loop reads; their values are never stored."""
+    index = e.indices[0] if len(e.indices) == 1 else None
+    if not isinstance(index, E.Ramp) or index.lanes != mask.lanes:
+        raise _CannotVectorize(f"a masked load of {e.buffer.name} is not a ramp")
+    first = E.Broadcast(index.base, index.lanes)
+    return E.BufferLoad(e.buffer, [E.Select(mask, index, first)])
+
+
 def _mask_loads(e: E.PrimExpr, mask: E.PrimExpr) -> E.PrimExpr:
     """``e`` with every load of a vector index read under ``mask``."""
     if isinstance(e, E.BufferLoad):
         if e.lanes == 1:
             return e
         if not _contiguous(e.indices):
-            raise _CannotVectorize(f"a masked load of {e.buffer.name} is not contiguous")
+            return _safe_gather(e, mask)
         return E.Call(MASKED_LOAD, [e, mask], e.dtype)
     if isinstance(e, E.Call) and e.name == MASKED_LOAD:
         return e
