@@ -250,8 +250,8 @@ def test_dense_tiles_are_vector_micro_kernels(funcs) -> None:
 
 def test_scores_tiles_shift_columns_back(funcs) -> None:
     """Run-time rows and columns: every register tile is vector code without a guard in its
-    reduction: the whole column tiles, the last tile's vectors shifted back to end at s (one
-    vector when s % 32 <= 16, else two), and, for a matrix narrower than a vector (s < 16),
+    reduction: the whole column tiles, the last tile's two vectors shifted back to end at s
+    (the first at 0 where s < 32), and, for a matrix narrower than a vector (s < 16),
     one vector reading a zero-padded local copy of K^T's s columns. Rows as for a dense
     layer: whole tiles, then tiles of 4 rows or single rows for the rest, each with the
     column forms."""
@@ -259,18 +259,19 @@ def test_scores_tiles_shift_columns_back(funcs) -> None:
     assert remainders(func, 12) == []
     tiles = [k for k in k_loops(func)
              if any(s.buffer.name.endswith("_local") for s in nodes_of(k, S.BufferStore))]
-    # the 12-row tiles and the 4-row ones: 4 column forms each; single rows run only where
-    # s < 4, so only in the padded form (the others' conditions are simplified away)
-    assert len(tiles) == 4 * 2 + 1
+    # the 12-row tiles and the 4-row ones: 3 column forms each (whole, the last shifted
+    # back, padded); single rows run only where s < 4, so only in the padded form (the
+    # others' conditions are simplified away)
+    assert len(tiles) == 3 * 2 + 1
     for k in tiles:
         assert vector_stores(k) and not nodes_of(k, S.IfThenElse)
     padded = [k for k in tiles if vector_loads(k, "KT_panel")]
     assert len(padded) == 3 and all(not vector_loads(k, "KT") for k in padded)
     assert sorted(len(vector_stores(k)) for k in padded) == [1, 4, 12]
-    # one vector where the remainder fits one, two otherwise: (2, 1, 2) per row form
+    # two vectors in the whole tiles and in the last one (shifted back)
     vectors = sorted(len({str(x.indices[-1]) for x in vector_loads(k, "KT")}) for k in tiles
                      if k not in padded)
-    assert vectors == [1] * 2 + [2] * 4
+    assert vectors == [2] * 4
     # the copy into the panel: s columns, k inside (no vector lane loop around a scalar)
     copies = [s for s in nodes_of(func.body, S.BufferStore) if s.buffer.name == "KT_panel"
               and not isinstance(s.indices[-1], E.Ramp)]

@@ -907,7 +907,9 @@ class _Tails(IRMutator):
     def cols_tail(self, v: E.Var, body: S.Stmt, n: E.PrimExpr, f: int, vec: int) -> S.Stmt:
         """The last, partial tile of ``r = n % f`` columns: its first ``ceil(r / vec)``
         vectors, shifted back to end at ``n`` (a switch over the count; for ``vec <= n < f``
-        the vectors start at 0, the last one shifted back); for ``n < vec``, one vector of a
+        the vectors start at 0, the last one shifted back; a tile of two vectors has one
+        form, both vectors, which computes one vector again where ``r <= vec``); for
+        ``n < vec``, one vector of a
         zero-padded local copy of ``b`` (:class:`_PackPanel`), ``n`` columns stored. Vectors
         of ``vec`` lanes; with scalar columns (``vec`` 1), the tile shifted back for ``n >=
         f``, the guarded tile otherwise."""
@@ -932,7 +934,10 @@ class _Tails(IRMutator):
             return S.IfThenElse(E.NE(rem, E.IntImm(0, idx)), S.IfThenElse(
                 E.GE(n, E.IntImm(f, idx)), fresh_copy(shifted, {}), small))
         chain: S.Stmt | None = None
-        for nv in range(f // vec, 0, -1):
+        # two vectors or fewer: one form (at most one vector computed again, not a copy of
+        # the tile per vector count)
+        counts = [f // vec] if f // vec <= 2 else range(f // vec, 0, -1)
+        for nv in counts:
             shift = _ShiftColumns(v, f, n, vec, nv)
             shifted = shift.visit(body)
             if not shift.ok:
