@@ -579,6 +579,65 @@ class _ShiftColumns(IRMutator):
         return t if c is None else E.Select(c, t, f)
 
 
+def _row_terms(indices: list[E.PrimExpr], row_vars: set[E.Var]) -> set[tuple[int, int]]:
+    """(dimension, coefficient) of each variable of ``row_vars`` in ``indices``."""
+    out: set[tuple[int, int]] = set()
+    for dim, index in enumerate(indices):
+        for coef, atoms in to_poly(index).terms.values():
+            if len(atoms) == 1 and atoms[0] in row_vars:
+                out.add((dim, coef))
+    return out
+
+
+def cut_accumulator_rows(tile: S.Stmt, row_vars: set[E.Var], f: int, rows: int) -> S.Stmt:
+    """``tile`` (a copy of the register tile for ``rows < f`` of its ``f`` rows, whose loops
+    over the rows of the operands, ``row_vars``, already run ``rows`` times) with every other
+    loop of extent ``f`` that indexes a local accumulator as those rows do (its zeroing) cut
+    to ``rows`` too: the rows past them are never read in this copy, and zeroing them kept
+    the accumulator in memory (LLVM could not promote it to registers, and its LICM then
+    spent a third of the kernel's optimisation on it)."""
+    keys: set[tuple[int, int, int]] = set()
+
+    def note(n: Any) -> None:
+        if isinstance(n, E.BufferLoad | S.BufferStore) and n.buffer.scope == "local":
+            keys.update((id(n.buffer), d, c) for d, c in _row_terms(list(n.indices), row_vars))
+
+    post_order_visit(tile, note)
+    if not keys:
+        return tile
+
+    class Cut(IRMutator):
+        def visit_For(self, s: S.For) -> S.Stmt:
+            body = self.visit(s.body)
+            if isinstance(s.extent, E.IntImm) and s.extent.value == f and \
+                    s.loop_var not in row_vars and self.indexes_rows(s.loop_var, body):
+                return S.For(s.loop_var, s.min, E.IntImm(rows, s.extent.dtype), s.kind, body,
+                             s.thread_tag, s.annotations)
+            return s if body is s.body else S.For(s.loop_var, s.min, s.extent, s.kind, body,
+                                                  s.thread_tag, s.annotations)
+
+        @staticmethod
+        def indexes_rows(v: E.Var, body: S.Stmt) -> bool:
+            """Whether ``v`` occurs only in local accumulators' indices, each time where
+            the rows do."""
+            found, other = [False], [False]
+
+            def look(n: Any) -> None:
+                if isinstance(n, E.BufferLoad | S.BufferStore):
+                    uses = _row_terms(list(n.indices), {v})
+                    if uses and (n.buffer.scope != "local" or not all(
+                            (id(n.buffer), d, c) in keys for d, c in uses)):
+                        other[0] = True
+                    found[0] = found[0] or bool(uses)
+                elif isinstance(n, S.IfThenElse | E.Select) and uses_var(n.condition, v):
+                    other[0] = True
+
+            post_order_visit(body, look)
+            return found[0] and not other[0]
+
+    return Cut().visit(tile)
+
+
 def _and(parts: list[E.PrimExpr]) -> E.PrimExpr | None:
     if not parts:
         return None
@@ -834,6 +893,7 @@ class _Tails(IRMutator):
             tile = part.visit(body)
             if not part.ok:
                 return None
+            tile = cut_accumulator_rows(tile, part.row_vars, f, h)
             chain = fresh_copy(tile, {}) if chain is None else S.IfThenElse(
                 E.EQ(height, const(h)), fresh_copy(tile, {}), chain)
         assert chain is not None
@@ -871,6 +931,8 @@ class _Tails(IRMutator):
         tile_h, tile_1 = tall.visit(body), one.visit(body)
         if not (tall.ok and one.ok):
             return None
+        tile_h = cut_accumulator_rows(tile_h, tall.row_vars, f, h)
+        tile_1 = cut_accumulator_rows(tile_1, one.row_vars, f, 1)
         t, u = E.Var(f"{v.name}_part", v.dtype), E.Var(f"{v.name}_one", v.dtype)
         start = n - rem
         tiles = S.For(t, 0, E.FloorDiv(rem + const(h - 1), const(h)), S.ForKind.SERIAL,
