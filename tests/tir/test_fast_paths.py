@@ -14,9 +14,9 @@ from tessera import tir
 from tessera.te.tensor import IterVar, Range
 from tessera.tir import expr as E
 from tessera.tir import stmt as S
-from tessera.tir.arith import Poly, poly_is, struct_equal, struct_key, to_poly
+from tessera.tir.arith import Poly, poly_is, struct_equal, struct_key, to_poly, uses_var
 from tessera.tir.buffer import Buffer
-from tessera.tir.functor import IRMutator, IRVisitor, post_order_visit
+from tessera.tir.functor import IRMutator, IRVisitor, contains, post_order_visit
 from tessera.tir.heavy import GC_THRESHOLD, heavy_work, run_heavy_work
 from tessera.tir.simplify import Simplifier
 
@@ -154,3 +154,18 @@ def test_heavy_work_passes_results_and_errors_and_restores_the_collector() -> No
     for th in threads:
         th.join()
     assert results == [50] * 4 and gc.get_threshold() == before
+
+
+def test_contains_agrees_with_a_full_walk() -> None:
+    """``contains`` (what ``uses_var`` asks, stopping at the first occurrence) finds exactly
+    the variables a full post-order walk meets, in expressions and statements."""
+    rng = random.Random(5)
+    other = tir.Var("other")
+    for _ in range(200):
+        e = _random_expr(rng, 5)
+        stmt = S.LetStmt(other, e, S.BufferStore(BUF, E.Cast("float32", other + J), [I]))
+        for node in (e, stmt):
+            seen: set[int] = set()
+            post_order_visit(node, lambda n, seen=seen: seen.add(id(n)))
+            for v in (I, J, K, other):
+                assert contains(node, v) == (id(v) in seen) == uses_var(node, v)

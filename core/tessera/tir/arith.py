@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from tessera.tir import expr as E
-from tessera.tir.functor import method_for, post_order_visit
+from tessera.tir.functor import contains, method_for
 
 __all__ = [
     "Bounds", "Poly", "const_int_bound", "interval_of", "linear_in", "struct_equal",
@@ -126,16 +126,9 @@ _SAME.update({cls: _same_binary for cls in (
 
 
 def uses_var(node: Any, var: E.Var) -> bool:
-    """Whether ``var`` occurs in ``node`` (an expression or statement)."""
-    found = False
-
-    def f(n: Any) -> None:
-        nonlocal found
-        if n is var:
-            found = True
-
-    post_order_visit(node, f)
-    return found
+    """Whether ``var`` occurs in ``node`` (an expression or statement); stops at the first
+    occurrence (the simplifier asks it of every ``let``'s whole body)."""
+    return contains(node, var)
 
 
 # ---- interval arithmetic ------------------------------------------------------------------

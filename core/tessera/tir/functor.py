@@ -329,6 +329,24 @@ def nodes_of(node: Any, kind: type) -> list[Any]:
     return found
 
 
+def contains(node: Any, target: Any) -> bool:
+    """Whether ``target`` (a node, compared by identity: a variable) is ``node`` or below it
+    (the nodes :func:`post_order_visit` visits); stops at the first occurrence."""
+    return _contains(node, target)
+
+
+def _contains(n: Any, target: Any) -> bool:
+    if n is target:
+        return True
+    if n is None:
+        return False
+    cls = type(n)
+    fn = _CHILDREN.get(cls)
+    if fn is None:
+        fn = _by_class(_CHILDREN, cls, _no_children)
+    return any(_contains(c, target) for c in fn(n))
+
+
 def _post_order(n: Any, fvisit: Any) -> None:
     # a module function: a recursive closure would be a reference cycle left for the garbage
     # collector on every call

@@ -967,8 +967,8 @@ def simplify(node: Any, bounds: Bounds | None = None) -> Any:
     known inclusive ranges ``var -> (lo, hi)`` of free variables. A function's size
     variables start with their ranges (:meth:`PrimFunc.var_bounds`: non-negative, within
     ``size_bounds``), which ``bounds`` may narrow."""
-    if isinstance(node, S.PrimFunc):
-        return node.with_body(func_simplifier(node, bounds).visit(node.body))
+    if isinstance(node, S.PrimFunc):  # subtrees shared by several statements: once each
+        return node.with_body(func_simplifier(node, bounds, memo=True).visit(node.body))
     return Simplifier(bounds).visit(node)
 
 

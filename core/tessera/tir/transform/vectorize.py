@@ -297,7 +297,7 @@ class _Vectorizer(StmtScopedMutator):
         if ext.value == 1:
             return substitute(s.body, {s.loop_var: s.min})
         lanes = ext.value
-        simp = self.simplifier()
+        simp = self.simplifier(memo=True)
         ramp = E.Ramp(s.min, E.IntImm(1, s.loop_var.dtype), lanes)
         ev = _ExprVectorizer(s.loop_var, ramp, simp)
         sv = _StmtVectorizer(ev, self.predicate)
