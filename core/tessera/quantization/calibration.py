@@ -120,6 +120,18 @@ def calibrate(model: onnx.ModelProto, tensors: Iterable[str], data: CalibrationD
     """The largest ``|x|`` of each named tensor over the calibration data."""
     wanted = list(dict.fromkeys(tensors))
     maxima = dict.fromkeys(wanted, 0.0)
+    for outputs in tensor_values(model, wanted, data, batch_size):
+        for name in wanted:
+            value = outputs[name]
+            if value.size:
+                maxima[name] = max(maxima[name], float(np.max(np.abs(value))))
+    return maxima
+
+
+def tensor_values(model: onnx.ModelProto, wanted: list[str], data: CalibrationData,
+                  batch_size: int = 64) -> Iterator[dict[str, np.ndarray]]:
+    """The named tensors' values on each calibration batch (the float model on the reference
+    interpreter); a ``QuantizeError`` when the data holds no batch."""
     programs: dict[tuple[Any, ...], Function] = {}
     batches = 0
     for batch in iter_batches(model, data, batch_size):
@@ -141,12 +153,7 @@ def calibrate(model: onnx.ModelProto, tensors: Iterable[str], data: CalibrationD
             if expected is not None and value.dtype != expected.dtype.numpy:
                 raise QuantizeError(f"calibration input {name!r} is {value.dtype}, the model "
                                     f"expects {expected.dtype}")
-        outputs = evaluate_function(fn, batch)
-        for name in wanted:
-            value = outputs[name]
-            if value.size:
-                maxima[name] = max(maxima[name], float(np.max(np.abs(value))))
+        yield evaluate_function(fn, batch)
         batches += 1
     if not batches:
         raise QuantizeError("the calibration data holds no batch")
-    return maxima

@@ -7,8 +7,12 @@ after a ``Relu`` that alone reads it), the rewritten graph reads::
                                                     B: DequantizeLinear(int32)) [-> Relu]
       -> QuantizeLinear -> DequantizeLinear -> (the layer's readers)
 
-All scales are per tensor and zero points 0 (int8 activations and weights, int32 bias with
-scale ``s_x * s_w``). Each quantized layer gets its own ``DequantizeLinear`` of its input, so
+Activations have one scale per tensor: int8 with zero point 0 (symmetric), or uint8 with a zero
+point (asymmetric, the CPU scheme). Weights are int8 with zero point 0, one scale per tensor
+(VTA's power of two, or ``max|w| / 127``) or one per output channel (``axis`` of the
+``DequantizeLinear``: 0 for Conv and Gemm with ``transB``, 1 for MatMul and Gemm without); the
+bias is int32 with scale ``s_x * s_w`` (per channel with the weights). Each quantized layer gets
+its own ``DequantizeLinear`` of its input, so
 that a backend can take the group ``DequantizeLinear -> layer -> QuantizeLinear`` as one int8
 layer; other readers of a layer's output share one ``DequantizeLinear``. A tensor that only
 passes through shape ops (MaxPool, Reshape, Flatten, ...) between two quantized layers keeps
@@ -25,16 +29,36 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from tessera.quantization.calibration import QuantizeError
-from tessera.quantization.scales import quantize_array, weight_scale
+from tessera.quantization.scales import channel_scales, quantize_array, weight_scale
 
 #: Ops whose weights are quantized.
 LAYER_OPS = ("Conv", "Gemm", "MatMul")
 #: Ops whose output holds values of their (first) input: a scale carries through them.
 PASS_THROUGH = ("MaxPool", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Identity")
-#: Default-domain opset the rewritten model needs at least (QuantizeLinear with int32 inputs).
+#: Default-domain opset the rewritten model needs at least (QuantizeLinear with int32 inputs),
+#: and with per-channel weights (a ``DequantizeLinear`` with ``axis``).
 MIN_QDQ_OPSET = 10
+MIN_PER_CHANNEL_OPSET = 13
+#: How weights are scaled: VTA's per-tensor power of two, any per-tensor scale, per channel.
+WEIGHT_MODES = ("pow2", "per_tensor", "per_channel")
 ZERO_INT8 = "tessera_qdq_zero_int8"
 ZERO_INT32 = "tessera_qdq_zero_int32"
+
+
+@dataclass(frozen=True)
+class ActQuant:
+    """How an activation tensor is quantized: ``scale``, ``zero_point`` and the integer
+    ``dtype`` (``np.int8`` or ``np.uint8``)."""
+
+    scale: float
+    zero_point: int = 0
+    dtype: type = np.int8
+
+
+def weight_axis(op: str, node_trans_b: bool) -> int:
+    """The output-channel axis of a layer's weight: 0 for Conv (O, I, kh, kw) and Gemm with
+    ``transB`` (N, K); 1 for MatMul and Gemm without (K, N)."""
+    return 0 if op == "Conv" or (op == "Gemm" and node_trans_b) else 1
 
 
 @dataclass
@@ -195,15 +219,16 @@ def carried_scales(graph: onnx.GraphProto, plan: QDQPlan) -> dict[str, str]:
 class _Builder:
     """The new node list and initializers of the rewritten graph."""
 
-    def __init__(self, graph: onnx.GraphProto, scales: Mapping[str, float]):
+    def __init__(self, graph: onnx.GraphProto, params: Mapping[str, ActQuant]):
         self.graph = graph
-        self.scales = scales
+        self.params = params
         self.nodes: list[onnx.NodeProto] = []
         self.inits: list[TensorProto] = []
         self.names = {n for node in graph.node for n in [*node.input, *node.output]}
         self.names |= {t.name for t in graph.initializer} | {i.name for i in graph.input}
         self.quantized: dict[str, str] = {}
         self.scale_names: dict[str, str] = {}
+        self.zero_names: dict[str, str] = {}
 
     def fresh(self, hint: str) -> str:
         name, k = hint, 1
@@ -220,14 +245,23 @@ class _Builder:
 
     def scale_of(self, tensor: str) -> str:
         if tensor not in self.scale_names:
-            self.scale_names[tensor] = self.constant(f"{tensor}_scale",
-                                                     np.array(self.scales[tensor], np.float32))
+            self.scale_names[tensor] = self.constant(
+                f"{tensor}_scale", np.array(self.params[tensor].scale, np.float32))
         return self.scale_names[tensor]
+
+    def zero_of(self, tensor: str) -> str:
+        q = self.params[tensor]
+        if q.dtype is np.int8 and q.zero_point == 0:
+            return ZERO_INT8
+        if tensor not in self.zero_names:
+            self.zero_names[tensor] = self.constant(f"{tensor}_zero_point",
+                                                    np.array(q.zero_point, q.dtype))
+        return self.zero_names[tensor]
 
     def quantize(self, tensor: str) -> None:
         q = self.fresh(f"{tensor}_quantized")
         self.nodes.append(helper.make_node("QuantizeLinear", [tensor, self.scale_of(tensor),
-                                                               ZERO_INT8], [q],
+                                                               self.zero_of(tensor)], [q],
                                            name=self.fresh(f"{tensor}_QuantizeLinear")))
         self.quantized[tensor] = q
 
@@ -235,23 +269,40 @@ class _Builder:
         out = self.fresh(hint)
         self.nodes.append(helper.make_node("DequantizeLinear", [self.quantized[tensor],
                                                                  self.scale_of(tensor),
-                                                                 ZERO_INT8], [out],
+                                                                 self.zero_of(tensor)], [out],
                                            name=self.fresh(f"{out}_DequantizeLinear")))
         return out
 
-    def constant_dq(self, hint: str, array: np.ndarray, scale: float, zero: str) -> str:
+    def constant_dq(self, hint: str, array: np.ndarray, scale: float | np.ndarray,
+                    zero: str, axis: int | None = None) -> str:
+        """A constant integer ``array`` dequantized with ``scale``: one value, or (``axis``)
+        one per index of that axis, with zero points 0 of the array's type."""
         q = self.constant(f"{hint}_quantized", array)
-        s = self.constant(f"{hint}_scale", np.array(scale, np.float32))
+        if axis is None:
+            s = self.constant(f"{hint}_scale", np.array(scale, np.float32))
+            inputs, attrs = [q, s, zero], {}
+        else:
+            scales = np.asarray(scale, np.float32).reshape(-1)
+            s = self.constant(f"{hint}_scale", scales)
+            z = self.constant(f"{hint}_zero_point", np.zeros(scales.shape, array.dtype))
+            inputs, attrs = [q, s, z], {"axis": axis}
         out = self.fresh(f"{hint}_dequantized")
-        self.nodes.append(helper.make_node("DequantizeLinear", [q, s, zero], [out],
-                                           name=self.fresh(f"{out}_DequantizeLinear")))
+        self.nodes.append(helper.make_node("DequantizeLinear", inputs, [out],
+                                           name=self.fresh(f"{out}_DequantizeLinear"), **attrs))
         return out
 
 
 def insert_qdq(model: onnx.ModelProto, plan: QDQPlan,
-               scales: Mapping[str, float]) -> onnx.ModelProto:
+               scales: Mapping[str, float | ActQuant],
+               weights: str = "pow2") -> onnx.ModelProto:
     """The model with QuantizeLinear/DequantizeLinear around ``plan``'s layers, using
-    ``scales`` (tensor -> power-of-two scale) for the activations."""
+    ``scales`` for the activations (tensor -> a scale of int8 with zero point 0, or an
+    :class:`ActQuant`) and ``weights`` (:data:`WEIGHT_MODES`) for the weights."""
+    if weights not in WEIGHT_MODES:
+        raise ValueError(f"unknown weight mode {weights!r}: expected one of "
+                         f"{', '.join(WEIGHT_MODES)}")
+    params = {t: q if isinstance(q, ActQuant) else ActQuant(float(q))
+              for t, q in scales.items()}
     out = onnx.ModelProto()
     out.CopyFrom(model)
     graph = out.graph
@@ -259,7 +310,7 @@ def insert_qdq(model: onnx.ModelProto, plan: QDQPlan,
     by_index = {layer.index: layer for layer in plan.layers}
     layer_outputs = {layer.output for layer in plan.layers}
     act = set(plan.tensors())
-    b = _Builder(graph, scales)
+    b = _Builder(graph, params)
     b.inits += [numpy_helper.from_array(np.array(0, np.int8), ZERO_INT8),
                 numpy_helper.from_array(np.array(0, np.int32), ZERO_INT32)]
     readers_elsewhere: set[str] = set()
@@ -279,15 +330,32 @@ def insert_qdq(model: onnx.ModelProto, plan: QDQPlan,
         if layer is not None:
             x_dq = b.dequantize(layer.input, f"{layer.input}_dequantized_for_{layer.name}")
             w = numpy_helper.to_array(inits[layer.weight]).astype(np.float64)
-            s_w = weight_scale(w)
-            w_dq = b.constant_dq(f"{layer.name}_weight", quantize_array(w, s_w), s_w, ZERO_INT8)
+            axis = weight_axis(layer.op, bool(_attr(node, "transB", 0))) \
+                if weights == "per_channel" else None
+            if axis is not None:
+                s_w: float | np.ndarray = channel_scales(w, axis)
+            else:
+                s_w = weight_scale(w) if weights == "pow2" else \
+                    float(channel_scales(w.reshape(1, -1), 0)[0])
+            w_dq = b.constant_dq(f"{layer.name}_weight", quantize_array(w, s_w, axis=axis),
+                                 s_w, ZERO_INT8, axis)
             new.input[0] = x_dq
             new.input[1] = w_dq
             if layer.bias is not None:
-                s_b = scales[layer.input] * s_w
+                s_b = params[layer.input].scale * np.asarray(s_w)
                 bias = numpy_helper.to_array(inits[layer.bias]).astype(np.float64)
-                new.input[2] = b.constant_dq(f"{layer.name}_bias",
-                                             quantize_array(bias, s_b, np.int32), s_b, ZERO_INT32)
+                if axis is not None:  # one value per output channel, along the bias's last axis
+                    bias = np.broadcast_to(bias.reshape(-1), s_b.shape) if bias.size == 1 \
+                        else bias
+                    new.input[2] = b.constant_dq(
+                        f"{layer.name}_bias", quantize_array(bias, s_b, np.int32,
+                                                             axis=bias.ndim - 1),
+                        s_b, ZERO_INT32, bias.ndim - 1)
+                else:
+                    s_b = float(s_b)
+                    new.input[2] = b.constant_dq(f"{layer.name}_bias",
+                                                 quantize_array(bias, s_b, np.int32), s_b,
+                                                 ZERO_INT32)
         else:
             for k, name in enumerate(new.input):
                 if name in rename:
@@ -311,15 +379,17 @@ def insert_qdq(model: onnx.ModelProto, plan: QDQPlan,
     inputs = [vi for vi in graph.input if vi.name not in dropped]
     del graph.input[:]
     graph.input.extend(inputs)
-    _ensure_opset(out)
+    _ensure_opset(out, MIN_PER_CHANNEL_OPSET if weights == "per_channel" else MIN_QDQ_OPSET,
+                  "per-channel weights" if weights == "per_channel" else "QDQ quantization")
     return out
 
 
-def _ensure_opset(model: onnx.ModelProto) -> None:
+def _ensure_opset(model: onnx.ModelProto, least: int = MIN_QDQ_OPSET,
+                  what: str = "QDQ quantization") -> None:
     for opset in model.opset_import:
         if opset.domain in ("", "ai.onnx"):
-            if opset.version < MIN_QDQ_OPSET:
-                raise QuantizeError(f"the model uses opset {opset.version}; QDQ quantization "
-                                    f"needs opset {MIN_QDQ_OPSET} or later (convert it with "
+            if opset.version < least:
+                raise QuantizeError(f"the model uses opset {opset.version}; {what} needs "
+                                    f"opset {least} or later (convert it with "
                                     f"onnx.version_converter first)")
             return
