@@ -18,6 +18,7 @@ from optional import require
 import tessera
 from tessera.cli.main import main
 from tessera.quantization import QuantizeError, quantize_model
+from tessera.quantization.qdq import insert_qdq, plan_layers
 from tessera.quantization.ranges import BINS, calibrate_ranges, entropy_threshold
 from tessera.quantization.scales import affine_params
 from tessera.testing.quant_models import float_cnn
@@ -180,13 +181,24 @@ def test_the_vta_scheme_refuses_the_cpu_options(model, calib) -> None:
         quantize_model(model, calib, scheme="cpu", method="mse")
 
 
-def test_per_channel_weights_need_opset_13(calib) -> None:
+def test_an_older_opset_is_converted_for_per_channel_weights(calib) -> None:
+    """Per-channel weights need opset 13: an opset-11 model is converted (ONNX's version
+    converter) and runs as before; per-tensor weights keep its opset."""
     old = float_cnn(np.random.default_rng(0))
-    old.opset_import[0].version = 12
-    with pytest.raises(QuantizeError, match="per-channel weights needs opset 13"):
-        quantize_model(old, calib, scheme="cpu")
+    old.opset_import[0].version = 11  # its ops read the same at opset 11
+    q, _ = quantize_model(old, calib, scheme="cpu")
+    assert q.opset_import[0].version == 13
+    assert all(_axis(n) is not None for k, n in _dq_nodes(q).items() if "weight" in k)
+    x = np.random.default_rng(5).standard_normal((4, 3, 8, 8)).astype(np.float32)
+    want = _ort(old, x)
+    assert np.abs(_ort(q, x) - want).max() <= 0.06 * np.abs(want).max()
     q, _ = quantize_model(old, calib, scheme="cpu", per_channel=False)
+    assert q.opset_import[0].version == 11
     assert all(_axis(n) is None for n in _dq_nodes(q).values())
+    # insert_qdq itself refuses per-channel weights below opset 13
+    with pytest.raises(QuantizeError, match="per-channel weights needs opset 13"):
+        plan = plan_layers(old.graph, False, False)
+        insert_qdq(old, plan, dict.fromkeys(plan.tensors(), 0.1), "per_channel")
 
 
 def test_cli_cpu_scheme(tmp_path: Path, model, calib, capsys) -> None:

@@ -15,11 +15,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
+import onnx.version_converter
 
 from tessera.frontend.onnx.external_data import inline_external_data
 from tessera.frontend.onnx.importer import ModelSource, load_model
 from tessera.quantization.calibration import CalibrationData, QuantizeError, calibrate
-from tessera.quantization.qdq import ActQuant, carried_scales, insert_qdq, plan_layers
+from tessera.quantization.qdq import (
+    MIN_PER_CHANNEL_OPSET,
+    ActQuant,
+    carried_scales,
+    insert_qdq,
+    plan_layers,
+)
 from tessera.quantization.ranges import METHODS, calibrate_ranges, describe
 from tessera.quantization.scales import affine_params, pow2_scale
 
@@ -79,6 +86,8 @@ def quantize_model(model: ModelSource, calibration_inputs: CalibrationData, *,
                             "per-tensor weights are options of the cpu scheme")
     # the quantized model is the caller's to save anywhere: its tensors hold their bytes
     proto = inline_external_data(load_model(model))
+    if not vta and per_channel:
+        proto = _with_opset(proto, MIN_PER_CHANNEL_OPSET)
     plan = plan_layers(proto.graph, vta if skip_first_conv is None else skip_first_conv,
                        vta if skip_last_dense is None else skip_last_dense, exclude)
     report = QuantizeReport([(layer.name, layer.op) for layer in plan.layers],
@@ -119,6 +128,22 @@ def quantize_model(model: ModelSource, calibration_inputs: CalibrationData, *,
     except onnx.checker.ValidationError as err:
         raise QuantizeError(f"the quantized model is not valid ONNX: {err}") from None
     return result, report
+
+
+def _with_opset(model: onnx.ModelProto, least: int) -> onnx.ModelProto:
+    """``model`` converted to default-domain opset ``least`` when it declares an older one
+    (per-channel weights need a ``DequantizeLinear`` with ``axis``); a clear error when ONNX's
+    version converter cannot convert it."""
+    version = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), least)
+    if version >= least:
+        return model
+    try:
+        converted = onnx.version_converter.convert_version(model, least)
+    except Exception as err:  # noqa: BLE001 - the converter raises several kinds
+        raise QuantizeError(f"the model uses opset {version}; per-channel weights need opset "
+                            f"{least}, and onnx.version_converter could not convert it "
+                            f"({err}); quantize with per_channel=False (--per-tensor)") from None
+    return converted
 
 
 def quantize(model: ModelSource, calibration_inputs: CalibrationData, *,
