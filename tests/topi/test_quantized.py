@@ -123,6 +123,20 @@ def test_matmul_integer(sa: tuple, sb: tuple) -> None:
         check_op("MatMulInteger", [a, b, rand(sa[0], dtype="uint8", lo=0, hi=9)])
 
 
+@pytest.mark.parametrize("sa,n,nb", [((3, 5), 32, 16), ((2, 3, 20), 64, 32), ((1, 7), 16, 16)])
+def test_matmul_integer_packed(sa: tuple, n: int, nb: int) -> None:
+    from tessera.ops.layout import pack_matmul_weight
+
+    b = rand(sa[-1], n, dtype="int8", lo=-128, hi=127)
+    bp = pack_matmul_weight(b, nb)
+    for a in (rand(*sa, dtype="uint8", lo=0, hi=255), rand(*sa, dtype="int8", lo=-128, hi=127)):
+        check_op("MatMulIntegerPacked", [a, bp], consts=(1,))
+        colsum = b.astype(np.int64).sum(axis=0).astype(np.int32)
+        zero = np.array(12, a.dtype)
+        check_op("MatMulIntegerPacked", [a, bp, zero, colsum], consts=(1, 3))
+        check_op("MatMulIntegerPacked", [a, bp, zero, colsum], consts=(1, 2, 3))
+
+
 @pytest.mark.parametrize("consts", [(1, 2, 4, 5, 6, 7), (4,)])
 def test_qlinear_matmul(consts: tuple) -> None:
     for at, yt in (("uint8", "uint8"), ("int8", "int8"), ("uint8", "int8")):

@@ -362,6 +362,43 @@ def matmul_integer(a: np.ndarray, b: np.ndarray, a_zp: np.ndarray | None = None,
     return _int_matmul(a, a_zp, b, b_zp)
 
 
+def _matmul_integer_packed_infer(a: TensorType, bp: TensorType, a_zp: TensorType | None = None,
+                                 colsum: TensorType | None = None) -> TensorType:
+    op = "MatMulIntegerPacked"
+    _check_int8(a, op, "A")
+    _check_int8(bp, op, "packed B")
+    if a.ndim < 2 or bp.ndim != 3:
+        raise OpError(f"{op}: A must be at least 2-D and the packed B 3-D (N//nb, K, nb), got "
+                      f"{a} and {bp}")
+    if a.shape[-1] != bp.shape[1]:
+        raise OpError(f"{op}: A {a} has {a.shape[-1]} columns, packed B {bp} has K = "
+                      f"{bp.shape[1]}")
+    n = bp.shape[0] * bp.shape[2]
+    if (a_zp is None) != (colsum is None):
+        raise OpError(f"{op}: a_zero_point and the column sums of B come together")
+    if a_zp is not None and (a_zp.dtype != a.dtype or a_zp.size != 1):
+        raise OpError(f"{op}: a_zero_point {a_zp} must be one value of A's dtype {a.dtype}")
+    if colsum is not None and (colsum.dtype != DType.int32 or colsum.shape != (n,)):
+        raise OpError(f"{op}: the column sums of B must be int32 ({n},), got {colsum}")
+    return TensorType((*a.shape[:-1], n), DType.int32)
+
+
+@register_op("MatMulIntegerPacked", inputs=(2, 4), infer=_matmul_integer_packed_infer,
+             pattern=OpPattern.OUT_ELEMWISE_FUSABLE)
+def matmul_integer_packed(a: np.ndarray, bp: np.ndarray, a_zp: np.ndarray | None = None,
+                          colsum: np.ndarray | None = None) -> np.ndarray:
+    """``MatMulInteger`` with a constant ``B (K, N)`` stored as column panels ``(N // nb, K,
+    nb)`` (``MatMulPacked``'s layout, packed at compile time) and no B zero point: int32
+    ``A @ B - a_zero_point * colsum``, ``colsum`` B's column sums (so the zero point costs one
+    multiply-add per output, not one subtraction per product): ``(A - a_zero_point) @ B``."""
+    panels, k, nb = bp.shape
+    b = np.ascontiguousarray(bp.transpose(1, 0, 2)).reshape(k, panels * nb)
+    out = _int_matmul(a, None, b, None).astype(np.int64)
+    if a_zp is not None and colsum is not None:
+        out -= int(np.asarray(a_zp).reshape(())) * colsum.astype(np.int64)
+    return out.astype(np.int32)
+
+
 def _qlinear_matmul_infer(a: TensorType, a_scale: TensorType, a_zp: TensorType, b: TensorType,
                           b_scale: TensorType, b_zp: TensorType, y_scale: TensorType,
                           y_zp: TensorType) -> TensorType:

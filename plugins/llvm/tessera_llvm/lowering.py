@@ -264,6 +264,9 @@ def pack_matmul_weights(func: Function, cpu: CPUInfo) -> None:
     nodes: list[Node] = []
     for node in func.nodes:
         nodes.append(node)
+        if node.op == "MatMulInteger":
+            _pack_integer_matmul(func, node, lanes)
+            continue
         gemm = node.op == "Gemm"
         if not gemm and (node.op != "MatMul" or len(node.inputs) != 2):
             continue
@@ -289,6 +292,34 @@ def pack_matmul_weights(func: Function, cpu: CPUInfo) -> None:
             nodes.append(Node("Add", func.fresh_node_name(f"{node.name}_bias"), [product, c],
                               [y], {}))
     func.nodes[:] = nodes
+
+
+def _pack_integer_matmul(func: Function, node: Node, lanes: int) -> None:
+    """MatMulInteger with a constant 8-bit ``B (K, N)`` and no B zero point (or a zero one)
+    becomes MatMulIntegerPacked, ``B`` in column panels as :func:`pack_matmul_weights` stores
+    float weights (a dynamically quantized encoder's products read ``B`` a row of ``N`` bytes
+    apart per step of ``K`` otherwise), and the A zero point subtracted once per output as
+    ``a_zp * colsum(B)`` (B's column sums, a constant) instead of once per product."""
+    a, b = node.inputs[0], node.inputs[1]
+    a_zp = node.inputs[2] if len(node.inputs) > 2 else None
+    b_zp = node.inputs[3] if len(node.inputs) > 3 else None
+    if a is None or b is None or not b.is_constant or b.type.ndim != 2 or a.type.ndim < 2:
+        return
+    if b_zp is not None and not (b_zp.is_constant and not np.asarray(b_zp.data).any()):
+        return
+    if a_zp is not None and a_zp.type.size != 1:
+        return
+    n = int(b.type.shape[1])
+    if n % lanes:
+        return
+    nb = 2 * lanes if n % (2 * lanes) == 0 else lanes
+    data = np.asarray(b.data)
+    packed = func.constant(pack_matmul_weight(data, nb), f"{b.name}_panels{nb}")
+    node.op, node.attrs, node.inputs = "MatMulIntegerPacked", {}, [a, packed]
+    if a_zp is not None:  # the zero point as a_zp * (B's column sums), once per output
+        colsum = func.constant(data.astype(np.int64).sum(axis=0).astype(np.int32),
+                               f"{b.name}_colsum")
+        node.inputs += [a_zp, colsum]
 
 
 def choose_conv_tiling(func: Function, cpu: CPUInfo) -> None:

@@ -24,7 +24,7 @@ import numpy as np
 from tessera import te, tir
 from tessera.topi import tag
 from tessera.topi.nn.conv2d import _CONV_TAGS, conv_nchw
-from tessera.topi.nn.dense import matmul_general
+from tessera.topi.nn.dense import matmul_general, matmul_packed
 from tessera.topi.reduction import reduce_compute
 from tessera.topi.registry import register_compute
 from tessera.topi.utils import (
@@ -362,6 +362,18 @@ def _qlinear_conv(inputs: list, attrs: dict, out_types: list) -> list[te.Tensor]
 @register_compute("MatMulInteger")
 def _matmul_integer(inputs: list, attrs: dict, out_types: list) -> list[te.Tensor]:
     return [matmul_integer(inputs[0], inputs[1], _opt(inputs, 2), _opt(inputs, 3))]
+
+
+@register_compute("MatMulIntegerPacked")
+def _matmul_integer_packed(inputs: list, attrs: dict, out_types: list) -> list[te.Tensor]:
+    a, bp, a_zp, colsum = inputs[0], inputs[1], _opt(inputs, 2), _opt(inputs, 3)
+    product = matmul_packed(a, bp, "int32")
+    if a_zp is None or colsum is None:
+        return [product]
+    za = cast(scalar(a_zp), "int32")
+    return [te.compute(product.shape,
+                       lambda *i: product[i] - za * read(colsum, [i[-1]]),
+                       name="zero_point_term", tag=tag.BROADCAST)]
 
 
 def _qlinear_matmul_supports(node: Any) -> str | None:
