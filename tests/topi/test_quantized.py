@@ -56,6 +56,10 @@ def test_dynamic_quantize_linear() -> None:
     check_op("DynamicQuantizeLinear", [rand(10, lo=0.5, hi=3)], num_outputs=3)
     check_op("DynamicQuantizeLinear", [rand(2, 2, lo=-4, hi=-1)], num_outputs=3)
     check_op("DynamicQuantizeLinear", [np.zeros(4, F32)], num_outputs=3)
+    # reduced by rows first, then over the rows (the extremes in different rows)
+    x = rand(2, 5, 33, lo=-1, hi=1)
+    x[0, 3, 7], x[1, 4, 32] = -6.5, 9.25
+    check_op("DynamicQuantizeLinear", [x], num_outputs=3)
 
 
 CONV_CASES = [

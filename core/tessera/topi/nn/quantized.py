@@ -108,8 +108,16 @@ def dequantize(x: te.Tensor, scale: te.Tensor, zero_point: te.Tensor | None, out
 def dynamic_quantize(x: te.Tensor) -> tuple[te.Tensor, te.Tensor, te.Tensor]:
     """uint8 quantization with the scale and zero point of the data's range (including 0):
     returns ``(y, y_scale, y_zero_point)``."""
-    hi = reduce_compute(x, None, False, "max", name="max")
-    lo = reduce_compute(x, None, False, "min", name="min")
+    if len(x.shape) > 1:
+        # by rows first (rows in parallel, each a loop over the last axis), then over the
+        # rows' results: one reduction of every element would run in one serial loop
+        hi = reduce_compute(reduce_compute(x, [-1], False, "max", name="row_max"), None, False,
+                            "max", name="max")
+        lo = reduce_compute(reduce_compute(x, [-1], False, "min", name="row_min"), None, False,
+                            "min", name="min")
+    else:
+        hi = reduce_compute(x, None, False, "max", name="max")
+        lo = reduce_compute(x, None, False, "min", name="min")
     f32 = "float32"
 
     def scale_body() -> Expr:
