@@ -288,11 +288,15 @@ class Checker:
                 f"{_cell('; '.join(r.figures))} |" for r in self.rows]
         return "\n".join(head + body) + "\n\nLogs: " + str(self.out_dir) + "/<step>.log\n"
 
-    def write(self) -> None:
-        (self.out_dir / TABLE_FILE).write_text(self.table())
+    def write(self) -> str:
+        """Write the table and the JSON; the table, as written (printed the same: rendering
+        it twice could straddle a second of its time stamp)."""
+        table = self.table()
+        (self.out_dir / TABLE_FILE).write_text(table)
         data = {"gpu_missing": self.gpu_missing, "gpu_known": self.gpu_known,
                 "rows": [vars(r) for r in self.rows]}
         (self.out_dir / JSON_FILE).write_text(json.dumps(data, indent=1))
+        return table
 
 
 def _cell(text: str) -> str:
@@ -542,8 +546,7 @@ def main(argv: list[str] | None = None) -> int:
         for step in steps:
             step.timeout *= args.timeout_scale
     checker.run(steps)
-    checker.write()
-    print(checker.table())
+    print(checker.write())
     print(f"table and logs in {out_dir}")
     return checker.exit_code()
 
