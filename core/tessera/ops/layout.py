@@ -309,15 +309,22 @@ def unpack_matmul_weight(bp: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(bp.transpose(1, 0, 2)).reshape(k, panels * nb)
 
 
-def _matmul_packed_infer(a: TensorType, bp: TensorType) -> TensorType:
-    op = "MatMulPacked"
-    check_float(a, op)
+def check_packed_operands(a: TensorType, bp: TensorType, op: str) -> int:
+    """Refuse an ``A`` and column panels ``bp`` (N//nb, K, nb) that do not multiply; the
+    product's columns ``N``."""
     if a.ndim < 2 or bp.ndim != 3:
         raise OpError(f"{op}: A must be at least 2-D and the packed B 3-D (N//nb, K, nb), got "
                       f"{a} and {bp}")
     if a.shape[-1] != bp.shape[1]:
         raise OpError(f"{op}: A {a} has {a.shape[-1]} columns, packed B {bp} has K = "
                       f"{bp.shape[1]}")
+    return int(bp.shape[0] * bp.shape[2])
+
+
+def _matmul_packed_infer(a: TensorType, bp: TensorType) -> TensorType:
+    op = "MatMulPacked"
+    check_float(a, op)
+    check_packed_operands(a, bp, op)
     if a.dtype != bp.dtype:
         raise OpError(f"{op}: A is {a.dtype}, B is {bp.dtype}")
     return TensorType((*a.shape[:-1], bp.shape[0] * bp.shape[2]), a.dtype)

@@ -28,6 +28,7 @@ from tessera.errors import OpError
 from tessera.ir.cast import FLOAT8, SUB_BYTE_INTS, convert, is_low_precision, widen
 from tessera.ir.types import DType, TensorType
 from tessera.ops.conv import CONV_ATTRS, conv_infer, conv_nd
+from tessera.ops.layout import check_packed_operands, unpack_matmul_weight
 from tessera.ops.linalg import matmul_shape
 from tessera.ops.registry import Attr, OpPattern, normalize_axis, register_op
 from tessera.ops.spatial import spatial_params
@@ -367,13 +368,7 @@ def _matmul_integer_packed_infer(a: TensorType, bp: TensorType, a_zp: TensorType
     op = "MatMulIntegerPacked"
     _check_int8(a, op, "A")
     _check_int8(bp, op, "packed B")
-    if a.ndim < 2 or bp.ndim != 3:
-        raise OpError(f"{op}: A must be at least 2-D and the packed B 3-D (N//nb, K, nb), got "
-                      f"{a} and {bp}")
-    if a.shape[-1] != bp.shape[1]:
-        raise OpError(f"{op}: A {a} has {a.shape[-1]} columns, packed B {bp} has K = "
-                      f"{bp.shape[1]}")
-    n = bp.shape[0] * bp.shape[2]
+    n = check_packed_operands(a, bp, op)
     if (a_zp is None) != (colsum is None):
         raise OpError(f"{op}: a_zero_point and the column sums of B come together")
     if a_zp is not None and (a_zp.dtype != a.dtype or a_zp.size != 1):
@@ -391,9 +386,7 @@ def matmul_integer_packed(a: np.ndarray, bp: np.ndarray, a_zp: np.ndarray | None
     nb)`` (``MatMulPacked``'s layout, packed at compile time) and no B zero point: int32
     ``A @ B - a_zero_point * colsum``, ``colsum`` B's column sums (so the zero point costs one
     multiply-add per output, not one subtraction per product): ``(A - a_zero_point) @ B``."""
-    panels, k, nb = bp.shape
-    b = np.ascontiguousarray(bp.transpose(1, 0, 2)).reshape(k, panels * nb)
-    out = _int_matmul(a, None, b, None).astype(np.int64)
+    out = _int_matmul(a, None, unpack_matmul_weight(bp), None).astype(np.int64)
     if a_zp is not None and colsum is not None:
         out -= int(np.asarray(a_zp).reshape(())) * colsum.astype(np.int64)
     return out.astype(np.int32)
