@@ -29,7 +29,12 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from tessera.quantization.calibration import QuantizeError
-from tessera.quantization.scales import channel_scales, quantize_array, weight_scale
+from tessera.quantization.scales import (
+    channel_scales,
+    quantize_array,
+    tensor_scale,
+    weight_scale,
+)
 
 #: Ops whose weights are quantized.
 LAYER_OPS = ("Conv", "Gemm", "MatMul")
@@ -335,8 +340,7 @@ def insert_qdq(model: onnx.ModelProto, plan: QDQPlan,
             if axis is not None:
                 s_w: float | np.ndarray = channel_scales(w, axis)
             else:
-                s_w = weight_scale(w) if weights == "pow2" else \
-                    float(channel_scales(w.reshape(1, -1), 0)[0])
+                s_w = weight_scale(w) if weights == "pow2" else tensor_scale(w)
             w_dq = b.constant_dq(f"{layer.name}_weight", quantize_array(w, s_w, axis=axis),
                                  s_w, ZERO_INT8, axis)
             new.input[0] = x_dq

@@ -70,6 +70,13 @@ def affine_params(low: float, high: float, symmetric: bool) -> tuple[float, int,
     return scale, zero, np.uint8
 
 
+def tensor_scale(w: np.ndarray, qmax: int = INT8_MAX) -> float:
+    """The symmetric per-tensor scale of a weight tensor, ``max|w| / qmax`` (1.0 for an
+    all-zero tensor)."""
+    peak = float(np.max(np.abs(w))) if w.size else 0.0
+    return peak / qmax if peak > 0 else 1.0
+
+
 def channel_scales(w: np.ndarray, axis: int, qmax: int = INT8_MAX) -> np.ndarray:
     """Symmetric per-channel scales of a weight tensor along ``axis``: ``max|w| / qmax`` of
     each channel (1.0 for an all-zero channel)."""

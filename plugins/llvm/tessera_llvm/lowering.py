@@ -279,11 +279,9 @@ def pack_matmul_weights(func: Function, cpu: CPUInfo) -> None:
                      or node.attrs.get("alpha", 1.0) != 1.0
                      or (c is not None and node.attrs.get("beta", 1.0) != 1.0)):
             continue
-        n = b.type.shape[1]
-        if n % lanes:
+        packed = _panels(func, b, lanes)
+        if packed is None:
             continue
-        nb = 2 * lanes if n % (2 * lanes) == 0 else lanes
-        packed = func.constant(pack_matmul_weight(np.asarray(b.data), nb), f"{b.name}_panels{nb}")
         node.op, node.attrs, node.inputs = "MatMulPacked", {}, [a, packed]
         if c is not None:
             y = node.outputs[0]
@@ -292,6 +290,16 @@ def pack_matmul_weights(func: Function, cpu: CPUInfo) -> None:
             nodes.append(Node("Add", func.fresh_node_name(f"{node.name}_bias"), [product, c],
                               [y], {}))
     func.nodes[:] = nodes
+
+
+def _panels(func: Function, b: Value, lanes: int) -> Value | None:
+    """The constant ``B (K, N)`` as column panels of one or two vectors' width (a new
+    constant of ``func``), or None when ``N`` is not a whole number of vectors."""
+    n = int(b.type.shape[1])
+    if n % lanes:
+        return None
+    nb = 2 * lanes if n % (2 * lanes) == 0 else lanes
+    return func.constant(pack_matmul_weight(np.asarray(b.data), nb), f"{b.name}_panels{nb}")
 
 
 def _pack_integer_matmul(func: Function, node: Node, lanes: int) -> None:
@@ -309,15 +317,12 @@ def _pack_integer_matmul(func: Function, node: Node, lanes: int) -> None:
         return
     if a_zp is not None and a_zp.type.size != 1:
         return
-    n = int(b.type.shape[1])
-    if n % lanes:
+    packed = _panels(func, b, lanes)
+    if packed is None:
         return
-    nb = 2 * lanes if n % (2 * lanes) == 0 else lanes
-    data = np.asarray(b.data)
-    packed = func.constant(pack_matmul_weight(data, nb), f"{b.name}_panels{nb}")
     node.op, node.attrs, node.inputs = "MatMulIntegerPacked", {}, [a, packed]
     if a_zp is not None:  # the zero point as a_zp * (B's column sums), once per output
-        colsum = func.constant(data.astype(np.int64).sum(axis=0).astype(np.int32),
+        colsum = func.constant(np.asarray(b.data).astype(np.int64).sum(axis=0).astype(np.int32),
                                f"{b.name}_colsum")
         node.inputs += [a_zp, colsum]
 
