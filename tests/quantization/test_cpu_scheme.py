@@ -1,6 +1,7 @@
 """``tessera.quantize(..., scheme="cpu")``: any scale, per-channel int8 weights, symmetric int8 or
 asymmetric uint8 activations, min-max / percentile / entropy calibration. The files run in
-onnxruntime close to the float model and in Tessera exactly as in onnxruntime; the scales,
+the numpy reference close to the float model and in Tessera's llvm backend as in the
+reference; the scales,
 zero points and integer weights and biases are what the definitions give; the calibration
 methods find the ranges known distributions have; the CLI takes the options and refuses them
 for the vta scheme."""
@@ -56,14 +57,23 @@ def _ort(q: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
     return ort.InferenceSession(q.SerializeToString()).run(None, {"x": x})[0]
 
 
+def _onnx_reference(q: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
+    """The QDQ file's own arithmetic, by Tessera's numpy reference backend (ONNX's
+    ReferenceEvaluator has no DequantizeLinear of opset 13). onnxruntime is no oracle for it
+    on every CPU: without VNNI its 8-bit kernels multiply with vpmaddubsw, whose int16 pair
+    sums saturate, and the outputs of these files move by 15% of their range on an
+    AVX2-only AMD EPYC (with VNNI they are exact, and Tessera's equal them)."""
+    return tessera.compile(q, "ref", input_shapes={"x": list(x.shape)}).run(x=x)["y"]
+
+
 @pytest.mark.parametrize("symmetric", [True, False])
-def test_every_layer_per_channel_close_to_float_and_tessera_as_onnxruntime(
+def test_every_layer_per_channel_close_to_float_and_tessera_as_the_reference(
         model, calib, symmetric: bool) -> None:
     q, report = quantize_model(model, calib, scheme="cpu", symmetric=symmetric)
     assert [name for name, _ in report.quantized] == ["conv1", "conv2", "fc1", "fc2"]
     assert not report.kept_float
     x = np.random.default_rng(2).standard_normal((16, 3, 8, 8)).astype(np.float32)
-    want, got = _ort(model, x), _ort(q, x)
+    want, got = _ort(model, x), _onnx_reference(q, x)
     assert np.abs(got - want).max() <= 0.06 * np.abs(want).max()
     mod = tessera.compile(q, "llvm", input_shapes={"x": list(x.shape)})
     np.testing.assert_allclose(mod.run(x=x)["y"], got, rtol=0, atol=1e-5 * np.abs(got).max())
@@ -191,7 +201,7 @@ def test_an_older_opset_is_converted_for_per_channel_weights(calib) -> None:
     assert all(_axis(n) is not None for k, n in _dq_nodes(q).items() if "weight" in k)
     x = np.random.default_rng(5).standard_normal((4, 3, 8, 8)).astype(np.float32)
     want = _ort(old, x)
-    assert np.abs(_ort(q, x) - want).max() <= 0.06 * np.abs(want).max()
+    assert np.abs(_onnx_reference(q, x) - want).max() <= 0.06 * np.abs(want).max()
     q, _ = quantize_model(old, calib, scheme="cpu", per_channel=False)
     assert q.opset_import[0].version == 11
     assert all(_axis(n) is None for n in _dq_nodes(q).values())
