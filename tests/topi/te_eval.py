@@ -14,6 +14,7 @@ generated code may do too), so a compute that reads outside its inputs fails her
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -22,6 +23,7 @@ from tessera import te
 from tessera.ir.cast import saturating_astype
 from tessera.ops.elementwise import erf as _erf
 from tessera.tir import expr as E
+from tessera.tir.dot_product import DOT2_S16, DP4A, dot2_s16, dp4a
 
 
 class OutOfBoundsRead(IndexError):
@@ -40,6 +42,7 @@ _CALLS: dict[str, Callable[..., Any]] = {
     "sin": np.sin, "cos": np.cos, "tan": np.tan, "asin": np.arcsin, "acos": np.arccos,
     "atan": np.arctan, "sinh": np.sinh, "cosh": np.cosh, "asinh": np.arcsinh,
     "acosh": np.arccosh, "atanh": np.arctanh, "fmod": np.fmod,
+    DOT2_S16: dot2_s16, **{name: partial(dp4a, name) for name in DP4A},
 }
 
 _BINARY: dict[type, Callable[[Any, Any], Any]] = {

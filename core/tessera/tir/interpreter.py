@@ -27,6 +27,7 @@ from tessera.ir.cast import saturating_astype
 from tessera.tir import expr as E
 from tessera.tir import stmt as S
 from tessera.tir.buffer import Buffer
+from tessera.tir.dot_product import DOT2_S16, DP4A, dot2_s16, dp4a
 from tessera.tir.functor import method_for
 
 __all__ = ["run", "bind_sizes", "eval_expr"]
@@ -200,6 +201,10 @@ class _Interpreter:
             return _as(_BINARY_CALLS[e.name](args[0], args[1]), e.dtype)
         if e.name == "fma" and len(args) == 3:
             return _as(args[0] * args[1] + args[2], e.dtype)
+        if e.name in DP4A and len(args) == 3:
+            return _as(dp4a(e.name, *args), e.dtype)
+        if e.name == DOT2_S16 and len(args) == 3:
+            return _as(dot2_s16(*args), e.dtype)
         if e.name in ("max", "min") and len(args) == 2:
             op = np.maximum if e.name == "max" else np.minimum
             return _as(op(args[0], args[1]), e.dtype)

@@ -385,7 +385,8 @@ class LLVMBackend(Backend):
         if threads:
             set_num_threads(threads)
         mcpu = target.get("mcpu")
-        return llvm_candidate(region, kernel, overrides, cpu_info(mcpu, threads, triple),
+        return llvm_candidate(region, kernel, overrides,
+                              cpu_info(mcpu, threads, triple, target.get("mattr")),
                               options.opt_level, mcpu, target.get("mattr"))
 
     def tuning_features(self, region: Function, kernel: str, configs: list[dict[str, Any]],
@@ -394,7 +395,8 @@ class LLVMBackend(Backend):
         """The loop-nest features of the kernel lowered to TIR with each config, for the CPU
         ``target`` describes (:func:`tessera_llvm.tuning.llvm_features`); nothing is
         compiled, so any architecture's target works."""
-        cpu = cpu_info(target.get("mcpu"), self._threads(target), target.get("mtriple") or None)
+        cpu = cpu_info(target.get("mcpu"), self._threads(target), target.get("mtriple") or None,
+                       target.get("mattr"))
         return llvm_features(region, kernel, configs, key, cpu, options.opt_level)
 
     @heavy_work
@@ -416,7 +418,7 @@ class LLVMBackend(Backend):
         if threads and not is_foreign(triple):
             set_num_threads(threads)
         mcpu = target.get("mcpu")
-        cpu = cpu_info(mcpu, threads, triple)
+        cpu = cpu_info(mcpu, threads, triple, target.get("mattr"))
         t0 = time.perf_counter()
         overrides = options.schedule_overrides(self.name, str(target))
         dump = options.extra.get("dump_code")

@@ -45,6 +45,7 @@ from tessera_llvm.machine import (  # noqa: F401 - re-exported: callers import t
     code_model,
     compile_ir,
     cpu_and_features,
+    enabled_features,
     host_cpu,
     init_llvm,
     known_cpu,
@@ -200,8 +201,9 @@ def build_module(funcs: list[PrimFunc], name: str, mcpu: str | None = None,
     if len(parts) > 1:
         compile_pool.prepare(len(parts) - 1)  # they start while the IR is generated
     part_of = {f.name: i for i, part in enumerate(parts) for f in part}
+    enabled = enabled_features(mcpu, mattr, triple)
     gens = [CodeGenerator(name if len(parts) == 1 else f"{name}.part{i}", tm.triple,
-                          str(tm.target_data)) for i in range(len(parts))]
+                          str(tm.target_data), features=enabled) for i in range(len(parts))]
     for f in progress.track(funcs, IR_PHASE, lambda f: f.name):
         # a symbolic function's index arithmetic, once per scope (O3 would otherwise spend
         # seconds finding the common subexpressions of its unrolled statements again)

@@ -128,11 +128,14 @@ class CodeGenerator:
     """Builds one LLVM module from PrimFuncs: create, :meth:`add_function`, :meth:`finalize`."""
 
     def __init__(self, name: str, triple: str = "", data_layout: str = "",
-                 fastmath: tuple[str, ...] = ("contract", "reassoc")) -> None:
+                 fastmath: tuple[str, ...] = ("contract", "reassoc"),
+                 features: frozenset[str] = frozenset()) -> None:
         self.module = ir.Module(name=name)
         self.module.triple = triple
         self.module.data_layout = data_layout
-        self.math = MathEmitter(self.module)
+        #: ``features``: the target CPU's (LLVM names), for instructions only some CPUs have
+        #: (:meth:`MathEmitter._dot_product`); none known means portable code.
+        self.math = MathEmitter(self.module, features)
         #: Fast-math flags put on float arithmetic: ``contract`` lets LLVM form FMAs,
         #: ``reassoc`` lets it vectorize float reductions (sums and means over a row), as
         #: onnxruntime's kernels do; results may differ from a sequential sum in the last bits.
@@ -180,9 +183,10 @@ class CodeGenerator:
 
 
 def generate_module(funcs: list[S.PrimFunc], name: str, triple: str = "",
-                    data_layout: str = "") -> ir.Module:
+                    data_layout: str = "", features: frozenset[str] = frozenset()
+                    ) -> ir.Module:
     """An LLVM module with one exported ``void f(i8**)`` per PrimFunc."""
-    gen = CodeGenerator(name, triple, data_layout)
+    gen = CodeGenerator(name, triple, data_layout, features=features)
     for f in funcs:
         gen.add_function(f)
     return gen.finalize()

@@ -15,7 +15,7 @@ from typing import Any
 from llvmlite import ir
 
 from tessera.tir import expr as E
-from tessera_llvm.intrinsics import splat
+from tessera_llvm.intrinsics import DOT_PRODUCTS, splat
 
 I1 = ir.IntType(1)
 I8 = ir.IntType(8)
@@ -194,6 +194,9 @@ class ExprCodegen:
         return self._broadcast(a, lanes), self._broadcast(b, lanes)
 
     def _expr_Add(self, e: E.Add) -> ir.Value:
+        fused = _accumulating_dot(e)
+        if fused is not None:
+            return self.expr(fused)
         a, b = self._operands(e)
         bld = self.scope.builder
         if E.is_float(e.a.dtype):
@@ -461,3 +464,20 @@ class ExprCodegen:
             return self.gen.math.emit(self.scope.builder, e.name, args, e.dtype, exponent)
         except ValueError as exc:
             raise self.error(str(exc), e) from None
+
+
+def _is_zero(e: E.PrimExpr) -> bool:
+    if isinstance(e, E.Broadcast):
+        e = e.value
+    return isinstance(e, E.IntImm) and e.value == 0
+
+
+def _accumulating_dot(e: E.Add) -> E.Call | None:
+    """``x + dot(a, b, 0)`` (a reduction's update of a dot product intrinsic) as ``dot(a, b,
+    x)``: the instructions accumulate (``vpdpwssd``, ``vpdpbusd``), an add after them would
+    be one more per vector."""
+    for acc, call in ((e.a, e.b), (e.b, e.a)):
+        if (isinstance(call, E.Call) and call.name in DOT_PRODUCTS and len(call.args) == 3
+                and _is_zero(call.args[2]) and acc.lanes in (1, call.lanes)):
+            return E.Call(call.name, [call.args[0], call.args[1], acc], call.dtype)
+    return None

@@ -65,6 +65,7 @@ KNOWN_CPUS: dict[str, dict[str, int]] = {
 _X86_V2 = ("sse4.1", "sse4.2", "popcnt")
 _X86_AVX = _X86_V2 + ("avx",)
 _X86_V3 = _X86_AVX + ("avx2", "fma", "bmi", "bmi2")
+_X86_AVXVNNI = _X86_V3 + ("avxvnni",)
 _X86_V4 = _X86_V3 + ("avx512f", "avx512cd", "avx512vl", "avx512bw", "avx512dq")
 _X86_VNNI = _X86_V4 + ("avx512vnni",)
 _ARM_DOT = ("neon", "fullfp16", "dotprod")
@@ -73,7 +74,8 @@ IMPLIED_FEATURES: dict[str, tuple[str, ...]] = {
     "x86-64-v2": _X86_V2, "nehalem": _X86_V2, "westmere": _X86_V2, "silvermont": _X86_V2,
     "sandybridge": _X86_AVX, "ivybridge": _X86_AVX,
     "x86-64-v3": _X86_V3, "haswell": _X86_V3, "broadwell": _X86_V3, "skylake": _X86_V3,
-    "alderlake": _X86_V3, "raptorlake": _X86_V3, "meteorlake": _X86_V3, "znver1": _X86_V3,
+    "alderlake": _X86_AVXVNNI, "raptorlake": _X86_AVXVNNI, "meteorlake": _X86_AVXVNNI,
+    "znver1": _X86_V3,
     "znver2": _X86_V3, "znver3": _X86_V3,
     "x86-64-v4": _X86_V4, "skylake-avx512": _X86_V4, "cannonlake": _X86_V4,
     "cascadelake": _X86_VNNI, "cooperlake": _X86_VNNI, "icelake": _X86_VNNI,
@@ -189,25 +191,43 @@ def _generic_isa(arch: str) -> tuple[int, int, str]:
     return (4, 32, "aarch64") if arch == "aarch64" else (4, 16, "x86_64")
 
 
+def _host_features(mattr: str | None) -> frozenset[str]:
+    import llvmlite.binding as llvm
+
+    try:
+        on = {name for name, enabled in llvm.get_host_cpu_features().items() if enabled}
+    except RuntimeError:
+        on = set()
+    for f in (mattr or "").split(","):
+        f = f.strip()
+        if len(f) > 1 and f[0] in "+-":
+            (on.add if f[0] == "+" else on.discard)(f[1:])
+    return frozenset(on)
+
+
 def cpu_info(mcpu: str | None = None, num_threads: int | None = None,
-             triple: str | None = None) -> CPUInfo:
+             triple: str | None = None, mattr: str | None = None) -> CPUInfo:
     """The CPU facts schedules read, for the host (``mcpu`` None, ``native`` or ``host``) or
     for the CPU ``mcpu`` names; with a ``triple`` of another architecture than the host's
-    and no ``mcpu``, for that architecture's generic CPU."""
+    and no ``mcpu``, for that architecture's generic CPU. ``mattr`` (``"+avx2,-avx512f"``)
+    changes the features."""
     threads = num_threads or default_thread_count()[0]
     host = mcpu is None or mcpu in ("native", "host")
     if host and is_foreign(triple):
         lanes, registers, arch = _generic_isa(triple_arch(str(triple)))
         return CPUInfo(vector_lanes=lanes, num_threads=threads, vector_registers=registers,
-                       arch=arch, name="generic")
+                       arch=arch, name="generic",
+                       features=frozenset(required_features("generic", mattr or "", arch)))
     if host:
         lanes, registers, arch = _host_isa()
         name = host_cpu_name()
     else:
         lanes, registers, arch = _named_isa(mcpu)
         name = mcpu
+    features = (_host_features(mattr) if host
+                else frozenset(required_features(name, mattr or "", arch)))
     info = CPUInfo(vector_lanes=lanes, num_threads=threads, vector_registers=registers,
-                   arch=arch, name=name)
+                   arch=arch, name=name, features=features)
     facts = _table_entry(name)
     if host:
         facts.update(_sysfs_caches())

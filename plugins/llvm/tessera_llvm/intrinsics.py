@@ -29,13 +29,18 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from tessera.tir.dot_product import DOT2_S16, DP4A
+
 #: Functions computed by libm, lane by lane: name -> number of arguments.
 LIBM = {"sin": 1, "cos": 1, "tan": 1, "asin": 1, "acos": 1, "atan": 1, "sinh": 1, "cosh": 1,
         "asinh": 1, "acosh": 1, "atanh": 1, "log2": 1, "log10": 1, "exp2": 1, "atan2": 2}
 
+#: Integer dot products inside a word (:mod:`tessera.tir.dot_product`): name -> arguments.
+DOT_PRODUCTS = {DOT2_S16: 3, **{name: 3 for name in DP4A}}
+
 #: Intrinsic names the code generator accepts in ``tir.Call``.
 SUPPORTED = ("exp", "log", "sqrt", "tanh", "erf", "fabs", "floor", "ceil", "round", "pow", "fma",
-             "sigmoid", "fmod", *LIBM)
+             "sigmoid", "fmod", *LIBM, *DOT_PRODUCTS)
 
 F32 = ir.FloatType()
 F64 = ir.DoubleType()
@@ -104,8 +109,10 @@ def splat(ty: ir.Type, value: float | int) -> ir.Constant:
 class MathEmitter:
     """Emits intrinsic calls into ``module``; declarations are created once per module."""
 
-    def __init__(self, module: ir.Module) -> None:
+    def __init__(self, module: ir.Module, features: frozenset[str] = frozenset()) -> None:
         self.module = module
+        #: The target's CPU features (LLVM names), for the instructions only some CPUs have.
+        self.features = features
 
     # -- declarations ---------------------------------------------------------------------
     def declare(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
@@ -235,9 +242,14 @@ class MathEmitter:
         ``ValueError`` for an unknown name or a name that does not apply to ``dtype``."""
         if name not in SUPPORTED:
             raise ValueError(f"unknown intrinsic {name!r}; supported: {', '.join(SUPPORTED)}")
-        expected = 3 if name == "fma" else 2 if name in ("pow", "fmod") else LIBM.get(name, 1)
+        expected = (3 if name == "fma" else 2 if name in ("pow", "fmod")
+                    else DOT_PRODUCTS.get(name) or LIBM.get(name, 1))
         if len(args) != expected:
             raise ValueError(f"{name} takes {expected} argument(s), got {len(args)}")
+        if name in DOT_PRODUCTS:
+            if dtype != "int32":
+                raise ValueError(f"{name} computes int32 words, got {dtype}")
+            return self._dot_product(b, name, args)
         if dtype.startswith(("int", "uint")) or dtype == "bool":
             return self._emit_int(b, name, args, dtype)
         x = args[0]
@@ -313,6 +325,47 @@ class MathEmitter:
             r = self.lanewise(b, "powf", [b.fpext(x, wide_ty), b.fpext(y, wide_ty)])
             return b.fptrunc(r, ty)
         return self.lanewise(b, "powf", [x, y])
+
+    # -- integer dot products (tessera.tir.dot_product) ------------------------------------
+    def _dot_product(self, b: ir.IRBuilder, name: str, args: list[ir.Value]) -> ir.Value:
+        """``c + a . b`` over the parts of int32 words: one x86 ``pmaddwd`` per vector of
+        pairs (AVX2: 8 lanes, AVX-512BW: 16; LLVM fuses it with the add into ``vpdpwssd``
+        where VNNI is present), ``vpdpbusd`` for unsigned x signed bytes with AVX-512 VNNI or
+        AVX-VNNI, else the parts widened to int32 and multiplied (exact, any target)."""
+        a, w, c = args
+        lanes = a.type.count if isinstance(a.type, ir.VectorType) else 1
+        feats = self.features
+        if name == DOT2_S16:
+            pmadd = {8: ("llvm.x86.avx2.pmadd.wd", "avx2"),
+                     16: ("llvm.x86.avx512.pmaddw.d.512", "avx512bw")}.get(lanes)
+            if pmadd is not None and pmadd[1] in feats:
+                halves = ir.VectorType(ir.IntType(16), 2 * lanes)
+                fn = self.declare(pmadd[0], a.type, [halves, halves])
+                return b.add(b.call(fn, [b.bitcast(a, halves), b.bitcast(w, halves)]), c)
+            return self._dot_parts(b, a, w, c, 16, True, True)
+        if name == "dp4a_su":  # the unsigned operand first
+            a, w, name = w, a, "dp4a_us"
+        vnni = (lanes == 16 and "avx512vnni" in feats) or (lanes == 8 and (
+            "avxvnni" in feats or {"avx512vnni", "avx512vl"} <= feats))
+        if name == "dp4a_us" and vnni:
+            fn = self.declare(f"llvm.x86.avx512.vpdpbusd.{32 * lanes}", a.type, [a.type] * 3)
+            return b.call(fn, [c, a, w])
+        return self._dot_parts(b, a, w, c, 8, name[5] == "s", name[6] == "s")
+
+    @staticmethod
+    def _dot_parts(b: ir.IRBuilder, a: ir.Value, w: ir.Value, c: ir.Value, bits: int,
+                   a_signed: bool, w_signed: bool) -> ir.Value:
+        """``c + sum of a_j * w_j`` over the ``bits``-wide parts of int32 words, each part
+        shifted to the top and back (arithmetic shift for signed parts): exact."""
+        acc = c
+        for j in range(32 // bits):
+            parts = []
+            for x, signed in ((a, a_signed), (w, w_signed)):
+                top = b.shl(x, splat(x.type, 32 - bits * (j + 1))) if j < 32 // bits - 1 else x
+                shift = splat(x.type, 32 - bits)
+                parts.append(b.ashr(top, shift) if signed else b.lshr(top, shift))
+            acc = b.add(acc, b.mul(parts[0], parts[1]))
+        return acc
 
     def _emit_int(self, b: ir.IRBuilder, name: str, args: list[ir.Value],
                   dtype: str) -> ir.Value:

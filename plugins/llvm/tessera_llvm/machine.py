@@ -23,8 +23,9 @@ from llvmlite import ir
 
 from tessera.errors import CompileError
 from tessera_llvm import pipeline
+from tessera_llvm.cpu import required_features
 from tessera_llvm.lock import LLVM_LOCK
-from tessera_llvm.triple import host_triple, init_all_targets, is_foreign
+from tessera_llvm.triple import host_triple, init_all_targets, is_foreign, triple_arch
 
 _initialized = False
 
@@ -63,6 +64,30 @@ def cpu_and_features(mcpu: str | None, mattr: str | None,
             features = f"{features},{mattr}" if features else mattr
         return cpu, features
     return mcpu, mattr or ""
+
+
+def parse_features(features: str) -> frozenset[str]:
+    """The features a feature string (``"+avx2,-avx512f,+fma"``) enables; a later entry
+    for a name overrides an earlier one."""
+    on: dict[str, bool] = {}
+    for f in features.split(","):
+        f = f.strip()
+        if len(f) > 1 and f[0] in "+-":
+            on[f[1:]] = f[0] == "+"
+    return frozenset(name for name, enabled in on.items() if enabled)
+
+
+def enabled_features(mcpu: str | None, mattr: str | None,
+                     triple: str | None = None) -> frozenset[str]:
+    """The CPU features (LLVM's names: ``avx512vnni``, ``avxvnni``, ``dotprod``, ...) code
+    generated for ``mcpu``/``mattr``/``triple`` may use: the host's as LLVM reports them
+    (``mattr`` applied) when ``mcpu`` is None or ``native``, else the ones the name implies
+    (:func:`tessera_llvm.cpu.required_features`) with ``mattr``'s changes."""
+    cpu, features = cpu_and_features(mcpu, mattr, triple)
+    if not is_foreign(triple) and (mcpu is None or mcpu == "native"):
+        return parse_features(features)
+    arch = triple_arch(triple) if triple else triple_arch(host_triple())
+    return frozenset(required_features(cpu, features, arch))
 
 
 def _target(triple: str | None) -> llvm.Target:

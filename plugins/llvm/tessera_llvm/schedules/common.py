@@ -52,6 +52,14 @@ class CPUInfo:
     arch: str = "x86_64"
     #: The LLVM CPU name the facts are for (the host's when no ``-mcpu`` is given).
     name: str = ""
+    #: The CPU features code may use, as LLVM names them (``avx2``, ``avx512vnni``,
+    #: ``avxvnni``, ``amx-int8``, ``dotprod``, ``i8mm``, ...): the host's, or those ``-mcpu``
+    #: implies, with ``-mattr``'s changes (:func:`tessera_llvm.cpu.cpu_info`).
+    features: frozenset[str] = frozenset()
+
+    def has(self, *features: str) -> bool:
+        """Whether the CPU has every one of ``features``."""
+        return all(f in self.features for f in features)
 
     def max_accumulators(self, operand_registers: int, cap: int | None = None) -> int:
         """How many accumulator vectors a register tile may hold when ``operand_registers``
