@@ -12,6 +12,7 @@ from topi.test_pooling import WINDOWS
 from topi.test_reduction import AXES, REDUCE_OPS
 
 from tessera.ops.layout import pack_conv_weight, pack_matmul_weight, pack_nchwc
+from tessera.ops.quant import pack_integer_matmul_weight
 
 # -- convolutions ---------------------------------------------------------------------------------
 
@@ -125,14 +126,17 @@ def nchwc_layout_ops() -> list[Case]:
         b = rand(a_shape[-1], n)
         cases.append(Case("MatMulPacked", [rand(*a_shape), pack_matmul_weight(b, nb)], {},
                           consts=(1,), label=f"MatMulPacked {a_shape} x {n} panels {nb}"))
-        # the same layout of 8-bit weights (MatMulInteger with constant weights), with an A
-        # zero point applied as a_zp * colsum(B)
+        if a_shape[-1] % 2:
+            continue
+        # 8-bit weights (MatMulInteger with constant weights) in panels of int16 pairs, with
+        # an A zero point applied as a_zp * colsum(B)
         bi = rand(a_shape[-1], n, dtype="int8", lo=-128, hi=127)
         colsum = bi.astype(np.int64).sum(axis=0).astype(np.int32)
-        cases.append(Case("MatMulIntegerPacked",
-                          [rand(*a_shape, dtype="uint8", lo=0, hi=255),
-                           pack_matmul_weight(bi, nb), np.array(7, np.uint8), colsum], {},
-                          consts=(1, 3), label=f"MatMulIntegerPacked {a_shape} x {n}"))
+        for adt, lo, hi in (("uint8", 0, 255), ("int8", -128, 127)):
+            cases.append(Case("MatMulIntegerPacked",
+                              [rand(*a_shape, dtype=adt, lo=lo, hi=hi),
+                               pack_integer_matmul_weight(bi, nb), np.array(7, adt), colsum], {},
+                              consts=(1, 3), label=f"MatMulIntegerPacked {adt} {a_shape} x {n}"))
     return cases
 
 

@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 from topi.support import check_op, find_op, has_div_or_mod, rand
 
+from tessera.errors import OpError
+from tessera.ops.quant import pack_integer_matmul_weight, unpack_integer_matmul_weight
 from tessera.topi import tag
 
 F32 = np.float32
@@ -127,18 +129,25 @@ def test_matmul_integer(sa: tuple, sb: tuple) -> None:
         check_op("MatMulInteger", [a, b, rand(sa[0], dtype="uint8", lo=0, hi=9)])
 
 
-@pytest.mark.parametrize("sa,n,nb", [((3, 5), 32, 16), ((2, 3, 20), 64, 32), ((1, 7), 16, 16)])
+@pytest.mark.parametrize("sa,n,nb", [((3, 6), 32, 16), ((2, 3, 20), 64, 32), ((1, 2), 16, 16),
+                                     ((4, 34), 16, 8)])
 def test_matmul_integer_packed(sa: tuple, n: int, nb: int) -> None:
-    from tessera.ops.layout import pack_matmul_weight
-
     b = rand(sa[-1], n, dtype="int8", lo=-128, hi=127)
-    bp = pack_matmul_weight(b, nb)
+    b.flat[:2] = -128  # the extremes of int8 in one pair
+    bp = pack_integer_matmul_weight(b, nb)
+    assert bp.dtype == np.int32 and bp.shape == (n // nb, sa[-1] // 2, nb)
+    assert np.array_equal(unpack_integer_matmul_weight(bp), b)
     for a in (rand(*sa, dtype="uint8", lo=0, hi=255), rand(*sa, dtype="int8", lo=-128, hi=127)):
         check_op("MatMulIntegerPacked", [a, bp], consts=(1,))
         colsum = b.astype(np.int64).sum(axis=0).astype(np.int32)
         zero = np.array(12, a.dtype)
         check_op("MatMulIntegerPacked", [a, bp, zero, colsum], consts=(1, 3))
         check_op("MatMulIntegerPacked", [a, bp, zero, colsum], consts=(1, 2, 3))
+
+
+def test_integer_matmul_packing_refuses_odd_k() -> None:
+    with pytest.raises(OpError, match="even K"):
+        pack_integer_matmul_weight(np.ones((5, 16), np.int8), 16)
 
 
 @pytest.mark.parametrize("consts", [(1, 2, 4, 5, 6, 7), (4,)])

@@ -28,10 +28,11 @@ from tessera.errors import OpError
 from tessera.ir.cast import FLOAT8, SUB_BYTE_INTS, convert, is_low_precision, widen
 from tessera.ir.types import DType, TensorType
 from tessera.ops.conv import CONV_ATTRS, conv_infer, conv_nd
-from tessera.ops.layout import check_packed_operands, unpack_matmul_weight
+from tessera.ops.layout import pack_matmul_weight, unpack_matmul_weight
 from tessera.ops.linalg import matmul_shape
 from tessera.ops.registry import Attr, OpPattern, normalize_axis, register_op
 from tessera.ops.spatial import spatial_params
+from tessera.tir.dot_product import pair_words, unpair_words
 
 QUANT_DTYPES = (DType.int8, DType.uint8, DType.int16, DType.uint16, DType.int32, DType.int4,
                 DType.uint4, DType.int2, DType.uint2, *sorted(FLOAT8), DType.float4_e2m1fn)
@@ -367,8 +368,12 @@ def _matmul_integer_packed_infer(a: TensorType, bp: TensorType, a_zp: TensorType
                                  colsum: TensorType | None = None) -> TensorType:
     op = "MatMulIntegerPacked"
     _check_int8(a, op, "A")
-    _check_int8(bp, op, "packed B")
-    n = check_packed_operands(a, bp, op)
+    if bp.dtype != DType.int32 or bp.ndim != 3:
+        raise OpError(f"{op}: the packed B must be int32 words (N//nb, K//2, nb), got {bp}")
+    if a.ndim < 2 or a.shape[-1] != 2 * bp.shape[1]:
+        raise OpError(f"{op}: A {a} must be at least 2-D with K = 2 * {bp.shape[1]} columns "
+                      f"(the packed B {bp} holds K/2 pairs)")
+    n = int(bp.shape[0] * bp.shape[2])
     if (a_zp is None) != (colsum is None):
         raise OpError(f"{op}: a_zero_point and the column sums of B come together")
     if a_zp is not None and (a_zp.dtype != a.dtype or a_zp.size != 1):
@@ -378,15 +383,33 @@ def _matmul_integer_packed_infer(a: TensorType, bp: TensorType, a_zp: TensorType
     return TensorType((*a.shape[:-1], n), DType.int32)
 
 
+def pack_integer_matmul_weight(b: np.ndarray, nb: int) -> np.ndarray:
+    """An 8-bit ``B (K, N)`` (K even) as ``MatMulIntegerPacked``'s int32 words ``(N // nb,
+    K // 2, nb)``: column panels of ``nb`` columns, each word the int16 pair ``(b[2k, j],
+    b[2k + 1, j])`` (low half first), what one ``pmaddwd`` lane multiplies
+    (:data:`tessera.tir.dot_product.DOT2_S16`)."""
+    k, n = b.shape
+    if k % 2 or nb <= 0 or n % nb:
+        raise OpError(f"MatMulIntegerPacked: B {list(b.shape)} needs an even K and a panel "
+                      f"width ({nb}) dividing N")
+    return pack_matmul_weight(pair_words(b, axis=0), nb)
+
+
+def unpack_integer_matmul_weight(bp: np.ndarray) -> np.ndarray:
+    """The inverse of :func:`pack_integer_matmul_weight`: int16 ``(K, N)``."""
+    return unpair_words(unpack_matmul_weight(bp), axis=0)
+
+
 @register_op("MatMulIntegerPacked", inputs=(2, 4), infer=_matmul_integer_packed_infer,
              pattern=OpPattern.OUT_ELEMWISE_FUSABLE)
 def matmul_integer_packed(a: np.ndarray, bp: np.ndarray, a_zp: np.ndarray | None = None,
                           colsum: np.ndarray | None = None) -> np.ndarray:
-    """``MatMulInteger`` with a constant ``B (K, N)`` stored as column panels ``(N // nb, K,
-    nb)`` (``MatMulPacked``'s layout, packed at compile time) and no B zero point: int32
-    ``A @ B - a_zero_point * colsum``, ``colsum`` B's column sums (so the zero point costs one
-    multiply-add per output, not one subtraction per product): ``(A - a_zero_point) @ B``."""
-    out = _int_matmul(a, None, unpack_matmul_weight(bp), None).astype(np.int64)
+    """``MatMulInteger`` with a constant 8-bit ``B (K, N)``, K even, packed at compile time
+    (:func:`pack_integer_matmul_weight`: column panels of int16 pairs along K, one int32 word
+    per pair) and no B zero point: int32 ``A @ B - a_zero_point * colsum``, ``colsum`` B's
+    column sums (so the zero point costs one multiply-add per output, not one subtraction per
+    product): ``(A - a_zero_point) @ B``."""
+    out = _int_matmul(a, None, unpack_integer_matmul_weight(bp), None).astype(np.int64)
     if a_zp is not None and colsum is not None:
         out -= int(np.asarray(a_zp).reshape(())) * colsum.astype(np.int64)
     return out.astype(np.int32)

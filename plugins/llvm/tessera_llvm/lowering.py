@@ -47,6 +47,7 @@ from tessera.kernel.lowering import (
 from tessera.kernel.lowering import prepare_region as prepare_graph
 from tessera.kernel.pad_matmul import matmul_sizes, pad_matmul
 from tessera.ops.layout import pack_matmul_weight
+from tessera.ops.quant import pack_integer_matmul_weight
 from tessera.progress import Progress
 from tessera.tir import expr as E
 from tessera.tir.heavy import heavy_work
@@ -292,22 +293,31 @@ def pack_matmul_weights(func: Function, cpu: CPUInfo) -> None:
     func.nodes[:] = nodes
 
 
+def _panel_width(n: int, lanes: int) -> int | None:
+    """Columns per panel of a packed ``B`` with ``n`` columns: two vectors' width, else one,
+    else None (``n`` not a whole number of vectors)."""
+    if n % lanes:
+        return None
+    return 2 * lanes if n % (2 * lanes) == 0 else lanes
+
+
 def _panels(func: Function, b: Value, lanes: int) -> Value | None:
     """The constant ``B (K, N)`` as column panels of one or two vectors' width (a new
     constant of ``func``), or None when ``N`` is not a whole number of vectors."""
-    n = int(b.type.shape[1])
-    if n % lanes:
+    nb = _panel_width(int(b.type.shape[1]), lanes)
+    if nb is None:
         return None
-    nb = 2 * lanes if n % (2 * lanes) == 0 else lanes
     return func.constant(pack_matmul_weight(np.asarray(b.data), nb), f"{b.name}_panels{nb}")
 
 
 def _pack_integer_matmul(func: Function, node: Node, lanes: int) -> None:
-    """MatMulInteger with a constant 8-bit ``B (K, N)`` and no B zero point (or a zero one)
-    becomes MatMulIntegerPacked, ``B`` in column panels as :func:`pack_matmul_weights` stores
-    float weights (a dynamically quantized encoder's products read ``B`` a row of ``N`` bytes
-    apart per step of ``K`` otherwise), and the A zero point subtracted once per output as
-    ``a_zp * colsum(B)`` (B's column sums, a constant) instead of once per product."""
+    """MatMulInteger with a constant 8-bit ``B (K, N)``, K even, and no B zero point (or a
+    zero one) becomes MatMulIntegerPacked: ``B`` in column panels of int16 pairs along K
+    (:func:`~tessera.ops.quant.pack_integer_matmul_weight`), so that each int32 lane of the
+    inner loop multiplies two pairs in one ``pmaddwd`` (``vpdpwssd`` with VNNI), reading
+    panels where a row of ``N`` bytes apart per step of K was read before; and the A zero
+    point subtracted once per output as ``a_zp * colsum(B)`` (B's column sums, a constant)
+    instead of once per product."""
     a, b = node.inputs[0], node.inputs[1]
     a_zp = node.inputs[2] if len(node.inputs) > 2 else None
     b_zp = node.inputs[3] if len(node.inputs) > 3 else None
@@ -317,9 +327,12 @@ def _pack_integer_matmul(func: Function, node: Node, lanes: int) -> None:
         return
     if a_zp is not None and a_zp.type.size != 1:
         return
-    packed = _panels(func, b, lanes)
-    if packed is None:
+    k, n = (int(d) for d in b.type.shape)
+    nb = _panel_width(n, lanes)
+    if nb is None or k % 2:
         return
+    packed = func.constant(pack_integer_matmul_weight(np.asarray(b.data), nb),
+                           f"{b.name}_pairs{nb}")
     node.op, node.attrs, node.inputs = "MatMulIntegerPacked", {}, [a, packed]
     if a_zp is not None:  # the zero point as a_zp * (B's column sums), once per output
         colsum = func.constant(np.asarray(b.data).astype(np.int64).sum(axis=0).astype(np.int32),

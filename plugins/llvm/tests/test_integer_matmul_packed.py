@@ -1,7 +1,8 @@
-"""MatMulInteger with constant 8-bit weights on the llvm backend: B packed in column panels
-(MatMulIntegerPacked) and the A zero point applied once per output as ``a_zp * colsum(B)``.
-Results equal exact integer arithmetic on random data across shapes, signs, zero points and
-the cases left unpacked (a non-zero B zero point, columns that are not whole vectors)."""
+"""MatMulInteger with constant 8-bit weights on the llvm backend: B packed in column panels of
+int16 pairs (MatMulIntegerPacked, one ``pmaddwd``/``vpdpwssd`` lane per two products) and the
+A zero point applied once per output as ``a_zp * colsum(B)``. Results equal exact integer
+arithmetic on random data across shapes, signs, zero points and the cases left unpacked (a
+non-zero B zero point, columns that are not whole vectors, an odd K)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import tessera
 from tessera.frontend.onnx.importer import import_onnx
-from tessera.ops.layout import pack_matmul_weight
-from tessera.ops.quant import matmul_integer, matmul_integer_packed
+from tessera.ops.quant import matmul_integer, matmul_integer_packed, pack_integer_matmul_weight
 from tessera_llvm.cpu import cpu_info
 from tessera_llvm.lowering import pack_matmul_weights
 
@@ -44,7 +44,8 @@ def _ops(model: onnx.ModelProto) -> list[str]:
     return [node.op for node in func.nodes]
 
 
-@pytest.mark.parametrize("m,k,n", [(1, 16, 32), (7, 40, 64), (33, 384, 48), (5, 12, 16)])
+@pytest.mark.parametrize("m,k,n", [(1, 16, 32), (7, 40, 64), (33, 384, 48), (5, 12, 16),
+                                   (3, 2, 16)])
 @pytest.mark.parametrize("a_type,b_type", [(TensorProto.UINT8, TensorProto.INT8),
                                            (TensorProto.INT8, TensorProto.INT8),
                                            (TensorProto.UINT8, TensorProto.UINT8)])
@@ -55,11 +56,14 @@ def test_packed_integer_products_are_exact(m: int, k: int, n: int, a_type: int, 
     at, bt = NP[a_type], NP[b_type]
     info_a, info_b = np.iinfo(at), np.iinfo(bt)
     b = rng.integers(info_b.min, info_b.max + 1, (k, n)).astype(bt)
+    b[0, :2] = info_b.min  # the extremes in one pair
+    b[1, :1] = info_b.min
     model = _model(m, k, n, a_type, b, a_zp, None)
     assert "MatMulIntegerPacked" in _ops(model)
     mod = tessera.compile(model, "llvm")
     for trial in range(2):
         a = rng.integers(info_a.min, info_a.max + 1, (m, k)).astype(at)
+        a[0, :2] = info_a.min if trial else info_a.max
         feeds = {"a": a}
         zero = 0
         if a_zp:
@@ -76,13 +80,16 @@ def test_a_zero_b_zero_point_packs_and_others_stay_as_they_are() -> None:
     zero_b = _model(4, 24, 32, TensorProto.UINT8, b, True, np.array(0, np.int8))
     assert "MatMulIntegerPacked" in _ops(zero_b)
     for model in (_model(4, 24, 32, TensorProto.UINT8, b, True, np.array(3, np.int8)),
-                  _model(4, 24, 24, TensorProto.UINT8, b[:, :24].copy(), True, None)):
-        assert "MatMulIntegerPacked" not in _ops(model)  # a B zero point; 24 columns
+                  _model(4, 24, 20, TensorProto.UINT8, b[:, :20].copy(), True, None),
+                  _model(4, 23, 32, TensorProto.UINT8, b[:23].copy(), True, None)):
+        # a B zero point; 20 columns (not whole vectors); an odd K
+        assert "MatMulIntegerPacked" not in _ops(model)
         mod = tessera.compile(model, "llvm")
-        a = rng.integers(0, 256, (4, 24)).astype(np.uint8)
-        n = model.graph.output[0].type.tensor_type.shape.dim[1].dim_value
+        shape = [d.dim_value for d in model.graph.output[0].type.tensor_type.shape.dim]
+        k = model.graph.input[0].type.tensor_type.shape.dim[1].dim_value
+        a = rng.integers(0, 256, (4, k)).astype(np.uint8)
         zb = 3 if len(model.graph.initializer) > 1 else 0
-        want = (a.astype(np.int64) - 9) @ (b[:, :n].astype(np.int64) - zb)
+        want = (a.astype(np.int64) - 9) @ (b[:k, :shape[1]].astype(np.int64) - zb)
         got = mod.run(a=a, za=np.array(9, np.uint8))["y"]
         np.testing.assert_array_equal(got, want.astype(np.int32))
 
@@ -94,7 +101,7 @@ def test_the_op_is_matmul_integer_with_packed_weights() -> None:
     zp = np.array(17, np.uint8)
     colsum = b.astype(np.int64).sum(axis=0).astype(np.int32)
     np.testing.assert_array_equal(
-        matmul_integer_packed(a, pack_matmul_weight(b, 16), zp, colsum),
+        matmul_integer_packed(a, pack_integer_matmul_weight(b, 16), zp, colsum),
         matmul_integer(a, b, zp))
-    np.testing.assert_array_equal(matmul_integer_packed(a, pack_matmul_weight(b, 32)),
+    np.testing.assert_array_equal(matmul_integer_packed(a, pack_integer_matmul_weight(b, 32)),
                                   matmul_integer(a, b))

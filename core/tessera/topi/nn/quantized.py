@@ -22,15 +22,19 @@ from typing import Any
 import numpy as np
 
 from tessera import te, tir
+from tessera.tir.dot_product import DOT2_S16, pack_pair
 from tessera.topi import tag
 from tessera.topi.nn.conv2d import _CONV_TAGS, conv_nchw
-from tessera.topi.nn.dense import matmul_general, matmul_packed
+from tessera.topi.nn.dense import matmul_general
 from tessera.topi.reduction import reduce_compute
 from tessera.topi.registry import register_compute
 from tessera.topi.utils import (
     cast,
     const,
     constant_value,
+    dim_equal,
+    dims_of,
+    named_axes,
     normalize_axis,
     read,
     scalar,
@@ -372,10 +376,36 @@ def _matmul_integer(inputs: list, attrs: dict, out_types: list) -> list[te.Tenso
     return [matmul_integer(inputs[0], inputs[1], _opt(inputs, 2), _opt(inputs, 3))]
 
 
+def matmul_integer_pairs(a: te.Tensor, bp: te.Tensor) -> te.Tensor:
+    """int32 ``A (..., M, K) x B`` for 8-bit ``A`` and ``B`` as
+    :func:`~tessera.ops.quant.pack_integer_matmul_weight` stores it (column panels ``(N // nb,
+    K // 2, nb)`` of int16 pairs along K): over ``k < K / 2``, ``dot2_s16`` of A's pair
+    ``(a[i, 2k], a[i, 2k + 1])`` and B's word (two products per int32 lane, exactly). Tag and
+    attributes as :func:`~tessera.topi.nn.dense.matmul_packed` (the same schedules apply); the
+    rows and batch axes of ``a`` may be run-time sizes."""
+    ashape, (panels, half, nb) = dims_of(a), shape_of(bp)
+    if not dim_equal(ashape[-1], 2 * half):
+        raise ValueError(f"matmul_integer_pairs: A {list(ashape)} does not have K = 2 * {half} "
+                         f"columns")
+    nbatch = len(ashape) - 2
+    k = te.reduce_axis((0, half), name="k")
+    zero = tir.convert(0, "int32")
+
+    def body(*oi: Any) -> Expr:
+        *bidx, i, j = oi
+        pair = pack_pair(a[(*bidx, i, 2 * k)], a[(*bidx, i, 2 * k + 1)])
+        return te.sum(tir.Call(DOT2_S16, [pair, bp[j // nb, k, j % nb], zero], "int32"), axis=k)
+
+    names = [f"b{d}" for d in range(nbatch)] + ["i", "j"]
+    return te.compute((*ashape[:-1], panels * nb), named_axes(body, names),
+                      name="dense_packed", tag=tag.BATCH_MATMUL if nbatch else tag.DENSE,
+                      attrs={"out_dtype": "int32", "a": a, "b": bp, "panel": nb})
+
+
 @register_compute("MatMulIntegerPacked")
 def _matmul_integer_packed(inputs: list, attrs: dict, out_types: list) -> list[te.Tensor]:
     a, bp, a_zp, colsum = inputs[0], inputs[1], _opt(inputs, 2), _opt(inputs, 3)
-    product = matmul_packed(a, bp, "int32")
+    product = matmul_integer_pairs(a, bp)
     if a_zp is None or colsum is None:
         return [product]
     za = cast(scalar(a_zp), "int32")
@@ -401,5 +431,6 @@ def _qlinear_matmul(inputs: list, attrs: dict, out_types: list) -> list[te.Tenso
     return [qlinear_matmul(*inputs[:8])]
 
 
-__all__ = ["conv_integer", "dequantize", "dynamic_quantize", "matmul_integer", "param_reader",
+__all__ = ["conv_integer", "dequantize", "dynamic_quantize", "matmul_integer",
+           "matmul_integer_pairs", "param_reader",
            "qlinear_conv", "qlinear_matmul", "quantize", "requantize", "saturate"]
