@@ -255,6 +255,36 @@ def test_layout_dependent_operands_keep_nchw() -> None:
     assert next(n for n in new.nodes if n.op == "Add").outputs[0].type.ndim == 4
 
 
+def _qdq(fn: Function, y: Value, scale: np.ndarray, zero: np.ndarray, axis: int = 1) -> Value:
+    q = fn.op("QuantizeLinear", y, fn.constant(scale), fn.constant(zero), axis=axis)
+    return fn.op("DequantizeLinear", q, fn.constant(scale), fn.constant(zero), axis=axis)
+
+
+def test_per_tensor_quantizers_stay_blocked_per_channel_ones_do_not() -> None:
+    """A QDQ network's activations (per-tensor scale and zero point) are elementwise: the
+    convolutions and the Q/DQ between them stay blocked, with no transform in between; a
+    per-channel Q/DQ (a 1-D scale on axis 1) reads NCHW."""
+    fn, x = new_graph(c=16, hw=6)
+    y = _qdq(fn, conv(fn, x, 16), np.array(0.05, np.float32), np.array(3, np.uint8))
+    y = _qdq(fn, fn.op("Relu", conv(fn, y, 16)), np.array(0.04, np.float32),
+             np.array(-2, np.int8))
+    fn.outputs = [conv(fn, y, 16)]
+    new = converted(fn)
+    assert transforms(new) == [("NCHW", "NCHW16c"), ("NCHW16c", "NCHW")]
+    assert all(n.outputs[0].type.ndim == 5 for n in new.nodes
+               if n.op in ("QuantizeLinear", "DequantizeLinear"))
+
+    fn, x = new_graph(c=16, hw=6)
+    scales = (RNG.uniform(0.01, 0.1, 16)).astype(np.float32)
+    y = _qdq(fn, conv(fn, x, 16), scales, np.zeros(16, np.int8))
+    fn.outputs = [conv(fn, y, 16)]
+    new = converted(fn)
+    assert transforms(new) == [("NCHW", "NCHW16c"), ("NCHW16c", "NCHW"), ("NCHW", "NCHW16c"),
+                               ("NCHW16c", "NCHW")]
+    assert all(n.outputs[0].type.ndim == 4 for n in new.nodes
+               if n.op in ("QuantizeLinear", "DequantizeLinear"))
+
+
 def test_one_transform_shared_by_nchw_readers_and_outputs() -> None:
     fn, x = new_graph(c=16, hw=4)
     y = conv(fn, x, 16, name="c")

@@ -19,7 +19,8 @@ A CPU backend vectorizes a convolution over a block of output channels; it wants
 * ``MaxPool`` (whose indices nobody reads), ``AveragePool``, ``GlobalAveragePool`` and
   ``GlobalMaxPool`` on a blocked input become ``PoolNCHWc``, blocked like their input;
 * layout-agnostic ops stay blocked: elementwise and broadcasting ops (Relu, Clip, Add, Mul, Sum,
-  Mean, Max, PRelu, Where, ...) whose operands are each a tensor of the output's shape (brought
+  Mean, Max, PRelu, Where, per-tensor QuantizeLinear/DequantizeLinear, ...) whose operands are
+  each a tensor of the output's shape (brought
   to the same block size), a scalar, or a per-channel tensor of shape ``(C, 1, 1)`` or
   ``(1, C, 1, 1)`` (a constant is re-laid out as ``(1, C//c, 1, 1, c)``; a computed one goes
   through a ``LayoutTransform``), and ``Concat`` on the channel axis when its inputs can share
@@ -56,8 +57,20 @@ from tessera.ops.spatial import spatial_params
 #: ``None`` to keep the conv in NCHW.
 ChooseFn = Callable[[Node], tuple[int, ...] | None]
 
-#: Broadcasting ops whose attributes make them layout-dependent.
+#: Broadcasting ops whose attributes make them layout-dependent (the quantizers only with
+#: per-axis or blocked parameters: :func:`_layout_dependent`).
 _NOT_AGNOSTIC = frozenset({"Expand", "QuantizeLinear", "DequantizeLinear"})
+
+
+def _layout_dependent(node: Node) -> bool:
+    """Whether ``node``'s attributes tie it to the NCHW layout: ``Expand`` (its shape
+    operand), QuantizeLinear/DequantizeLinear with a per-axis or blocked scale or zero point
+    (per-tensor ones are elementwise: a QDQ network stays blocked between its convolutions)."""
+    if node.op not in _NOT_AGNOSTIC:
+        return False
+    if node.op == "Expand" or node.attrs.get("block_size"):
+        return True
+    return any(v is not None and v.type.size != 1 for v in node.inputs[1:])
 
 _POOL_MODES = {"MaxPool": ("max", 0), "AveragePool": ("avg", 0),
                "GlobalAveragePool": ("avg", 1), "GlobalMaxPool": ("max", 1)}
@@ -310,7 +323,7 @@ class _LayoutRewriter:
         return attrs
 
     def try_elementwise(self, node: Node) -> bool:
-        if (not has_op(node.op) or node.op in _NOT_AGNOSTIC or len(node.outputs) != 1
+        if (not has_op(node.op) or _layout_dependent(node) or len(node.outputs) != 1
                 or get_schema(node.op).pattern > OpPattern.BROADCAST):
             return False
         y = node.outputs[0]
