@@ -303,6 +303,23 @@ def pack_matmul_weight(b: np.ndarray, nb: int) -> np.ndarray:
     return out
 
 
+def pair_words(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Integers that fit int16 with an even extent along ``axis``, as int32 words of two
+    consecutive ones along it (the first in the low half), the layout :func:`pack_pair`
+    builds: the extent along ``axis`` halves."""
+    x = np.moveaxis(np.asarray(x), axis, -1)
+    if x.shape[-1] % 2:
+        raise ValueError(f"pair_words: the extent {x.shape[-1]} is odd")
+    words = np.ascontiguousarray(x.astype(np.int16)).view("<i4")
+    return np.ascontiguousarray(np.moveaxis(words, -1, axis))
+
+
+def unpair_words(w: np.ndarray, axis: int = -1) -> np.ndarray:
+    """The inverse of :func:`pair_words`: int16 values, the extent along ``axis`` doubled."""
+    w = np.ascontiguousarray(np.moveaxis(np.asarray(w, np.int32), axis, -1))
+    return np.moveaxis(w.view("<i2"), -1, axis)
+
+
 def unpack_matmul_weight(bp: np.ndarray) -> np.ndarray:
     """The inverse of :func:`pack_matmul_weight`: ``(K, N)``."""
     panels, k, nb = bp.shape

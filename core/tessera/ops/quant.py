@@ -28,11 +28,15 @@ from tessera.errors import OpError
 from tessera.ir.cast import FLOAT8, SUB_BYTE_INTS, convert, is_low_precision, widen
 from tessera.ir.types import DType, TensorType
 from tessera.ops.conv import CONV_ATTRS, conv_infer, conv_nd
-from tessera.ops.layout import pack_matmul_weight, unpack_matmul_weight
+from tessera.ops.layout import (
+    pack_matmul_weight,
+    pair_words,
+    unpack_matmul_weight,
+    unpair_words,
+)
 from tessera.ops.linalg import matmul_shape
 from tessera.ops.registry import Attr, OpPattern, normalize_axis, register_op
 from tessera.ops.spatial import spatial_params
-from tessera.tir.dot_product import pair_words, unpair_words
 
 QUANT_DTYPES = (DType.int8, DType.uint8, DType.int16, DType.uint16, DType.int32, DType.int4,
                 DType.uint4, DType.int2, DType.uint2, *sorted(FLOAT8), DType.float4_e2m1fn)

@@ -15,7 +15,8 @@ gives). Backends map the names onto their instructions and compute them exactly 
 otherwise; the TIR interpreter evaluates them with numpy (:func:`dot2_s16`, :func:`dp4a`).
 
 :func:`pack_pair` and :func:`pack_bytes` build the words from narrow values with plain
-integer arithmetic every backend and the interpreter understand.
+integer arithmetic every backend and the interpreter understand;
+:func:`tessera.ops.layout.pair_words` packs constant arrays the same way.
 """
 
 from __future__ import annotations
@@ -58,23 +59,6 @@ def pack_bytes(byte: Callable[[int], E.PrimExpr]) -> E.PrimExpr:
         word = term if word is None else word + term
     assert word is not None
     return E.cast("int32", word)
-
-
-def pair_words(x: np.ndarray, axis: int = -1) -> np.ndarray:
-    """Integers that fit int16 with an even extent along ``axis``, as int32 words of two
-    consecutive ones along it (the first in the low half), the layout :func:`pack_pair`
-    builds: the extent along ``axis`` halves."""
-    x = np.moveaxis(np.asarray(x), axis, -1)
-    if x.shape[-1] % 2:
-        raise ValueError(f"pair_words: the extent {x.shape[-1]} is odd")
-    words = np.ascontiguousarray(x.astype(np.int16)).view("<i4")
-    return np.ascontiguousarray(np.moveaxis(words, -1, axis))
-
-
-def unpair_words(w: np.ndarray, axis: int = -1) -> np.ndarray:
-    """The inverse of :func:`pair_words`: int16 values, the extent along ``axis`` doubled."""
-    w = np.ascontiguousarray(np.moveaxis(np.asarray(w, np.int32), axis, -1))
-    return np.moveaxis(w.view("<i2"), -1, axis)
 
 
 def _halves(word: np.ndarray) -> np.ndarray:

@@ -132,11 +132,19 @@ inline int ts_dp4a_uu(int a, int b, int c) { return ts_dp4a<false, false>(a, b, 
 inline int ts_dp4a_us(int a, int b, int c) { return ts_dp4a<false, true>(a, b, c); }
 inline int ts_dp4a_su(int a, int b, int c) { return ts_dp4a<true, false>(a, b, c); }
 #endif
+// c + the products of the int16 halves of a and of b (dot2_s16), wrapping as int32 does
+TS_DEVICE int ts_dot2_s16(int a, int b, int c) {
+  long long acc = (long long)c + (long long)(short)(a & 0xffff) * (short)(b & 0xffff)
+                  + (long long)(a >> 16) * (b >> 16);
+  return (int)(unsigned)(acc & 0xffffffffLL);
+}
 """
 
-#: Byte-wise dot products of packed int8/uint8 words (``tessera_cuda.computes``): the TIR
-#: call ``dp4a_<a sign><b sign>(a, b, c)`` -> the prelude's ``ts_dp4a_..``.
-DP4A = ("dp4a_ss", "dp4a_uu", "dp4a_us", "dp4a_su")
+#: Dot products inside int32 words (:mod:`tessera.tir.dot_product`): byte-wise ones of packed
+#: int8/uint8 words (``tessera_cuda.computes``), the TIR call ``dp4a_<a sign><b sign>(a, b,
+#: c)`` -> the prelude's ``ts_dp4a_..``, and ``dot2_s16`` of int16 pairs (the llvm backend's
+#: packed 8-bit weights, MatMulIntegerPacked) -> ``ts_dot2_s16``.
+DP4A = ("dp4a_ss", "dp4a_uu", "dp4a_us", "dp4a_su", "dot2_s16")
 
 
 #: Names generated code must not give a buffer or variable: C++ keywords, the math functions
