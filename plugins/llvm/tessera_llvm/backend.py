@@ -129,10 +129,19 @@ def _patterns() -> tuple[Pattern, ...]:
     return tuple(Pattern(op, check=_supported) for op in sorted(registered_ops()))
 
 
-def _foreign_kernel(k: dict[str, Any], triple: str) -> Kernel:
-    """A Kernel for code of another architecture: calling it raises RunError."""
+def _foreign_kernel(k: dict[str, Any], triple: str, missing: list[str] | None = None,
+                    cpu: str = "") -> Kernel:
+    """A Kernel for code of another architecture, or (``missing``) built for a CPU ``cpu``
+    with features this one lacks: calling it raises RunError (running the code would die of
+    an illegal instruction)."""
     def run(ins: list[Any], outs: list[Any]) -> None:
-        raise _not_runnable(triple, f"kernel {k['name']} ({k['op']})")
+        what = f"kernel {k['name']} ({k['op']})"
+        if missing:
+            raise RunError(f"llvm {what}: built for CPU {cpu!r}, whose features this CPU lacks "
+                           f"({', '.join(missing[:8])}); export it (Module.export) and run it on "
+                           "such a machine, or compile again without -mcpu (or for an older "
+                           "CPU)")
+        raise _not_runnable(triple, what)
 
     return _table_kernel(k, run)
 
@@ -536,13 +545,20 @@ class LLVMBackend(Backend):
                   mcpu: str | None, mattr: str | None, triple: str | None = None,
                   cpu_name: str = "", features: str = "") -> CompiledRegion:
         """The CompiledRegion of linked object code; for another architecture's code (a
-        foreign ``triple``) one whose kernels raise RunError, which can still be saved."""
+        foreign ``triple``), or code for a CPU with features this one lacks, one whose kernels
+        raise RunError, which can still be saved and exported."""
         info: dict[str, Any] = {"kernels": len(table), "mcpu": mcpu or cpu_name or "host",
                                 "shared_kernels": sum(1 for k in table if k.get("alias_of"))}
         handle = LLVMHandle(object_code, table, mcpu, mattr, triple, cpu_name, features)
         if triple is not None and is_foreign(triple):
             return CompiledRegion(self.name, region, [_foreign_kernel(k, triple) for k in table],
                                   tensors, constants, info, handle=handle)
+        missing = missing_host_features(features, cpu_name or mcpu or "")
+        if missing:  # for another CPU of this architecture: saved, exported, not run here
+            return CompiledRegion(
+                self.name, region,
+                [_foreign_kernel(k, host_triple(), missing, cpu_name or mcpu or "")
+                 for k in table], tensors, constants, info, handle=handle)
 
         def param(n: str) -> tuple[str, int | None]:
             if n in constants:
@@ -618,7 +634,8 @@ class LLVMBackend(Backend):
                                     "the artifact on a machine of that architecture, or "
                                     "compile the model again without -mtriple")
             check_object(obj)
-            missing = missing_host_features(meta.get("features") or "")
+            missing = missing_host_features(meta.get("features") or "",
+                                            meta.get("cpu_name") or meta.get("mcpu") or "")
             if missing:
                 raise ArtifactError(
                     f"llvm region {region.name}: its code was built for CPU "

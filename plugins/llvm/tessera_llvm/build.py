@@ -105,10 +105,17 @@ class BuiltModule:
 
     def load(self) -> Library:
         """Link the object code into this process (see :func:`tessera_llvm.loader.load_object`);
-        RunError for code of another architecture."""
+        RunError for code of another architecture, or built for a CPU with features this one
+        lacks (which would die of an illegal instruction)."""
         if is_foreign(self.triple):
             raise RunError(f"llvm module {self.name}: compiled for {self.triple}, this host is "
                            f"{host_triple()}; its object code cannot be linked here")
+        missing = missing_host_features(self.features, self.cpu_name or self.mcpu or "")
+        if missing:
+            raise RunError(f"llvm module {self.name}: built for CPU "
+                           f"{self.cpu_name or self.mcpu!r}, whose features this CPU lacks "
+                           f"({', '.join(missing[:8])}); it cannot run here (compile without "
+                           "-mcpu, or for an older CPU, to run it on this machine)")
 
         return load_object(self.object_code, self.function_names, self.mcpu,
                            signatures=self.signatures, workspaces=self.workspaces,

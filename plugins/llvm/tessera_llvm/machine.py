@@ -167,11 +167,17 @@ def known_cpu(mcpu: str, triple: str | None = None) -> bool:
     return "not a recognized processor" not in text
 
 
-def missing_host_features(features: str) -> list[str]:
-    """The features enabled (``+name``) in ``features`` that this host's CPU lacks: object
-    code built for them may die of an illegal instruction here."""
-    have = {f[1:] for f in host_cpu()[1].split(",") if f.startswith("+")}
-    wanted = [f[1:] for f in features.split(",") if f.startswith("+")]
+def missing_host_features(features: str, cpu: str = "") -> list[str]:
+    """The features code built for the CPU named ``cpu`` (an LLVM name; "" or the host's own
+    name: none implied) with the feature string ``features`` uses that this host's CPU lacks:
+    those enabled (``+name``) in ``features`` and those the name implies
+    (:func:`~tessera_llvm.cpu.required_features`, e.g. AVX-512 for ``znver4``). Such code may
+    die of an illegal instruction here."""
+    host_name, host_features = host_cpu()
+    have = parse_features(host_features)
+    wanted = sorted(parse_features(features))
+    if cpu and cpu != host_name:
+        wanted = required_features(cpu, features, triple_arch(host_triple()))
     return [f for f in wanted if f not in have]
 
 

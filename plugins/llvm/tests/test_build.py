@@ -13,8 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import tessera
 from tessera import tir
-from tessera.errors import CompileError, RunError
+from tessera.errors import ArtifactError, CompileError, RunError
+from tessera.ir.graph import Function
+from tessera.ir.types import DType, TensorType
 from tessera_llvm import loader
 from tessera_llvm.build import (
     BuiltModule,
@@ -118,6 +121,37 @@ def test_target_machine_host_and_override():
     assert missing_host_features("+no-such-feature,-sse2") == ["no-such-feature"]
     if X86:
         assert target_machine("x86-64-v2") is not None
+
+
+def _cpu_beyond_this_one() -> tuple[str, list[str]]:
+    """An x86 CPU name implying features this host lacks (e.g. AVX-512 on an AVX2 machine),
+    and those features; skips where the host has them all."""
+    for name in ("x86-64-v3", "x86-64-v4", "znver4", "cascadelake", "alderlake"):
+        missing = missing_host_features("", name)
+        if missing:
+            return name, missing
+    pytest.skip("this CPU has every feature the named CPUs imply")
+
+
+@pytest.mark.skipif(not X86, reason="x86 CPU names")
+def test_code_for_a_cpu_with_features_this_one_lacks_is_refused_not_run(tmp_path):
+    """Code built for a CPU whose features this one lacks would die of an illegal instruction:
+    linking the built module is refused, a compiled model's kernels raise RunError when run
+    (it is still exported), and loading the artifact names the missing features."""
+    name, missing = _cpu_beyond_this_one()
+    assert missing_host_features("", host_cpu()[0]) == []
+    built = build_module(_kernels()[:1], "beyond", mcpu=name)
+    with pytest.raises(RunError, match=missing[0]):
+        built.load()
+    fn = Function("f")
+    x = fn.add_input("x", TensorType((4, 16), DType.float32))
+    fn.outputs = [fn.op("Relu", x)]
+    mod = tessera.compile(fn, f"llvm -mcpu={name}")
+    with pytest.raises(RunError, match=f"built for CPU '{name}'"):
+        mod.run(x=np.ones((4, 16), np.float32))
+    mod.export(tmp_path / "m.tar")
+    with pytest.raises(ArtifactError, match=missing[0]):
+        tessera.load(tmp_path / "m.tar")
 
 
 @pytest.mark.skipif(not X86, reason="x86 CPU names")
