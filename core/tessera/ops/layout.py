@@ -305,8 +305,8 @@ def pack_matmul_weight(b: np.ndarray, nb: int) -> np.ndarray:
 
 def pair_words(x: np.ndarray, axis: int = -1) -> np.ndarray:
     """Integers that fit int16 with an even extent along ``axis``, as int32 words of two
-    consecutive ones along it (the first in the low half), the layout :func:`pack_pair`
-    builds: the extent along ``axis`` halves."""
+    consecutive ones along it (the first in the low half), the layout
+    :func:`tessera.tir.dot_product.pack_pair` builds: the extent along ``axis`` halves."""
     x = np.moveaxis(np.asarray(x), axis, -1)
     if x.shape[-1] % 2:
         raise ValueError(f"pair_words: the extent {x.shape[-1]} is odd")

@@ -58,6 +58,8 @@ from tessera.tir import size_expr
 from tessera.tir import stmt as S
 from tessera.tir.arith import const_int_bound, struct_equal
 from tessera.tir.buffer import Buffer
+from tessera.tir.dot_product import DOT2_S16
+from tessera.tir.dot_product import DP4A as CORE_DP4A
 from tessera.tir.functor import IRMutator, children, post_order_visit
 from tessera.tir.gpu_verifier import BLOCK_TAGS, THREAD_TAGS, GPULimits, LaunchConfig, verify_gpu
 from tessera.tir.size_expr import Dim
@@ -144,7 +146,7 @@ TS_DEVICE int ts_dot2_s16(int a, int b, int c) {
 #: int8/uint8 words (``tessera_cuda.computes``), the TIR call ``dp4a_<a sign><b sign>(a, b,
 #: c)`` -> the prelude's ``ts_dp4a_..``, and ``dot2_s16`` of int16 pairs (the llvm backend's
 #: packed 8-bit weights, MatMulIntegerPacked) -> ``ts_dot2_s16``.
-DP4A = ("dp4a_ss", "dp4a_uu", "dp4a_us", "dp4a_su", "dot2_s16")
+DP4A = (*CORE_DP4A, DOT2_S16)
 
 
 #: Names generated code must not give a buffer or variable: C++ keywords, the math functions

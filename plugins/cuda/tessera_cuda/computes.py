@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from tessera import te, tir
+from tessera.tir.dot_product import pack_bytes
 from tessera.topi.nn.quantized import _is_zero, qlinear_matmul
 from tessera.topi.utils import shape_of
 
@@ -29,26 +30,14 @@ __all__ = ["CUDA_COMPUTES", "dp4a_matmul"]
 _SIGN = {"int8": "s", "uint8": "u"}
 
 
-def _pack(byte: Any) -> tir.PrimExpr:
-    """Four bytes ``byte(0..3)`` (int8 or uint8 expressions) as one int32 word, little end
-    first."""
-    word: tir.PrimExpr | None = None
-    for i in range(4):
-        b = tir.FloorMod(tir.cast("int32", byte(i)), tir.convert(256, "int32"))
-        term = tir.cast("int64", b) * tir.convert(1 << (8 * i), "int64")
-        word = term if word is None else word + term
-    assert word is not None
-    return tir.cast("int32", word)
-
-
 def dp4a_matmul(a: te.Tensor, b: te.Tensor) -> te.Tensor:
     """int32 ``a @ b`` for int8/uint8 ``a`` (``[..., m, k]``) and ``b`` (``[k, n]``), ``k`` a
     multiple of 4, through packed words and dp4a (module doc)."""
     ashape, n = shape_of(a), shape_of(b)[1]
     lead, k4 = ashape[:-1], ashape[-1] // 4
-    a_pack = te.compute((*lead, k4), lambda *i: _pack(lambda j: a[(*i[:-1], i[-1] * 4 + j)]),
+    a_pack = te.compute((*lead, k4), lambda *i: pack_bytes(lambda j: a[(*i[:-1], i[-1] * 4 + j)]),
                         name="a_pack", tag="injective")
-    b_pack = te.compute((k4, n), lambda q, c: _pack(lambda j: b[q * 4 + j, c]),
+    b_pack = te.compute((k4, n), lambda q, c: pack_bytes(lambda j: b[q * 4 + j, c]),
                         name="b_pack", tag="injective")
     r = te.reduce_axis((0, k4), name="k4")
     fn = f"dp4a_{_SIGN[a.dtype]}{_SIGN[b.dtype]}"

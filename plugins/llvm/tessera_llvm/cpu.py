@@ -191,18 +191,25 @@ def _generic_isa(arch: str) -> tuple[int, int, str]:
     return (4, 32, "aarch64") if arch == "aarch64" else (4, 16, "x86_64")
 
 
+def parse_features(features: str) -> frozenset[str]:
+    """The features a feature string (``"+avx2,-avx512f,+fma"``) enables; a later entry
+    for a name overrides an earlier one."""
+    on: dict[str, bool] = {}
+    for f in features.split(","):
+        f = f.strip()
+        if len(f) > 1 and f[0] in "+-":
+            on[f[1:]] = f[0] == "+"
+    return frozenset(name for name, enabled in on.items() if enabled)
+
+
 def _host_features(mattr: str | None) -> frozenset[str]:
     import llvmlite.binding as llvm
 
     try:
-        on = {name for name, enabled in llvm.get_host_cpu_features().items() if enabled}
+        host = llvm.get_host_cpu_features().flatten()
     except RuntimeError:
-        on = set()
-    for f in (mattr or "").split(","):
-        f = f.strip()
-        if len(f) > 1 and f[0] in "+-":
-            (on.add if f[0] == "+" else on.discard)(f[1:])
-    return frozenset(on)
+        host = ""
+    return parse_features(f"{host},{mattr or ''}")
 
 
 def cpu_info(mcpu: str | None = None, num_threads: int | None = None,

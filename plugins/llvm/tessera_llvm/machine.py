@@ -23,7 +23,7 @@ from llvmlite import ir
 
 from tessera.errors import CompileError
 from tessera_llvm import pipeline
-from tessera_llvm.cpu import required_features
+from tessera_llvm.cpu import parse_features, required_features
 from tessera_llvm.lock import LLVM_LOCK
 from tessera_llvm.triple import host_triple, init_all_targets, is_foreign, triple_arch
 
@@ -64,17 +64,6 @@ def cpu_and_features(mcpu: str | None, mattr: str | None,
             features = f"{features},{mattr}" if features else mattr
         return cpu, features
     return mcpu, mattr or ""
-
-
-def parse_features(features: str) -> frozenset[str]:
-    """The features a feature string (``"+avx2,-avx512f,+fma"``) enables; a later entry
-    for a name overrides an earlier one."""
-    on: dict[str, bool] = {}
-    for f in features.split(","):
-        f = f.strip()
-        if len(f) > 1 and f[0] in "+-":
-            on[f[1:]] = f[0] == "+"
-    return frozenset(name for name, enabled in on.items() if enabled)
 
 
 def enabled_features(mcpu: str | None, mattr: str | None,
