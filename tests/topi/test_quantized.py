@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from topi.support import check_op, find_op, has_div_or_mod, rand
+from topi.support import check_op, find_op, has_div_or_mod, ops_of, rand
 
 from tessera.errors import OpError
 from tessera.ops.quant import pack_integer_matmul_weight, unpack_integer_matmul_weight
@@ -62,6 +62,19 @@ def test_dynamic_quantize_linear() -> None:
     x = rand(2, 5, 33, lo=-1, hi=1)
     x[0, 3, 7], x[1, 4, 32] = -6.5, 9.25
     check_op("DynamicQuantizeLinear", [x], num_outputs=3)
+
+
+@pytest.mark.parametrize("shape", [(3, 48), (64,), (2, 5, 32), (1, 4, 160)])
+def test_dynamic_quantize_by_lanes(shape: tuple[int, ...]) -> None:
+    # a last axis of whole 16-lane groups: reduced by rows and lanes first (the extremes in
+    # different lanes and rows, one of them in the last element)
+    x = rand(*shape, lo=-1, hi=1)
+    flat = x.reshape(-1)
+    flat[5], flat[-1] = -7.25, 3.5
+    group = check_op("DynamicQuantizeLinear", [x], num_outputs=3)
+    lanes = [op for op in ops_of(group) if "_lane_" in op.name]
+    assert len(lanes) == 2 and all(op.output(0).shape[-1].value == 16 for op in lanes)
+    check_op("DynamicQuantizeLinear", [-x], num_outputs=3)
 
 
 CONV_CASES = [

@@ -23,8 +23,9 @@ __all__ = ["KEEP_AT_ROOT", "GroupContext", "GroupSchedule", "ScheduleTable", "Te
            "pick", "single_output"]
 
 #: Tags of injective stages kept at root instead of inlined: softmax's exponentials (read by
-#: the sum and by the division) and resize's weight/index tables.
-KEEP_AT_ROOT = ("softmax_exp", "resize_weight", "resize_index")
+#: the sum and by the division), resize's weight/index tables and the int16 pairs of an
+#: integer matrix product's left operand (read once per column tile).
+KEEP_AT_ROOT = ("softmax_exp", "resize_weight", "resize_index", "a_pairs")
 
 Overrides = dict[str, dict[str, Any]] | None
 

@@ -35,6 +35,9 @@ ELEMWISE = "elemwise"
 BROADCAST = "broadcast"
 INJECTIVE = "injective"
 PAD = "injective,pad"
+#: 8-bit values as int32 words of int16 pairs along their last axis (the integer matrix
+#: products' left operand, :func:`tessera.topi.nn.quantized.a_pairs`)
+A_PAIRS = "injective,a_pairs"
 REDUCE = "reduce"
 CONSTANT = "constant"
 

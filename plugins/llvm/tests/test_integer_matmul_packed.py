@@ -105,3 +105,36 @@ def test_the_op_is_matmul_integer_with_packed_weights() -> None:
         matmul_integer(a, b, zp))
     np.testing.assert_array_equal(matmul_integer_packed(a, pack_integer_matmul_weight(b, 32)),
                                   matmul_integer(a, b))
+
+
+def _dynamic_model(k: int, n: int, b: np.ndarray) -> onnx.ModelProto:
+    """``MatMulInteger(DynamicQuantizeLinear(x))`` with ``x (m, k)``, ``m`` a run-time size:
+    a dynamically quantized encoder's dense layer."""
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["q", "s", "z"]),
+             helper.make_node("MatMulInteger", ["q", "b", "z"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "dyn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["m", k])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, ["m", n]),
+         helper.make_tensor_value_info("s", TensorProto.FLOAT, [])],
+        [numpy_helper.from_array(b, "b")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_run_time_rows_pairs_made_once_and_ranges_by_lanes(tmp_path) -> None:
+    # A's int16 pairs are a stage of their own (computed once, not per column tile), the
+    # quantization's range is reduced by rows and 16 lanes; both with a run-time row count,
+    # exact against the numpy reference at rows below, at and past the register tile
+    rng = np.random.default_rng(3)
+    b = rng.integers(-128, 128, (96, 48)).astype(np.int8)
+    model = _dynamic_model(96, 48, b)
+    mod = tessera.compile(model, "llvm", config=tessera.CompileConfig(
+        dump_code="tir", dump_dir=str(tmp_path)))
+    ref = tessera.compile(model, "ref")
+    tir_text = "".join(p.read_text() for p in tmp_path.glob("*.tir"))
+    assert "a_pairs = allocate" in tir_text and "lane_max = allocate" in tir_text
+    for m in (1, 3, 4, 7, 13, 64):
+        x = rng.standard_normal((m, 96)).astype(np.float32)
+        x[m - 1, 95], x[0, 17] = 6.5, -3.25  # the extremes in different rows and lanes
+        got, want = mod.run(x=x), ref.run(x=x)
+        np.testing.assert_array_equal(got["s"], want["s"], err_msg=f"m={m}")
+        np.testing.assert_array_equal(got["y"], want["y"], err_msg=f"m={m}")

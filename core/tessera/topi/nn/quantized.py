@@ -109,10 +109,37 @@ def dequantize(x: te.Tensor, scale: te.Tensor, zero_point: te.Tensor | None, out
     return te.compute(x.shape, body, name="dequantize", tag=tag.BROADCAST)
 
 
+#: Partial minima and maxima a dynamic quantization keeps per row of its input (whose last
+#: axis is a multiple of it): lane ``l`` of row ``r`` over ``x[r, l::RANGE_LANES]``, a whole
+#: number of float vectors on every CPU, so that the rows are reduced with vector min/max.
+RANGE_LANES = 16
+
+
+def _lane_extremes(x: te.Tensor, combiner: str) -> te.Tensor:
+    """``(..., RANGE_LANES)``: the ``combiner`` (``"max"``/``"min"``) of ``x[..., l::16]`` for
+    each lane ``l`` (exact in any order: no rounding)."""
+    shape = dims_of(x)
+    j = te.reduce_axis((0, shape[-1] // RANGE_LANES), name="j")
+    reducer = te.max if combiner == "max" else te.min
+
+    def body(*oi: Any) -> Expr:
+        *lead, lane = oi
+        return reducer(x[(*lead, j * RANGE_LANES + lane)], axis=j)
+
+    return te.compute((*shape[:-1], RANGE_LANES), body, name=f"lane_{combiner}",
+                      tag=tag.REDUCE)
+
+
 def dynamic_quantize(x: te.Tensor) -> tuple[te.Tensor, te.Tensor, te.Tensor]:
     """uint8 quantization with the scale and zero point of the data's range (including 0):
     returns ``(y, y_scale, y_zero_point)``."""
-    if len(x.shape) > 1:
+    last = dims_of(x)[-1] if x.shape else 1
+    if isinstance(last, int) and last % RANGE_LANES == 0 and last > RANGE_LANES:
+        # by rows and lanes first (rows in parallel, each row's lanes as vectors), then over
+        # those: a reduction along a row runs as one serial chain of scalar min/max
+        hi = reduce_compute(_lane_extremes(x, "max"), None, False, "max", name="max")
+        lo = reduce_compute(_lane_extremes(x, "min"), None, False, "min", name="min")
+    elif len(x.shape) > 1:
         # by rows first (rows in parallel, each a loop over the last axis), then over the
         # rows' results: one reduction of every element would run in one serial loop
         hi = reduce_compute(reduce_compute(x, [-1], False, "max", name="row_max"), None, False,
@@ -376,11 +403,28 @@ def _matmul_integer(inputs: list, attrs: dict, out_types: list) -> list[te.Tenso
     return [matmul_integer(inputs[0], inputs[1], _opt(inputs, 2), _opt(inputs, 3))]
 
 
+def a_pairs(a: te.Tensor) -> te.Tensor:
+    """8-bit ``a (..., K)`` (K even) as int32 words of its int16 pairs along the last axis:
+    ``(..., K // 2)``, word ``k`` holding ``a[..., 2k]`` (low half) and ``a[..., 2k + 1]``,
+    each sign- or zero-extended as its dtype says (:func:`~tessera.tir.dot_product.pack_pair`).
+    Tagged :data:`~tessera.topi.tag.A_PAIRS`: schedules compute it once, at root, rather than
+    inline (every column tile of a product reads each pair again)."""
+    shape = dims_of(a)
+    half = shape[-1] // 2
+
+    def body(*i: Any) -> Expr:
+        *lead, k = i
+        return pack_pair(a[(*lead, 2 * k)], a[(*lead, 2 * k + 1)])
+
+    return te.compute((*shape[:-1], half), body, name="a_pairs", tag=tag.A_PAIRS)
+
+
 def matmul_integer_pairs(a: te.Tensor, bp: te.Tensor) -> te.Tensor:
     """int32 ``A (..., M, K) x B`` for 8-bit ``A`` and ``B`` as
     :func:`~tessera.ops.quant.pack_integer_matmul_weight` stores it (column panels ``(N // nb,
     K // 2, nb)`` of int16 pairs along K): over ``k < K / 2``, ``dot2_s16`` of A's pair
-    ``(a[i, 2k], a[i, 2k + 1])`` and B's word (two products per int32 lane, exactly). Tag and
+    ``(a[i, 2k], a[i, 2k + 1])`` (:func:`a_pairs`, computed once) and B's word (two products
+    per int32 lane, exactly). Tag and
     attributes as :func:`~tessera.topi.nn.dense.matmul_packed` (the same schedules apply); the
     rows and batch axes of ``a`` may be run-time sizes."""
     ashape, (panels, half, nb) = dims_of(a), shape_of(bp)
@@ -388,13 +432,14 @@ def matmul_integer_pairs(a: te.Tensor, bp: te.Tensor) -> te.Tensor:
         raise ValueError(f"matmul_integer_pairs: A {list(ashape)} does not have K = 2 * {half} "
                          f"columns")
     nbatch = len(ashape) - 2
+    pairs = a_pairs(a)
     k = te.reduce_axis((0, half), name="k")
     zero = tir.convert(0, "int32")
 
     def body(*oi: Any) -> Expr:
         *bidx, i, j = oi
-        pair = pack_pair(a[(*bidx, i, 2 * k)], a[(*bidx, i, 2 * k + 1)])
-        return te.sum(tir.Call(DOT2_S16, [pair, bp[j // nb, k, j % nb], zero], "int32"), axis=k)
+        return te.sum(tir.Call(DOT2_S16, [pairs[(*bidx, i, k)], bp[j // nb, k, j % nb], zero],
+                               "int32"), axis=k)
 
     names = [f"b{d}" for d in range(nbatch)] + ["i", "j"]
     return te.compute((*ashape[:-1], panels * nb), named_axes(body, names),
@@ -431,6 +476,6 @@ def _qlinear_matmul(inputs: list, attrs: dict, out_types: list) -> list[te.Tenso
     return [qlinear_matmul(*inputs[:8])]
 
 
-__all__ = ["conv_integer", "dequantize", "dynamic_quantize", "matmul_integer",
+__all__ = ["a_pairs", "conv_integer", "dequantize", "dynamic_quantize", "matmul_integer",
            "matmul_integer_pairs", "param_reader",
            "qlinear_conv", "qlinear_matmul", "quantize", "requantize", "saturate"]

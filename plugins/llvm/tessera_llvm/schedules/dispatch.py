@@ -54,8 +54,9 @@ def _dense(ctx: GroupContext, mm: te.ComputeOp) -> None:
 
 def _anchored(ctx: GroupContext, anchor: te.ComputeOp, conv: te.ComputeOp | None) -> None:
     """A convolution (``conv``) or matrix product with its epilogue: the anchor's template
-    (a convolution's padding kept as a stage of its own), the other injective stages inlined,
-    reductions feeding the epilogue (rare) at root."""
+    (a convolution's padding kept as a stage of its own), the other injective stages inlined
+    (but those :data:`KEEP_AT_ROOT` names: at root), reductions feeding the epilogue (rare) at
+    root."""
     s, cpu, last = ctx.schedule, ctx.target, ctx.last
     pad = None
     if conv is not None:
@@ -64,7 +65,13 @@ def _anchored(ctx: GroupContext, anchor: te.ComputeOp, conv: te.ComputeOp | None
             pad = data
     keep = {id(anchor)} | ({id(pad)} if pad is not None else set())
     for op in ctx.ops:
-        if id(op) not in keep and op is not last and not op.reduce_axis:
+        if id(op) in keep or op is last or op.reduce_axis:
+            continue
+        if any(t in op.tag for t in KEEP_AT_ROOT):
+            cfg = ctx.pick(injective_space(op, cpu))
+            schedule_injective_stage(s, op, cfg)
+            ctx.result.configs.append(cfg)
+        else:
             s[op].compute_inline()
     others = [op for op in ctx.ops if op.reduce_axis and op is not anchor]
     for op in others:  # reductions feeding the anchor's epilogue (rare): at root
