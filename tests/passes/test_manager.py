@@ -15,6 +15,7 @@ from tessera.passes import (
     GatherBeforeMatMul,
     Pass,
     PassManager,
+    QDQToInteger,
     SimplifyInference,
     default_passes,
 )
@@ -71,8 +72,8 @@ def names(passes):
 def test_default_passes_per_level():
     assert default_passes(0) == []
     assert names(default_passes(1)) == ["FoldConstants", "DeadCodeElimination"]
-    full = ["FoldConstants", "SimplifyInference", "Canonicalize", "GatherBeforeMatMul",
-            "FoldConstants", "DeadCodeElimination"]
+    full = ["QDQToInteger", "FoldConstants", "SimplifyInference", "Canonicalize",
+            "GatherBeforeMatMul", "FoldConstants", "DeadCodeElimination"]
     assert names(default_passes(2)) == full
     assert names(default_passes(3)) == full
     assert names(default_passes()) == full
@@ -80,7 +81,7 @@ def test_default_passes_per_level():
 
 def test_pass_classes_and_levels():
     for cls, level in [(FoldConstants, 1), (DeadCodeElimination, 1), (SimplifyInference, 2),
-                       (Canonicalize, 2), (GatherBeforeMatMul, 2)]:
+                       (Canonicalize, 2), (GatherBeforeMatMul, 2), (QDQToInteger, 2)]:
         p = cls()
         assert isinstance(p, Pass)
         assert p.name == cls.__name__ and p.opt_level == level
@@ -121,12 +122,12 @@ def test_timings():
     assert [name for name, _ in pm.timings] == names(default_passes(3))
     assert all(isinstance(ms, float) and ms >= 0 for _, ms in pm.timings)
     pm.run(small_cnn())
-    assert len(pm.timings) == 6  # reset per run
+    assert len(pm.timings) == 7  # reset per run
 
 
 def test_switch_off_by_pass_config_and_disabled():
     pm = PassManager(pass_config={"FoldConstants": False}, disabled={"Canonicalize"})
-    assert names(pm.selected()) == ["SimplifyInference", "GatherBeforeMatMul",
+    assert names(pm.selected()) == ["QDQToInteger", "SimplifyInference", "GatherBeforeMatMul",
                                     "DeadCodeElimination"]
     fn = pm.run(small_cnn())
     ops = [n.op for n in fn.nodes]
@@ -142,7 +143,8 @@ def test_pass_config_can_force_a_pass_on():
 
 
 def test_disabling_middle_passes_runs_fold_once():
-    pm = PassManager(disabled={"SimplifyInference", "Canonicalize", "GatherBeforeMatMul"})
+    pm = PassManager(disabled={"QDQToInteger", "SimplifyInference", "Canonicalize",
+                               "GatherBeforeMatMul"})
     assert names(pm.selected()) == ["FoldConstants", "DeadCodeElimination"]
 
 
@@ -152,7 +154,7 @@ def test_unknown_pass_names(kwargs):
     with pytest.raises(PassError, match=r"unknown pass name\(s\) (Canonicalise|FoldConstant); "
                                         r"known passes: Canonicalize, DeadCodeElimination, "
                                         r"FoldConstants, GatherBeforeMatMul, "
-                                        r"SimplifyInference"):
+                                        r"QDQToInteger, SimplifyInference"):
         PassManager(**kwargs)
 
 
@@ -162,13 +164,14 @@ def test_dump_dir(tmp_path):
     first = str(fn)
     PassManager(dump_dir=dump).run(fn)
     files = sorted(p.name for p in dump.iterdir())
-    assert files == ["00_input.txt", "01_FoldConstants.txt", "02_SimplifyInference.txt",
-                     "03_Canonicalize.txt", "04_GatherBeforeMatMul.txt", "05_FoldConstants.txt",
-                     "06_DeadCodeElimination.txt"]
+    assert files == ["00_input.txt", "01_QDQToInteger.txt", "02_FoldConstants.txt",
+                     "03_SimplifyInference.txt", "04_Canonicalize.txt",
+                     "05_GatherBeforeMatMul.txt", "06_FoldConstants.txt",
+                     "07_DeadCodeElimination.txt"]
     assert (dump / "00_input.txt").read_text() == first + "\n"
-    assert (dump / "06_DeadCodeElimination.txt").read_text() == str(fn) + "\n"
-    assert "BatchNormalization" in (dump / "01_FoldConstants.txt").read_text()
-    assert "BatchNormalization" not in (dump / "02_SimplifyInference.txt").read_text()
+    assert (dump / "07_DeadCodeElimination.txt").read_text() == str(fn) + "\n"
+    assert "BatchNormalization" in (dump / "02_FoldConstants.txt").read_text()
+    assert "BatchNormalization" not in (dump / "03_SimplifyInference.txt").read_text()
 
 
 class BreakTypes(Pass):

@@ -10,6 +10,7 @@ from tessera.passes.dce import DeadCodeElimination
 from tessera.passes.fold_constants import FoldConstants
 from tessera.passes.gather_before_matmul import GatherBeforeMatMul
 from tessera.passes.manager import Pass, PassManager, check_pass_switches, default_passes
+from tessera.passes.qdq_to_integer import QDQToInteger
 from tessera.passes.simplify_inference import SimplifyInference
 
 __all__ = [
@@ -19,6 +20,7 @@ __all__ = [
     "GatherBeforeMatMul",
     "Pass",
     "PassManager",
+    "QDQToInteger",
     "SimplifyInference",
     "check_pass_switches",
     "default_passes",

@@ -35,6 +35,7 @@ from tessera.passes import (
     dce,
     fold_constants,
     gather_before_matmul,
+    qdq_to_integer,
     simplify_inference,
 )
 from tessera.passes.base import Pass, Rewriter, take_name
@@ -44,7 +45,8 @@ __all__ = ["Pass", "PassManager", "Rewriter", "check_pass_switches", "default_pa
 
 
 def _pipeline() -> list[Pass]:
-    return [fold_constants.FoldConstants(), simplify_inference.SimplifyInference(),
+    return [qdq_to_integer.QDQToInteger(), fold_constants.FoldConstants(),
+            simplify_inference.SimplifyInference(),
             canonicalize.Canonicalize(), gather_before_matmul.GatherBeforeMatMul(),
             fold_constants.FoldConstants(), dce.DeadCodeElimination()]
 
@@ -63,10 +65,12 @@ def default_passes(opt_level: int = 3) -> list[Pass]:
 
     * 0: no passes;
     * 1: FoldConstants, DeadCodeElimination;
-    * 2 and up: FoldConstants, SimplifyInference, Canonicalize, GatherBeforeMatMul,
-      FoldConstants, DeadCodeElimination.
+    * 2 and up: QDQToInteger, FoldConstants, SimplifyInference, Canonicalize,
+      GatherBeforeMatMul, FoldConstants, DeadCodeElimination.
 
-    FoldConstants runs first so that BatchNormalization parameters computed from constants are
+    QDQToInteger runs before anything folds the 8-bit weights it reads; FoldConstants then
+    folds the dequantizations it left (the importer keeps those of 8-bit constants as nodes).
+    FoldConstants runs early so that BatchNormalization parameters computed from constants are
     constants when SimplifyInference looks at them, and again after Canonicalize, whose rewrites
     may leave nodes with only constant inputs (a Reshape of a constant); DeadCodeElimination
     last removes whatever the others left unused.

@@ -13,12 +13,16 @@ each ending in an int8 tensor (the group's root) and starting from one int8 tens
 
     QuantizeLinear( [Relu]( [Add bias]( Mul( Cast(ConvInteger | MatMulInteger(x, W)), scale ))))
 
-Weights. The ONNX importer folds ``DequantizeLinear`` of a constant int8 weight (every node
-whose inputs are all constants folds), so a ``qdq`` layer's ``W`` and ``B`` arrive as float
-constants. They are matched by value: ``W`` must be exactly ``w_int8 * 2^e`` for some exponent
-``e`` (the smallest ``e`` whose integers fit int8 is taken) and ``B`` exactly ``b_int32 * s_x *
-2^e``. Weights quantized with any power-of-two scale pass; float weights or arbitrary scales do
-not (their layers stay on the CPU).
+The graph passes rewrite a ``qdq`` matrix product into the ``integer`` form
+(:class:`~tessera.passes.qdq_to_integer.QDQToInteger`); convolutions, and products compiled with
+that pass switched off, arrive in the ``qdq`` form.
+
+Weights. Graph passes fold ``DequantizeLinear`` of a constant int8 weight (the importer keeps
+it as a node; it is evaluated here where the graph was not folded), so a ``qdq`` layer's ``W``
+and ``B`` arrive as float constants. They are matched by value: ``W`` must be exactly
+``w_int8 * 2^e`` for some exponent ``e`` (the smallest ``e`` whose integers fit int8 is taken)
+and ``B`` exactly ``b_int32 * s_x * 2^e``. Weights quantized with any power-of-two scale pass;
+float weights or arbitrary scales do not (their layers stay on the CPU).
 
 Checks. Every int8 tensor must be int8 (uint8 activations, as onnxruntime writes by default, are
 not claimed) with a zero point of 0 (absent, or all zeros); scales must be per tensor (or per
@@ -46,6 +50,7 @@ import numpy as np
 
 from tessera.ir.graph import Function, Node, Value
 from tessera.ir.types import DType
+from tessera.ops.quant import dequantize_linear
 from tessera.plugin.patterns import Pattern
 
 from .compiler import Conv2dParams, Program, choose_tiling, lower_conv2d
@@ -156,6 +161,12 @@ def _producer(v: Value | None, what: str) -> Node:
 
 
 def _const(v: Value | None, what: str) -> np.ndarray:
+    dq = v.producer if v is not None else None
+    if dq is not None and dq.op == "DequantizeLinear" and all(
+            i is None or i.is_constant for i in dq.inputs):
+        # a constant weight's dequantization, not folded yet (an imported graph before passes)
+        data = [i.data if i is not None else None for i in dq.inputs]
+        return np.asarray(dequantize_linear(*data, **dq.attrs))
     if v is None or v.data is None:
         raise NotALayer(f"{what} is not a constant")
     return np.asarray(v.data)

@@ -76,11 +76,11 @@ def qdq_layer(rng, kind="conv", n=1, c=16, h=8, w=8, o=16, k=3, stride=1, pad=1,
     return _model(nodes, inits, x_shape, y_shape), x_shape
 
 
-def run_both(model, x_shape, rng, target="vta_sim, ref"):
+def run_both(model, x_shape, rng, target="vta_sim, ref", config=None):
     x = (rng.standard_normal(x_shape) * 1.5).astype(np.float32)
-    mod = tessera.compile(model, target=target)
+    mod = tessera.compile(model, target=target, config=config)
     got = mod.run(x=x)["y"]
-    want = tessera.compile(model, target="ref").run(x=x)["y"]
+    want = tessera.compile(model, target="ref", config=config).run(x=x)["y"]
     return mod, got, want
 
 
@@ -108,12 +108,17 @@ def test_qdq_conv_bit_exact_with_ref(case, rng):
 
 @pytest.mark.parametrize("dense_op", ["Gemm", "MatMul"])
 @pytest.mark.parametrize("relu", [True, False])
-def test_qdq_dense_bit_exact_with_ref(dense_op, relu, rng):
+@pytest.mark.parametrize("integer_pass", [True, False])
+def test_qdq_dense_bit_exact_with_ref(dense_op, relu, integer_pass, rng):
+    # the graph passes rewrite the product into the integer form (QDQToInteger); with that
+    # pass switched off it arrives as written
     model, shape = qdq_layer(rng, "dense", n=3, c=70, o=40, relu=relu, shift=8,
                              dense_op=dense_op)
-    mod, got, want = run_both(model, shape, rng)
+    config = tessera.CompileConfig(disabled_passes=[] if integer_pass else ["QDQToInteger"])
+    mod, got, want = run_both(model, shape, rng, config=config)
     region = vta_regions(mod)
-    assert len(region) == 1 and dense_op in region[0].ops
+    assert len(region) == 1
+    assert ("MatMulInteger" if integer_pass else dense_op) in region[0].ops
     np.testing.assert_array_equal(got, want)
 
 

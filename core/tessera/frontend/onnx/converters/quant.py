@@ -53,9 +53,17 @@ def convert_dequantize_linear(ctx: ConvertContext, inputs: Inputs, attrs: Attrs)
     assert x is not None
     _check_quant_type(ctx, x.type.dtype, "input type")
     zp = inputs[2] if len(inputs) > 2 else None
-    return ctx.op("DequantizeLinear", *operands(x, inputs[1], zp), axis=attrs.get("axis", 1),
-                  block_size=attrs.get("block_size", 0),
-                  output_dtype=_dtype_attr(ctx, attrs, "output_dtype"))
+    fold = ctx.fold
+    if x.is_constant and x.type.dtype in (DType.int8, DType.uint8):
+        # an 8-bit weight stays a node: the QDQToInteger pass reads its integers (and
+        # FoldConstants, after it, folds those it leaves)
+        ctx.fold = False
+    try:
+        return ctx.op("DequantizeLinear", *operands(x, inputs[1], zp), axis=attrs.get("axis", 1),
+                      block_size=attrs.get("block_size", 0),
+                      output_dtype=_dtype_attr(ctx, attrs, "output_dtype"))
+    finally:
+        ctx.fold = fold
 
 
 simple("DynamicQuantizeLinear", since=11)
