@@ -137,6 +137,12 @@ def nchwc_layout_ops() -> list[Case]:
                               [rand(*a_shape, dtype=adt, lo=lo, hi=hi),
                                pack_integer_matmul_weight(bi, nb), np.array(7, adt), colsum], {},
                               consts=(1, 3), label=f"MatMulIntegerPacked {adt} {a_shape} x {n}"))
+            if a_shape[-1] % 4 == 0:  # four bytes a word (vpdpbusd's form)
+                cases.append(Case("MatMulIntegerPacked",
+                                  [rand(*a_shape, dtype=adt, lo=lo, hi=hi),
+                                   pack_integer_matmul_weight(bi, nb, word=4), np.array(7, adt),
+                                   colsum], {"word": 4}, consts=(1, 3),
+                                  label=f"MatMulIntegerPacked quads {adt} {a_shape} x {n}"))
     return cases
 
 

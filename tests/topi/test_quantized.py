@@ -158,9 +158,38 @@ def test_matmul_integer_packed(sa: tuple, n: int, nb: int) -> None:
         check_op("MatMulIntegerPacked", [a, bp, zero, colsum], consts=(1, 2, 3))
 
 
-def test_integer_matmul_packing_refuses_odd_k() -> None:
-    with pytest.raises(OpError, match="even K"):
+@pytest.mark.parametrize("sa,n,nb", [((3, 8), 32, 16), ((2, 3, 20), 64, 32), ((1, 4), 16, 16),
+                                     ((5, 36), 16, 8)])
+def test_matmul_integer_packed_in_words_of_four_bytes(sa: tuple, n: int, nb: int) -> None:
+    # vpdpbusd's form: A as unsigned bytes (int8 A offset by 128, B's column sums correcting
+    # it), B as signed bytes four to a word
+    b = rand(sa[-1], n, dtype="int8", lo=-128, hi=127)
+    b.flat[:4] = -128  # the extremes in one word
+    b.flat[n:n + 4] = 127
+    bp = pack_integer_matmul_weight(b, nb, word=4)
+    assert bp.dtype == np.int32 and bp.shape == (n // nb, sa[-1] // 4, nb)
+    assert np.array_equal(unpack_integer_matmul_weight(bp, word=4), b)
+    colsum = b.astype(np.int64).sum(axis=0).astype(np.int32)
+    attrs = {"word": 4}
+    for a in (rand(*sa, dtype="uint8", lo=0, hi=255), rand(*sa, dtype="int8", lo=-128, hi=127)):
+        a.flat[:4] = 255 if a.dtype == np.uint8 else -128
+        zero = np.array(12, a.dtype)
+        check_op("MatMulIntegerPacked", [a, bp, zero, colsum], attrs, consts=(1, 3))
+        check_op("MatMulIntegerPacked", [a, bp, zero, colsum], attrs, consts=(1, 2, 3))
+        if a.dtype == np.uint8:
+            check_op("MatMulIntegerPacked", [a, bp], attrs, consts=(1,))
+    with pytest.raises(OpError, match="needs B's column sums"):
+        check_op("MatMulIntegerPacked", [rand(*sa, dtype="int8", lo=-9, hi=9), bp], attrs,
+                 consts=(1,))
+
+
+def test_integer_matmul_packing_refuses_what_does_not_fit() -> None:
+    with pytest.raises(OpError, match="K a multiple of 2"):
         pack_integer_matmul_weight(np.ones((5, 16), np.int8), 16)
+    with pytest.raises(OpError, match="K a multiple of 4"):
+        pack_integer_matmul_weight(np.ones((6, 16), np.int8), 16, word=4)
+    with pytest.raises(OpError, match="int8 values"):  # vpdpbusd's signed operand
+        pack_integer_matmul_weight(np.ones((8, 16), np.uint8), 16, word=4)
 
 
 @pytest.mark.parametrize("consts", [(1, 2, 4, 5, 6, 7), (4,)])

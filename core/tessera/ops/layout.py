@@ -320,6 +320,25 @@ def unpair_words(w: np.ndarray, axis: int = -1) -> np.ndarray:
     return np.moveaxis(w.view("<i2"), -1, axis)
 
 
+def quad_words(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """8-bit integers with an extent along ``axis`` divisible by 4, as int32 words of four
+    consecutive ones along it (the first in the low byte), the layout
+    :func:`tessera.tir.dot_product.pack_bytes` builds: the extent along ``axis`` quarters."""
+    x = np.moveaxis(np.asarray(x), axis, -1)
+    if x.dtype not in (np.int8, np.uint8) or x.shape[-1] % 4:
+        raise ValueError(f"quad_words: {x.dtype} with extent {x.shape[-1]}: 8-bit values whose "
+                         "extent is a multiple of 4 expected")
+    words = np.ascontiguousarray(x).view("<i4")
+    return np.ascontiguousarray(np.moveaxis(words, -1, axis))
+
+
+def unquad_words(w: np.ndarray, dtype: np.dtype | type, axis: int = -1) -> np.ndarray:
+    """The inverse of :func:`quad_words`: ``dtype`` (int8 or uint8) values, the extent along
+    ``axis`` four times as long."""
+    w = np.ascontiguousarray(np.moveaxis(np.asarray(w, np.int32), axis, -1))
+    return np.moveaxis(w.view(np.dtype(dtype)), -1, axis)
+
+
 def unpack_matmul_weight(bp: np.ndarray) -> np.ndarray:
     """The inverse of :func:`pack_matmul_weight`: ``(K, N)``."""
     panels, k, nb = bp.shape

@@ -31,8 +31,10 @@ from tessera.ops.conv import CONV_ATTRS, conv_infer, conv_nd
 from tessera.ops.layout import (
     pack_matmul_weight,
     pair_words,
+    quad_words,
     unpack_matmul_weight,
     unpair_words,
+    unquad_words,
 )
 from tessera.ops.linalg import matmul_shape
 from tessera.ops.registry import Attr, OpPattern, normalize_axis, register_op
@@ -368,18 +370,27 @@ def matmul_integer(a: np.ndarray, b: np.ndarray, a_zp: np.ndarray | None = None,
     return _int_matmul(a, a_zp, b, b_zp)
 
 
+#: Values per int32 word of ``MatMulIntegerPacked``'s B: int16 pairs (2), or signed bytes (4).
+INTEGER_WORDS = (2, 4)
+
+
 def _matmul_integer_packed_infer(a: TensorType, bp: TensorType, a_zp: TensorType | None = None,
-                                 colsum: TensorType | None = None) -> TensorType:
+                                 colsum: TensorType | None = None, *, word: int) -> TensorType:
     op = "MatMulIntegerPacked"
     _check_int8(a, op, "A")
+    if word not in INTEGER_WORDS:
+        raise OpError(f"{op}: word must be one of {INTEGER_WORDS} values per int32, got {word}")
     if bp.dtype != DType.int32 or bp.ndim != 3:
-        raise OpError(f"{op}: the packed B must be int32 words (N//nb, K//2, nb), got {bp}")
-    if a.ndim < 2 or a.shape[-1] != 2 * bp.shape[1]:
-        raise OpError(f"{op}: A {a} must be at least 2-D with K = 2 * {bp.shape[1]} columns "
-                      f"(the packed B {bp} holds K/2 pairs)")
+        raise OpError(f"{op}: the packed B must be int32 words (N//nb, K//{word}, nb), got {bp}")
+    if a.ndim < 2 or a.shape[-1] != word * bp.shape[1]:
+        raise OpError(f"{op}: A {a} must be at least 2-D with K = {word} * {bp.shape[1]} "
+                      f"columns (the packed B {bp} holds K/{word} words)")
     n = int(bp.shape[0] * bp.shape[2])
     if (a_zp is None) != (colsum is None):
         raise OpError(f"{op}: a_zero_point and the column sums of B come together")
+    if word == 4 and a.dtype == DType.int8 and colsum is None:
+        raise OpError(f"{op}: int8 A with B in words of 4 bytes needs B's column sums (the "
+                      "kernel reads A as unsigned bytes, A + 128)")
     if a_zp is not None and (a_zp.dtype != a.dtype or a_zp.size != 1):
         raise OpError(f"{op}: a_zero_point {a_zp} must be one value of A's dtype {a.dtype}")
     if colsum is not None and (colsum.dtype != DType.int32 or colsum.shape != (n,)):
@@ -387,33 +398,39 @@ def _matmul_integer_packed_infer(a: TensorType, bp: TensorType, a_zp: TensorType
     return TensorType((*a.shape[:-1], n), DType.int32)
 
 
-def pack_integer_matmul_weight(b: np.ndarray, nb: int) -> np.ndarray:
-    """An 8-bit ``B (K, N)`` (K even) as ``MatMulIntegerPacked``'s int32 words ``(N // nb,
-    K // 2, nb)``: column panels of ``nb`` columns, each word the int16 pair ``(b[2k, j],
-    b[2k + 1, j])`` (low half first), what one ``pmaddwd`` lane multiplies
-    (:data:`tessera.tir.dot_product.DOT2_S16`)."""
+def pack_integer_matmul_weight(b: np.ndarray, nb: int, word: int = 2) -> np.ndarray:
+    """An 8-bit ``B (K, N)`` as ``MatMulIntegerPacked``'s int32 words ``(N // nb, K // word,
+    nb)``: column panels of ``nb`` columns, each word along K either the int16 pair ``(b[2k,
+    j], b[2k + 1, j])`` (``word`` 2, low half first: one ``pmaddwd`` lane,
+    :data:`tessera.tir.dot_product.DOT2_S16`) or, for an int8 ``B``, the four bytes ``b[4k ..
+    4k + 3, j]`` (``word`` 4, low byte first: one ``vpdpbusd`` lane, ``dp4a_us``)."""
     k, n = b.shape
-    if k % 2 or nb <= 0 or n % nb:
-        raise OpError(f"MatMulIntegerPacked: B {list(b.shape)} needs an even K and a panel "
-                      f"width ({nb}) dividing N")
-    return pack_matmul_weight(pair_words(b, axis=0), nb)
+    if word not in INTEGER_WORDS or k % word or nb <= 0 or n % nb or (
+            word == 4 and b.dtype != np.int8):
+        raise OpError(f"MatMulIntegerPacked: B {list(b.shape)} {b.dtype} in words of {word} "
+                      f"needs K a multiple of {word}, a panel width ({nb}) dividing N (and int8 "
+                      "values for words of 4)")
+    words = pair_words(b, axis=0) if word == 2 else quad_words(b, axis=0)
+    return pack_matmul_weight(words, nb)
 
 
-def unpack_integer_matmul_weight(bp: np.ndarray) -> np.ndarray:
-    """The inverse of :func:`pack_integer_matmul_weight`: int16 ``(K, N)``."""
-    return unpair_words(unpack_matmul_weight(bp), axis=0)
+def unpack_integer_matmul_weight(bp: np.ndarray, word: int = 2) -> np.ndarray:
+    """The inverse of :func:`pack_integer_matmul_weight`: int16 (``word`` 2) or int8
+    (``word`` 4) ``(K, N)``."""
+    words = unpack_matmul_weight(bp)
+    return unpair_words(words, axis=0) if word == 2 else unquad_words(words, np.int8, axis=0)
 
 
-@register_op("MatMulIntegerPacked", inputs=(2, 4), infer=_matmul_integer_packed_infer,
-             pattern=OpPattern.OUT_ELEMWISE_FUSABLE)
+@register_op("MatMulIntegerPacked", attrs={"word": Attr.int(2)}, inputs=(2, 4),
+             infer=_matmul_integer_packed_infer, pattern=OpPattern.OUT_ELEMWISE_FUSABLE)
 def matmul_integer_packed(a: np.ndarray, bp: np.ndarray, a_zp: np.ndarray | None = None,
-                          colsum: np.ndarray | None = None) -> np.ndarray:
-    """``MatMulInteger`` with a constant 8-bit ``B (K, N)``, K even, packed at compile time
-    (:func:`pack_integer_matmul_weight`: column panels of int16 pairs along K, one int32 word
-    per pair) and no B zero point: int32 ``A @ B - a_zero_point * colsum``, ``colsum`` B's
-    column sums (so the zero point costs one multiply-add per output, not one subtraction per
-    product): ``(A - a_zero_point) @ B``."""
-    out = _int_matmul(a, None, unpack_integer_matmul_weight(bp), None).astype(np.int64)
+                          colsum: np.ndarray | None = None, *, word: int = 2) -> np.ndarray:
+    """``MatMulInteger`` with a constant 8-bit ``B (K, N)``, K a multiple of ``word``, packed
+    at compile time (:func:`pack_integer_matmul_weight`: column panels of words of ``word``
+    values along K, int16 pairs or int8 quads) and no B zero point: int32 ``A @ B - a_zero_point
+    * colsum``, ``colsum`` B's column sums (so the zero point costs one multiply-add per
+    output, not one subtraction per product): ``(A - a_zero_point) @ B``."""
+    out = _int_matmul(a, None, unpack_integer_matmul_weight(bp, word), None).astype(np.int64)
     if a_zp is not None and colsum is not None:
         out -= int(np.asarray(a_zp).reshape(())) * colsum.astype(np.int64)
     return out.astype(np.int32)

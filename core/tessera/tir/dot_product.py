@@ -32,6 +32,8 @@ DOT2_S16 = "dot2_s16"
 
 #: The four-byte dot products, ``dp4a_`` and the signs of ``a`` and ``b`` (module doc).
 DP4A = ("dp4a_ss", "dp4a_uu", "dp4a_us", "dp4a_su")
+#: Unsigned bytes by signed ones: x86's ``vpdpbusd`` lane.
+DP4A_US = "dp4a_us"
 
 
 def _bits16(v: E.PrimExpr) -> E.PrimExpr:

@@ -266,7 +266,7 @@ def pack_matmul_weights(func: Function, cpu: CPUInfo) -> None:
     for node in func.nodes:
         nodes.append(node)
         if node.op == "MatMulInteger":
-            _pack_integer_matmul(func, node, lanes)
+            _pack_integer_matmul(func, node, lanes, integer_word(cpu))
             continue
         gemm = node.op == "Gemm"
         if not gemm and (node.op != "MatMul" or len(node.inputs) != 2):
@@ -310,14 +310,23 @@ def _panels(func: Function, b: Value, lanes: int) -> Value | None:
     return func.constant(pack_matmul_weight(np.asarray(b.data), nb), f"{b.name}_panels{nb}")
 
 
-def _pack_integer_matmul(func: Function, node: Node, lanes: int) -> None:
+def integer_word(cpu: CPUInfo) -> int:
+    """The values per int32 word of packed 8-bit weights for ``cpu``: 4 bytes where it has a
+    four-byte dot product instruction (AVX-512 VNNI or AVX-VNNI: ``vpdpbusd``, four products
+    per lane), else int16 pairs (``pmaddwd``, two per lane; ``vpdpwssd`` with VNNI)."""
+    return 4 if cpu.has("avx512vnni") or cpu.has("avxvnni") else 2
+
+
+def _pack_integer_matmul(func: Function, node: Node, lanes: int, word: int = 2) -> None:
     """MatMulInteger with a constant 8-bit ``B (K, N)``, K even, and no B zero point (or a
-    zero one) becomes MatMulIntegerPacked: ``B`` in column panels of int16 pairs along K
-    (:func:`~tessera.ops.quant.pack_integer_matmul_weight`), so that each int32 lane of the
-    inner loop multiplies two pairs in one ``pmaddwd`` (``vpdpwssd`` with VNNI), reading
-    panels where a row of ``N`` bytes apart per step of K was read before; and the A zero
-    point subtracted once per output as ``a_zp * colsum(B)`` (B's column sums, a constant)
-    instead of once per product."""
+    zero one) becomes MatMulIntegerPacked: ``B`` in column panels of words along K
+    (:func:`~tessera.ops.quant.pack_integer_matmul_weight`): int16 pairs, so that each int32
+    lane of the inner loop multiplies two in one ``pmaddwd`` (``vpdpwssd`` with VNNI), or,
+    with ``word`` 4 (:func:`integer_word`), an int8 ``B`` and K a multiple of 4, four bytes
+    that one ``vpdpbusd`` lane multiplies by four unsigned bytes of A (int8 A offset by 128:
+    then B's column sums always come along); reading panels where a row of ``N`` bytes apart
+    per step of K was read before; and the A zero point subtracted once per output as
+    ``a_zp * colsum(B)`` (B's column sums, a constant) instead of once per product."""
     a, b = node.inputs[0], node.inputs[1]
     a_zp = node.inputs[2] if len(node.inputs) > 2 else None
     b_zp = node.inputs[3] if len(node.inputs) > 3 else None
@@ -329,11 +338,15 @@ def _pack_integer_matmul(func: Function, node: Node, lanes: int) -> None:
         return
     k, n = (int(d) for d in b.type.shape)
     nb = _panel_width(n, lanes)
+    if word == 4 and (k % 4 or b.type.dtype != "int8"):
+        word = 2
     if nb is None or k % 2:
         return
-    packed = func.constant(pack_integer_matmul_weight(np.asarray(b.data), nb),
-                           f"{b.name}_pairs{nb}")
-    node.op, node.attrs, node.inputs = "MatMulIntegerPacked", {}, [a, packed]
+    packed = func.constant(pack_integer_matmul_weight(np.asarray(b.data), nb, word),
+                           f"{b.name}_{'quads' if word == 4 else 'pairs'}{nb}")
+    node.op, node.attrs, node.inputs = "MatMulIntegerPacked", {"word": word}, [a, packed]
+    if a_zp is None and word == 4 and a.type.dtype == "int8":
+        a_zp = func.constant(np.zeros((), np.int8), f"{node.name}_a_zero")
     if a_zp is not None:  # the zero point as a_zp * (B's column sums), once per output
         colsum = func.constant(np.asarray(b.data).astype(np.int64).sum(axis=0).astype(np.int32),
                                f"{b.name}_colsum")

@@ -14,8 +14,9 @@ from onnx import TensorProto, helper, numpy_helper
 import tessera
 from tessera.frontend.onnx.importer import import_onnx
 from tessera.ops.quant import matmul_integer, matmul_integer_packed, pack_integer_matmul_weight
+from tessera_llvm import lowering
 from tessera_llvm.cpu import cpu_info
-from tessera_llvm.lowering import pack_matmul_weights
+from tessera_llvm.lowering import integer_word, pack_matmul_weights
 
 NP = {TensorProto.UINT8: np.uint8, TensorProto.INT8: np.int8}
 
@@ -138,3 +139,56 @@ def test_run_time_rows_pairs_made_once_and_ranges_by_lanes(tmp_path) -> None:
         got, want = mod.run(x=x), ref.run(x=x)
         np.testing.assert_array_equal(got["s"], want["s"], err_msg=f"m={m}")
         np.testing.assert_array_equal(got["y"], want["y"], err_msg=f"m={m}")
+
+
+@pytest.mark.parametrize("mcpu,word,instruction", [
+    ("x86-64-v3", 2, "vpmaddwd"), ("cascadelake", 4, "vpdpbusd"), ("alderlake", 4, "vpdpbusd")])
+def test_cpus_with_a_four_byte_dot_product_pack_bytes_four_to_a_word(
+        tmp_path, mcpu: str, word: int, instruction: str) -> None:
+    # vpdpbusd (AVX-512 VNNI, AVX-VNNI) multiplies four bytes per int32 lane where pmaddwd
+    # multiplies two int16s: CPUs that have it get B in words of four int8 values
+    cpu = cpu_info(mcpu)
+    assert integer_word(cpu) == word
+    rng = np.random.default_rng(4)
+    b = rng.integers(-128, 128, (64, 32)).astype(np.int8)
+    for a_type in (TensorProto.UINT8, TensorProto.INT8):
+        func = import_onnx(_model(6, 64, 32, a_type, b, False, None))
+        pack_matmul_weights(func, cpu)
+        (node,) = [n for n in func.nodes if n.op == "MatMulIntegerPacked"]
+        assert node.attrs["word"] == word
+        assert len(node.inputs) == (4 if word == 4 and a_type == TensorProto.INT8 else 2)
+    tessera.compile(_model(6, 64, 32, TensorProto.UINT8, b, True, None), f"llvm -mcpu={mcpu}",
+                    config=tessera.CompileConfig(dump_code="asm", dump_dir=str(tmp_path)))
+    asm = "".join(p.read_text() for p in tmp_path.glob("*.asm"))
+    assert instruction in asm
+
+
+@pytest.mark.parametrize("a_type", [TensorProto.UINT8, TensorProto.INT8])
+@pytest.mark.parametrize("a_zp", [False, True])
+def test_four_byte_words_are_exact_on_any_cpu(monkeypatch, a_type: int, a_zp: bool) -> None:
+    # packed as for a VNNI CPU, compiled for this one (whose code generator takes each
+    # dp4a_us lane apart exactly where it has no vpdpbusd): exact integer arithmetic, the
+    # extremes of A and B in one word, rows past the register tile
+    monkeypatch.setattr(lowering, "integer_word", lambda cpu: 4)
+    rng = np.random.default_rng(11 + a_type + a_zp)
+    b = rng.integers(-128, 128, (96, 48)).astype(np.int8)
+    b[:4, 0] = -128
+    b[:4, 1] = 127
+    model = _model(13, 96, 48, a_type, b, a_zp, None)
+    func = import_onnx(model)
+    lowering.pack_matmul_weights(func, cpu_info())
+    assert [n.attrs.get("word") for n in func.nodes if n.op == "MatMulIntegerPacked"] == [4]
+    mod = tessera.compile(model, "llvm", kernel_cache=False)
+    at = NP[a_type]
+    info = np.iinfo(at)
+    for trial in range(2):
+        a = rng.integers(info.min, info.max + 1, (13, 96)).astype(at)
+        a[0, :4] = info.min if trial else info.max
+        a[1, :4] = info.max if trial else info.min
+        feeds = {"a": a}
+        zero = 0
+        if a_zp:
+            zero = int(rng.integers(info.min, info.max + 1))
+            feeds["za"] = np.array(zero, at)
+        want = ((a.astype(np.int64) - zero) @ b.astype(np.int64)).astype(np.int32)
+        np.testing.assert_array_equal(mod.run(**feeds)["y"], want, err_msg=f"trial {trial}")

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from tessera import te, tir
-from tessera.tir.dot_product import DOT2_S16, pack_pair
+from tessera.tir.dot_product import DOT2_S16, DP4A_US, pack_bytes, pack_pair
 from tessera.topi import tag
 from tessera.topi.nn.conv2d import _CONV_TAGS, conv_nchw
 from tessera.topi.nn.dense import matmul_general
@@ -447,13 +447,64 @@ def matmul_integer_pairs(a: te.Tensor, bp: te.Tensor) -> te.Tensor:
                       attrs={"out_dtype": "int32", "a": a, "b": bp, "panel": nb})
 
 
+def a_quads(a: te.Tensor) -> te.Tensor:
+    """8-bit ``a (..., K)`` (K a multiple of 4) as int32 words of four unsigned bytes along
+    the last axis: ``(..., K // 4)``, word ``k`` holding ``a[..., 4k .. 4k + 3]`` (low byte
+    first) as they are for uint8, plus 128 for int8 (``vpdpbusd`` multiplies unsigned by
+    signed bytes; :func:`matmul_integer_quads`' caller subtracts ``128 * colsum(B)``). Tagged
+    :data:`~tessera.topi.tag.A_PAIRS` (computed once, at root)."""
+    shape = dims_of(a)
+    signed = a.dtype == "int8"
+
+    def byte(v: Expr) -> Expr:
+        return cast(cast(v, "int32") + 128, "uint8") if signed else v
+
+    def body(*i: Any) -> Expr:
+        *lead, k = i
+        return pack_bytes(lambda j: byte(a[(*lead, 4 * k + j)]))
+
+    return te.compute((*shape[:-1], shape[-1] // 4), body, name="a_quads", tag=tag.A_PAIRS)
+
+
+def matmul_integer_quads(a: te.Tensor, bp: te.Tensor) -> te.Tensor:
+    """int32 ``A' (..., M, K) x B`` for 8-bit ``A`` read as unsigned bytes ``A'`` (:func:`a_quads`:
+    ``A`` itself for uint8, ``A + 128`` for int8) and an int8 ``B`` as
+    :func:`~tessera.ops.quant.pack_integer_matmul_weight` stores it in words of 4 (column
+    panels ``(N // nb, K // 4, nb)``): over ``k < K / 4``, ``dp4a_us`` of A's and B's words
+    (four products per int32 lane: AVX-512 VNNI's and AVX-VNNI's ``vpdpbusd``). Tag and
+    attributes as :func:`matmul_integer_pairs`."""
+    ashape, (panels, quarter, nb) = dims_of(a), shape_of(bp)
+    if not dim_equal(ashape[-1], 4 * quarter):
+        raise ValueError(f"matmul_integer_quads: A {list(ashape)} does not have K = 4 * "
+                         f"{quarter} columns")
+    nbatch = len(ashape) - 2
+    quads = a_quads(a)
+    k = te.reduce_axis((0, quarter), name="k")
+    zero = tir.convert(0, "int32")
+
+    def body(*oi: Any) -> Expr:
+        *bidx, i, j = oi
+        return te.sum(tir.Call(DP4A_US, [quads[(*bidx, i, k)], bp[j // nb, k, j % nb], zero],
+                               "int32"), axis=k)
+
+    names = [f"b{d}" for d in range(nbatch)] + ["i", "j"]
+    return te.compute((*ashape[:-1], panels * nb), named_axes(body, names),
+                      name="dense_packed", tag=tag.BATCH_MATMUL if nbatch else tag.DENSE,
+                      attrs={"out_dtype": "int32", "a": a, "b": bp, "panel": nb})
+
+
 @register_compute("MatMulIntegerPacked")
 def _matmul_integer_packed(inputs: list, attrs: dict, out_types: list) -> list[te.Tensor]:
     a, bp, a_zp, colsum = inputs[0], inputs[1], _opt(inputs, 2), _opt(inputs, 3)
-    product = matmul_integer_pairs(a, bp)
-    if a_zp is None or colsum is None:
+    quads = int(attrs.get("word", 2)) == 4
+    product = matmul_integer_quads(a, bp) if quads else matmul_integer_pairs(a, bp)
+    # the A zero point (and, for int8 A read as unsigned bytes, its offset of 128) times
+    # B's column sums
+    offset = 128 if quads and a.dtype == "int8" else 0
+    if colsum is None:
         return [product]
-    za = cast(scalar(a_zp), "int32")
+    za = cast(scalar(a_zp), "int32") + offset if a_zp is not None else \
+        tir.convert(offset, "int32")
     return [te.compute(product.shape,
                        lambda *i: product[i] - za * read(colsum, [i[-1]]),
                        name="zero_point_term", tag=tag.BROADCAST)]
@@ -476,6 +527,6 @@ def _qlinear_matmul(inputs: list, attrs: dict, out_types: list) -> list[te.Tenso
     return [qlinear_matmul(*inputs[:8])]
 
 
-__all__ = ["a_pairs", "conv_integer", "dequantize", "dynamic_quantize", "matmul_integer",
-           "matmul_integer_pairs", "param_reader",
+__all__ = ["a_pairs", "a_quads", "conv_integer", "dequantize", "dynamic_quantize", "matmul_integer",
+           "matmul_integer_pairs", "matmul_integer_quads", "param_reader",
            "qlinear_conv", "qlinear_matmul", "quantize", "requantize", "saturate"]
