@@ -399,9 +399,10 @@ def _matmul_integer_packed_infer(a: TensorType, bp: TensorType, a_zp: TensorType
 
 
 def pack_integer_matmul_weight(b: np.ndarray, nb: int, word: int = 2) -> np.ndarray:
-    """An 8-bit ``B (K, N)`` as ``MatMulIntegerPacked``'s int32 words ``(N // nb, K // word,
-    nb)``: column panels of ``nb`` columns, each word along K either the int16 pair ``(b[2k,
-    j], b[2k + 1, j])`` (``word`` 2, low half first: one ``pmaddwd`` lane,
+    """An 8-bit ``B (K, N)`` (for pairs, any values that fit int16: an 8-bit ``B`` less its
+    zero point) as ``MatMulIntegerPacked``'s int32 words ``(N // nb, K // word, nb)``: column
+    panels of ``nb`` columns, each word along K either the int16 pair ``(b[2k, j], b[2k + 1,
+    j])`` (``word`` 2, low half first: one ``pmaddwd`` lane,
     :data:`tessera.tir.dot_product.DOT2_S16`) or, for an int8 ``B``, the four bytes ``b[4k ..
     4k + 3, j]`` (``word`` 4, low byte first: one ``vpdpbusd`` lane, ``dp4a_us``)."""
     k, n = b.shape
@@ -427,7 +428,8 @@ def matmul_integer_packed(a: np.ndarray, bp: np.ndarray, a_zp: np.ndarray | None
                           colsum: np.ndarray | None = None, *, word: int = 2) -> np.ndarray:
     """``MatMulInteger`` with a constant 8-bit ``B (K, N)``, K a multiple of ``word``, packed
     at compile time (:func:`pack_integer_matmul_weight`: column panels of words of ``word``
-    values along K, int16 pairs or int8 quads) and no B zero point: int32 ``A @ B - a_zero_point
+    values along K, int16 pairs or int8 quads; a B zero point is subtracted before packing,
+    into int16 pairs): int32 ``A @ B - a_zero_point
     * colsum``, ``colsum`` B's column sums (so the zero point costs one multiply-add per
     output, not one subtraction per product): ``(A - a_zero_point) @ B``."""
     out = _int_matmul(a, None, unpack_integer_matmul_weight(bp, word), None).astype(np.int64)

@@ -318,8 +318,9 @@ def integer_word(cpu: CPUInfo) -> int:
 
 
 def _pack_integer_matmul(func: Function, node: Node, lanes: int, word: int = 2) -> None:
-    """MatMulInteger with a constant 8-bit ``B (K, N)``, K even, and no B zero point (or a
-    zero one) becomes MatMulIntegerPacked: ``B`` in column panels of words along K
+    """MatMulInteger with a constant 8-bit ``B (K, N)``, K even, and a constant B zero point
+    or none becomes MatMulIntegerPacked: ``B`` (less its zero point: int16 values then, in
+    pairs) in column panels of words along K
     (:func:`~tessera.ops.quant.pack_integer_matmul_weight`): int16 pairs, so that each int32
     lane of the inner loop multiplies two in one ``pmaddwd`` (``vpdpwssd`` with VNNI), or,
     with ``word`` 4 (:func:`integer_word`), an int8 ``B`` and K a multiple of 4, four bytes
@@ -332,23 +333,30 @@ def _pack_integer_matmul(func: Function, node: Node, lanes: int, word: int = 2) 
     b_zp = node.inputs[3] if len(node.inputs) > 3 else None
     if a is None or b is None or not b.is_constant or b.type.ndim != 2 or a.type.ndim < 2:
         return
-    if b_zp is not None and not (b_zp.is_constant and not np.asarray(b_zp.data).any()):
-        return
     if a_zp is not None and a_zp.type.size != 1:
         return
     k, n = (int(d) for d in b.type.shape)
     nb = _panel_width(n, lanes)
-    if word == 4 and (k % 4 or b.type.dtype != "int8"):
-        word = 2
     if nb is None or k % 2:
         return
-    packed = func.constant(pack_integer_matmul_weight(np.asarray(b.data), nb, word),
+    weight = np.asarray(b.data)
+    if b_zp is not None:
+        if not b_zp.is_constant:
+            return
+        zero = np.asarray(b_zp.data).reshape(-1)
+        if zero.size not in (1, n):
+            return
+        if zero.any():  # B - zb: -255 .. 255, exact in int16 pairs
+            weight = weight.astype(np.int16) - zero.astype(np.int16)
+    if word == 4 and (k % 4 or weight.dtype != np.int8):
+        word = 2
+    packed = func.constant(pack_integer_matmul_weight(weight, nb, word),
                            f"{b.name}_{'quads' if word == 4 else 'pairs'}{nb}")
     node.op, node.attrs, node.inputs = "MatMulIntegerPacked", {"word": word}, [a, packed]
     if a_zp is None and word == 4 and a.type.dtype == "int8":
         a_zp = func.constant(np.zeros((), np.int8), f"{node.name}_a_zero")
     if a_zp is not None:  # the zero point as a_zp * (B's column sums), once per output
-        colsum = func.constant(np.asarray(b.data).astype(np.int64).sum(axis=0).astype(np.int32),
+        colsum = func.constant(weight.astype(np.int64).sum(axis=0).astype(np.int32),
                                f"{b.name}_colsum")
         node.inputs += [a_zp, colsum]
 

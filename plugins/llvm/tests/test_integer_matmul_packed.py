@@ -75,22 +75,27 @@ def test_packed_integer_products_are_exact(m: int, k: int, n: int, a_type: int, 
         np.testing.assert_array_equal(got, want.astype(np.int32), err_msg=f"trial {trial}")
 
 
-def test_a_zero_b_zero_point_packs_and_others_stay_as_they_are() -> None:
+def test_b_zero_points_pack_and_others_stay_as_they_are() -> None:
     rng = np.random.default_rng(1)
     b = rng.integers(-128, 128, (24, 32)).astype(np.int8)
-    zero_b = _model(4, 24, 32, TensorProto.UINT8, b, True, np.array(0, np.int8))
-    assert "MatMulIntegerPacked" in _ops(zero_b)
-    for model in (_model(4, 24, 32, TensorProto.UINT8, b, True, np.array(3, np.int8)),
-                  _model(4, 24, 20, TensorProto.UINT8, b[:, :20].copy(), True, None),
-                  _model(4, 23, 32, TensorProto.UINT8, b[:23].copy(), True, None)):
-        # a B zero point; 20 columns (not whole vectors); an odd K
-        assert "MatMulIntegerPacked" not in _ops(model)
+    bu = rng.integers(0, 256, (24, 32)).astype(np.uint8)
+    packs = [(_model(4, 24, 32, TensorProto.UINT8, b, True, np.array(0, np.int8)), b, 0),
+             # a B zero point, per tensor or per column: B - zb packed (int16 pairs)
+             (_model(4, 24, 32, TensorProto.UINT8, b, True, np.array(3, np.int8)), b, 3),
+             (_model(4, 24, 32, TensorProto.UINT8, bu, True, np.array(200, np.uint8)), bu, 200),
+             (_model(4, 24, 32, TensorProto.UINT8, bu, True,
+                     np.arange(100, 132).astype(np.uint8)), bu, np.arange(100, 132))]
+    stays = [(_model(4, 24, 20, TensorProto.UINT8, b[:, :20].copy(), True, None), b[:, :20], 0),
+             (_model(4, 23, 32, TensorProto.UINT8, b[:23].copy(), True, None), b[:23], 0)]
+    for (model, weight, zb), packed in [*((c, True) for c in packs),
+                                        *((c, False) for c in stays)]:
+        # 20 columns (not whole vectors) and an odd K stay MatMulInteger
+        assert ("MatMulIntegerPacked" in _ops(model)) == packed
         mod = tessera.compile(model, "llvm")
-        shape = [d.dim_value for d in model.graph.output[0].type.tensor_type.shape.dim]
-        k = model.graph.input[0].type.tensor_type.shape.dim[1].dim_value
+        k = weight.shape[0]
         a = rng.integers(0, 256, (4, k)).astype(np.uint8)
-        zb = 3 if len(model.graph.initializer) > 1 else 0
-        want = (a.astype(np.int64) - 9) @ (b[:k, :shape[1]].astype(np.int64) - zb)
+        a[0, :2] = 255
+        want = (a.astype(np.int64) - 9) @ (weight.astype(np.int64) - zb)
         got = mod.run(a=a, za=np.array(9, np.uint8))["y"]
         np.testing.assert_array_equal(got, want.astype(np.int32))
 
