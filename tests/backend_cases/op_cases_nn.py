@@ -126,10 +126,8 @@ def nchwc_layout_ops() -> list[Case]:
         b = rand(a_shape[-1], n)
         cases.append(Case("MatMulPacked", [rand(*a_shape), pack_matmul_weight(b, nb)], {},
                           consts=(1,), label=f"MatMulPacked {a_shape} x {n} panels {nb}"))
-        if a_shape[-1] % 2:
-            continue
         # 8-bit weights (MatMulInteger with constant weights) in panels of int16 pairs, with
-        # an A zero point applied as a_zp * colsum(B)
+        # an A zero point applied as a_zp * colsum(B) (an odd K: the last pair padded)
         bi = rand(a_shape[-1], n, dtype="int8", lo=-128, hi=127)
         colsum = bi.astype(np.int64).sum(axis=0).astype(np.int32)
         for adt, lo, hi in (("uint8", 0, 255), ("int8", -128, 127)):
@@ -137,12 +135,12 @@ def nchwc_layout_ops() -> list[Case]:
                               [rand(*a_shape, dtype=adt, lo=lo, hi=hi),
                                pack_integer_matmul_weight(bi, nb), np.array(7, adt), colsum], {},
                               consts=(1, 3), label=f"MatMulIntegerPacked {adt} {a_shape} x {n}"))
-            if a_shape[-1] % 4 == 0:  # four bytes a word (vpdpbusd's form)
-                cases.append(Case("MatMulIntegerPacked",
-                                  [rand(*a_shape, dtype=adt, lo=lo, hi=hi),
-                                   pack_integer_matmul_weight(bi, nb, word=4), np.array(7, adt),
-                                   colsum], {"word": 4}, consts=(1, 3),
-                                  label=f"MatMulIntegerPacked quads {adt} {a_shape} x {n}"))
+            # four bytes a word (vpdpbusd's form)
+            cases.append(Case("MatMulIntegerPacked",
+                              [rand(*a_shape, dtype=adt, lo=lo, hi=hi),
+                               pack_integer_matmul_weight(bi, nb, word=4), np.array(7, adt),
+                               colsum], {"word": 4}, consts=(1, 3),
+                              label=f"MatMulIntegerPacked quads {adt} {a_shape} x {n}"))
     return cases
 
 

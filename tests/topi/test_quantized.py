@@ -183,11 +183,17 @@ def test_matmul_integer_packed_in_words_of_four_bytes(sa: tuple, n: int, nb: int
                  consts=(1,))
 
 
-def test_integer_matmul_packing_refuses_what_does_not_fit() -> None:
-    with pytest.raises(OpError, match="K a multiple of 2"):
-        pack_integer_matmul_weight(np.ones((5, 16), np.int8), 16)
-    with pytest.raises(OpError, match="K a multiple of 4"):
-        pack_integer_matmul_weight(np.ones((6, 16), np.int8), 16, word=4)
+def test_integer_matmul_packing_pads_k_and_refuses_what_does_not_fit() -> None:
+    b = rand(5, 16, dtype="int8", lo=-128, hi=127)
+    for word in (2, 4):  # the last word padded with zeros
+        bp = pack_integer_matmul_weight(b, 16, word)
+        assert bp.shape == (1, -(-5 // word), 16)
+        unpacked = unpack_integer_matmul_weight(bp, word)
+        assert np.array_equal(unpacked[:5], b) and not unpacked[5:].any()
+        a = rand(3, 5, dtype="uint8", lo=0, hi=255)
+        check_op("MatMulIntegerPacked", [a, bp], {"word": word}, consts=(1,))
+    with pytest.raises(OpError, match="dividing N"):
+        pack_integer_matmul_weight(np.ones((6, 20), np.int8), 16)
     with pytest.raises(OpError, match="int8 values"):  # vpdpbusd's signed operand
         pack_integer_matmul_weight(np.ones((8, 16), np.uint8), 16, word=4)
 

@@ -382,9 +382,10 @@ def _matmul_integer_packed_infer(a: TensorType, bp: TensorType, a_zp: TensorType
         raise OpError(f"{op}: word must be one of {INTEGER_WORDS} values per int32, got {word}")
     if bp.dtype != DType.int32 or bp.ndim != 3:
         raise OpError(f"{op}: the packed B must be int32 words (N//nb, K//{word}, nb), got {bp}")
-    if a.ndim < 2 or a.shape[-1] != word * bp.shape[1]:
-        raise OpError(f"{op}: A {a} must be at least 2-D with K = {word} * {bp.shape[1]} "
-                      f"columns (the packed B {bp} holds K/{word} words)")
+    if a.ndim < 2 or not word * (bp.shape[1] - 1) < a.shape[-1] <= word * bp.shape[1]:
+        raise OpError(f"{op}: A {a} must be at least 2-D with K columns, ceil(K / {word}) = "
+                      f"{bp.shape[1]} (the packed B {bp} holds K/{word} words, the last one "
+                      "padded with zeros)")
     n = int(bp.shape[0] * bp.shape[2])
     if (a_zp is None) != (colsum is None):
         raise OpError(f"{op}: a_zero_point and the column sums of B come together")
@@ -404,20 +405,22 @@ def pack_integer_matmul_weight(b: np.ndarray, nb: int, word: int = 2) -> np.ndar
     panels of ``nb`` columns, each word along K either the int16 pair ``(b[2k, j], b[2k + 1,
     j])`` (``word`` 2, low half first: one ``pmaddwd`` lane,
     :data:`tessera.tir.dot_product.DOT2_S16`) or, for an int8 ``B``, the four bytes ``b[4k ..
-    4k + 3, j]`` (``word`` 4, low byte first: one ``vpdpbusd`` lane, ``dp4a_us``)."""
+    4k + 3, j]`` (``word`` 4, low byte first: one ``vpdpbusd`` lane, ``dp4a_us``). A K that is
+    not a whole number of words is padded with rows of zeros."""
     k, n = b.shape
-    if word not in INTEGER_WORDS or k % word or nb <= 0 or n % nb or (
-            word == 4 and b.dtype != np.int8):
+    if word not in INTEGER_WORDS or nb <= 0 or n % nb or (word == 4 and b.dtype != np.int8):
         raise OpError(f"MatMulIntegerPacked: B {list(b.shape)} {b.dtype} in words of {word} "
-                      f"needs K a multiple of {word}, a panel width ({nb}) dividing N (and int8 "
-                      "values for words of 4)")
+                      f"needs a panel width ({nb}) dividing N (and int8 values for words of "
+                      "4)")
+    if k % word:
+        b = np.concatenate([b, np.zeros((word - k % word, n), b.dtype)])
     words = pair_words(b, axis=0) if word == 2 else quad_words(b, axis=0)
     return pack_matmul_weight(words, nb)
 
 
 def unpack_integer_matmul_weight(bp: np.ndarray, word: int = 2) -> np.ndarray:
     """The inverse of :func:`pack_integer_matmul_weight`: int16 (``word`` 2) or int8
-    (``word`` 4) ``(K, N)``."""
+    (``word`` 4) ``(K, N)``, K rounded up to a whole word (the padding rows are zeros)."""
     words = unpack_matmul_weight(bp)
     return unpair_words(words, axis=0) if word == 2 else unquad_words(words, np.int8, axis=0)
 
@@ -426,13 +429,14 @@ def unpack_integer_matmul_weight(bp: np.ndarray, word: int = 2) -> np.ndarray:
              infer=_matmul_integer_packed_infer, pattern=OpPattern.OUT_ELEMWISE_FUSABLE)
 def matmul_integer_packed(a: np.ndarray, bp: np.ndarray, a_zp: np.ndarray | None = None,
                           colsum: np.ndarray | None = None, *, word: int = 2) -> np.ndarray:
-    """``MatMulInteger`` with a constant 8-bit ``B (K, N)``, K a multiple of ``word``, packed
-    at compile time (:func:`pack_integer_matmul_weight`: column panels of words of ``word``
-    values along K, int16 pairs or int8 quads; a B zero point is subtracted before packing,
-    into int16 pairs): int32 ``A @ B - a_zero_point
-    * colsum``, ``colsum`` B's column sums (so the zero point costs one multiply-add per
-    output, not one subtraction per product): ``(A - a_zero_point) @ B``."""
-    out = _int_matmul(a, None, unpack_integer_matmul_weight(bp, word), None).astype(np.int64)
+    """``MatMulInteger`` with a constant 8-bit ``B (K, N)``, packed at compile time
+    (:func:`pack_integer_matmul_weight`: column panels of words of ``word`` values along K,
+    int16 pairs or int8 quads, the last word padded with zeros; a B zero point is subtracted
+    before packing, into int16 pairs): int32 ``A @ B - a_zero_point * colsum``, ``colsum``
+    B's column sums (so the zero point costs one multiply-add per output, not one subtraction
+    per product): ``(A - a_zero_point) @ B``."""
+    b = unpack_integer_matmul_weight(bp, word)[:a.shape[-1]]  # less B's padding rows
+    out = _int_matmul(a, None, b, None).astype(np.int64)
     if a_zp is not None and colsum is not None:
         out -= int(np.asarray(a_zp).reshape(())) * colsum.astype(np.int64)
     return out.astype(np.int32)

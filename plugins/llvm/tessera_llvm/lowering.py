@@ -318,12 +318,12 @@ def integer_word(cpu: CPUInfo) -> int:
 
 
 def _pack_integer_matmul(func: Function, node: Node, lanes: int, word: int = 2) -> None:
-    """MatMulInteger with a constant 8-bit ``B (K, N)``, K even, and a constant B zero point
-    or none becomes MatMulIntegerPacked: ``B`` (less its zero point: int16 values then, in
-    pairs) in column panels of words along K
+    """MatMulInteger with a constant 8-bit ``B (K, N)`` (any K: the last word padded with
+    zeros) and a constant B zero point or none becomes MatMulIntegerPacked: ``B`` (less its
+    zero point: int16 values then, in pairs) in column panels of words along K
     (:func:`~tessera.ops.quant.pack_integer_matmul_weight`): int16 pairs, so that each int32
     lane of the inner loop multiplies two in one ``pmaddwd`` (``vpdpwssd`` with VNNI), or,
-    with ``word`` 4 (:func:`integer_word`), an int8 ``B`` and K a multiple of 4, four bytes
+    with ``word`` 4 (:func:`integer_word`) and an int8 ``B``, four bytes
     that one ``vpdpbusd`` lane multiplies by four unsigned bytes of A (int8 A offset by 128:
     then B's column sums always come along); reading panels where a row of ``N`` bytes apart
     per step of K was read before; and the A zero point subtracted once per output as
@@ -335,9 +335,12 @@ def _pack_integer_matmul(func: Function, node: Node, lanes: int, word: int = 2) 
         return
     if a_zp is not None and a_zp.type.size != 1:
         return
-    k, n = (int(d) for d in b.type.shape)
-    nb = _panel_width(n, lanes)
-    if nb is None or k % 2:
+    n = int(b.type.shape[1])
+    # panels of whole vectors: of the CPU's width, else of a half or a quarter of it (at least
+    # 4 lanes: 20 columns in vectors of 4), which the dense schedule vectorizes as well
+    nb = next((w for w in (_panel_width(n, size) for size in (lanes, lanes // 2, lanes // 4)
+                           if size >= 4) if w is not None), None)
+    if nb is None:
         return
     weight = np.asarray(b.data)
     if b_zp is not None:
@@ -348,7 +351,7 @@ def _pack_integer_matmul(func: Function, node: Node, lanes: int, word: int = 2) 
             return
         if zero.any():  # B - zb: -255 .. 255, exact in int16 pairs
             weight = weight.astype(np.int16) - zero.astype(np.int16)
-    if word == 4 and (k % 4 or weight.dtype != np.int8):
+    if word == 4 and weight.dtype != np.int8:
         word = 2
     packed = func.constant(pack_integer_matmul_weight(weight, nb, word),
                            f"{b.name}_{'quads' if word == 4 else 'pairs'}{nb}")

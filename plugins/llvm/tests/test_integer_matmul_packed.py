@@ -1,8 +1,9 @@
 """MatMulInteger with constant 8-bit weights on the llvm backend: B packed in column panels of
 int16 pairs (MatMulIntegerPacked, one ``pmaddwd``/``vpdpwssd`` lane per two products) and the
 A zero point applied once per output as ``a_zp * colsum(B)``. Results equal exact integer
-arithmetic on random data across shapes, signs, zero points and the cases left unpacked (a
-non-zero B zero point, columns that are not whole vectors, an odd K)."""
+arithmetic on random data across shapes, signs and zero points (of A, and of B, per tensor or
+per column), any K (the last word padded), narrow panels, and the case left unpacked (columns
+that no vector of 4 lanes or more divides)."""
 
 from __future__ import annotations
 
@@ -75,29 +76,36 @@ def test_packed_integer_products_are_exact(m: int, k: int, n: int, a_type: int, 
         np.testing.assert_array_equal(got, want.astype(np.int32), err_msg=f"trial {trial}")
 
 
-def test_b_zero_points_pack_and_others_stay_as_they_are() -> None:
+def test_zero_points_any_k_and_narrow_panels_pack() -> None:
     rng = np.random.default_rng(1)
     b = rng.integers(-128, 128, (24, 32)).astype(np.int8)
     bu = rng.integers(0, 256, (24, 32)).astype(np.uint8)
-    packs = [(_model(4, 24, 32, TensorProto.UINT8, b, True, np.array(0, np.int8)), b, 0),
+    cases = [(_model(4, 24, 32, TensorProto.UINT8, b, True, np.array(0, np.int8)), b, 0),
              # a B zero point, per tensor or per column: B - zb packed (int16 pairs)
              (_model(4, 24, 32, TensorProto.UINT8, b, True, np.array(3, np.int8)), b, 3),
              (_model(4, 24, 32, TensorProto.UINT8, bu, True, np.array(200, np.uint8)), bu, 200),
              (_model(4, 24, 32, TensorProto.UINT8, bu, True,
-                     np.arange(100, 132).astype(np.uint8)), bu, np.arange(100, 132))]
-    stays = [(_model(4, 24, 20, TensorProto.UINT8, b[:, :20].copy(), True, None), b[:, :20], 0),
-             (_model(4, 23, 32, TensorProto.UINT8, b[:23].copy(), True, None), b[:23], 0)]
-    for (model, weight, zb), packed in [*((c, True) for c in packs),
-                                        *((c, False) for c in stays)]:
-        # 20 columns (not whole vectors) and an odd K stay MatMulInteger
-        assert ("MatMulIntegerPacked" in _ops(model)) == packed
+                     np.arange(100, 132).astype(np.uint8)), bu, np.arange(100, 132)),
+             # 20 columns: panels of 4; an odd K: the last pair padded
+             (_model(4, 24, 20, TensorProto.UINT8, b[:, :20].copy(), True, None), b[:, :20], 0),
+             (_model(4, 23, 32, TensorProto.UINT8, b[:23].copy(), True, None), b[:23], 0),
+             (_model(5, 21, 32, TensorProto.INT8, b[:21].copy(), True, np.array(-7, np.int8)),
+              b[:21], -7)]
+    for model, weight, zb in cases:
+        assert "MatMulIntegerPacked" in _ops(model)
         mod = tessera.compile(model, "llvm")
         k = weight.shape[0]
-        a = rng.integers(0, 256, (4, k)).astype(np.uint8)
-        a[0, :2] = 255
+        rows = model.graph.input[0].type.tensor_type.shape.dim[0].dim_value
+        at = NP[model.graph.input[0].type.tensor_type.elem_type]
+        info = np.iinfo(at)
+        a = rng.integers(info.min, info.max + 1, (rows, k)).astype(at)
+        a[0, -3:] = info.max  # the last, padded word
         want = (a.astype(np.int64) - 9) @ (weight.astype(np.int64) - zb)
-        got = mod.run(a=a, za=np.array(9, np.uint8))["y"]
+        got = mod.run(a=a, za=np.array(9, at))["y"]
         np.testing.assert_array_equal(got, want.astype(np.int32))
+    # columns no vector of 4 or more lanes divides stay MatMulInteger
+    assert "MatMulIntegerPacked" not in _ops(_model(4, 24, 10, TensorProto.UINT8,
+                                                    b[:, :10].copy(), True, None))
 
 
 def test_the_op_is_matmul_integer_with_packed_weights() -> None:

@@ -32,7 +32,6 @@ from tessera.topi.utils import (
     cast,
     const,
     constant_value,
-    dim_equal,
     dims_of,
     named_axes,
     normalize_axis,
@@ -404,19 +403,30 @@ def _matmul_integer(inputs: list, attrs: dict, out_types: list) -> list[te.Tenso
 
 
 def a_pairs(a: te.Tensor) -> te.Tensor:
-    """8-bit ``a (..., K)`` (K even) as int32 words of its int16 pairs along the last axis:
-    ``(..., K // 2)``, word ``k`` holding ``a[..., 2k]`` (low half) and ``a[..., 2k + 1]``,
+    """8-bit ``a (..., K)`` as int32 words of its int16 pairs along the last axis: ``(...,
+    ceil(K / 2))``, word ``k`` holding ``a[..., 2k]`` (low half) and ``a[..., 2k + 1]`` (0
+    past the end),
     each sign- or zero-extended as its dtype says (:func:`~tessera.tir.dot_product.pack_pair`).
     Tagged :data:`~tessera.topi.tag.A_PAIRS`: schedules compute it once, at root, rather than
     inline (every column tile of a product reads each pair again)."""
     shape = dims_of(a)
-    half = shape[-1] // 2
+    kdim = int(shape[-1])
 
     def body(*i: Any) -> Expr:
         *lead, k = i
-        return pack_pair(a[(*lead, 2 * k)], a[(*lead, 2 * k + 1)])
+        return pack_pair(a[(*lead, 2 * k)], _past_end(a, lead, 2 * k + 1, kdim))
 
-    return te.compute((*shape[:-1], half), body, name="a_pairs", tag=tag.A_PAIRS)
+    return te.compute((*shape[:-1], -(-kdim // 2)), body, name="a_pairs", tag=tag.A_PAIRS)
+
+
+def _past_end(a: te.Tensor, lead: list, j: Expr, kdim: int) -> Expr:
+    """``a[..., j]``, or 0 where a word's last values lie past ``a``'s ``kdim`` columns (the
+    packed weight's padding rows, zeros, multiply them); the read itself stays in bounds."""
+    if kdim % 2 == 0 and kdim % 4 == 0:
+        return a[(*lead, j)]
+    inside = tir.LT(j, tir.convert(kdim, j.dtype))
+    return tir.select(inside, a[(*lead, tir.min_(j, tir.convert(kdim - 1, j.dtype)))],
+                      tir.convert(0, a.dtype))
 
 
 def matmul_integer_pairs(a: te.Tensor, bp: te.Tensor) -> te.Tensor:
@@ -428,9 +438,9 @@ def matmul_integer_pairs(a: te.Tensor, bp: te.Tensor) -> te.Tensor:
     attributes as :func:`~tessera.topi.nn.dense.matmul_packed` (the same schedules apply); the
     rows and batch axes of ``a`` may be run-time sizes."""
     ashape, (panels, half, nb) = dims_of(a), shape_of(bp)
-    if not dim_equal(ashape[-1], 2 * half):
-        raise ValueError(f"matmul_integer_pairs: A {list(ashape)} does not have K = 2 * {half} "
-                         f"columns")
+    if not isinstance(ashape[-1], int) or -(-ashape[-1] // 2) != half:
+        raise ValueError(f"matmul_integer_pairs: A {list(ashape)} does not have ceil(K / 2) = "
+                         f"{half}")
     nbatch = len(ashape) - 2
     pairs = a_pairs(a)
     k = te.reduce_axis((0, half), name="k")
@@ -448,12 +458,14 @@ def matmul_integer_pairs(a: te.Tensor, bp: te.Tensor) -> te.Tensor:
 
 
 def a_quads(a: te.Tensor) -> te.Tensor:
-    """8-bit ``a (..., K)`` (K a multiple of 4) as int32 words of four unsigned bytes along
-    the last axis: ``(..., K // 4)``, word ``k`` holding ``a[..., 4k .. 4k + 3]`` (low byte
-    first) as they are for uint8, plus 128 for int8 (``vpdpbusd`` multiplies unsigned by
-    signed bytes; :func:`matmul_integer_quads`' caller subtracts ``128 * colsum(B)``). Tagged
-    :data:`~tessera.topi.tag.A_PAIRS` (computed once, at root)."""
+    """8-bit ``a (..., K)`` as int32 words of four unsigned bytes along the last axis:
+    ``(..., ceil(K / 4))``, word ``k`` holding ``a[..., 4k .. 4k + 3]`` (low byte first; 0
+    past the end, whose weights are zeros) as they are for uint8, plus 128 for int8
+    (``vpdpbusd`` multiplies unsigned by signed bytes; :func:`matmul_integer_quads`' caller
+    subtracts ``128 * colsum(B)``). Tagged :data:`~tessera.topi.tag.A_PAIRS` (computed once,
+    at root)."""
     shape = dims_of(a)
+    kdim = int(shape[-1])
     signed = a.dtype == "int8"
 
     def byte(v: Expr) -> Expr:
@@ -461,9 +473,9 @@ def a_quads(a: te.Tensor) -> te.Tensor:
 
     def body(*i: Any) -> Expr:
         *lead, k = i
-        return pack_bytes(lambda j: byte(a[(*lead, 4 * k + j)]))
+        return pack_bytes(lambda j: byte(_past_end(a, lead, 4 * k + j, kdim)))
 
-    return te.compute((*shape[:-1], shape[-1] // 4), body, name="a_quads", tag=tag.A_PAIRS)
+    return te.compute((*shape[:-1], -(-kdim // 4)), body, name="a_quads", tag=tag.A_PAIRS)
 
 
 def matmul_integer_quads(a: te.Tensor, bp: te.Tensor) -> te.Tensor:
@@ -474,9 +486,9 @@ def matmul_integer_quads(a: te.Tensor, bp: te.Tensor) -> te.Tensor:
     (four products per int32 lane: AVX-512 VNNI's and AVX-VNNI's ``vpdpbusd``). Tag and
     attributes as :func:`matmul_integer_pairs`."""
     ashape, (panels, quarter, nb) = dims_of(a), shape_of(bp)
-    if not dim_equal(ashape[-1], 4 * quarter):
-        raise ValueError(f"matmul_integer_quads: A {list(ashape)} does not have K = 4 * "
-                         f"{quarter} columns")
+    if not isinstance(ashape[-1], int) or -(-ashape[-1] // 4) != quarter:
+        raise ValueError(f"matmul_integer_quads: A {list(ashape)} does not have ceil(K / 4) = "
+                         f"{quarter}")
     nbatch = len(ashape) - 2
     quads = a_quads(a)
     k = te.reduce_axis((0, quarter), name="k")
