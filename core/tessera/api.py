@@ -240,7 +240,7 @@ def _compile_static(model: ModelSource | Function | _OnnxSource, target: str | N
     if history is not None and not isinstance(history, TuningHistory):
         history = TuningHistory.load(history)  # a bad file fails before the work
     target_text = ", ".join(str(k) for _, k in backends)
-    manager = _pass_manager(cfg)
+    manager = _pass_manager(cfg, backends)
     extra: dict[str, Any] = {}
     forms = cfg.code_forms()
     if forms:
@@ -411,7 +411,7 @@ def partition_model(model: ModelSource | Function, target: str | None = "auto",
     cfg = merge_config(CompileConfig, config, settings, "partition_model()")
     say = ProgressPrinter(cfg.progress)
     backends = resolve_target(target)
-    manager = _pass_manager(cfg)
+    manager = _pass_manager(cfg, backends)
     fallbacks = fallback_backends()
     note = ""
     if not isinstance(model, Function):
@@ -450,9 +450,17 @@ def _first_stage(proto: onnx.ModelProto, cfg: CompileConfig) -> tuple[onnx.Model
                          f"time")
 
 
-def _pass_manager(cfg: CompileConfig) -> PassManager:
-    return PassManager(opt_level=cfg.opt_level, pass_config=dict(cfg.pass_config or {}),
-                       disabled=set(cfg.disabled_passes or ()), dump_dir=cfg.dump_ir)
+def _pass_manager(cfg: CompileConfig,
+                  backends: list[tuple[Backend, TargetKind]] | None = None) -> PassManager:
+    """The graph passes ``cfg`` selects; for ``backends`` (the target), ``QDQToInteger`` only
+    where the first one runs integer products faster than float ones
+    (``Backend.integer_products``), unless ``pass_config`` names it."""
+    disabled = set(cfg.disabled_passes or ())
+    config = dict(cfg.pass_config or {})
+    if backends and not backends[0][0].integer_products and "QDQToInteger" not in config:
+        disabled.add("QDQToInteger")
+    return PassManager(opt_level=cfg.opt_level, pass_config=config, disabled=disabled,
+                       dump_dir=cfg.dump_ir)
 
 
 def _import_and_partition(model: ModelSource | Function | _OnnxSource,

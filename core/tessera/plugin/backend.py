@@ -260,6 +260,11 @@ class Backend(ABC):
     #: at run time (``CompiledRegion.size_names``). A backend that does not gets only static
     #: regions: a symbolic model compiled for it is specialised per size (``shape_mode``).
     symbolic_extents: bool = False
+    #: Whether matrix products of 8-bit integers with a constant weight (``MatMulInteger``)
+    #: run faster here than the float products of their dequantized values: the graph pass
+    #: ``QDQToInteger`` rewrites a QDQ model's products into them only for a target whose
+    #: first backend says so (or when the pass is switched on by name).
+    integer_products: bool = False
 
     def available(self) -> str | None:
         """None when the backend can run here, else the reason it cannot (shown to users)."""

@@ -283,6 +283,8 @@ class LLVMBackend(Backend):
     code_forms = ("ll", "asm", "tir")
     artifact_version = str(ARTIFACT_FORMAT)
     symbolic_extents = True
+    #: 8-bit weights packed in int16 pairs or int8 quads (pmaddwd, vpdpwssd, vpdpbusd)
+    integer_products = True
 
     def available(self) -> str | None:
         try:

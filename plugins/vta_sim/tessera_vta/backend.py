@@ -201,6 +201,8 @@ class VTABackend(Backend):
     device = "vta"
     options = {"sim": "fsim (default) or tsim",
                "config": "path to a VTA config JSON"}
+    #: int8 layers are what it runs (it claims both the QDQ and the integer forms)
+    integer_products = True
 
     def available(self) -> str | None:
         return None  # fsim needs numpy only
