@@ -405,67 +405,27 @@ def _matmul_integer(inputs: list, attrs: dict, out_types: list) -> list[te.Tenso
 def a_pairs(a: te.Tensor) -> te.Tensor:
     """8-bit ``a (..., K)`` as int32 words of its int16 pairs along the last axis: ``(...,
     ceil(K / 2))``, word ``k`` holding ``a[..., 2k]`` (low half) and ``a[..., 2k + 1]`` (0
-    past the end),
-    each sign- or zero-extended as its dtype says (:func:`~tessera.tir.dot_product.pack_pair`).
-    Tagged :data:`~tessera.topi.tag.A_PAIRS`: schedules compute it once, at root, rather than
-    inline (every column tile of a product reads each pair again)."""
-    shape = dims_of(a)
-    kdim = int(shape[-1])
+    past the end), each sign- or zero-extended as its dtype says
+    (:func:`~tessera.tir.dot_product.pack_pair`). Tagged :data:`~tessera.topi.tag.A_PAIRS`:
+    schedules compute it once, at root, rather than inline (every column tile of a product
+    reads each pair again)."""
+    shape, kdim = dims_of(a), _columns(a)
 
     def body(*i: Any) -> Expr:
         *lead, k = i
-        return pack_pair(a[(*lead, 2 * k)], _past_end(a, lead, 2 * k + 1, kdim))
+        return pack_pair(_read(a, lead, 2 * k, kdim, 2), _read(a, lead, 2 * k + 1, kdim, 2))
 
     return te.compute((*shape[:-1], -(-kdim // 2)), body, name="a_pairs", tag=tag.A_PAIRS)
-
-
-def _past_end(a: te.Tensor, lead: list, j: Expr, kdim: int) -> Expr:
-    """``a[..., j]``, or 0 where a word's last values lie past ``a``'s ``kdim`` columns (the
-    packed weight's padding rows, zeros, multiply them); the read itself stays in bounds."""
-    if kdim % 2 == 0 and kdim % 4 == 0:
-        return a[(*lead, j)]
-    inside = tir.LT(j, tir.convert(kdim, j.dtype))
-    return tir.select(inside, a[(*lead, tir.min_(j, tir.convert(kdim - 1, j.dtype)))],
-                      tir.convert(0, a.dtype))
-
-
-def matmul_integer_pairs(a: te.Tensor, bp: te.Tensor) -> te.Tensor:
-    """int32 ``A (..., M, K) x B`` for 8-bit ``A`` and ``B`` as
-    :func:`~tessera.ops.quant.pack_integer_matmul_weight` stores it (column panels ``(N // nb,
-    K // 2, nb)`` of int16 pairs along K): over ``k < K / 2``, ``dot2_s16`` of A's pair
-    ``(a[i, 2k], a[i, 2k + 1])`` (:func:`a_pairs`, computed once) and B's word (two products
-    per int32 lane, exactly). Tag and
-    attributes as :func:`~tessera.topi.nn.dense.matmul_packed` (the same schedules apply); the
-    rows and batch axes of ``a`` may be run-time sizes."""
-    ashape, (panels, half, nb) = dims_of(a), shape_of(bp)
-    if not isinstance(ashape[-1], int) or -(-ashape[-1] // 2) != half:
-        raise ValueError(f"matmul_integer_pairs: A {list(ashape)} does not have ceil(K / 2) = "
-                         f"{half}")
-    nbatch = len(ashape) - 2
-    pairs = a_pairs(a)
-    k = te.reduce_axis((0, half), name="k")
-    zero = tir.convert(0, "int32")
-
-    def body(*oi: Any) -> Expr:
-        *bidx, i, j = oi
-        return te.sum(tir.Call(DOT2_S16, [pairs[(*bidx, i, k)], bp[j // nb, k, j % nb], zero],
-                               "int32"), axis=k)
-
-    names = [f"b{d}" for d in range(nbatch)] + ["i", "j"]
-    return te.compute((*ashape[:-1], panels * nb), named_axes(body, names),
-                      name="dense_packed", tag=tag.BATCH_MATMUL if nbatch else tag.DENSE,
-                      attrs={"out_dtype": "int32", "a": a, "b": bp, "panel": nb})
 
 
 def a_quads(a: te.Tensor) -> te.Tensor:
     """8-bit ``a (..., K)`` as int32 words of four unsigned bytes along the last axis:
     ``(..., ceil(K / 4))``, word ``k`` holding ``a[..., 4k .. 4k + 3]`` (low byte first; 0
     past the end, whose weights are zeros) as they are for uint8, plus 128 for int8
-    (``vpdpbusd`` multiplies unsigned by signed bytes; :func:`matmul_integer_quads`' caller
-    subtracts ``128 * colsum(B)``). Tagged :data:`~tessera.topi.tag.A_PAIRS` (computed once,
-    at root)."""
-    shape = dims_of(a)
-    kdim = int(shape[-1])
+    (``vpdpbusd`` multiplies unsigned by signed bytes; the caller of
+    :func:`matmul_integer_quads` subtracts ``128 * colsum(B)``). Tagged
+    :data:`~tessera.topi.tag.A_PAIRS` (computed once, at root)."""
+    shape, kdim = dims_of(a), _columns(a)
     signed = a.dtype == "int8"
 
     def byte(v: Expr) -> Expr:
@@ -473,36 +433,69 @@ def a_quads(a: te.Tensor) -> te.Tensor:
 
     def body(*i: Any) -> Expr:
         *lead, k = i
-        return pack_bytes(lambda j: byte(_past_end(a, lead, 4 * k + j, kdim)))
+        return pack_bytes(lambda j: byte(_read(a, lead, 4 * k + j, kdim, 4)))
 
     return te.compute((*shape[:-1], -(-kdim // 4)), body, name="a_quads", tag=tag.A_PAIRS)
 
 
-def matmul_integer_quads(a: te.Tensor, bp: te.Tensor) -> te.Tensor:
-    """int32 ``A' (..., M, K) x B`` for 8-bit ``A`` read as unsigned bytes ``A'`` (:func:`a_quads`:
-    ``A`` itself for uint8, ``A + 128`` for int8) and an int8 ``B`` as
-    :func:`~tessera.ops.quant.pack_integer_matmul_weight` stores it in words of 4 (column
-    panels ``(N // nb, K // 4, nb)``): over ``k < K / 4``, ``dp4a_us`` of A's and B's words
-    (four products per int32 lane: AVX-512 VNNI's and AVX-VNNI's ``vpdpbusd``). Tag and
-    attributes as :func:`matmul_integer_pairs`."""
-    ashape, (panels, quarter, nb) = dims_of(a), shape_of(bp)
-    if not isinstance(ashape[-1], int) or -(-ashape[-1] // 4) != quarter:
-        raise ValueError(f"matmul_integer_quads: A {list(ashape)} does not have ceil(K / 4) = "
-                         f"{quarter}")
+def _columns(a: te.Tensor) -> int:
+    k = dims_of(a)[-1]
+    if not isinstance(k, int):
+        raise ValueError(f"integer products: A's columns (K) must be a static size, got {k}")
+    return k
+
+
+def _read(a: te.Tensor, lead: list, j: Expr, kdim: int, word: int) -> Expr:
+    """``a[..., j]``, or 0 where the last word of ``word`` values reaches past ``a``'s
+    ``kdim`` columns (the packed weight's padding rows, zeros, multiply those); the read
+    itself stays in bounds."""
+    if kdim % word == 0:
+        return a[(*lead, j)]
+    inside = tir.LT(j, tir.convert(kdim, j.dtype))
+    return tir.select(inside, a[(*lead, tir.min_(j, tir.convert(kdim - 1, j.dtype)))],
+                      tir.convert(0, a.dtype))
+
+
+def _word_product(a: te.Tensor, bp: te.Tensor, word: int) -> te.Tensor:
+    """``A x B`` over the words of ``word`` values (module functions below)."""
+    ashape, (panels, count, nb) = dims_of(a), shape_of(bp)
+    if -(-_columns(a) // word) != count:
+        raise ValueError(f"integer product: A {list(ashape)} does not have ceil(K / {word}) "
+                         f"= {count}")
+    words, intrinsic = (a_pairs(a), DOT2_S16) if word == 2 else (a_quads(a), DP4A_US)
     nbatch = len(ashape) - 2
-    quads = a_quads(a)
-    k = te.reduce_axis((0, quarter), name="k")
+    k = te.reduce_axis((0, count), name="k")
     zero = tir.convert(0, "int32")
 
     def body(*oi: Any) -> Expr:
         *bidx, i, j = oi
-        return te.sum(tir.Call(DP4A_US, [quads[(*bidx, i, k)], bp[j // nb, k, j % nb], zero],
-                               "int32"), axis=k)
+        return te.sum(tir.Call(intrinsic, [words[(*bidx, i, k)], bp[j // nb, k, j % nb],
+                                           zero], "int32"), axis=k)
 
     names = [f"b{d}" for d in range(nbatch)] + ["i", "j"]
     return te.compute((*ashape[:-1], panels * nb), named_axes(body, names),
                       name="dense_packed", tag=tag.BATCH_MATMUL if nbatch else tag.DENSE,
                       attrs={"out_dtype": "int32", "a": a, "b": bp, "panel": nb})
+
+
+def matmul_integer_pairs(a: te.Tensor, bp: te.Tensor) -> te.Tensor:
+    """int32 ``A (..., M, K) x B`` for 8-bit ``A`` and ``B`` as
+    :func:`~tessera.ops.quant.pack_integer_matmul_weight` stores it (column panels ``(N // nb,
+    ceil(K / 2), nb)`` of int16 pairs along K): over the pairs, ``dot2_s16`` of A's pair
+    (:func:`a_pairs`, computed once) and B's word (two products per int32 lane, exactly). Tag
+    and attributes as :func:`~tessera.topi.nn.dense.matmul_packed` (the same schedules
+    apply); the rows and batch axes of ``a`` may be run-time sizes."""
+    return _word_product(a, bp, 2)
+
+
+def matmul_integer_quads(a: te.Tensor, bp: te.Tensor) -> te.Tensor:
+    """int32 ``A' (..., M, K) x B`` for 8-bit ``A`` read as unsigned bytes ``A'``
+    (:func:`a_quads`: ``A`` itself for uint8, ``A + 128`` for int8) and an int8 ``B`` as
+    :func:`~tessera.ops.quant.pack_integer_matmul_weight` stores it in words of 4 (column
+    panels ``(N // nb, ceil(K / 4), nb)``): over the words, ``dp4a_us`` of A's and B's (four
+    products per int32 lane: AVX-512 VNNI's and AVX-VNNI's ``vpdpbusd``). Tag and attributes
+    as :func:`matmul_integer_pairs`."""
+    return _word_product(a, bp, 4)
 
 
 @register_compute("MatMulIntegerPacked")
