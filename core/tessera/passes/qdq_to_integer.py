@@ -83,11 +83,10 @@ def _per_tensor(dq: Node) -> bool:
     return scale is not None and scale.type.size == 1 and (zp is None or zp.type.size == 1)
 
 
-def _weight(rw: Rewriter, dq: Node, transposed: bool
-            ) -> tuple[Value, np.ndarray, np.ndarray | None] | None:
-    """The weight ``dq`` dequantizes as ``(wq (K, N) constant, float32 scale (N,) or (1,),
-    zero point (N,) or (1,) or None where all zeros)``, or None where the rewrite does not
-    apply."""
+def _weight(dq: Node, transposed: bool) -> tuple[np.ndarray, np.ndarray | None] | None:
+    """The scale and zero point of the constant weight ``dq`` dequantizes (``(N, K)`` when
+    ``transposed``): ``(float32 scale (N,) or (1,), zero point (N,) or (1,) or None where
+    all zeros)``, or None where the rewrite does not apply."""
     wq, scale, zp = dq.inputs[0], dq.inputs[1], (dq.inputs + [None])[2]
     if wq is None or not wq.is_constant or wq.type.ndim != 2 or scale is None or \
             not scale.is_constant or (zp is not None and not zp.is_constant):
@@ -101,19 +100,18 @@ def _weight(rw: Rewriter, dq: Node, transposed: bool
         axis = axis + 2 if axis < 0 else axis
         if axis != n_axis or s.size not in (1, n) or (z is not None and z.size not in (1, n)):
             return None
-    if transposed:
-        wq = rw.fn.constant(np.ascontiguousarray(np.asarray(wq.data).T), f"{wq.name}_t")
-    return wq, s, (z if z is not None and z.any() else None)
+    return s, (z if z is not None and z.any() else None)
 
 
-def _data_zero_point(rw: Rewriter, zp: Value | None) -> Value | None | bool:
+def _data_zero_point(zp: Value | None) -> Value | np.ndarray | None | bool:
     """The data's zero point as ``MatMulInteger`` reads it (a scalar: a 1-D one would be per
-    row), None where absent or zero; False where it cannot be given (a run-time ``[1]``)."""
+    row): a constant's value as a scalar array, a run-time scalar as it is, None where absent
+    or zero; False where it cannot be given (a run-time ``[1]``)."""
     if zp is None:
         return None
     if zp.is_constant:
         z = np.asarray(zp.data).reshape(-1)
-        return rw.fn.constant(z.reshape(()), f"{zp.name}_scalar") if z.any() else None
+        return z.reshape(()) if z.any() else None
     return zp if zp.type.ndim == 0 else False
 
 
@@ -134,11 +132,19 @@ def _rewrite(rw: Rewriter, node: Node) -> list[Node] | None:
         return None
     xq, sx = dx.inputs[0], dx.inputs[1]
     assert xq is not None and sx is not None
-    zx = _data_zero_point(rw, (dx.inputs + [None])[2])
-    weight = _weight(rw, dw, gemm and bool(int(node.attrs.get("transB", 0))))
+    zx = _data_zero_point((dx.inputs + [None])[2])
+    transposed = gemm and bool(int(node.attrs.get("transB", 0)))
+    weight = _weight(dw, transposed)
     if weight is None or zx is False:
         return None
-    wq, sw, zw = weight
+    # it applies: the constants the integer product reads
+    sw, zw = weight
+    wq = dw.inputs[0]
+    assert wq is not None
+    if transposed:
+        wq = rw.fn.constant(np.ascontiguousarray(np.asarray(wq.data).T), f"{wq.name}_t")
+    if isinstance(zx, np.ndarray):
+        zx = rw.fn.constant(zx, f"{dx.name}_zero_point")
     zw_value = None if zw is None else rw.fn.constant(
         _scalar_or_columns(zw.astype(wq.type.dtype.value)), f"{dw.name}_zero_point")
     alpha = np.float32(node.attrs.get("alpha", 1.0)) if gemm else np.float32(1.0)

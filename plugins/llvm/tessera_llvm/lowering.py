@@ -338,8 +338,8 @@ def _pack_integer_matmul(func: Function, node: Node, lanes: int, word: int = 2) 
     n = int(b.type.shape[1])
     # panels of whole vectors: of the CPU's width, else of a half or a quarter of it (at least
     # 4 lanes: 20 columns in vectors of 4), which the dense schedule vectorizes as well
-    nb = next((w for w in (_panel_width(n, size) for size in (lanes, lanes // 2, lanes // 4)
-                           if size >= 4) if w is not None), None)
+    widths = [_panel_width(n, size) for size in (lanes, lanes // 2, lanes // 4) if size >= 4]
+    nb = next((w for w in widths if w is not None), None)
     if nb is None:
         return
     weight = np.asarray(b.data)

@@ -56,24 +56,33 @@ def test_packed_integer_products_are_exact(m: int, k: int, n: int, a_type: int, 
                                            a_zp: bool) -> None:
     rng = np.random.default_rng(m * 1000 + k + n)
     at, bt = NP[a_type], NP[b_type]
-    info_a, info_b = np.iinfo(at), np.iinfo(bt)
+    info_b = np.iinfo(bt)
     b = rng.integers(info_b.min, info_b.max + 1, (k, n)).astype(bt)
     b[0, :2] = info_b.min  # the extremes in one pair
     b[1, :1] = info_b.min
     model = _model(m, k, n, a_type, b, a_zp, None)
     assert "MatMulIntegerPacked" in _ops(model)
-    mod = tessera.compile(model, "llvm")
+    _check_exact(tessera.compile(model, "llvm"), rng, at, b, m, a_zp, word=2)
+
+
+def _check_exact(mod: tessera.Module, rng: np.random.Generator, at: type, b: np.ndarray,
+                 m: int, a_zp: bool, word: int) -> None:
+    """Two runs of ``mod`` (``y = (a - za) @ b`` for ``a (m, K)`` of type ``at``) against exact
+    integer arithmetic, with the extremes of ``at`` in A's first word of the first rows (one
+    extreme per run, or both across two rows) and, with ``a_zp``, a random A zero point."""
+    info = np.iinfo(at)
     for trial in range(2):
-        a = rng.integers(info_a.min, info_a.max + 1, (m, k)).astype(at)
-        a[0, :2] = info_a.min if trial else info_a.max
+        a = rng.integers(info.min, info.max + 1, (m, b.shape[0])).astype(at)
+        a[0, :word] = info.min if trial else info.max
+        if word == 4:
+            a[1, :word] = info.max if trial else info.min
         feeds = {"a": a}
         zero = 0
         if a_zp:
-            zero = int(rng.integers(info_a.min, info_a.max + 1))
+            zero = int(rng.integers(info.min, info.max + 1))
             feeds["za"] = np.array(zero, at)
-        want = (a.astype(np.int64) - zero) @ b.astype(np.int64)
-        got = mod.run(**feeds)["y"]
-        np.testing.assert_array_equal(got, want.astype(np.int32), err_msg=f"trial {trial}")
+        want = ((a.astype(np.int64) - zero) @ b.astype(np.int64)).astype(np.int32)
+        np.testing.assert_array_equal(mod.run(**feeds)["y"], want, err_msg=f"trial {trial}")
 
 
 def test_zero_points_any_k_and_narrow_panels_pack() -> None:
@@ -191,17 +200,5 @@ def test_four_byte_words_are_exact_on_any_cpu(monkeypatch, a_type: int, a_zp: bo
     func = import_onnx(model)
     lowering.pack_matmul_weights(func, cpu_info())
     assert [n.attrs.get("word") for n in func.nodes if n.op == "MatMulIntegerPacked"] == [4]
-    mod = tessera.compile(model, "llvm", kernel_cache=False)
-    at = NP[a_type]
-    info = np.iinfo(at)
-    for trial in range(2):
-        a = rng.integers(info.min, info.max + 1, (13, 96)).astype(at)
-        a[0, :4] = info.min if trial else info.max
-        a[1, :4] = info.max if trial else info.min
-        feeds = {"a": a}
-        zero = 0
-        if a_zp:
-            zero = int(rng.integers(info.min, info.max + 1))
-            feeds["za"] = np.array(zero, at)
-        want = ((a.astype(np.int64) - zero) @ b.astype(np.int64)).astype(np.int32)
-        np.testing.assert_array_equal(mod.run(**feeds)["y"], want, err_msg=f"trial {trial}")
+    _check_exact(tessera.compile(model, "llvm", kernel_cache=False), rng, NP[a_type], b, 13,
+                 a_zp, word=4)
