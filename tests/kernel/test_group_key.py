@@ -126,3 +126,24 @@ def test_lower_groups_shares_identical_groups() -> None:
     # without share every group is lowered
     lowered.clear()
     assert lower_groups(groups, lower)[0] == lowered and len(lowered) == 4
+
+
+def test_lower_groups_tells_of_each_kernel_with_its_shares_right_after_it() -> None:
+    """``made`` hears of a first kernel, then of the kernels sharing its code, before any later
+    group is lowered (a backend generating code as it goes keeps them together); the kernels
+    come back in the groups' order all the same."""
+    groups = _groups(layers=[{}, {"scale": 3.0}, {}, {"scale": 3.0}, {}])
+    events: list[str] = []
+
+    def lower(group: FusedGroup, name: str) -> tuple[str, list[Value]]:
+        events.append(f"lower {name.split('_')[0]}")
+        return name.split("_")[0], []
+
+    def share(first: str, group: FusedGroup, name: str) -> tuple[str, list[Value]] | None:
+        return f"{name.split('_')[0]}={first}", []
+
+    kernels, _ = lower_groups(groups, lower, share=share,
+                              made=lambda k: events.append(f"made {k}"))
+    assert kernels == ["k0", "k1", "k2=k0", "k3=k1", "k4=k0"]
+    assert events == ["lower k0", "made k0", "made k2=k0", "made k4=k0",
+                      "lower k1", "made k1", "made k3=k1"]

@@ -36,7 +36,7 @@ from tessera.tir.heavy import heavy_work
 from tessera.tir.stmt import PrimFunc
 from tessera.topi.from_graph import build_te, group_error, kernel_names
 
-__all__ = ["LOWER_PHASE", "Share", "group_facts", "group_te", "group_text", "loop_nest",
+__all__ = ["LOWER_PHASE", "Made", "Share", "group_facts", "group_te", "group_text", "loop_nest",
            "lower_groups", "lowering_errors", "prepare_region"]
 
 #: The progress phase of :func:`lower_groups`: one unit per fused group lowered to TIR.
@@ -107,32 +107,63 @@ def group_text(item: tuple[FusedGroup, str]) -> str:
 Share = Callable[[K, FusedGroup, str], "tuple[K, list[Value]] | None"]
 
 
+#: ``made(kernel)``: told of each kernel as :func:`lower_groups` makes it (a backend that
+#: compiles while the rest is lowered); a shared kernel comes right after its first one.
+Made = Callable[[K], None]
+
+
 @heavy_work
 def lower_groups(groups: list[FusedGroup], lower: Callable[[FusedGroup, str],
                                                            tuple[K, list[Value]]],
                  prefix: str = "", progress: Progress | None = None,
                  describe: Callable[[tuple[FusedGroup, str]], str] = group_text,
-                 share: Share[K] | None = None) -> tuple[list[K], dict[str, Value]]:
+                 share: Share[K] | None = None,
+                 made: Made[K] | None = None) -> tuple[list[K], dict[str, Value]]:
     """Each group lowered by ``lower(group, kernel_name)`` (which returns the kernel and the
     constants it reads), in order, reported to ``progress`` (phase :data:`LOWER_PHASE`,
-    ``describe`` naming the group under way); the kernels and the constants by name.
+    ``describe`` naming the group under way); the kernels (in the groups' order) and the
+    constants by name.
 
     With ``share``, a group structurally identical to an earlier one (the same
     :func:`~tessera.kernel.group_key.group_key`, never None) is not lowered: ``share(first
     kernel, group, name)`` makes its kernel from the first one's (a backend's alias of the
-    same code), unless it returns None."""
+    same code), unless it returns None. The shares are made as soon as the first kernel is,
+    so that ``made`` (called with each kernel as it is made: a first one, then the kernels
+    that share its code, before any later group is lowered) hears of every kernel that uses
+    a function while that function is the last one made."""
+    named = list(zip(groups, kernel_names(groups, prefix)))
+    results: list[tuple[K, list[Value]] | None] = [None] * len(named)
+    later: dict[str, list[int]] = {}  # key -> the indices of the groups after its first
+    keys: list[str | None] = [None] * len(named)
+    if share is not None:
+        for i, (group, _) in enumerate(named):
+            keys[i] = key = group_key(group)
+            if key is not None:
+                later.setdefault(key, []).append(i)
+    tracked = (progress or Progress()).track(list(enumerate(named)), LOWER_PHASE,
+                                             lambda item: describe(item[1]))
+    for i, (group, name) in tracked:
+        if results[i] is not None:
+            continue  # made with the first group of its kind
+        results[i] = lower(group, name)
+        if made is not None:
+            made(results[i][0])
+        key = keys[i]
+        if share is None or key is None:
+            continue
+        for j in later.pop(key, [])[1:]:
+            if results[j] is not None:
+                continue
+            shared = share(results[i][0], named[j][0], named[j][1])
+            if shared is not None:
+                results[j] = shared
+                if made is not None:
+                    made(shared[0])
     kernels: list[K] = []
     constants: dict[str, Value] = {}
-    firsts: dict[str, K] = {}
-    named = list(zip(groups, kernel_names(groups, prefix)))
-    for group, name in (progress or Progress()).track(named, LOWER_PHASE, describe):
-        key = group_key(group) if share is not None else None
-        made = None
-        if share is not None and key is not None and key in firsts:
-            made = share(firsts[key], group, name)
-        kernel, consts = made if made is not None else lower(group, name)
-        if key is not None:
-            firsts.setdefault(key, kernel)
+    for result in results:
+        assert result is not None
+        kernel, consts = result
         kernels.append(kernel)
         constants.update((v.name, v) for v in consts)
     return kernels, constants

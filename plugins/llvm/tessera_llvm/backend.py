@@ -66,7 +66,7 @@ from tessera.topi.from_graph import kernel_names
 from tessera.topi.registry import has_compute, registered_ops, unsupported_reason
 
 from . import parallel, region_cache
-from .build import build_module
+from .build import ModuleBuilder
 from .cpu import cpu_info
 from .export import export_region
 from .loader import SizeSpec, check_object, load_object, pack_pointers
@@ -446,20 +446,28 @@ class LLVMBackend(Backend):
                                       options, t0)
             if cached is not None:
                 return cached
-        lowered = lower_region(region, cpu, options.opt_level, overrides=overrides,
-                               prefix=f"{region.name}_", progress=options.progress,
-                               prepared=prepared)
+        # each kernel's IR generated as it is lowered, and LLVM optimising the first parts
+        # of the module in a worker process while this one lowers the rest
+        builder = ModuleBuilder(region.name, mcpu=mcpu, mattr=target.get("mattr"),
+                                triple=triple, progress=options.progress,
+                                cache=options.kernel_cache)
+
+        def made(kernel: LoweredKernel) -> None:
+            if kernel.alias_of is None:
+                builder.add(kernel.func, kernel.variants)
+            else:
+                builder.alias(kernel.name, kernel.alias_of)
+
+        try:
+            lowered = lower_region(region, cpu, options.opt_level, overrides=overrides,
+                                   prefix=f"{region.name}_", progress=options.progress,
+                                   prepared=prepared, made=made)
+        except BaseException:
+            builder.cancel()
+            raise
         t1 = time.perf_counter()
         own = [k for k in lowered.kernels if k.alias_of is None]
-        aliases = {k.name: k.alias_of for k in lowered.kernels if k.alias_of is not None}
-        built = build_module([k.func for k in own], region.name, mcpu=mcpu,
-                             mattr=target.get("mattr"), triple=triple,
-                             progress=options.progress,
-                             size_specs={k.name: k.size_spec for k in own
-                                         if k.size_spec is not None},
-                             aliases=aliases,
-                             variants={k.name: k.variants for k in own if k.variants},
-                             cache=options.kernel_cache)
+        built = builder.finish({k.name: k.size_spec for k in own if k.size_spec is not None})
         t2 = time.perf_counter()
         table = [self._entry(k, built.workspaces.get(k.name, 0)) for k in lowered.kernels]
         # an aligned array as it is (an initializer as the importer reads it: the module then

@@ -36,6 +36,7 @@ from tessera.tir import size_expr
 from tessera.tir.heavy import heavy_work
 from tessera.tir.size_expr import Dim
 from tessera.tir.stmt import PrimFunc
+from tessera.tir.transform._util import stmt_count
 from tessera.tir.transform.hoist_sizes import hoist_size_exprs
 from tessera_llvm import compile_pool, machine, pipeline
 from tessera_llvm.codegen import CodeGenerator
@@ -168,7 +169,8 @@ def build_module(funcs: list[PrimFunc], name: str, mcpu: str | None = None,
                  variants: dict[str, list[tuple[E.PrimExpr, PrimFunc]]] | None = None,
                  cache: KernelCache | None = None, jobs: int | None = None) -> BuiltModule:
     """Generate, optimise and compile ``funcs`` into one object file (for ``triple``, the
-    host's by default; the data layout is the target machine's).
+    host's by default; the data layout is the target machine's): a :class:`ModuleBuilder`
+    given all of them at once.
 
     The lifecycle is explicit: a :class:`~tessera_llvm.codegen.CodeGenerator` is created, each
     PrimFunc added, the IR module finalised, then parsed, verified, optimised (O3) and emitted.
@@ -196,82 +198,201 @@ def build_module(funcs: list[PrimFunc], name: str, mcpu: str | None = None,
     stored there after a miss; :attr:`BuiltModule.cache` says which it was.
 
     ``jobs``: how many processes may optimise the module at once (default
-    :func:`~tessera_llvm.compile_pool.compile_jobs`); a large one is split into that many
-    parts (:func:`~tessera_llvm.compile_pool.split_parts`), optimised in parallel and linked
-    into one module before it is emitted."""
+    :func:`~tessera_llvm.compile_pool.compile_jobs`); a module of at least
+    :data:`~tessera_llvm.compile_pool.MIN_PARALLEL_NODES` TIR nodes is cut into that many
+    parts of about equal size, optimised at once and linked before it is emitted."""
     progress = progress or Progress()
-    aliases = dict(aliases or {})
-    tm = target_machine(mcpu, mattr, triple)
-    cpu_name, features = cpu_and_features(mcpu, mattr, triple)
-    # a large region in parts, optimised at once in worker processes (:mod:`.compile_pool`)
-    parts = compile_pool.split_parts(funcs, jobs)
-    if len(parts) > 1:
-        compile_pool.prepare(len(parts) - 1)  # they start while the IR is generated
-    part_of = {f.name: i for i, part in enumerate(parts) for f in part}
-    enabled = enabled_features(mcpu, mattr, triple)
-    gens = [CodeGenerator(name if len(parts) == 1 else f"{name}.part{i}", tm.triple,
-                          str(tm.target_data), features=enabled) for i in range(len(parts))]
-    for f in progress.track(funcs, IR_PHASE, lambda f: f.name):
+    jobs = compile_pool.compile_jobs() if jobs is None else jobs
+    total = sum(stmt_count(f.body) for f in funcs)
+    part_nodes = 0 if jobs <= 1 or total < compile_pool.MIN_PARALLEL_NODES else \
+        -(-total // jobs)
+    builder = ModuleBuilder(name, mcpu, mattr, triple, progress=progress, cache=cache,
+                            jobs=jobs, part_nodes=part_nodes)
+    targets: dict[str, list[str]] = {}
+    for alias, target in (aliases or {}).items():
+        targets.setdefault(target, []).append(alias)
+    progress.update(IR_PHASE, 0, len(funcs), funcs[0].name if funcs else "")
+    for i, f in enumerate(funcs):
+        builder.add(f, (variants or {}).get(f.name, []))
+        for alias in targets.pop(f.name, []):
+            builder.alias(alias, f.name)
+        progress.update(IR_PHASE, i + 1, len(funcs),
+                        funcs[i + 1].name if i + 1 < len(funcs) else "")
+    for target, names in targets.items():  # of no function given: the CompileError
+        for alias in names:
+            builder.alias(alias, target)
+    return builder.finish(size_specs)
+
+
+class ModuleBuilder:
+    """One object file made of PrimFuncs given one at a time (:meth:`add`, :meth:`alias`,
+    then :meth:`finish`): what :func:`build_module` does, for a caller that makes the
+    functions as it goes (the backend's lowering) and has LLVM optimise the first ones while
+    it makes the rest.
+
+    The functions' IR is generated as they come, into parts of at least ``part_nodes`` TIR
+    nodes (None: :data:`~tessera_llvm.compile_pool.PART_NODES`; 0, or one job: the whole
+    module in one part). Each part is handed to a
+    :class:`~tessera_llvm.compile_pool.PartOptimizer` as soon as the next function starts
+    another, so that a worker process optimises it while this one lowers and generates the
+    next; :meth:`finish` optimises what is left here, links the parts and emits the object.
+    The parts depend only on the functions (not on timing): the same functions give the same
+    IR, cache key and object code. An alias must be given right after its function (before
+    the next :meth:`add`): it is part of that function's part."""
+
+    def __init__(self, name: str, mcpu: str | None = None, mattr: str | None = None,
+                 triple: str | None = None, progress: Progress | None = None,
+                 cache: KernelCache | None = None, jobs: int | None = None,
+                 part_nodes: int | None = None) -> None:
+        self.name, self.mcpu, self.mattr, self.triple = name, mcpu, mattr, triple
+        self.progress = progress or Progress()
+        self.cache = cache
+        self.jobs = compile_pool.compile_jobs() if jobs is None else jobs
+        if part_nodes is None:
+            part_nodes = compile_pool.PART_NODES
+        #: TIR nodes after which a part is closed (None: one part)
+        self.part_nodes = part_nodes if part_nodes > 0 and self.jobs > 1 else None
+        if self.part_nodes is not None:
+            # the workers start (a fifth of a second, once per process) while the first part
+            # is generated
+            compile_pool.prepare(self.jobs - 1)
+        self.tm = target_machine(mcpu, mattr, triple)
+        self.cpu_name, self.features = cpu_and_features(mcpu, mattr, triple)
+        self._enabled = enabled_features(mcpu, mattr, triple)
+        self.funcs: list[PrimFunc] = []
+        self.aliases: dict[str, str] = {}
+        self._texts: list[str] = []
+        self._unrolling: list[bool] = []
+        self._workspaces: dict[str, int] = {}
+        self._gen: CodeGenerator | None = None
+        self._nodes = 0
+        self._symbolic = False
+        self._part_aliases: dict[str, str] = {}
+        self._optimizer: compile_pool.PartOptimizer | None = None
+        self._finished = False
+
+    def add(self, func: PrimFunc,
+            variants: list[tuple[E.PrimExpr, PrimFunc]] | tuple[()] = ()) -> None:
+        """Generate ``func``'s IR (with its size ``variants``, :func:`build_module`)."""
+        if self._finished:
+            raise CompileError(f"llvm build {self.name}: add after finish")
+        if func.name in self.aliases:
+            raise CompileError(f"llvm build: alias {func.name!r} is already a name in the "
+                               "module")
+        if self._gen is not None and self.part_nodes is not None and \
+                self._nodes >= self.part_nodes:
+            self._seal(submit=True)
+        if self._gen is None:
+            self._gen = CodeGenerator(f"{self.name}.part{len(self._texts)}", self.tm.triple,
+                                      str(self.tm.target_data), features=self._enabled)
         # a symbolic function's index arithmetic, once per scope (O3 would otherwise spend
         # seconds finding the common subexpressions of its unrolled statements again)
-        gens[part_of[f.name]].add_function(
-            hoist_size_exprs(f),
-            [(c, hoist_size_exprs(v)) for c, v in (variants or {}).get(f.name, [])])
-    texts = [str(g.finalize()) + _alias_lines(g.module, {
-        a: t for a, t in aliases.items() if part_of.get(t) == i}) for i, g in enumerate(gens)]
-    unknown = [a for a, t in aliases.items() if t not in part_of]
-    if unknown:
-        _alias_lines(gens[0].module, {a: aliases[a] for a in unknown})  # the CompileError
-    source = "".join(texts)
-    # kernels with run-time extents: no LLVM loop unrolling. Their register tiles are
-    # unrolled in TIR already; LLVM's runtime unrolling of the loops around them (trip
-    # counts known only at run time) multiplied their code for no speed (a symbolic
-    # encoder's compile 5.4 -> 4.3 s, an image CNN's 11.3 -> 9.6 s, latency unchanged)
-    unrolling = not any(f.size_vars for f in funcs)
-    key = "" if cache is None else cache.key(
-        source, tm.triple, cpu_name, features, *code_model(triple), str(unrolling),
-        _pipeline_fingerprint())
-    hit = None if cache is None else cache.get(CACHE_NAMESPACE, key)
-    if hit is not None and not {"object", "llvm_ir"} <= hit.keys():
-        hit = None  # an entry of another form: compiled again and replaced
-    if hit is not None:
-        progress.update(LLVM_PHASE, 2, 2, "object code from the kernel cache")
-        obj, optimized = hit["object"], hit["llvm_ir"].decode()
-    else:
-        if len(texts) == 1:
-            with LLVM_LOCK:
-                progress.update(LLVM_PHASE, 0, 2, f"optimizing {len(funcs)} function(s) (O3)")
-                mod = compile_ir(source, tm, loop_unrolling=unrolling)
+        self._gen.add_function(hoist_size_exprs(func),
+                               [(c, hoist_size_exprs(v)) for c, v in variants])
+        self.funcs.append(func)
+        self._nodes += stmt_count(func.body)
+        self._symbolic = self._symbolic or bool(func.size_vars)
+
+    def alias(self, alias: str, target: str) -> None:
+        """Export ``alias`` as a second name of the function ``target`` (the last one added,
+        or one in the same part)."""
+        if alias in self.aliases or any(f.name == alias for f in self.funcs):
+            raise CompileError(f"llvm build: alias {alias!r} is already a name in the module")
+        self.aliases[alias] = target
+        self._part_aliases[alias] = target
+
+    def _seal(self, submit: bool) -> None:
+        """Close the part under way: its IR text (and aliases) kept, and with ``submit``
+        handed to the optimizer (started on the first part)."""
+        gen = self._gen or CodeGenerator(f"{self.name}.part{len(self._texts)}",
+                                         self.tm.triple, str(self.tm.target_data),
+                                         features=self._enabled)
+        text = str(gen.finalize()) + _alias_lines(gen.module, self._part_aliases)
+        unrolling = not self._symbolic
+        self._texts.append(text)
+        self._unrolling.append(unrolling)
+        self._workspaces.update(gen.workspace_bytes)
+        self._gen, self._nodes, self._symbolic, self._part_aliases = None, 0, False, {}
+        if submit:
+            if self._optimizer is None:
+                self._optimizer = compile_pool.PartOptimizer(
+                    machine_spec(self.mcpu, self.mattr, self.triple), self.tm, self.jobs - 1)
+            self._optimizer.submit(text, unrolling)
+
+    def cancel(self) -> None:
+        """Give up (the caller failed): parts under way in workers are dropped."""
+        self._finished = True
+        if self._optimizer is not None:
+            self._optimizer.cancel()
+
+    def finish(self, size_specs: dict[str, SizeSpec] | None = None) -> BuiltModule:
+        """The object file of everything added (see :func:`build_module`)."""
+        if self._finished:
+            raise CompileError(f"llvm build {self.name}: finished already")
+        self._finished = True
+        try:
+            self._seal(submit=self._optimizer is not None)
+            return self._emit(size_specs or {})
+        except BaseException:
+            self.cancel()
+            raise
+
+    def _emit(self, size_specs: dict[str, SizeSpec]) -> BuiltModule:
+        funcs, aliases, progress = self.funcs, self.aliases, self.progress
+        source = "".join(self._texts)
+        # kernels with run-time extents: no LLVM loop unrolling. Their register tiles are
+        # unrolled in TIR already; LLVM's runtime unrolling of the loops around them (trip
+        # counts known only at run time) multiplied their code for no speed (a symbolic
+        # encoder's compile 5.4 -> 4.3 s, an image CNN's 11.3 -> 9.6 s, latency unchanged)
+        unrolling = "".join("1" if u else "0" for u in self._unrolling)
+        cache = self.cache
+        key = "" if cache is None else cache.key(
+            source, self.tm.triple, self.cpu_name, self.features,
+            *code_model(self.triple), unrolling, _pipeline_fingerprint())
+        hit = None if cache is None else cache.get(CACHE_NAMESPACE, key)
+        if hit is not None and not {"object", "llvm_ir"} <= hit.keys():
+            hit = None  # an entry of another form: compiled again and replaced
+        if hit is not None:
+            if self._optimizer is not None:
+                self._optimizer.cancel()
+            progress.update(LLVM_PHASE, 2, 2, "object code from the kernel cache")
+            obj, optimized = hit["object"], hit["llvm_ir"].decode()
         else:
-            progress.update(LLVM_PHASE, 0, 2, f"optimizing {len(funcs)} function(s) (O3) in "
-                                              f"{len(texts)} parts at once")
-            mods = compile_pool.optimize_parts(
-                texts, machine_spec(mcpu, mattr, triple), tm, loop_unrolling=unrolling)
+            if self._optimizer is None:
+                with LLVM_LOCK:
+                    progress.update(LLVM_PHASE, 0, 2,
+                                    f"optimizing {len(funcs)} function(s) (O3)")
+                    mod = compile_ir(source, self.tm, loop_unrolling=self._unrolling[0])
+            else:
+                progress.update(LLVM_PHASE, 0, 2, f"optimizing {len(funcs)} function(s) (O3) "
+                                                  f"in {len(self._texts)} parts at once")
+                mods = self._optimizer.collect()
+                with LLVM_LOCK:
+                    mod = mods[0]
+                    for other in mods[1:]:
+                        mod.link_in(other)
             with LLVM_LOCK:
-                mod = mods[0]
-                for other in mods[1:]:
-                    mod.link_in(other)
-        with LLVM_LOCK:
-            progress.update(LLVM_PHASE, 1, 2, "emitting object code")
-            obj = tm.emit_object(mod)
-            progress.update(LLVM_PHASE, 2, 2)
-            optimized = str(mod)
-        if cache is not None:
-            cache.put(CACHE_NAMESPACE, key, {"object": obj, "llvm_ir": optimized.encode()})
-    workspaces = {n: b for g in gens for n, b in g.workspace_bytes.items()}
-    signatures = {f.name: _signature(f, workspaces[f.name]) for f in funcs}
-    specs = _size_specs(funcs, size_specs or {})
-    for alias, target in aliases.items():
-        signatures[alias] = signatures[target]
-        workspaces[alias] = workspaces[target]
-        if target in specs:
-            specs[alias] = specs[target]
-    names = [f.name for f in funcs]
-    return BuiltModule(name=name, function_names=[*names, *aliases],
-                       object_code=obj, llvm_ir=optimized, source_ir=source, mcpu=mcpu,
-                       mattr=mattr, triple=triple, cpu_name=cpu_name, features=features,
-                       signatures=signatures, workspaces=workspaces, size_specs=specs,
-                       cache=None if cache is None else "miss" if hit is None else "hit")
+                progress.update(LLVM_PHASE, 1, 2, "emitting object code")
+                obj = self.tm.emit_object(mod)
+                progress.update(LLVM_PHASE, 2, 2)
+                optimized = str(mod)
+            if cache is not None:
+                cache.put(CACHE_NAMESPACE, key, {"object": obj, "llvm_ir": optimized.encode()})
+        workspaces = self._workspaces
+        signatures = {f.name: _signature(f, workspaces[f.name]) for f in funcs}
+        specs = _size_specs(funcs, size_specs)
+        for alias, target in aliases.items():
+            signatures[alias] = signatures[target]
+            workspaces[alias] = workspaces[target]
+            if target in specs:
+                specs[alias] = specs[target]
+        names = [f.name for f in funcs]
+        return BuiltModule(name=self.name, function_names=[*names, *aliases],
+                           object_code=obj, llvm_ir=optimized, source_ir=source,
+                           mcpu=self.mcpu, mattr=self.mattr, triple=self.triple,
+                           cpu_name=self.cpu_name, features=self.features,
+                           signatures=signatures, workspaces=workspaces, size_specs=specs,
+                           cache=None if cache is None else "miss" if hit is None else "hit")
 
 
 @functools.lru_cache(maxsize=1)

@@ -1,25 +1,28 @@
 """Optimise one large LLVM module on several cores.
 
 llvmlite serialises every call into LLVM within a process, so threads cannot share the O3
-pipeline's work. :func:`tessera_llvm.build.build_module` therefore splits a large region's
-kernels into parts (:func:`split_parts`, balanced by the size of their TIR), generates each
-part as a module of its own, and :func:`optimize_parts` optimises the first here and the others
-at the same time in worker processes (:mod:`tessera_llvm.llvm_worker`: ``python -m``, llvmlite
-only, started once and kept for later compiles). The optimised parts come back as bitcode and
-are linked into one module, which is emitted as one object file, so nothing downstream (the
-loader, artifacts, the kernel cache) sees the split. The parts are optimised exactly as one
-module would be: every kernel is a function of its own and calls nothing across parts.
+pipeline's work. A region's kernels are therefore generated as modules of their own, parts
+(:class:`tessera_llvm.build.ModuleBuilder`), which a :class:`PartOptimizer` optimises in
+worker processes (:mod:`tessera_llvm.llvm_worker`: ``python -m``, llvmlite only, started once
+and kept for later compiles) as soon as each part is complete: while this process lowers the
+next kernels (Python), a worker runs O3 on the ones before. What no worker has started when
+the last part is done is optimised here, at the same time as the workers finish theirs. The
+optimised parts come back as bitcode and are linked into one module, which is emitted as one
+object file, so nothing downstream (the loader, artifacts, the kernel cache) sees the split.
+The parts are optimised exactly as one module would be: every kernel is a function of its own
+and calls nothing across parts.
 
 ``TESSERA_COMPILE_JOBS`` sets how many processes work on one module (this one included;
 default: the CPUs this process may run on, at most :data:`MAX_JOBS`; ``1`` compiles everything
-here). Regions smaller than :data:`MIN_PARALLEL_NODES` TIR nodes are not split: a part's
-start-up and transfer would cost more than it saves. Whatever goes wrong with a worker (it
+here, in one part). A part holds at least :data:`PART_NODES` TIR nodes (smaller ones would
+cost more in start-up and transfer than they save). Whatever goes wrong with a worker (it
 cannot be started, dies, or reports an error) only means that its part is optimised here.
 """
 
 from __future__ import annotations
 
 import atexit
+import collections
 import json
 import os
 import select
@@ -31,8 +34,6 @@ from collections.abc import Sequence
 import llvmlite.binding as llvm
 
 from tessera.errors import CompileError
-from tessera.tir.stmt import PrimFunc
-from tessera.tir.transform._util import stmt_count
 from tessera_llvm.llvm_worker import hello, read_frame, write_frame
 from tessera_llvm.lock import LLVM_LOCK
 from tessera_llvm.machine import compile_ir
@@ -44,10 +45,15 @@ JOBS_ENV = "TESSERA_COMPILE_JOBS"
 MAX_JOBS = 8
 #: Seconds a new worker may take to say that it is ready.
 START_TIMEOUT_S = 30.0
-#: Regions with fewer TIR nodes than this are optimised in one piece, here. (Measured on the
-#: 2-core Xeon: the symbolic 4-layer encoder's region holds 39,000, which O3 takes 1.5 s over;
-#: its static form at 1x128 5,800 (0.3 s); the symbolic image CNN 133,000.)
+#: :func:`~tessera_llvm.build.build_module` optimises a module of fewer TIR nodes than this,
+#: given all at once, in one piece, here. (Measured on the 2-core Xeon: the symbolic 4-layer
+#: encoder's region holds 39,000, which O3 takes 1.5 s over; its static form at 1x128 5,800
+#: (0.3 s); the symbolic image CNN 133,000.)
 MIN_PARALLEL_NODES = 10_000
+#: The TIR nodes of a part of a module built as it is lowered
+#: (:class:`~tessera_llvm.build.ModuleBuilder`): a part is closed, and goes to a worker, once
+#: its functions hold this many.
+PART_NODES = 1_000
 
 
 def compile_jobs() -> int:
@@ -68,29 +74,6 @@ def compile_jobs() -> int:
     except (AttributeError, OSError):
         cpus = os.cpu_count() or 1
     return max(1, min(MAX_JOBS, cpus))
-
-
-def split_parts(funcs: Sequence[PrimFunc], jobs: int | None = None,
-                min_nodes: int | None = None) -> list[list[PrimFunc]]:
-    """``funcs`` in parts to optimise at once: one part (all of them, in order) when there is
-    one job or the functions hold fewer than ``min_nodes`` (default
-    :data:`MIN_PARALLEL_NODES`) TIR nodes; else up to ``jobs`` parts of about equal size,
-    largest function first into the smallest part, each part in the functions' order."""
-    jobs = compile_jobs() if jobs is None else jobs
-    min_nodes = MIN_PARALLEL_NODES if min_nodes is None else min_nodes
-    if jobs <= 1 or len(funcs) <= 1:
-        return [list(funcs)]
-    sizes = [stmt_count(f.body) for f in funcs]
-    if sum(sizes) < min_nodes:
-        return [list(funcs)]
-    count = min(jobs, len(funcs))
-    loads = [0] * count
-    part_of = [0] * len(funcs)
-    for i in sorted(range(len(funcs)), key=lambda i: -sizes[i]):
-        p = min(range(count), key=lambda p: loads[p])
-        part_of[i] = p
-        loads[p] += sizes[i]
-    return [[f for f, p in zip(funcs, part_of) if p == k] for k in range(count)]
 
 
 class _Worker:
@@ -202,39 +185,112 @@ def shutdown() -> None:
         w.close()
 
 
+def _header(spec: MachineSpec, loop_unrolling: bool) -> bytes:
+    return json.dumps({"machine": spec.as_dict(), "speed_level": 3,
+                       "loop_unrolling": loop_unrolling}).encode()
+
+
+class PartOptimizer:
+    """Parts of a module optimised (O3) as they come, while this process goes on with other
+    work (lowering the next kernels): :meth:`submit` queues an IR text for ``workers`` idle
+    worker processes (taken from the pool, started as needed); :meth:`collect` optimises here
+    the parts no worker has started, newest first, while the workers finish theirs, and gives
+    every part's module in the order submitted. Each is parsed, verified and optimised as
+    :func:`tessera_llvm.machine.compile_ir` does; a part whose worker failed (or could not be
+    started) is optimised here, so an invalid one raises the same CompileError either way.
+    Call :meth:`collect` or :meth:`cancel` once, at the end: both give the workers back."""
+
+    def __init__(self, spec: MachineSpec, tm: llvm.TargetMachine, workers: int) -> None:
+        self.spec, self.tm = spec, tm
+        self._texts: list[tuple[str, bool]] = []
+        self._answers: dict[int, bytes | Exception] = {}
+        self._queue: collections.deque[int] = collections.deque()
+        self._cond = threading.Condition()
+        self._closed = False
+        self._workers = _take(workers) if workers > 0 else []
+        self._threads = [threading.Thread(target=self._serve, args=(w,), daemon=True,
+                                          name=f"tessera-llvm-part-{i}")
+                         for i, w in enumerate(self._workers)]
+        for t in self._threads:
+            t.start()
+
+    def submit(self, text: str, loop_unrolling: bool = True) -> None:
+        """Queue ``text`` (LLVM unrolls its loops unless ``loop_unrolling`` is false)."""
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("PartOptimizer.submit after collect or cancel")
+            self._texts.append((text, loop_unrolling))
+            self._queue.append(len(self._texts) - 1)
+            self._cond.notify()
+
+    def _serve(self, worker: _Worker) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._closed:
+                    self._cond.wait()
+                if not self._queue:
+                    return
+                index = self._queue.popleft()
+            text, unrolling = self._texts[index]
+            try:
+                answer: bytes | Exception = worker.optimize(_header(self.spec, unrolling),
+                                                            text.encode())
+            except Exception as exc:  # noqa: BLE001 - the part is then optimised here
+                answer = exc
+            with self._cond:
+                self._answers[index] = answer
+
+    def _close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def _join(self) -> None:
+        for t in self._threads:
+            t.join()
+        _give_back(self._workers)
+        self._workers, self._threads = [], []
+
+    def collect(self) -> list[llvm.ModuleRef]:
+        """Every part's optimised module, in the order submitted."""
+        self._close()
+        mine: dict[int, llvm.ModuleRef] = {}
+        try:
+            while True:
+                with self._cond:
+                    if not self._queue:
+                        break
+                    index = self._queue.pop()
+                text, unrolling = self._texts[index]
+                mine[index] = compile_ir(text, self.tm, loop_unrolling=unrolling)
+        finally:
+            self._join()
+        modules = []
+        for index, (text, unrolling) in enumerate(self._texts):
+            answer = self._answers.get(index)
+            if index in mine:
+                modules.append(mine[index])
+            elif isinstance(answer, bytes):
+                with LLVM_LOCK:
+                    modules.append(llvm.parse_bitcode(answer))
+            else:
+                modules.append(compile_ir(text, self.tm, loop_unrolling=unrolling))
+        return modules
+
+    def cancel(self) -> None:
+        """Drop the parts not started; wait for those under way (their results unused)."""
+        with self._cond:
+            self._queue.clear()
+        self._close()
+        self._join()
+
+
 def optimize_parts(texts: Sequence[str], spec: MachineSpec, tm: llvm.TargetMachine,
                    loop_unrolling: bool = True) -> list[llvm.ModuleRef]:
     """Each IR text of ``texts`` parsed, verified and optimised (O3) as
-    :func:`tessera_llvm.machine.compile_ir` does: the first here, the others in workers at the
-    same time; a part no worker could take, or whose worker failed, is optimised here after
-    the first (so an invalid module raises the same CompileError either way)."""
-    header = json.dumps({"machine": spec.as_dict(), "speed_level": 3,
-                         "loop_unrolling": loop_unrolling}).encode()
-    workers = _take(len(texts) - 1)
-    answers: dict[int, bytes | Exception] = {}
-
-    def run(index: int, worker: _Worker) -> None:
-        try:
-            answers[index] = worker.optimize(header, texts[index].encode())
-        except Exception as exc:  # noqa: BLE001 - the part is then optimised here
-            answers[index] = exc
-
-    threads = [threading.Thread(target=run, args=(i, w), daemon=True,
-                                name=f"tessera-llvm-part-{i}")
-               for i, w in zip(range(1, len(texts)), workers)]
-    for t in threads:
-        t.start()
-    try:
-        modules = [compile_ir(texts[0], tm, loop_unrolling=loop_unrolling)]
-    finally:
-        for t in threads:
-            t.join()
-        _give_back(workers)
-    for i in range(1, len(texts)):
-        answer = answers.get(i)
-        if isinstance(answer, bytes):
-            with LLVM_LOCK:
-                modules.append(llvm.parse_bitcode(answer))
-        else:
-            modules.append(compile_ir(texts[i], tm, loop_unrolling=loop_unrolling))
-    return modules
+    :func:`tessera_llvm.machine.compile_ir` does, up to one per worker at the same time as
+    one here (:class:`PartOptimizer`)."""
+    optimizer = PartOptimizer(spec, tm, len(texts) - 1)
+    for text in texts:
+        optimizer.submit(text, loop_unrolling)
+    return optimizer.collect()

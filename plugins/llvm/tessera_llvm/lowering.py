@@ -34,6 +34,7 @@ from tessera.kernel.flops import group_flops
 from tessera.kernel.grouped_pointwise import grouped_pointwise_to_matmul
 from tessera.kernel.lowering import (
     LOWER_PHASE,  # noqa: F401 - re-exported
+    Made,
     SizeBounds,
     group_facts,
     group_te,
@@ -573,14 +574,16 @@ def lower_region(region: Function, cpu: CPUInfo, opt_level: int = 3,
                  overrides: dict[str, dict[str, Any]] | None = None,
                  prefix: str = "", progress: Progress | None = None,
                  share_groups: bool = True,
-                 prepared: tuple[Function, list[Any]] | None = None) -> LoweredRegion:
+                 prepared: tuple[Function, list[Any]] | None = None,
+                 made: Made[LoweredKernel] | None = None) -> LoweredRegion:
     """Lower every node of ``region`` (all of which have topi computes), reporting each fused
     group to ``progress`` (phase :data:`LOWER_PHASE`). The kernels of a symbolic region take
     its size variables at run time (:func:`region_sizes`, ``LoweredKernel.size_spec``).
     Structurally identical groups are lowered once (unless ``share_groups`` is false): the
     kernels of the others run the first one's code (:func:`share_kernel`,
     ``LoweredKernel.alias_of``). ``prepared``: what :func:`prepare_region` gave for
-    ``region`` already."""
+    ``region`` already; ``made`` hears of each kernel as it is made
+    (:func:`~tessera.kernel.lowering.lower_groups`)."""
     order, bounds = region_sizes(region)
     func, groups = prepared or prepare_region(region, cpu, opt_level)
 
@@ -594,5 +597,5 @@ def lower_region(region: Function, cpu: CPUInfo, opt_level: int = 3,
             return share_kernel(first, group, name, cpu, overrides)
 
     kernels, constants = lower_groups(groups, lower, prefix, progress,
-                                      share=share if share_groups else None)
+                                      share=share if share_groups else None, made=made)
     return LoweredRegion(func, kernels, constants)

@@ -1,6 +1,7 @@
 """tessera_llvm.compile_pool and tessera_llvm.llvm_worker: a large module optimised in parts,
-in worker processes at once, linked into one object; the same kernels as one piece; a worker
-that fails only moves its part back into this process."""
+in worker processes at once (each part as soon as it is complete: ModuleBuilder), linked into
+one object; the same kernels as one piece; a worker that fails only moves its part back into
+this process."""
 
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ from onnx import TensorProto, helper, numpy_helper
 import tessera
 from tessera import tir
 from tessera.errors import CompileError
+from tessera.tir.transform._util import stmt_count
 from tessera_llvm import compile_pool, llvm_worker
-from tessera_llvm.build import build_module, machine_spec, target_machine
+from tessera_llvm.build import ModuleBuilder, build_module, machine_spec, target_machine
 
 F = tir.ForKind
 RNG = np.random.default_rng(11)
@@ -58,16 +60,13 @@ def _run_all(built, count: int = 5) -> None:
         np.testing.assert_allclose(c, _expected(k, a), rtol=2e-6, atol=1e-6)
 
 
-def test_parts_are_balanced_and_keep_the_functions_order() -> None:
-    funcs = _kernels(6)
-    assert compile_pool.split_parts(funcs, jobs=1, min_nodes=0) == [funcs]
-    assert compile_pool.split_parts(funcs, jobs=4, min_nodes=10**9) == [funcs]
-    parts = compile_pool.split_parts(funcs, jobs=3, min_nodes=0)
-    assert len(parts) == 3 and sorted(f.name for p in parts for f in p) == \
-        sorted(f.name for f in funcs)
-    for p in parts:
-        assert [f.name for f in p] == sorted(f.name for f in p)  # k0 < k1 < ... in order
-    assert len(compile_pool.split_parts(funcs[:2], jobs=8, min_nodes=0)) == 2
+def _submitted(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The IR texts handed to any PartOptimizer from now on, in order."""
+    texts: list[str] = []
+    real = compile_pool.PartOptimizer.submit
+    monkeypatch.setattr(compile_pool.PartOptimizer, "submit",
+                        lambda self, text, *a: texts.append(text) or real(self, text, *a))
+    return texts
 
 
 def test_a_module_in_parts_runs_the_same_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -76,9 +75,15 @@ def test_a_module_in_parts_runs_the_same_kernels(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(compile_pool, "compile_ir",
                         lambda text, *a, **k: here.append(text) or real(text, *a, **k))
     monkeypatch.setattr(compile_pool, "MIN_PARALLEL_NODES", 0)
+    texts = _submitted(monkeypatch)
     whole = build_module(_kernels(), "whole", jobs=1)
+    assert not texts and not here  # one part, optimised by build_module itself
     parts = build_module(_kernels(), "parts", jobs=3)
-    assert len(here) == 1  # one part here, two in workers
+    # parts of at least a third of the nodes each (at most three), in the functions' order
+    assert 1 < len(texts) <= 3 and parts.source_ir == "".join(texts)
+    defined = [re.findall(r'^define .*@"?(k\d)"?\(', t, re.M) for t in texts]
+    assert [name for names in defined for name in names] == whole.function_names
+    assert len(here) <= 3  # those no worker had started when the last part was done
     assert whole.function_names == parts.function_names
     assert parts.object_code[:4] == b"\x7fELF"
     for name in whole.function_names:
@@ -87,6 +92,59 @@ def test_a_module_in_parts_runs_the_same_kernels(monkeypatch: pytest.MonkeyPatch
     _run_all(parts)
     again = build_module(_kernels(), "parts", jobs=3)  # the workers are kept
     assert again.object_code == parts.object_code
+
+
+def test_a_part_goes_to_a_worker_while_the_next_functions_come(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """ModuleBuilder: a part is handed over when the next function starts another (so a
+    worker optimises it while the caller makes the rest); an alias joins its function's
+    part; the object is the one build_module makes of the same functions."""
+    texts = _submitted(monkeypatch)
+    funcs = _kernels()
+    nodes = stmt_count(funcs[0].body) + stmt_count(funcs[1].body)
+    builder = ModuleBuilder("streamed", jobs=2, part_nodes=nodes)
+    builder.add(funcs[0])
+    builder.add(funcs[1])
+    builder.alias("k1_again", "k1")
+    assert not texts
+    builder.add(funcs[2])  # k0 and k1 hold part_nodes: their part goes
+    assert len(texts) == 1 and '@"k1_again" = alias' in texts[0] and '"k2"' not in texts[0]
+    for f in funcs[3:]:
+        builder.add(f)
+    built = builder.finish()
+    assert len(texts) >= 2 and built.source_ir == "".join(texts)
+    assert built.function_names == [f.name for f in funcs] + ["k1_again"]
+    _run_all(built)
+    lib = built.load()
+    a = RNG.standard_normal(64).astype(np.float32)
+    c = np.empty(64, np.float32)
+    lib.get("k1_again")([a, c])
+    np.testing.assert_allclose(c, _expected(1, a), rtol=2e-6, atol=1e-6)
+    with pytest.raises(CompileError, match="after finish"):
+        builder.add(funcs[0])
+
+
+def test_an_alias_must_follow_its_function_into_its_part(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    funcs = _kernels(3)
+    builder = ModuleBuilder("late", jobs=2, part_nodes=1)
+    builder.add(funcs[0])
+    builder.add(funcs[1])  # k0's part is closed
+    builder.alias("k0_again", "k0")
+    with pytest.raises(CompileError, match="not a function defined"):
+        builder.finish()
+    assert compile_pool._idle  # the workers given back
+
+
+def test_a_cancelled_build_gives_its_workers_back() -> None:
+    funcs = _kernels(4)
+    builder = ModuleBuilder("given-up", jobs=2, part_nodes=1)
+    for f in funcs:
+        builder.add(f)
+    builder.cancel()
+    assert compile_pool._idle and builder._optimizer is not None
+    with pytest.raises(RuntimeError, match="after collect or cancel"):
+        builder._optimizer.submit("", True)
 
 
 def test_a_failing_worker_only_moves_its_part_here(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -164,12 +222,10 @@ def test_a_model_compiled_in_parts_gives_the_same_results(
     one = tessera.compile(model, "llvm", kernel_cache=False)
     monkeypatch.setenv(compile_pool.JOBS_ENV, "2")
     monkeypatch.setattr(compile_pool, "MIN_PARALLEL_NODES", 0)
-    split = []
-    real = compile_pool.optimize_parts
-    monkeypatch.setattr(compile_pool, "optimize_parts",
-                        lambda texts, *a, **k: split.append(len(texts)) or real(texts, *a, **k))
+    monkeypatch.setattr(compile_pool, "PART_NODES", 1)  # every kernel a part of its own
+    texts = _submitted(monkeypatch)
     two = tessera.compile(model, "llvm", kernel_cache=False)
-    assert split and all(n == 2 for n in split)
+    assert len(texts) >= 2  # its own kernels (the layers share one) went as they were lowered
     for n in (1, 5, 33):
         x = RNG.standard_normal((n, 32)).astype(np.float32)
         np.testing.assert_array_equal(one.run(x=x)["y"], two.run(x=x)["y"])

@@ -133,7 +133,7 @@ def test_a_cached_region_is_not_lowered_and_reads_its_own_weights(
         raise AssertionError("lowered on a region cache hit")
 
     monkeypatch.setattr(backend, "lower_region", no_lowering)
-    monkeypatch.setattr(backend, "build_module", no_lowering)
+    monkeypatch.setattr(backend, "ModuleBuilder", no_lowering)
     other = _with_weights(model, 5)
     second = tessera.compile(other, "llvm", kernel_cache=tmp_path)
     assert _cache_states(second) == ["hit"]

@@ -1,5 +1,6 @@
 """The llvm backend reports its progress within a region (``CompileOptions.progress``): each
-fused group lowered, each function's IR generated, then LLVM's optimisation and emission."""
+fused group lowered (its IR generated with it), then LLVM's optimisation and emission;
+``build_module`` given functions made already reports each function's IR."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from tessera.plugin.backend import CompileOptions
 from tessera.plugin.manager import get_backend
 from tessera.plugin.target import TargetKind
 from tessera.progress import Progress, ProgressEvent
-from tessera_llvm.build import IR_PHASE, LLVM_PHASE
+from tessera_llvm.build import IR_PHASE, LLVM_PHASE, build_module
 from tessera_llvm.lowering import LOWER_PHASE
 
 
@@ -25,8 +26,8 @@ def test_llvm_reports_groups_functions_and_llvm_steps() -> None:
     compiled = get_backend("llvm").compile(region, TargetKind("llvm"),
                                            CompileOptions(progress=Progress(events.append)))
     kernels = len(compiled.kernels)
-    assert [e.phase for e in events] == [LOWER_PHASE] * (kernels + 1) + \
-        [IR_PHASE] * (kernels + 1) + [LLVM_PHASE] * 3
+    # each kernel's IR is generated as it is lowered (ModuleBuilder): no phase of its own
+    assert [e.phase for e in events] == [LOWER_PHASE] * (kernels + 1) + [LLVM_PHASE] * 3
     lowering = [e for e in events if e.phase == LOWER_PHASE]
     assert [(e.done, e.total) for e in lowering] == [(i, kernels) for i in range(kernels + 1)]
     assert any("Conv" in e.detail for e in lowering)  # the group under way, with its ops
@@ -41,3 +42,17 @@ def test_llvm_compiles_without_a_listener(capsys: pytest.CaptureFixture[str]) ->
     module = tessera.compile(model, target="llvm")
     assert np.isfinite(module.run(**inputs)["y"]).all()
     assert capsys.readouterr().err == ""
+
+
+def test_build_module_reports_each_function() -> None:
+    from tessera import tir
+
+    funcs = []
+    for k in range(3):
+        a, c, i = tir.Buffer("A", [8], "float32"), tir.Buffer("C", [8], "float32"), tir.Var("i")
+        funcs.append(tir.PrimFunc(f"f{k}", [a, c], tir.For(i, 0, 8, tir.ForKind.SERIAL,
+                                                           tir.BufferStore(c, a[i] * 2.0, [i]))))
+    events: list[ProgressEvent] = []
+    build_module(funcs, "m", progress=Progress(events.append))
+    assert [(e.phase, e.done, e.total) for e in events] == \
+        [(IR_PHASE, i, 3) for i in range(4)] + [(LLVM_PHASE, i, 2) for i in range(3)]
