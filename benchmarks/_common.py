@@ -62,15 +62,23 @@ def limit_threads(threads: int) -> None:
         os.environ[var] = str(threads)
 
 
+def _run_child(args: Sequence[str], what: str) -> list[str]:
+    """The lines ``python *args`` printed (a child process); a ``RuntimeError`` with the end
+    of its output if it fails."""
+    proc = subprocess.run([sys.executable, *args], capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
+        raise RuntimeError(f"exporting {what} failed: " + " | ".join(tail))
+    return proc.stdout.strip().splitlines()
+
+
 def child_export(args: Sequence[str], what: str) -> Path:
     """Run ``python *args`` in a child process (this one never imports torch) and return the
     path its last line of output names; a ``RuntimeError`` with the end of its output if it
-    fails."""
-    proc = subprocess.run([sys.executable, *args], capture_output=True, text=True)
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
-        raise RuntimeError(f"exporting {what} failed: " + " | ".join(tail))
+    fails or prints nothing."""
+    lines = _run_child(args, what)
+    if not lines:
+        raise RuntimeError(f"exporting {what} failed: the exporter printed no path")
     return Path(lines[-1])
 
 
@@ -78,7 +86,7 @@ def cached_export(path: Path, script: str, name: str) -> Path:
     """``path``, exported the first time by ``python script --export name path``."""
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
-        child_export([script, "--export", name, str(path)], name)
+        _run_child([script, "--export", name, str(path)], name)  # prints nothing
         if not path.exists():
             raise RuntimeError(f"exporting {name} failed: {path} was not written")
     return path
