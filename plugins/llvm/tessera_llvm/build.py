@@ -252,10 +252,6 @@ class ModuleBuilder:
             part_nodes = compile_pool.PART_NODES
         #: TIR nodes after which a part is closed (None: one part)
         self.part_nodes = part_nodes if part_nodes > 0 and self.jobs > 1 else None
-        if self.part_nodes is not None:
-            # the workers start (a fifth of a second, once per process) while the first part
-            # is generated
-            compile_pool.prepare(self.jobs - 1)
         self.tm = target_machine(mcpu, mattr, triple)
         self.cpu_name, self.features = cpu_and_features(mcpu, mattr, triple)
         self._enabled = enabled_features(mcpu, mattr, triple)
@@ -303,7 +299,8 @@ class ModuleBuilder:
 
     def _seal(self, submit: bool) -> None:
         """Close the part under way: its IR text (and aliases) kept, and with ``submit``
-        handed to the optimizer (started on the first part)."""
+        handed to the optimizer (made for the first part: a process's first one starts the
+        workers, a fifth of a second each, while this one lowers on)."""
         gen = self._gen or CodeGenerator(f"{self.name}.part{len(self._texts)}",
                                          self.tm.triple, str(self.tm.target_data),
                                          features=self._enabled)
