@@ -17,6 +17,7 @@ import pytest
 from onnx import ModelProto, TensorProto, helper, numpy_helper
 
 import tessera
+from plugins.llvm.tests.tile_reads import tile_reads_in_loops
 from tessera.errors import CompileError, TesseraError
 from tessera.frontend.onnx.importer import import_onnx
 from tessera.ir.graph import Function
@@ -320,6 +321,16 @@ def test_width_tail_is_specialised_not_guarded(make: Any) -> None:
     others = [c for c in conds if c not in switch]
     assert not [c for c in others if re.search(r"\b(width|height|batch)\b", c)], others
     assert parallel, "no parallel loop"
+
+
+@pytest.mark.parametrize("make", [conv3x3_relu, conv_strided, depthwise, conv_residual],
+                         ids=["conv3x3_relu", "conv_strided", "depthwise", "conv_residual"])
+def test_tiles_are_written_out_in_straight_line_code(make: Any) -> None:
+    """Each register tile (its columns, its output-channel blocks) is read out without a loop
+    (which would read the accumulator at a variable offset and keep it in memory), in the
+    whole tiles and in every copy for a remainder of the width."""
+    (kernel,) = _conv_kernels(make())
+    assert tile_reads_in_loops(kernel.func) == []
 
 
 def test_static_convolution_keeps_its_schedule() -> None:

@@ -320,6 +320,11 @@ def _schedule_symbolic(s: Any, conv: te.ComputeOp, out: te.ComputeOp, cfg: Sched
     par = ws.fuse(n, occo, oh)
     ws.parallel(par)
     ws.vectorize(ob)
+    # the tile written out in straight-line code, as it is accumulated (see
+    # schedules.dense.schedule_dense: a loop reading the accumulator keeps it in memory)
+    ws.unroll(tile_i)
+    if oc_tile > 1:
+        ws.unroll(occi)
     cs = s[acc]
     cs.compute_at(ws, tile_o)
     cocc, cow, cob = acc.axis[1], acc.axis[-2], acc.axis[-1]
