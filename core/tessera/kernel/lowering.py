@@ -133,7 +133,7 @@ def lower_groups(groups: list[FusedGroup], lower: Callable[[FusedGroup, str],
     a function while that function is the last one made."""
     named = list(zip(groups, kernel_names(groups, prefix)))
     results: list[tuple[K, list[Value]] | None] = [None] * len(named)
-    later: dict[str, list[int]] = {}  # key -> the indices of the groups after its first
+    later: dict[str, list[int]] = {}  # key -> the indices of its groups, in order
     keys: list[str | None] = [None] * len(named)
     if share is not None:
         for i, (group, _) in enumerate(named):

@@ -257,6 +257,7 @@ class ModuleBuilder:
         self._enabled = enabled_features(mcpu, mattr, triple)
         self.funcs: list[PrimFunc] = []
         self.aliases: dict[str, str] = {}
+        self._names: set[str] = set()  # of the functions added
         self._texts: list[str] = []
         self._unrolling: list[bool] = []
         self._workspaces: dict[str, int] = {}
@@ -286,13 +287,14 @@ class ModuleBuilder:
         self._gen.add_function(hoist_size_exprs(func),
                                [(c, hoist_size_exprs(v)) for c, v in variants])
         self.funcs.append(func)
+        self._names.add(func.name)
         self._nodes += stmt_count(func.body)
         self._symbolic = self._symbolic or bool(func.size_vars)
 
     def alias(self, alias: str, target: str) -> None:
         """Export ``alias`` as a second name of the function ``target`` (the last one added,
         or one in the same part)."""
-        if alias in self.aliases or any(f.name == alias for f in self.funcs):
+        if alias in self.aliases or alias in self._names:
             raise CompileError(f"llvm build: alias {alias!r} is already a name in the module")
         self.aliases[alias] = target
         self._part_aliases[alias] = target
