@@ -151,9 +151,7 @@ def lower_groups(groups: list[FusedGroup], lower: Callable[[FusedGroup, str],
         key = keys[i]
         if share is None or key is None:
             continue
-        for j in later.pop(key, [])[1:]:
-            if results[j] is not None:
-                continue
+        for j in later.pop(key, [])[1:]:  # none made yet: only this loop makes shares
             shared = share(results[i][0], named[j][0], named[j][1])
             if shared is not None:
                 results[j] = shared

@@ -280,8 +280,7 @@ class ModuleBuilder:
                 self._nodes >= self.part_nodes:
             self._seal(submit=True)
         if self._gen is None:
-            self._gen = CodeGenerator(f"{self.name}.part{len(self._texts)}", self.tm.triple,
-                                      str(self.tm.target_data), features=self._enabled)
+            self._gen = self._generator()
         # a symbolic function's index arithmetic, once per scope (O3 would otherwise spend
         # seconds finding the common subexpressions of its unrolled statements again)
         self._gen.add_function(hoist_size_exprs(func),
@@ -299,13 +298,16 @@ class ModuleBuilder:
         self.aliases[alias] = target
         self._part_aliases[alias] = target
 
+    def _generator(self) -> CodeGenerator:
+        """The code generator of the next part."""
+        return CodeGenerator(f"{self.name}.part{len(self._texts)}", self.tm.triple,
+                             str(self.tm.target_data), features=self._enabled)
+
     def _seal(self, submit: bool) -> None:
         """Close the part under way: its IR text (and aliases) kept, and with ``submit``
         handed to the optimizer (made for the first part: a process's first one starts the
         workers, a fifth of a second each, while this one lowers on)."""
-        gen = self._gen or CodeGenerator(f"{self.name}.part{len(self._texts)}",
-                                         self.tm.triple, str(self.tm.target_data),
-                                         features=self._enabled)
+        gen = self._gen or self._generator()
         text = str(gen.finalize()) + _alias_lines(gen.module, self._part_aliases)
         unrolling = not self._symbolic
         self._texts.append(text)

@@ -29,7 +29,6 @@ import select
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
 
 import llvmlite.binding as llvm
 
@@ -283,14 +282,3 @@ class PartOptimizer:
             self._queue.clear()
         self._close()
         self._join()
-
-
-def optimize_parts(texts: Sequence[str], spec: MachineSpec, tm: llvm.TargetMachine,
-                   loop_unrolling: bool = True) -> list[llvm.ModuleRef]:
-    """Each IR text of ``texts`` parsed, verified and optimised (O3) as
-    :func:`tessera_llvm.machine.compile_ir` does, up to one per worker at the same time as
-    one here (:class:`PartOptimizer`)."""
-    optimizer = PartOptimizer(spec, tm, len(texts) - 1)
-    for text in texts:
-        optimizer.submit(text, loop_unrolling)
-    return optimizer.collect()
