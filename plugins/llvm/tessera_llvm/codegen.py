@@ -46,7 +46,9 @@ memory; :attr:`CodeGenerator.workspace_bytes` says how much each function needs.
 ``Allocate`` whose size depends on size variables that all have an upper bound in
 ``size_bounds`` is planned at that bound like a constant one (on the stack up to
 :data:`MAX_STACK_BYTES`, else in the workspace outside parallel loops), so the workspace size
-stays a constant. The rest (inside parallel loops, or of unbounded variable size) use
+stays a constant; at run time, though, a workspace buffer nested in one of variable size starts
+where that one ends at the call's sizes, so a call uses the workspace's first bytes only. The
+rest (inside parallel loops, or of unbounded variable size) use
 ``aligned_alloc``/``free`` with the size computed at run time. The caller must pass sizes within
 their bounds (the loader checks them).
 
@@ -205,6 +207,9 @@ class _FunctionCodegen(ExprCodegen):
         self._workspace: ir.Value | None = None
         self._workspace_top = 0
         self.workspace_bytes = 0
+        #: Where the next workspace allocation starts at run time, when an enclosing one has
+        #: a size of the size variables (None: at ``_workspace_top``, a constant).
+        self._workspace_run: ir.Value | None = None
         #: Each size variable's (low, high) range (high None: unbounded).
         self._size_bounds = func.var_bounds()
         #: The parameters' pointer variables: loads from them assume byte alignment (see
@@ -389,7 +394,8 @@ class _FunctionCodegen(ExprCodegen):
         b = self.scope.builder
         sizes = [const_int(d) for d in buf.shape]
         count: int | None = None
-        if all(v is not None for v in sizes):
+        variable = not all(v is not None for v in sizes)
+        if not variable:
             count = math.prod(v for v in sizes if v is not None)
         else:
             # a size of the function's size variables with an upper bound is planned at the
@@ -409,16 +415,26 @@ class _FunctionCodegen(ExprCodegen):
                 # operand) lives in the kernel's workspace: allocating and freeing it per call
                 # costs page faults on every call once malloc returns it to the OS, and a
                 # static buffer would be shared by concurrent calls. Nested allocations stack
-                # up; siblings reuse the same bytes.
-                offset = self._workspace_top
+                # up; siblings reuse the same bytes. The workspace is sized for the bounds;
+                # at run time, an allocation nested in one of variable size starts where that
+                # one's bytes at the call's sizes end, so a call at small sizes uses the
+                # workspace's first bytes only (pages first touched are few, and the same
+                # ones at every size) rather than a part of each bound-sized slot.
+                offset, run_offset = self._workspace_top, self._workspace_run
                 size = -(-count * elem // ALLOC_ALIGN) * ALLOC_ALIGN
+                start = ir.Constant(I64, offset) if run_offset is None else run_offset
                 self._workspace_top = offset + size
                 self.workspace_bytes = max(self.workspace_bytes, self._workspace_top)
-                ws = b.gep(self._workspace, [ir.Constant(I64, offset)], inbounds=True,
-                           source_etype=I8, name=buf.name)
+                if variable:
+                    self._workspace_run = b.add(start, self._used_bytes(buf, elem),
+                                                name=f"{buf.name}_end")
+                elif run_offset is not None:
+                    self._workspace_run = b.add(start, ir.Constant(I64, size))
+                ws = b.gep(self._workspace, [start], inbounds=True, source_etype=I8,
+                           name=buf.name)
                 with self._bind_buffer(buf, ws):
                     self.stmt(s.body)
-                self._workspace_top = offset
+                self._workspace_top, self._workspace_run = offset, run_offset
                 return
         # on the heap, for this call only: the size computed now (a constant one folds)
         nbytes = self._heap_bytes(buf, elem)
@@ -446,6 +462,20 @@ class _FunctionCodegen(ExprCodegen):
                         ir.Constant(I64, -ALLOC_ALIGN))
         return b.select(b.icmp_signed("==", nbytes, ir.Constant(I64, 0)),
                         ir.Constant(I64, ALLOC_ALIGN), nbytes)
+
+    def _used_bytes(self, buf: Buffer, elem: int) -> ir.Value:
+        """The bytes ``buf`` (of a size bounded by ``_alloc_bound``) takes at the call's
+        sizes, rounded up to :data:`ALLOC_ALIGN`: each dimension taken as at least 0, so never
+        more than the bound's bytes."""
+        b = self.scope.builder
+        zero = ir.Constant(I64, 0)
+        count: ir.Value = ir.Constant(I64, 1)
+        for d in buf.shape:
+            dim = self._index_value(self.expr(d))
+            count = b.mul(count, b.select(b.icmp_signed("<", dim, zero), zero, dim))
+        nbytes = b.mul(count, ir.Constant(I64, elem))
+        return b.and_(b.add(nbytes, ir.Constant(I64, ALLOC_ALIGN - 1)),
+                      ir.Constant(I64, -ALLOC_ALIGN))
 
     def _alloc_bound(self, buf: Buffer) -> int | None:
         """The most elements ``buf`` (an allocation of variable size) can have, when its shape

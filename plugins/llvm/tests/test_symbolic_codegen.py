@@ -23,6 +23,8 @@ SIZES = [0, 1, 7, 8, 9, 29]
 BOUND = 64
 #: A bound whose float32 scratch (80 KB) is too large for the stack: planned in the workspace.
 BIG = 20000
+#: A constant scratch size too large for the stack (float32).
+FIXED = 17000
 
 
 def _var(name: str) -> tir.Var:
@@ -76,6 +78,27 @@ def scratch(name: str, bound: int | None, parallel: bool = False) -> tir.PrimFun
     return tir.PrimFunc(name, [X, Y], body, size_bounds=bounds)
 
 
+def stacked_scratch() -> tir.PrimFunc:
+    """Two nested workspace buffers of ``n`` elements (bounded) and a constant one of
+    :data:`FIXED` elements in them: ``T[i] = X[i] * 2``, ``U[i] = T[n - 1 - i] + 1``,
+    ``W[k] = k``, then ``Y[j] = U[j] + T[j] + W[j % FIXED]``."""
+    n, i, j, k, r = _var("n"), _var("i"), _var("j"), _var("k"), _var("r")
+    X, Y = tir.Buffer("X", (1, n), "float32"), tir.Buffer("Y", (1, n), "float32")
+    T = tir.Buffer("T", (n,), "float32", scope="local")
+    U = tir.Buffer("U", (n,), "float32", scope="local")
+    W = tir.Buffer("W", (FIXED,), "float32", scope="local")
+    body = tir.Allocate(T, tir.seq(
+        tir.For(i, 0, n, F.SERIAL, tir.BufferStore(T, X[r, i] * 2.0, [i])),
+        tir.Allocate(U, tir.seq(
+            tir.For(i, 0, n, F.SERIAL, tir.BufferStore(U, T[n - 1 - i] + 1.0, [i])),
+            tir.Allocate(W, tir.seq(
+                tir.For(k, 0, FIXED, F.SERIAL, tir.BufferStore(W, tir.cast("float32", k), [k])),
+                tir.For(j, 0, n, F.SERIAL, tir.BufferStore(
+                    Y, U[j] + T[j] + W[j % FIXED], [r, j]))))))))
+    return tir.PrimFunc("stacked_scratch", [X, Y], tir.For(r, 0, 1, F.SERIAL, body),
+                        size_bounds={n: (0, BIG)})
+
+
 def reduction() -> tir.PrimFunc:
     """A sum over the symbolic axis: ``out[j] = sum_i A[i, j] * A[i, j]`` for an ``(n, 16)``
     input."""
@@ -102,11 +125,11 @@ FUNCS = {
     "scratch_heap": scratch("scratch_heap", None),
     "scratch_par_stack": scratch("scratch_par_stack", BOUND, parallel=True),
     "scratch_par_heap": scratch("scratch_par_heap", None, parallel=True),
-    "reduction": reduction(), "two_sizes": two_sizes(),
+    "reduction": reduction(), "two_sizes": two_sizes(), "stacked_scratch": stacked_scratch(),
 }
 #: The largest size each function is run at (its bound, or a size past every other).
 LARGEST = {"elementwise": BOUND, "scratch_ws": BIG, "scratch_stack": BOUND,
-           "scratch_par_stack": BOUND}
+           "scratch_par_stack": BOUND, "stacked_scratch": BIG}
 
 
 @pytest.fixture(scope="module")
@@ -221,6 +244,28 @@ def test_bounded_scratch_is_planned_at_the_bound(built) -> None:
     assert "aligned_alloc" in body("scratch_heap") and "aligned_alloc" in body(
         "scratch_par_heap")
     assert BIG * 4 > MAX_STACK_BYTES >= BOUND * 4
+
+
+def _aligned(nbytes: int) -> int:
+    return -(-nbytes // 64) * 64
+
+
+def test_nested_scratch_starts_where_the_calls_sizes_end(lib, rng) -> None:
+    """The workspace is sized for the bounds; at run time each nested buffer starts where the
+    one around it ends at the call's sizes, so a call uses the workspace's first bytes only
+    (the pages a small call touches are few, and the same at every size)."""
+    fn = lib.get("stacked_scratch")
+    assert fn.workspace_bytes == 2 * _aligned(BIG * 4) + _aligned(FIXED * 4)
+    for n in (0, 1, 7, 300, BIG):
+        arrays = _inputs(FUNCS["stacked_scratch"], {"n": n}, rng)
+        want = [a.copy() for a in arrays]
+        interpreter.run(FUNCS["stacked_scratch"], want)
+        workspace = np.full(fn.workspace_bytes, 0xAB, np.uint8)
+        fn([*arrays, workspace])
+        np.testing.assert_allclose(arrays[-1], want[-1], rtol=1e-6, atol=1e-5, err_msg=str(n))
+        used = 2 * _aligned(n * 4) + _aligned(FIXED * 4)
+        assert (workspace[used:] == 0xAB).all(), n
+        assert (workspace[used - 64:used] != 0xAB).any(), n  # and the last buffer ends there
 
 
 def test_static_function_ir_is_unchanged() -> None:
