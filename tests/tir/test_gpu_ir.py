@@ -123,9 +123,10 @@ def test_interpreter_refuses_a_barrier_clearly() -> None:
 
 def test_pipelines_are_chosen_by_the_backend() -> None:
     default = default_pipeline()
-    assert default.names == ["simplify", "remove_redundant_checks", "flatten_buffers",
-                             "vectorize", "hoist_sizes", "unroll", "simplify_again",
-                             "storage_rewrite", "verify"]
+    assert default.names == ["name_size_quotients", "simplify", "remove_redundant_checks",
+                             "flatten_buffers", "name_size_quotients_flat", "vectorize",
+                             "hoist_sizes", "unroll", "simplify_again", "storage_rewrite",
+                             "verify"]
     assert "devectorize" in default_pipeline({"vectorize": False}).names
     seen: list[str] = []
 
@@ -136,8 +137,9 @@ def test_pipelines_are_chosen_by_the_backend() -> None:
     gpu = (default.without("vectorize", "storage_rewrite")
            .insert_after("flatten_buffers", "spy", spy)
            .append("verify_gpu", verify_gpu_pass()))
-    assert gpu.names == ["simplify", "remove_redundant_checks", "flatten_buffers", "spy",
-                         "hoist_sizes", "unroll", "simplify_again", "verify", "verify_gpu"]
+    assert gpu.names == ["name_size_quotients", "simplify", "remove_redundant_checks",
+                         "flatten_buffers", "spy", "name_size_quotients_flat", "hoist_sizes",
+                         "unroll", "simplify_again", "verify", "verify_gpu"]
     lowered = lower_pipeline(_staged(), pipeline=gpu)
     assert seen == ["kern"] and lowered.attrs["launch"].block == (64, 1, 1)
     # the shared buffer keeps its scope through flattening

@@ -66,9 +66,10 @@ def hoist_shared(func: S.PrimFunc) -> S.PrimFunc:
 
 def gpu_pipeline() -> Pipeline:
     """simplify, remove_redundant_checks, flatten_buffers, vectorize (4 lanes, no loop
-    partitioning), simplify_again, hoist_shared, thread_sync, verify (no hoist_sizes)."""
+    partitioning), simplify_again, hoist_shared, thread_sync, verify (no hoist_sizes, no
+    name_size_quotients: a kernel's statements before its thread loops stay as they were)."""
     base = default_pipeline({"vectorize": True, "max_lanes": 4, "unroll": False,
                              "storage_rewrite": False, "loop_partition": False,
-                             "hoist_sizes": False})
+                             "hoist_sizes": False, "name_size_quotients": False})
     return base.insert_before("verify", "hoist_shared", hoist_shared) \
         .insert_before("verify", "thread_sync", thread_sync)

@@ -30,6 +30,7 @@ from tessera.tir import expr as E
 from tessera.tir import stmt as S
 from tessera.tir.arith import struct_key
 from tessera.tir.functor import IRMutator, rebuild, substitute
+from tessera.tir.transform.size_quotients import PREFIX as QUOTIENT_PREFIX
 
 #: Operations a hoisted expression is made of, besides variables and integer constants.
 _PURE = (E.BinaryOp, E.Not, E.Select, E.Cast)
@@ -175,16 +176,17 @@ def hoist_size_exprs(func: S.PrimFunc, sizes_only: bool = False) -> S.PrimFunc:
 
 
 def inline_size_lets(func: S.PrimFunc) -> S.PrimFunc:
-    """``func`` with the let statements :func:`hoist_size_exprs` added substituted back: the
-    function as the passes before it saw it (what tests and readers compare expressions of
-    run-time sizes in)."""
+    """``func`` with the let statements :func:`hoist_size_exprs` and
+    :func:`~tessera.tir.transform.size_quotients.bind_size_quotients` added substituted back:
+    the function as the passes before them saw it (what tests and readers compare expressions
+    of run-time sizes in)."""
 
     class _Inline(IRMutator):
         def __init__(self) -> None:
             self.vmap: dict[E.Var, Any] = {}
 
         def visit_LetStmt(self, s: S.LetStmt) -> Any:
-            if not s.var.name.startswith(PREFIX):
+            if not s.var.name.startswith((PREFIX, QUOTIENT_PREFIX)):
                 return self.generic_visit(s)
             self.vmap[s.var] = substitute(s.value, self.vmap)
             return self.visit(s.body)

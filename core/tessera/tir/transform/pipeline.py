@@ -2,8 +2,16 @@
 generator takes (1-D buffers, vector ramps/broadcasts, serial/parallel loops, allocations,
 lets, ifs, selects, casts and calls).
 
-``simplify -> remove_redundant_checks -> flatten_buffers -> vectorize -> hoist_sizes -> unroll ->
-simplify -> storage_rewrite -> verify``
+``name_size_quotients -> simplify -> remove_redundant_checks -> flatten_buffers ->
+name_size_quotients_flat -> vectorize -> hoist_sizes -> unroll -> simplify -> storage_rewrite ->
+verify``
+
+``name_size_quotients`` (option of the same name; it changes only symbolic kernels) binds each
+quotient of run-time sizes that a buffer's shape holds (``((height + 1) // 2 + 1) // 2``, a
+deep CNN layer's rows) to a variable at the top
+(:func:`~tessera.tir.transform.size_quotients.bind_size_quotients`), before the simplifier and
+again after flattening, whose strides come from the shapes: the passes in between reason
+with a variable of known range and value instead of re-deriving the chain in every index.
 
 The ``vectorize`` step (``devectorize`` without vectorization) first runs
 :func:`~tessera.tir.transform.loop_partition.loop_partition` (option ``loop_partition``): loops
@@ -34,6 +42,7 @@ from tessera.tir.transform.flatten import flatten_buffers
 from tessera.tir.transform.hoist_sizes import hoist_size_exprs
 from tessera.tir.transform.loop_partition import loop_partition
 from tessera.tir.transform.remove_checks import remove_redundant_checks
+from tessera.tir.transform.size_quotients import bind_size_quotients
 from tessera.tir.transform.storage_rewrite import storage_rewrite
 from tessera.tir.transform.unroll import unroll
 from tessera.tir.transform.vectorize import MAX_LANES, vectorize
@@ -50,6 +59,7 @@ DEFAULT_OPTIONS: dict[str, Any] = {
     "max_lanes": MAX_LANES,      # widest vector emitted
     "predicate_tails": False,    # vectorize partial vectors' guards as masks (masked_load/
                                  # masked_store: for code generators that take them)
+    "name_size_quotients": True,  # bind quotients of run-time sizes in shapes once
     "hoist_sizes": True,         # bind expressions of run-time sizes once (before unroll)
     "unroll": True,              # expand UNROLLED loops
     "auto_unroll_max_extent": 0,  # also unroll innermost serial loops up to this extent
@@ -129,10 +139,15 @@ def default_pipeline(opts: dict[str, Any] | None = None) -> Pipeline:
     """The CPU lowering pipeline (the module docstring's order); ``opts`` overrides entries of
     :data:`DEFAULT_OPTIONS` (an unknown key is an error)."""
     o = _options(opts)
-    passes: list[tuple[str, Pass]] = [("simplify", simplify)]
+    passes: list[tuple[str, Pass]] = []
+    if o["name_size_quotients"]:
+        passes.append(("name_size_quotients", bind_size_quotients))
+    passes.append(("simplify", simplify))
     if o["remove_checks"]:
         passes.append(("remove_redundant_checks", remove_redundant_checks))
     passes.append(("flatten_buffers", flatten_buffers))
+    if o["name_size_quotients"]:  # again: the flat indices' strides come from the shapes
+        passes.append(("name_size_quotients_flat", bind_size_quotients))
     partition = o["partition_static"] if o["loop_partition"] else None
     if o["vectorize"]:
         passes.append(("vectorize", partial(_partition_then, partial(
@@ -142,7 +157,7 @@ def default_pipeline(opts: dict[str, Any] | None = None) -> Pipeline:
     if o["hoist_sizes"]:
         # the passes after partitioning and vectorization no longer need these expressions'
         # structure; unrolling copies them into every statement
-        passes.append(("hoist_sizes", partial(hoist_size_exprs, sizes_only=True)))
+        passes.append(("hoist_sizes", partial(hoist_size_exprs, sizes_only=False)))
     if o["unroll"]:
         passes.append(("unroll", partial(unroll, auto_max_extent=o["auto_unroll_max_extent"])))
     passes.append(("simplify_again", simplify))
