@@ -110,8 +110,18 @@ def _shape_quotients(func: S.PrimFunc) -> set[Any]:
 
     for p in func.params:
         dims(p.shape)
-    post_order_visit(func.body, lambda n: dims(n.buffer.shape)
-                     if isinstance(n, S.Allocate) else None)
+    stack: list[Any] = [func.body]
+    while stack:  # the statements only: allocations are not inside expressions
+        s = stack.pop()
+        if isinstance(s, S.SeqStmt):
+            stack.extend(s.seq)
+        elif isinstance(s, S.IfThenElse):
+            stack.extend(x for x in (s.then_case, s.else_case) if x is not None)
+        elif isinstance(s, S.For | S.LetStmt):
+            stack.append(s.body)
+        elif isinstance(s, S.Allocate):
+            dims(s.buffer.shape)
+            stack.append(s.body)
     return keys
 
 
