@@ -166,6 +166,9 @@ class Simplifier(IRMutator):
         #: (enclosing scope, the ranges a :meth:`bound_scope` set).
         self._scope = 0
         self._scopes: dict[tuple[int, tuple[Any, ...]], int] = {}
+        #: id(let statement) -> (it, the variables it reads or binds): a chain of lets (a
+        #: symbolic kernel's sizes, bound at its top) is walked once, not once per let.
+        self._let_vars: dict[int, tuple[S.LetStmt, frozenset[E.Var]]] = {}
 
     def visit(self, node: Any) -> Any:
         memo = self._memo
@@ -892,11 +895,28 @@ class Simplifier(IRMutator):
             body = self.visit(s.body)
         if is_no_op(body):
             return _no_op()
-        if not uses_var(body, s.var):
+        if not self._uses(body, s.var):
             return body
         if value is s.value and body is s.body:
             return s
         return S.LetStmt(s.var, value, body)
+
+    def _uses(self, body: S.Stmt, var: E.Var) -> bool:
+        """Whether ``body`` reads ``var``."""
+        if isinstance(body, S.LetStmt):
+            return var in self._vars_of_let(body)
+        return uses_var(body, var)
+
+    def _vars_of_let(self, s: S.LetStmt) -> frozenset[E.Var]:
+        """The variables ``s`` reads or binds (kept for the lets around it)."""
+        hit = self._let_vars.get(id(s))
+        if hit is not None and hit[0] is s:
+            return hit[1]
+        inner = self._vars_of_let(s.body) if isinstance(s.body, S.LetStmt) else \
+            _vars_of(s.body)
+        out = inner | _vars_of(s.value) | {s.var}
+        self._let_vars[id(s)] = (s, out)
+        return out
 
     def visit_IfThenElse(self, s: S.IfThenElse) -> S.Stmt:
         cond = self.visit(s.condition)
@@ -937,6 +957,12 @@ class Simplifier(IRMutator):
         if is_no_op(body):
             return _no_op()
         return s if body is s.body else S.Allocate(s.buffer, body)
+
+
+def _vars_of(node: Any) -> frozenset[E.Var]:
+    found: set[E.Var] = set()
+    post_order_visit(node, lambda n: found.add(n) if isinstance(n, E.Var) else None)
+    return frozenset(found)
 
 
 def _signed(dtype: str) -> bool:
