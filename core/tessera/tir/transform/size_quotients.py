@@ -1,22 +1,25 @@
 """Quotients of run-time sizes named once: each ``//``, ``%``, ``min`` and ``max`` of a
-symbolic kernel's size variables becomes a variable bound at the function's top.
+symbolic kernel's size variables that a buffer's shape holds becomes a variable bound at the
+function's top.
 
 A kernel deep in a symbolic CNN sees its image as ``((((height + 1) // 2 + 1) // 2 + 1) // 2
 + 1) // 2`` rows, and a Winograd convolution tiles that again (``(rows + 3) // 4``); every
 flattened index, loop extent and guard of the kernel repeats those chains, so each pass after
 flattening (partitioning, vectorization, unrolling, the simplifier) re-derived them in every
-statement: a third of a symbolic CNN's compile. :func:`bind_size_quotients` binds each
-distinct quotient (made of size variables and constants, inner quotients first) to a
-variable with a ``LetStmt`` at the top of the body, and writes that variable wherever the
-quotient appeared. What the passes reason with stays visible: a sum or product of sizes
-keeps its structure around the new variables (``batch * tiles_h * tiles_w``), and the
-simplifier knows each variable's range and value from its ``LetStmt``. Buffer shapes keep
-their expressions (memory is planned from them, and the parameters describe the caller's
-arrays).
+statement: half of a symbolic CNN's compile. :func:`bind_size_quotients` binds each
+distinct quotient that appears in a buffer's shape (made of size variables and constants,
+inner quotients first) to a variable with a ``LetStmt`` at the top of the body, and writes
+that variable wherever the quotient appears in the body. Quotients a schedule made (a
+sequence split by its tile, ``seq // 12`` and ``seq % 12``) stay as they are: the simplifier
+proves facts from their relation (``seq - seq % 12`` is a multiple of 12). What the passes
+reason with stays visible: a sum or product of sizes keeps its structure around the new
+variables (``batch * tiles_h * tiles_w``), and the simplifier knows each variable's range and
+value from its ``LetStmt``. Buffer shapes keep their expressions (memory is planned from
+them, and the parameters describe the caller's arrays).
 
-It runs after flattening (whose strides come from the shapes) and before partitioning and
-vectorization; :func:`~tessera.tir.transform.hoist_sizes.hoist_size_exprs` later binds what
-remains of the size expressions.
+The CPU pipeline runs it first, before the simplifier, and again after flattening (whose
+strides come from the shapes); :func:`~tessera.tir.transform.hoist_sizes.hoist_size_exprs`
+later binds what remains of the size expressions.
 """
 
 from __future__ import annotations
