@@ -60,7 +60,7 @@ from tessera.tir.arith import (
     to_poly,
     uses_var,
 )
-from tessera.tir.functor import IRMutator, post_order_visit, substitute
+from tessera.tir.functor import IRMutator, nodes_of, post_order_visit, substitute
 from tessera.tir.interpreter import eval_expr
 
 __all__ = ["simplify", "func_simplifier", "Simplifier", "SymBound", "can_prove", "is_no_op",
@@ -960,9 +960,7 @@ class Simplifier(IRMutator):
 
 
 def _vars_of(node: Any) -> frozenset[E.Var]:
-    found: set[E.Var] = set()
-    post_order_visit(node, lambda n: found.add(n) if isinstance(n, E.Var) else None)
-    return frozenset(found)
+    return frozenset(nodes_of(node, E.Var))
 
 
 def _signed(dtype: str) -> bool:

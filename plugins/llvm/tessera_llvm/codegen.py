@@ -453,20 +453,15 @@ class _FunctionCodegen(ExprCodegen):
         if all(v is not None for v in sizes):
             count = math.prod(v for v in sizes if v is not None)
             return ir.Constant(I64, -(-count * elem // ALLOC_ALIGN) * ALLOC_ALIGN)
-        b = self.scope.builder
-        count_v: ir.Value = ir.Constant(I64, 1)
-        for d in buf.shape:
-            count_v = b.mul(count_v, self._index_value(self.expr(d)))
-        nbytes = b.mul(count_v, ir.Constant(I64, elem))
-        nbytes = b.and_(b.add(nbytes, ir.Constant(I64, ALLOC_ALIGN - 1)),
-                        ir.Constant(I64, -ALLOC_ALIGN))
-        return b.select(b.icmp_signed("==", nbytes, ir.Constant(I64, 0)),
-                        ir.Constant(I64, ALLOC_ALIGN), nbytes)
+        nbytes = self._used_bytes(buf, elem)
+        return self.scope.builder.select(
+            self.scope.builder.icmp_signed("==", nbytes, ir.Constant(I64, 0)),
+            ir.Constant(I64, ALLOC_ALIGN), nbytes)
 
     def _used_bytes(self, buf: Buffer, elem: int) -> ir.Value:
-        """The bytes ``buf`` (of a size bounded by ``_alloc_bound``) takes at the call's
-        sizes, rounded up to :data:`ALLOC_ALIGN`: each dimension taken as at least 0, so never
-        more than the bound's bytes."""
+        """The bytes ``buf`` takes at the call's sizes, computed here and rounded up to
+        :data:`ALLOC_ALIGN`: each dimension taken as at least 0 (so never more than the bytes
+        at the bounds, for a size ``_alloc_bound`` bounds)."""
         b = self.scope.builder
         zero = ir.Constant(I64, 0)
         count: ir.Value = ir.Constant(I64, 1)

@@ -29,7 +29,7 @@ from typing import Any
 from tessera.tir import expr as E
 from tessera.tir import stmt as S
 from tessera.tir.arith import struct_key
-from tessera.tir.functor import IRMutator, post_order_visit, rebuild
+from tessera.tir.functor import IRMutator, nodes_of, post_order_visit, rebuild
 
 __all__ = ["PREFIX", "bind_size_quotients"]
 
@@ -129,9 +129,7 @@ def _shape_quotients(func: S.PrimFunc) -> set[Any]:
 
 
 def _has_var(e: E.PrimExpr) -> bool:
-    found: list[E.Var] = []
-    post_order_visit(e, lambda n: found.append(n) if isinstance(n, E.Var) else None)
-    return bool(found)
+    return bool(nodes_of(e, E.Var))
 
 
 def bind_size_quotients(func: S.PrimFunc) -> S.PrimFunc:
