@@ -353,3 +353,66 @@ def _evaluate(e: object, env: dict) -> int:
     out = simplify(substitute(e, {v: tir.const(x, v.dtype) for v, x in env.items()}))
     assert isinstance(out, tir.IntImm), out
     return out.value
+
+
+# ---- indices rebuilt from run-time sizes ------------------------------------------------------
+
+
+def _mask_gather(clamp_hi: tir.PrimExpr | None = None) -> tir.PrimFunc:
+    """``out[b, j] = mask[idx // s * s + idx % s]`` with ``idx = min(j + b*s, max(B*s - 1,
+    0))``: a flattened ``[B, s]`` mask gathered at positions made from ``Range``s (what a
+    symbolic attention mask's index becomes: the Gather's clamp, then its reshape back)."""
+    bsz, s = tir.Var("B"), tir.Var("s")
+    mask = tir.decl_buffer((bsz * s,), "int64", "mask")
+    out = tir.decl_buffer((bsz, s), "int64", "out")
+    b, j = tir.Var("b"), tir.Var("j")
+    hi = clamp_hi if clamp_hi is not None else tir.max_(bsz * s - 1, tir.const(0, "int64"))
+    idx = tir.min_(j + b * s, hi)
+    body = tir.For(b, 0, bsz, F.SERIAL, tir.For(j, 0, s, F.SERIAL, tir.BufferStore(
+        out, mask[idx // s * s + idx % s], [b, j])))
+    return tir.PrimFunc("f", [mask, out], body, size_vars=[bsz, s],
+                        size_bounds={bsz: (0, 16), s: (0, 1024)})
+
+
+def test_quotient_and_remainder_of_a_run_time_size_fuse_back() -> None:
+    """``(x // s) * s + x % s`` is ``x`` for a divisor that is a size, as for a constant one
+    (times a common factor too); with another factor on one side it stays."""
+    s, x = tir.Var("s"), tir.Var("x")
+    assert struct_equal(simplify(x // s * s + x % s), x)
+    assert struct_equal(simplify((x // s * s + x % s) * 3), simplify(x * 3))
+    m = tir.min_(x, s * 4 - 1)
+    assert struct_equal(simplify(m // s * s + m % s), m)
+    kept = simplify(x // s * s * 2 + x % s)
+    assert nodes_of(kept, tir.FloorMod) and nodes_of(kept, tir.FloorDiv)
+
+
+def test_a_clamp_that_a_product_of_loop_ranges_cannot_reach_goes() -> None:
+    """``j + b*s`` with ``b < B`` and ``j < s`` is at most ``B*s - 1``: the clamp (of a
+    Gather's index) goes and the load is ``mask[j + b*s]``, the same values at every size;
+    a clamp the index can reach stays."""
+    f = _mask_gather()
+    g = simplify(f)
+    assert nodes_of(g.body, tir.Min) == [] and nodes_of(g.body, tir.Max) == []
+    assert nodes_of(g.body, tir.FloorDiv) == [] and nodes_of(g.body, tir.FloorMod) == []
+    for bsz, s in ((0, 3), (1, 1), (1, 7), (3, 5), (2, 33)):
+        rng = np.random.default_rng(bsz * 100 + s)
+        mask = rng.integers(-5, 5, bsz * s)
+        want = np.zeros((bsz, s), np.int64)
+        got = np.zeros((bsz, s), np.int64)
+        run(f, [mask, want])
+        run(g, [mask, got])
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(got.reshape(-1), mask)
+    bsz, s = f.size_vars
+    tight = simplify(_mask_gather(bsz * s - 2))  # the last element is clamped: kept
+    assert len(nodes_of(tight.body, tir.Min)) == 1
+
+
+def test_min_and_max_operands_bound_a_difference() -> None:
+    """``max(a, b) >= a`` and ``min(a, b) <= a`` decide comparisons of symbolic values."""
+    n, m = tir.Var("n"), tir.Var("m")
+    simp = Simplifier({n: (0, 1024), m: (0, 1024)}, size_vars=[n, m])
+    assert _is_true(simp.visit(n <= tir.max_(n, m)))
+    assert _is_true(simp.visit(tir.min_(n, m * 2) <= m * 2))
+    assert _is_true(simp.visit(tir.min_(n - 1, m) < n))
+    assert not isinstance(simp.visit(tir.min_(n, m) < n), tir.IntImm)

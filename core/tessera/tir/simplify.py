@@ -6,7 +6,8 @@
 * identities: ``x + 0``, ``x * 1``, ``x * 0`` (integers), ``x // 1``, ``x % 1``, ``min(x, x)``,
   ``select(c, x, x)``, ``!!x``, ``x && true`` ...;
 * integer scalar ``+ - *`` go through a canonical polynomial, so terms cancel and combine
-  (``(i*8 + j) - i*8 -> j``) and ``(x // c) * c + x % c -> x``;
+  (``(i*8 + j) - i*8 -> j``) and ``(x // c) * c + x % c -> x`` (``c`` a constant or any
+  other expression: a run-time size);
 * ``(q*c + r) // c -> q + r // c`` and ``(q*c + r) % c -> r % c``; then ``r // c -> k`` and
   ``r % c -> r - k*c`` when the bounds of ``r`` (from enclosing loops, lets, if-conditions and
   the caller's ``bounds``) lie in one block ``[k*c, k*c + c)``; ``(x // a) // b -> x // (a*b)``,
@@ -31,10 +32,14 @@ variable the symbolic range ``[min, min + extent - 1]``; a let of such a value, 
 condition over one (inside its ``if``), give symbolic ranges too. A comparison, ``min`` or
 ``max`` whose constant bounds do not decide it is then bounded as TVM evaluates an int set:
 each variable with a symbolic range, innermost first, is replaced by its symbolic maximum or
-minimum (by the sign of its coefficient), and the result is bounded with ``k * (x // c)``
-rewritten ``(k/c) * (x - x % c)``, which knows ``(n // 8) * 8 <= n < (n // 8) * 8 + 8``. So
-``i < n`` holds in ``range(n)``, ``io*8 + ii < n`` in ``io in range(n // 8)``, ``ii in
-range(8)``, and ``min(n // 8, (n + 7) // 8)`` is ``n // 8``. None of this applies where no
+minimum (by the sign of its coefficient; in a product with factors that are never negative,
+``b * s``, by the sign of the term's coefficient), then a ``min``/``max`` term by the operand
+that bounds it on the side wanted (``max(a, b) >= a``), and the result is bounded with ``k *
+(x // c)`` rewritten ``(k/c) * (x - x % c)``, which knows ``(n // 8) * 8 <= n < (n // 8) * 8 +
+8``. So ``i < n`` holds in ``range(n)``, ``io*8 + ii < n`` in ``io in range(n // 8)``, ``ii in
+range(8)``, ``min(n // 8, (n + 7) // 8)`` is ``n // 8``, and ``min(j + b*s, max(B*s - 1, 0))``
+is ``j + b*s`` in ``b in range(B)``, ``j in range(s)`` (a Gather's clamp of an index made
+from Ranges). None of this applies where no
 symbolic value is involved: static kernels simplify exactly as before.
 """
 
@@ -277,17 +282,15 @@ class Simplifier(IRMutator):
 
     def _sym_max(self, p: Poly, used: frozenset, depth: int, budget: list[int]) -> Any:
         best = self.div_interval(p)[1]
-        if depth >= _SYM_DEPTH or budget[0] <= 0 or not self.sym:
+        if depth >= _SYM_DEPTH or budget[0] <= 0:
             return best
         for v in reversed(list(self.sym)):
             if v in used:
                 continue
-            key = (struct_key(v),)
-            t = p.terms.get(key)
-            if t is None or len(t[1]) != 1:
+            found = self._monotone_in(p, v)
+            if found is None:
                 continue
-            coef = t[0]
-            side = 1 if coef > 0 else 0
+            side, terms = found
             cands = [b[side] for b in reversed(self.sym[v]) if b[side] is not None]
             if not cands:
                 continue
@@ -296,11 +299,56 @@ class Simplifier(IRMutator):
                     break
                 budget[0] -= 1
                 q = p.copy()
-                del q.terms[key]
-                q._iadd(to_poly(c).scale(coef))
+                for key in terms:
+                    coef, atoms = q.terms.pop(key)
+                    rest = Poly(p.dtype, coef)
+                    for a in atoms:
+                        if struct_key(a) != struct_key(v):
+                            rest = rest.mul(Poly.atom(a))
+                    q._iadd(rest.mul(to_poly(c)))
                 best = min(best, self._sym_max(q, used | {v}, depth + 1, budget))
             return best
+        # ``min(a, b) <= a, b`` and ``max(a, b) >= a, b``: a term of one such atom whose
+        # coefficient asks for that side is replaced by each operand in turn
+        for key, (coef, atoms) in p.terms.items():
+            if key in used or len(atoms) != 1:
+                continue
+            a = atoms[0]
+            if not (isinstance(a, E.Min) and coef > 0 or isinstance(a, E.Max) and coef < 0):
+                continue
+            for c in (a.a, a.b):
+                if budget[0] <= 0:
+                    break
+                budget[0] -= 1
+                q = p.copy()
+                del q.terms[key]
+                q._iadd(to_poly(c).scale(coef))
+                best = min(best, self._sym_max(q, used | {key}, depth + 1, budget))
+            return best
         return best
+
+    def _monotone_in(self, p: Poly, v: E.Var) -> tuple[int, list[tuple]] | None:
+        """Whether ``p`` grows (side 1) or shrinks (side 0) with ``v`` over non-negative
+        values of its other factors: ``(side, keys of the terms holding v)``; None where
+        ``v`` is in no term, twice in one, or in terms that disagree (or whose other factors
+        may be negative)."""
+        vk = struct_key(v)
+        side = None
+        terms = []
+        for key, (coef, atoms) in p.terms.items():
+            if vk not in key:
+                continue
+            if key.count(vk) != 1:
+                return None
+            if len(atoms) > 1 and any(self.interval(a)[0] < 0 for a in atoms
+                                      if struct_key(a) != vk):
+                return None
+            s = 1 if coef > 0 else 0
+            if side is not None and s != side:
+                return None
+            side = s
+            terms.append(key)
+        return None if side is None else (side, terms)
 
     def div_interval(self, p: Poly) -> tuple[Any, Any]:
         """:meth:`poly_interval` made tighter for terms ``k * (x // c)`` (constant ``c > 0``):
@@ -411,14 +459,22 @@ class Simplifier(IRMutator):
         return e if struct_equal(out, e) else out
 
     def _fuse_divmod(self, p: Poly) -> Poly:
-        """``(x // c) * (k*c) + (x % c) * k -> x * k``."""
+        """``(x // c) * (k*c) + (x % c) * k -> x * k``; with a divisor ``s`` that is not a
+        constant, ``(x // s) * s * k + (x % s) * k -> x * k`` (true wherever ``x // s`` is
+        defined: a run-time size divides an index expanded back from its quotient and
+        remainder)."""
         mods = [(key, coef, atoms[0]) for key, (coef, atoms) in p.terms.items()
                 if len(atoms) == 1 and isinstance(atoms[0], E.FloorMod)
-                and isinstance(atoms[0].b, E.IntImm) and atoms[0].b.value > 0]
+                and (not isinstance(atoms[0].b, E.IntImm) or atoms[0].b.value > 0)]
         for key, coef, mod in mods:
-            c = mod.b.value
-            div_key = (struct_key(E.FloorDiv(mod.a, mod.b)),)
-            if key in p.terms and div_key in p.terms and p.terms[div_key][0] == coef * c:
+            div = E.FloorDiv(mod.a, mod.b)
+            if isinstance(mod.b, E.IntImm):
+                div_key: tuple = (struct_key(div),)
+                want = coef * mod.b.value
+            else:
+                div_key = tuple(sorted((struct_key(div), struct_key(mod.b)), key=repr))
+                want = coef
+            if key in p.terms and div_key in p.terms and p.terms[div_key][0] == want:
                 p = p.copy()
                 del p.terms[key]
                 del p.terms[div_key]
