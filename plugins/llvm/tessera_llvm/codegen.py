@@ -33,7 +33,8 @@ Parallel loops. A ``For`` of kind PARALLEL is outlined into an internal function
 ``void body(i64 begin, i64 end, ptr closure)``: the buffers and variables it uses from the
 enclosing code are stored in a closure struct on the caller's stack, and the loop is launched
 with ``tessera_parallel_for(body, closure, extent, grain)`` (the native pool of
-:mod:`tessera_llvm.parallel`; the grain is the loop's ``parallel_grain`` annotation, default 1).
+:mod:`tessera_llvm.parallel`; the grain is the loop's ``parallel_grain`` annotation, default 1:
+an int, or an expression of the sizes evaluated where the loop starts).
 ``body`` unpacks the closure and calls ``body_impl`` whose buffer arguments are ``noalias``.
 A parallel loop inside another one runs serially.
 
@@ -74,7 +75,7 @@ from tessera.tir import expr as E
 from tessera.tir import stmt as S
 from tessera.tir.arith import const_int_bound
 from tessera.tir.buffer import Buffer
-from tessera.tir.functor import post_order_visit
+from tessera.tir.functor import nodes_of, post_order_visit
 from tessera_llvm.codegen_expr import (
     I8,
     I32,
@@ -538,7 +539,7 @@ class _FunctionCodegen(ExprCodegen):
         b = outer.builder
         begin = self._index_value(self.expr(s.min))
         extent = self._index_value(self.expr(s.extent))
-        grain = int(s.annotations.get("parallel_grain", 1) or 1)
+        grain = self._grain(s)
         var_caps, buf_caps = self._captures(s.body, outer)
 
         self._outlined += 1
@@ -561,7 +562,7 @@ class _FunctionCodegen(ExprCodegen):
                          source_etype=closure_ty)
             b.store(v, slot)
         launch = self.gen.math.declare(PARALLEL_FOR, VOID, [PTR, PTR, I64, I64])
-        b.call(launch, [outlined, closure, extent, ir.Constant(I64, grain)])
+        b.call(launch, [outlined, closure, extent, grain])
 
         # The outlined body: unpack the closure, call the implementation.
         ob = ir.IRBuilder(outlined.append_basic_block("entry"))
@@ -595,10 +596,24 @@ class _FunctionCodegen(ExprCodegen):
         finally:
             self.scope = outer
 
+    def _grain(self, s: S.For) -> ir.Value:
+        """The ``parallel_grain`` of the parallel loop ``s`` as an ``i64``: a constant, or an
+        expression of the sizes chosen at run time (a gated loop of a kernel with run-time
+        extents: ``tessera_llvm.schedules.common.gate_parallel``)."""
+        grain = s.annotations.get("parallel_grain", 1)
+        if isinstance(grain, E.PrimExpr):
+            missing = [v.name for v in nodes_of(grain, E.Var) if v not in self.scope.vars]
+            if missing:
+                raise CompileError(f"llvm codegen {self.func.name}: the parallel grain of loop "
+                                   f"{s.loop_var.name} reads {', '.join(missing)}, which are "
+                                   "not defined where the loop starts")
+            return self._index_value(self.expr(grain))
+        return ir.Constant(I64, int(grain or 1))
+
     def _captures(self, body: S.Stmt,
                   scope: _Scope) -> tuple[dict[E.Var, ir.Value], dict[E.Var, ir.Value]]:
-        """The variables and buffer pointers of ``scope`` that ``body`` uses, in first-use
-        order."""
+        """The variables and buffer pointers of ``scope`` that ``body`` uses (with the grains
+        of the parallel loops in it), in first-use order."""
         var_caps: dict[E.Var, ir.Value] = {}
         buf_caps: dict[E.Var, ir.Value] = {}
 
@@ -606,6 +621,9 @@ class _FunctionCodegen(ExprCodegen):
             if isinstance(node, E.Var):
                 if node in scope.vars and node not in var_caps:
                     var_caps[node] = scope.vars[node]
+            elif isinstance(node, S.For) and \
+                    isinstance(node.annotations.get("parallel_grain"), E.PrimExpr):
+                post_order_visit(node.annotations["parallel_grain"], visit)
             elif isinstance(node, E.BufferLoad | S.BufferStore | S.Allocate):
                 buf = node.buffer
                 for e in (*buf.shape, buf.elem_offset):

@@ -13,9 +13,11 @@ import numpy as np
 import pytest
 
 from tessera import tir
+from tessera.errors import CompileError
 from tessera_llvm import parallel
-from tessera_llvm.build import build_module
+from tessera_llvm.build import build_module, size_spec
 from tessera_llvm.codegen import generate_module
+from tessera_llvm.schedules.common import SERIAL_GRAIN
 
 F = tir.ForKind
 PLUGIN = str(Path(__file__).resolve().parents[1])
@@ -57,6 +59,47 @@ def test_extent_smaller_than_thread_count_and_repeated_launches(threads):
     for _ in range(500):
         fn([c])
     np.testing.assert_array_equal(c, [500, 500, 500])
+
+
+def _gated_count(least: int) -> tir.PrimFunc:
+    """``for i in parallel(n): C[i] = C[i] + i``, its grain chosen at run time (a gated loop
+    of a symbolic kernel): 1 from ``n >= least`` on, else every iteration in one chunk."""
+    n = tir.Var("n", "int64")
+    C = tir.Buffer("C", [n], "int64")
+    i = tir.Var("i", "int64")
+    grain = tir.select(n >= least, tir.const(1, "int64"), tir.const(SERIAL_GRAIN, "int64"))
+    body = tir.For(i, 0, n, F.PARALLEL, tir.BufferStore(C, C[i] + i, [i]),
+                   annotations={"parallel_grain": grain})
+    return tir.PrimFunc(f"gated_{least}", [C], body, size_vars=[n],
+                        size_bounds={n: (0, 1 << 20)})
+
+
+@pytest.mark.parametrize("nthreads", [1, 2, 3])
+def test_a_grain_chosen_at_run_time(threads, nthreads):
+    """A grain given as an expression of the sizes is evaluated where the loop starts: every
+    index is written once below the threshold (one chunk, run by the caller) and above it
+    (chunks of one iteration on the pool)."""
+    threads(nthreads)
+    func = _gated_count(64)
+    built = build_module([func], "gated", size_specs={func.name: size_spec(func)})
+    assert "select" in built.source_ir  # the grain picked in the kernel, at run time
+    fn = built.load().get(func.name)
+    for n in (0, 1, 7, 63, 64, 65, 1000):
+        c = np.arange(n, dtype="int64") * 3
+        for _ in range(3):
+            fn([c])
+        np.testing.assert_array_equal(c, np.arange(n, dtype="int64") * 6, err_msg=f"n={n}")
+
+
+def test_a_grain_reading_an_undefined_variable_is_an_error():
+    n, m = tir.Var("n", "int64"), tir.Var("m", "int64")
+    C = tir.Buffer("C", [n], "int64")
+    i = tir.Var("i", "int64")
+    body = tir.For(i, 0, n, F.PARALLEL, tir.BufferStore(C, C[i] + i, [i]),
+                   annotations={"parallel_grain": tir.max_(m, tir.const(1, "int64"))})
+    func = tir.PrimFunc("stray", [C], body, size_vars=[n])
+    with pytest.raises(CompileError, match="parallel grain of loop i reads m"):
+        build_module([func], "stray")
 
 
 def _matvec(rows: int, cols: int, kind: F, dtype: str) -> tir.PrimFunc:
@@ -214,8 +257,9 @@ def _run_script(code: str, env_extra: dict[str, str] | None = None) -> str:
 _KERNEL = """
 import numpy as np
 from tessera import tir
+from tessera.errors import CompileError
 from tessera_llvm import parallel
-from tessera_llvm.build import build_module
+from tessera_llvm.build import build_module, size_spec
 C = tir.Buffer("C", [257], "int32")
 i = tir.Var("i")
 f = tir.PrimFunc("k", [C], tir.For(i, 0, 257, tir.ForKind.PARALLEL,

@@ -243,8 +243,8 @@ def test_dense_tiles_are_vector_micro_kernels(funcs) -> None:
         assert isinstance(k.extent, E.IntImm) and k.extent.value == HIDDEN
     par = [f for f in nodes_of(func.body, S.For) if f.kind == S.ForKind.PARALLEL]
     assert len(par) == 1 and isinstance(par[0].extent, E.IntImm) and par[0].extent.value == 64
-    # not gated: no chunk of the parallel loop chosen at run time
-    assert not [x for x in nodes_of(func.body, S.LetStmt) if x.var.name.endswith("_chunk")]
+    # not gated: no grain of the parallel loop chosen at run time
+    assert not isinstance(par[0].annotations.get("parallel_grain"), E.PrimExpr)
     assert not any(TAIL_PRAGMA in f.annotations or PARALLEL_PRAGMA in f.annotations
                    for f in nodes_of(func.body, S.For))
 
@@ -304,13 +304,13 @@ def test_context_reduction_of_run_time_length(funcs) -> None:
     for k in k_loops(func):
         assert isinstance(k.extent, E.Var) and k.extent.name == "s"
         assert vector_stores(k) and not nodes_of(k, S.IfThenElse)
-    # the parallel loop's extent: the tasks over the run-time chunk (the whole loop, 16 tiles,
-    # in one chunk when the product is small)
+    # the parallel loop over its 16 tiles keeps its extent; its grain is chosen at run time:
+    # 1, or every tile in one chunk (run by the caller) when the product is small
     (par,) = [f for f in nodes_of(func.body, S.For) if f.kind == S.ForKind.PARALLEL]
-    assert isinstance(par.extent, E.FloorDiv) and isinstance(par.extent.b, E.Select)
-    total = par.extent.b.false_value
-    assert isinstance(total, E.IntImm) and total.value == HEADS * (HEAD // 32)
-    assert "s" in str(par.extent.b.condition)
+    assert isinstance(par.extent, E.IntImm) and par.extent.value == HEADS * (HEAD // 32)
+    grain = par.annotations["parallel_grain"]
+    assert isinstance(grain, E.Select) and "s" in str(grain.condition)
+    assert grain.true_value.value == 1 and grain.false_value.value >= par.extent.value
 
 
 def test_static_products_are_unchanged() -> None:

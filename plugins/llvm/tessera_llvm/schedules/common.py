@@ -267,17 +267,22 @@ def injective_space(op: te.ComputeOp, cpu: CPUInfo, template: str = "injective",
 #: column tiles, a Winograd product's tiles.
 WIDTH_TAIL_PRAGMA = "tessera.conv_width_tail"
 #: The annotation (a TE pragma) of a parallel loop whose stage has run-time extents:
-#: ``(work, least)``; :func:`~.dense.specialize_tails` makes it one task (run by the caller,
-#: no worker woken) at the sizes where ``work`` (an expression of the sizes: the stage's
-#: elements, or its products' operations) is below ``least``.
+#: ``(work, least)``; :func:`~.dense.specialize_tails` gives the loop a grain chosen at run
+#: time that makes it one task (run by the caller, no worker woken) at the sizes where
+#: ``work`` (an expression of the sizes: the stage's elements, or its products' operations) is
+#: below ``least``.
 PARALLEL_PRAGMA = "tessera.dense_parallel"
+#: The ``parallel_grain`` of a gated loop (:data:`PARALLEL_PRAGMA`) below its least work:
+#: at least every iteration in one chunk, which the thread pool runs in the calling thread.
+SERIAL_GRAIN = 1 << 62
 
 
 def gate_parallel(stage: Any, loop: Any, op: te.ComputeOp, least: int,
                   with_reduction: bool = False) -> None:
     """Annotate the parallel ``loop`` of ``op``'s stage when ``op`` has run-time extents
     (:data:`PARALLEL_PRAGMA`): its work (the output's elements, times the reduction's with
-    ``with_reduction``) decides at run time whether the loop is worth a parallel launch,
+    ``with_reduction``) decides at run time whether the loop is worth a parallel launch (its
+    ``parallel_grain`` becomes an expression of the sizes: :data:`SERIAL_GRAIN` below it),
     where a static stage decides at compile time (a symbolic stage is parallel at its
     representative sizes: at a request of 5 tokens, 9 layer norms each woke the workers for
     microseconds of work)."""

@@ -44,6 +44,7 @@ from tessera.tir.transform._util import copy_with
 from .common import (
     PARALLEL_PRAGMA,
     REPRESENTATIVE_SIZE,
+    SERIAL_GRAIN,
     CPUInfo,
     extents,
     representative,
@@ -838,28 +839,24 @@ class _Tails(IRMutator):
         return S.seq(whole, tail)
 
     def gated(self, s: S.For, work: E.PrimExpr, least: int) -> S.Stmt:
-        """The parallel loop ``s`` (extent ``T``, static or a run-time size) as ``T // c``
-        parallel tasks of ``c`` iterations: ``c = 1`` where ``work >= least``, else ``c =
-        max(T, 1)`` (one task, which the thread pool runs in the calling thread without
-        waking a worker)."""
-        if s.kind != S.ForKind.PARALLEL or not E.is_int(s.extent.dtype) or \
-                not (isinstance(s.min, E.IntImm) and s.min.value == 0):
+        """The parallel loop ``s`` with a grain chosen at run time (its ``parallel_grain``
+        annotation, an expression of the sizes): the loop's own grain where ``work >= least``,
+        else :data:`SERIAL_GRAIN` (one task, which the thread pool runs in the calling thread
+        without waking a worker). The loop and its variable stay as they are, so its index
+        expressions keep their ranges (``b`` in ``range(batch)``, not ``p * c + t`` with a
+        chunk ``c`` known only at run time, which no bound of the simplifier relates to
+        ``batch``)."""
+        if s.kind != S.ForKind.PARALLEL or not E.is_int(s.extent.dtype):
             return s
         smallest = substitute(work, {v: 1 for v in self.size_vars})
         smallest = to_poly(smallest).to_expr() if E.is_int(smallest.dtype) else smallest
         if isinstance(smallest, E.IntImm) and smallest.value >= least:
             return s  # worth a launch at every size
-        v, total = s.loop_var, s.extent
-        c = E.Var(f"{v.name}_chunk", v.dtype)
-        p = E.Var(f"{v.name}_task", v.dtype)
-        t = E.Var(f"{v.name}_step", v.dtype)
-        body = substitute(s.body, {v: p * c + t})
-        inner = S.For(t, 0, c, S.ForKind.SERIAL, body)
-        loop = S.For(p, 0, E.FloorDiv(total, c), S.ForKind.PARALLEL, inner, s.thread_tag,
-                     s.annotations)
-        whole = total if isinstance(total, E.IntImm) else E.max_(total, E.IntImm(1, v.dtype))
-        chunk = E.Select(E.GE(work, E.IntImm(least, work.dtype)), E.IntImm(1, v.dtype), whole)
-        return S.LetStmt(c, chunk, loop)
+        grain = int(s.annotations.get("parallel_grain", 1) or 1)
+        chosen = E.Select(E.GE(work, E.IntImm(least, work.dtype)), E.IntImm(grain, "int64"),
+                          E.IntImm(SERIAL_GRAIN, "int64"))
+        return S.For(s.loop_var, s.min, s.extent, s.kind, s.body, s.thread_tag,
+                     {**s.annotations, "parallel_grain": chosen})
 
     def rows(self, s: S.For, body: S.Stmt, n: E.PrimExpr, f: int,
              notes: dict[str, Any]) -> S.Stmt | None:
