@@ -15,6 +15,12 @@ size expressions (:mod:`tessera.ir.symbolic`): evaluated once the sizes are boun
 
 The references need ints: a size expression left in an attribute is an :class:`OpError`
 saying to bind the sizes first.
+
+``ShapeValues``, ``Range`` and ``ConstantOfShape`` make each element from its index alone:
+they are ``INJECTIVE`` and fuse into the kernels that read them, where ``Range(seq)[j]`` is
+the loop variable ``j`` itself (an attention mask read at ``Range(seq) + Range(batch) * seq``
+becomes ``mask[j + b * seq]``, which the simplifier proves in bounds and a vector loop reads
+in place). ``Shape`` stays ``OPAQUE``: it reads its input's dimensions, not its data.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from tessera.ir.types import DType, TensorType
 from tessera.ops.registry import Attr, OpPattern, register_op
 
 OPAQUE = OpPattern.OPAQUE
+INJECTIVE = OpPattern.INJECTIVE
 
 
 def _require_ints(op: str, **attrs: Any) -> None:
@@ -72,7 +79,7 @@ def _shape_values_infer(*, values: list[Any], shape: list[int], dtype: DType) ->
 
 @register_op("ShapeValues", attrs={"values": Attr.ints(), "shape": Attr.ints(),
                                    "dtype": Attr.dtype(DType.int64)},
-             inputs=(0, 0), infer=_shape_values_infer, pattern=OPAQUE)
+             inputs=(0, 0), infer=_shape_values_infer, pattern=INJECTIVE)
 def shape_values(*, values: list[Any], shape: list[int], dtype: DType) -> np.ndarray:
     """``values`` as a ``dtype`` tensor of ``shape``."""
     _require_ints("ShapeValues", values=values)
@@ -108,7 +115,7 @@ def _range_infer(*, start: Any, limit: Any, delta: Any, dtype: DType) -> TensorT
 
 @register_op("Range", attrs={"start": Attr.any(), "limit": Attr.any(), "delta": Attr.any(1),
                              "dtype": Attr.dtype(DType.int64)},
-             inputs=(0, 0), infer=_range_infer, pattern=OPAQUE)
+             inputs=(0, 0), infer=_range_infer, pattern=INJECTIVE)
 def range_(*, start: Any, limit: Any, delta: Any, dtype: DType) -> np.ndarray:
     """``arange(start, limit, delta)`` as ``dtype`` (computed in int64 or float64)."""
     _require_ints("Range", start=start, limit=limit, delta=delta)
@@ -131,7 +138,7 @@ def _cos_infer(*, shape: list[Any], value: np.ndarray | None) -> TensorType:
 
 
 @register_op("ConstantOfShape", attrs={"shape": Attr.ints(), "value": Attr.tensor(None)},
-             inputs=(0, 0), infer=_cos_infer, pattern=OPAQUE)
+             inputs=(0, 0), infer=_cos_infer, pattern=INJECTIVE)
 def constant_of_shape(*, shape: list[Any], value: np.ndarray | None) -> np.ndarray:
     """A tensor of ``shape`` filled with ``value`` (float32 zero by default)."""
     _require_ints("ConstantOfShape", shape=shape)
