@@ -19,6 +19,7 @@ from tessera.ir.verifier import verify
 from tessera.ops.registry import OpPattern
 from tessera.passes import PassManager
 from tessera.passes.fuse_ops import FusedGroup, format_groups, fuse_ops, op_pattern
+from tessera.testing.size_models import relative_bias_model
 
 RNG = np.random.default_rng(11)
 F32 = DType.float32
@@ -209,6 +210,74 @@ def test_concat_inlines_data_movement_but_not_costly_producers() -> None:
     got = run_by_groups(fn, groups, feeds)
     for k, v in want.items():
         np.testing.assert_allclose(got[k], v, rtol=1e-6, atol=1e-6)
+
+
+def _indices_into_gather(table: np.ndarray, costly: bool) -> Function:
+    """``Gather(table, bucket(x))`` with ``bucket`` a chain of ops on ``x: float32[6, 5]``
+    (with a ``Log`` where ``costly``), then a ``Relu`` of the rows gathered."""
+    fn = Function("g")
+    x = fn.add_input("x", TensorType((6, 5), F32))
+    y = fn.op("Abs", x, name="abs")
+    if costly:
+        y = fn.op("Log", fn.op("Add", y, fn.constant(np.float32(1.0)), name="plus1"),
+                  name="log")
+    idx = fn.op("Min", fn.op("Cast", y, to=DType.int64, name="cast"),
+                fn.constant(np.int64(table.shape[0] - 1)), name="bucket")
+    picked = fn.op("Gather", fn.constant(table, "table"), idx, axis=0, name="gather")
+    fn.outputs = [fn.op("Relu", picked, name="relu")]
+    return fn
+
+
+@pytest.mark.parametrize("row", [1, 4])
+@pytest.mark.parametrize("costly", [False, True])
+def test_costly_indices_of_a_gather_of_rows_stay_a_kernel(row: int, costly: bool) -> None:
+    """A Gather reading each index ``row`` times (a table of one value per head, as T5's
+    relative-position bias) does not take a costly index computation (a ``Log`` per
+    element): it would be computed at every read. Cheap indices, or rows of one element,
+    fuse as before; the results are the same either way."""
+    table = rand(8, row) if row > 1 else rand(8)
+    fn = _indices_into_gather(table, costly)
+    groups = fuse_ops(fn)
+    check_invariants(fn, groups)
+    apart = group_of(groups, "bucket") is not group_of(groups, "gather")
+    assert apart == (costly and row > 1), [g.ops for g in groups]
+    feeds = {"x": rand(6, 5) * 4}
+    want = evaluate_function(fn, feeds)
+    got = run_by_groups(fn, groups, feeds)
+    for k, v in want.items():
+        np.testing.assert_array_equal(got[k], v)
+
+
+def test_a_costly_gather_index_is_not_pulled_in_along_a_path() -> None:
+    """One ``Range`` read by a costly bucket computation (gathered per head) and by a
+    cheap mask index: the Range's post-dominator is the end, and fusing it there would take
+    the bucket computation along; the bucket stays a kernel of its own (and the Range, read
+    by two kernels, one too)."""
+    model = relative_bias_model()
+    nodes = list(model.graph.node)
+    for n in nodes:  # the mask's index reads the bias's Range
+        if n.output[0] == "krow":
+            n.input[0] = "pos"
+    del model.graph.node[:]
+    model.graph.node.extend(n for n in nodes if n.output[0] != "kpos")
+    fn = import_onnx(model, symbolic=True)
+    groups = fuse_ops(fn)
+    check_invariants(fn, groups)
+    log = next(g for g in groups if "Log" in g.ops)
+    assert "Gather" not in log.ops and "Where" not in log.ops, [g.ops for g in groups]
+
+
+def test_index_ops_fuse_and_a_costly_table_of_sizes_is_apart() -> None:
+    """T5's bias in miniature: ``Range``, ``ShapeValues`` fuse into the kernels that read
+    them (the mask's gather indices become loop variables); the relative-position buckets
+    (a ``Log`` per element) are one kernel, gathered per head by the kernel that adds them."""
+    fn = import_onnx(relative_bias_model(), symbolic=True)
+    groups = fuse_ops(fn)
+    check_invariants(fn, groups)
+    assert [g.ops.count("Gather") for g in groups] == [0, 2], [g.ops for g in groups]
+    bucket, main = groups
+    assert "Log" in bucket.ops and "Range" in bucket.ops
+    assert main.ops.count("Range") == 2 and "ShapeValues" in main.ops
 
 
 def test_reduce_takes_producers_not_consumers() -> None:

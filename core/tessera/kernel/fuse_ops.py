@@ -27,7 +27,9 @@ The rules are TVM's, driven by each op's :class:`~tessera.ops.registry.OpPattern
 * ``OPAQUE`` ops (Softmax, LRN, today's MaxPool and AveragePool) stay alone;
 * a group whose values depend on sizes and constants only does not fuse into a consumer that
   reads data when computing it costs more than reading it (a static compile folds such a
-  group into a constant; a symbolic one runs its kernel once per binding of the sizes).
+  group into a constant; a symbolic one runs its kernel once per binding of the sizes);
+* a costly group does not fuse into a ``Gather`` as its indices when the Gather reads each
+  index several times (rows of more than one element): it would be computed at every read.
 
 A node is only fused into its *immediate post-dominator* (the first node that every path from it
 to the function's outputs goes through), after checking every node on every path in between, and
@@ -45,6 +47,7 @@ seen from the conv).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -165,6 +168,8 @@ class _ForwardGraph:
         self.nodes = func.topological_order()
         self.patterns = [pattern_of(n) for n in self.nodes]
         produced = {id(v): i for i, n in enumerate(self.nodes) for v in n.outputs}
+        #: id(value) -> index of the node producing it
+        self.producer = produced
         self.edges: list[list[tuple[int, OpPattern]]] = [[] for _ in self.nodes]
         for j, node in enumerate(self.nodes):
             for v in node.inputs:
@@ -308,6 +313,48 @@ class _Partitioner:
         return any(n.op in COSTLY_OPS for n in computing) or \
             len(computing) > CONCAT_INLINE_OPS
 
+    def _computing_ops(self, src: int) -> list[str]:
+        """The ops of ``src``'s group that compute (neither move data nor make indices)."""
+        root = self.find(src)
+        return [n.op for u, n in enumerate(self.graph.nodes)
+                if self.find(u) == root and n.op not in DATA_MOVEMENT
+                and n.op not in INDEX_OPS]
+
+    @staticmethod
+    def _costly(ops: list[str]) -> bool:
+        return len(ops) > CONCAT_INLINE_OPS or any(op in TRANSCENDENTAL_OPS for op in ops)
+
+    def _costly_into_gather(self, src: int, sink: int) -> bool:
+        """Whether fusing ``src`` (and the paths from it) into ``sink`` would put a costly
+        group and a ``Gather`` reading it as its indices in one kernel, where the Gather reads
+        each index several times: T5's relative-position bias picks a row of one value per
+        head, and a fused index is computed at every read. Work beyond a few cheap ops (a
+        transcendental or division; more than :data:`CONCAT_INLINE_OPS` computing nodes)
+        then stays a kernel of its own, written once."""
+        graph = self.graph
+        merged = None
+        for u in self._paths(src, sink):
+            node = graph.nodes[u]
+            if node.op != "Gather" or len(node.inputs) < 2 or node.inputs[1] is None \
+                    or node.inputs[0] is None:
+                continue
+            producer = graph.producer.get(id(node.inputs[1]))
+            if producer is None or self.find(producer) == self.find(u):
+                continue
+            if merged is None:
+                merged = {self.find(v) for v in (src, *self._paths(src, sink))}
+            if self.find(producer) not in merged:
+                continue
+            shape = node.inputs[0].type.shape
+            axis = int(node.attrs.get("axis", 0))
+            axis = axis + len(shape) if axis < 0 else axis
+            row = [d for k, d in enumerate(shape) if k != axis]
+            if all(isinstance(d, int) for d in row) and math.prod(row) <= 1:
+                continue  # one element per index: read once
+            if self._costly(self._computing_ops(producer)):
+                return True
+        return False
+
     def _costly_sizes_only(self, src: int, sink: int) -> bool:
         """Whether ``src``'s group computes from sizes and constants only, at a cost per
         element beyond reading its result (a transcendental or division, or more than
@@ -318,12 +365,7 @@ class _Partitioner:
         graph = self.graph
         if not graph.sizes_only[src] or graph.sizes_only[sink]:
             return False
-        root = self.find(src)
-        computing = [n.op for u, n in enumerate(graph.nodes)
-                     if self.find(u) == root and n.op not in DATA_MOVEMENT
-                     and n.op not in INDEX_OPS]
-        return len(computing) > CONCAT_INLINE_OPS or any(op in TRANSCENDENTAL_OPS
-                                                         for op in computing)
+        return self._costly(self._computing_ops(src))
 
     def commit(self, src: int, sink: int) -> None:
         """Fuse ``src`` and every node between it and ``sink`` into ``sink``'s group."""
@@ -352,7 +394,8 @@ class _Partitioner:
                 continue
             if self.size_with(i, sink) > self.max_depth:
                 continue
-            if self._costly_into_concat(i, sink) or self._costly_sizes_only(i, sink):
+            if self._costly_into_concat(i, sink) or self._costly_sizes_only(i, sink) or \
+                    self._costly_into_gather(i, sink):
                 continue
             if self.check_path(i, sink, cond):
                 self.commit(i, sink)
