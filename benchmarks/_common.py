@@ -161,12 +161,18 @@ def interleaved_medians(calls: Sequence[Callable[[], object]], rounds: int = 9,
     return [statistics.median(ts) for ts in times]
 
 
-def median_ms(fn: Callable[[], object], runs: int, warmup: int = 0) -> float:
+def median_ms(fn: Callable[[], object], runs: int, warmup: int = 0,
+              warm_s: float = 0.0) -> float:
     """Median wall-clock milliseconds of ``runs`` single calls of ``fn``, after ``warmup``
-    calls."""
+    calls and after calling it for ``warm_s`` seconds (a core that slept comes back slowly:
+    on the 2-core EPYC VM the first millisecond or two of calls after a pause ran at up to
+    twice their time, whichever engine came first)."""
     import statistics
 
     for _ in range(max(warmup, 0)):
+        fn()
+    end = time.perf_counter() + warm_s
+    while time.perf_counter() < end:
         fn()
     times = []
     for _ in range(max(runs, 1)):

@@ -39,6 +39,11 @@ from _common import cpu_name, geomean, limit_threads, median_ms, ort_session
 #: Seconds to wait after onnxruntime ran before timing Tessera: its intra-op workers keep
 #: spinning for a while after each run, and on a 2-core machine they would be timed too.
 SETTLE_S = 0.2
+#: Seconds each engine is called before its calls are timed: after the settling pause the
+#: engine timed first (the symbolic module) otherwise ran its first calls on a core coming
+#: back from sleep (bert-small at 1x7: 78 against 43 us; the same engines in the other order
+#: 45 against 45 us).
+WARM_S = 0.02
 
 DEFAULT_MODELS = ("gpt2,llama,bert,distilbert,t5-encoder,whisper-encoder,vit,swin,convnext,"
                   "resnet,mobilenetv2,efficientnet,segformer,wav2vec2,clip-vision,clip-text")
@@ -127,9 +132,12 @@ def main() -> int:
                       for g, w in zip(got.values(), want))
             dyn_ms, static_ms, ort_ms = [], [], []
             for _ in range(3):  # alternate, so drift hits all three alike
-                dyn_ms.append(median_ms(lambda m=dyn, f=feeds: m.run(f), args.repeat))
-                static_ms.append(median_ms(lambda m=static, f=feeds: m.run(f), args.repeat))
-                ort_ms.append(median_ms(lambda s=sess, f=feeds: s.run(None, f), args.repeat))
+                dyn_ms.append(median_ms(lambda m=dyn, f=feeds: m.run(f), args.repeat,
+                                        warm_s=WARM_S))
+                static_ms.append(median_ms(lambda m=static, f=feeds: m.run(f), args.repeat,
+                                           warm_s=WARM_S))
+                ort_ms.append(median_ms(lambda s=sess, f=feeds: s.run(None, f), args.repeat,
+                                        warm_s=WARM_S))
                 time.sleep(SETTLE_S)
             d, s, o = min(dyn_ms), min(static_ms), min(ort_ms)
             ratios.append(d / s)
