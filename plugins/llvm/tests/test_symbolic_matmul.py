@@ -226,7 +226,8 @@ def remainders(func: S.PrimFunc, tile: int) -> list[int]:
 
 def test_dense_tiles_are_vector_micro_kernels(funcs) -> None:
     """The whole 12-row tiles, then the s % 12 rows left in tiles of 4 rows (the last
-    shifted back to end at s), or one row at a time where s < 4: a reduction loop over k
+    shifted back to end at s), or, where s < 4, one tile of 4 rows whose rows past s - 1
+    repeat the last (min(row, s - 1)): a reduction loop over k
     of 2 vector loads of W and one vector FMA per row and vector, without a guard; the
     parallel loop over the 64 column panels is never gated (even one row is 2 MFLOP)."""
     nest, func = funcs["ffn_in"]
@@ -236,7 +237,12 @@ def test_dense_tiles_are_vector_micro_kernels(funcs) -> None:
     loops = k_loops(func)
     assert len(loops) == 3
     rows = [len(vector_stores(k)) // 2 for k in loops]
-    assert rows == [12, 4, 1]
+    assert rows == [12, 4, 4]
+    # the last copy's rows are clamped to the last row: four accumulator chains at any s
+    clamped = [x for x in nodes_of(loops[2], E.BufferLoad) if x.buffer.name != "W"
+               and x.buffer.scope != "local"]
+    assert clamped and any(nodes_of(x.indices[0], E.Min) for x in clamped)
+    assert all("s" in str(x.indices[0]) for x in clamped)  # rows min(i, s - 1)
     for k in loops:
         assert not nodes_of(k, S.IfThenElse) and not nodes_of(k, E.Select)
         assert len({str(x.indices[-1]) for x in vector_loads(k, "W")}) == 2
@@ -250,13 +256,13 @@ def test_dense_tiles_are_vector_micro_kernels(funcs) -> None:
 
 
 def test_each_tail_tile_zeroes_only_its_own_rows(funcs) -> None:
-    """The accumulator's zeroing is cut to the rows each copy computes (12, 4, 1 rows of two
+    """The accumulator's zeroing is cut to the rows each copy computes (12, 4, 4 rows of two
     vectors): zeroing rows a copy never reads kept the accumulator in memory for LLVM."""
     _, func = funcs["ffn_in"]
     zeros = [st for st in vector_stores(func.body) if st.buffer.scope == "local"
              and isinstance(st.value, E.Broadcast) and isinstance(st.value.value, E.FloatImm)
              and st.value.value.value == 0.0]
-    assert len(zeros) == 2 * (12 + 4 + 1)
+    assert len(zeros) == 2 * (12 + 4 + 4)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -272,21 +278,21 @@ def test_scores_tiles_shift_columns_back(funcs) -> None:
     reduction: the whole column tiles, the last tile's two vectors shifted back to end at s
     (the first at 0 where s < 32), and, for a matrix narrower than a vector (s < 16),
     one vector reading a zero-padded local copy of K^T's s columns. Rows as for a dense
-    layer: whole tiles, then tiles of 4 rows or single rows for the rest, each with the
-    column forms."""
+    layer: whole tiles, then tiles of 4 rows (below 4 rows one, its rows clamped to the
+    last) for the rest, each with the column forms."""
     _, func = funcs["scores"]
     assert remainders(func, 12) == []
     tiles = [k for k in k_loops(func)
              if any(s.buffer.name.endswith("_local") for s in nodes_of(k, S.BufferStore))]
     # the 12-row tiles and the 4-row ones: 3 column forms each (whole, the last shifted
-    # back, padded); single rows run only where s < 4, so only in the padded form (the
+    # back, padded); the clamped tile runs only where s < 4, so only in the padded form (the
     # others' conditions are simplified away)
     assert len(tiles) == 3 * 2 + 1
     for k in tiles:
         assert vector_stores(k) and not nodes_of(k, S.IfThenElse)
     padded = [k for k in tiles if vector_loads(k, "KT_panel")]
     assert len(padded) == 3 and all(not vector_loads(k, "KT") for k in padded)
-    assert sorted(len(vector_stores(k)) for k in padded) == [1, 4, 12]
+    assert sorted(len(vector_stores(k)) for k in padded) == [4, 4, 12]
     # two vectors in the whole tiles and in the last one (shifted back)
     vectors = sorted(len({str(x.indices[-1]) for x in vector_loads(k, "KT")}) for k in tiles
                      if k not in padded)
@@ -435,13 +441,13 @@ def test_graph_lowering_of_a_dense_layer() -> None:
 
 def test_rows_that_are_an_expression_of_sizes() -> None:
     """Rows ``h * s`` (a batch of sequences flattened): the last tile is still unguarded
-    micro-kernels (tiles of 4 rows, the last shifted back, or single rows)."""
+    micro-kernels (tiles of 4 rows, the last shifted back, or one whose rows are clamped)."""
     h, s = tir.Var("h"), tir.Var("s")
     x = te.placeholder((h * s, 64), name="X")
     w = te.placeholder((2, 64, 32), name="W")
     tensors = [x, w, matmul_packed(x, w, "float32")]
     nest, func = lowered(tensors, "flat_rows")
-    assert [len(vector_stores(k)) // 2 for k in k_loops(func)] == [12, 4, 1]
+    assert [len(vector_stores(k)) // 2 for k in k_loops(func)] == [12, 4, 4]
     for k in k_loops(func):
         assert vector_stores(k) and not nodes_of(k, S.IfThenElse)
     fn = build_module([func], "flat_rows", size_specs={"flat_rows": size_spec(nest)}
