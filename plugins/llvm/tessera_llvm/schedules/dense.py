@@ -15,17 +15,17 @@ guarded; the schedule marks that loop and :func:`specialize_tails` (run by the l
 ``te.lower`` and the TIR pipeline) splits it into the ``n // tile`` whole tiles, the static
 micro-kernel without guards, and a last tile without guards either: for rows, the ``n % mr``
 rows left in tiles of fewer rows that still fill the FMA units (:func:`tail_height`: 4 rows of
-two vectors), the last one shifted back to end at ``n``, and single rows where ``n`` is below
-that (three copies of the micro-kernel, not one per remainder); for columns, its vectors
-shifted back to end at ``n`` (a zero-padded local copy of ``b`` below one vector). A parallel
-loop over static tiles runs in the caller when the product, at its run-time sizes, is below
-``parallel_min_flops``. The axes of static extent (batch, column tiles) are
-fused into the parallel loop and the symbolic ones run inside it (their guards stay linear in
-one loop variable, which the partition needs); when the static axes give fewer tasks than
-threads, the outermost symbolic tile loop is the parallel one (run-time extent). A reduction
-of run-time length is a plain loop of that extent around the tile. Knob defaults are decided
-at :func:`representative` sizes (the bound of a run-time size when known, else
-:data:`~.common.REPRESENTATIVE_SIZE`).
+two vectors), the last one shifted back to end at ``n``, and where ``n`` is below that one such
+tile whose rows past ``n - 1`` are clamped to it (three copies of the micro-kernel, not one per
+remainder); for columns, its vectors shifted back to end at ``n`` (a zero-padded local copy of
+``b`` below one vector). A parallel loop over static tiles runs in the caller when the product,
+at its run-time sizes, is below ``parallel_min_flops`` (its grain is chosen per call). The axes
+of static extent (batch, column tiles) are fused into the parallel loop and the symbolic ones
+run inside it (their guards stay linear in one loop variable, which the partition needs); when
+the static axes give fewer tasks than threads, the outermost symbolic tile loop is the parallel
+one (run-time extent). A reduction of run-time length is a plain loop of that extent around the
+tile. Knob defaults are decided at :func:`representative` sizes (the bound of a run-time size
+when known, else :data:`~.common.REPRESENTATIVE_SIZE`).
 """
 
 from __future__ import annotations
