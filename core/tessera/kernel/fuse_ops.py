@@ -332,8 +332,9 @@ class _Partitioner:
         transcendental or division; more than :data:`CONCAT_INLINE_OPS` computing nodes)
         then stays a kernel of its own, written once."""
         graph = self.graph
+        paths = self._paths(src, sink)
         merged = None
-        for u in self._paths(src, sink):
+        for u in paths:
             node = graph.nodes[u]
             if node.op != "Gather" or len(node.inputs) < 2 or node.inputs[1] is None \
                     or node.inputs[0] is None:
@@ -342,7 +343,7 @@ class _Partitioner:
             if producer is None or self.find(producer) == self.find(u):
                 continue
             if merged is None:
-                merged = {self.find(v) for v in (src, *self._paths(src, sink))}
+                merged = {self.find(v) for v in (src, *paths)}
             if self.find(producer) not in merged:
                 continue
             shape = node.inputs[0].type.shape

@@ -976,11 +976,10 @@ class _Tails(IRMutator):
         # accumulator chains: one row at a time kept one or two, and a language model's
         # head at 7 tokens ran at 2.4x its static time)
         clamped = _ShiftColumns(v, f, n, base=const(0), rows=h, clamp=True)
-        clamped.row_vars = set(tall.row_vars)
         tile_c = clamped.visit(body)
         singles: S.Stmt
         if clamped.ok:
-            singles = fresh_copy(cut_accumulator_rows(tile_c, tall.row_vars, f, h), {})
+            singles = fresh_copy(cut_accumulator_rows(tile_c, clamped.row_vars, f, h), {})
         else:
             one = _ShiftColumns(v, f, n, base=base_1, rows=1)
             tile_1 = one.visit(body)
